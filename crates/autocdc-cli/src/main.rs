@@ -1,0 +1,225 @@
+//! `autocdc`: an interactive SQL shell for `datafusion-autocdc`.
+//!
+//! ```text
+//! autocdc [--warehouse URL] [-c SQL]... [-f FILE]...
+//! ```
+//!
+//! * `-c SQL` runs the statements of a command string;
+//! * `-f FILE` runs the statements of a SQL script;
+//! * without either, statements are read from standard input: a statement runs once a
+//!   line ends it with `;`; `\q` or end of input quits.
+//!
+//! Statements are separated by `;` outside quotes and comments (see [`split`]).
+//! With `-c` / `-f`, the first failing statement stops the run with a non-zero exit
+//! code; in the interactive shell errors are printed and the shell carries on.
+//! Results are printed as tables, followed by the row count and the elapsed time.
+
+mod progress;
+mod split;
+
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::error::{DataFusionError, Result};
+use datafusion_autocdc::{AutoCdcConfig, CdcSession};
+
+use crate::progress::Progress;
+use crate::split::{script_statements, split_statements};
+
+/// Prompt for the first line of a statement.
+const PROMPT: &str = "autocdc> ";
+/// Prompt for the following lines of a statement.
+const CONTINUATION_PROMPT: &str = "     -> ";
+/// The shell command that quits the interactive shell.
+const QUIT_COMMAND: &str = "\\q";
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "autocdc",
+    version,
+    about = "SQL shell for DataFusion with AUTO CDC flows"
+)]
+struct Args {
+    /// Run the statements of a SQL script, then exit (may be repeated).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    files: Vec<PathBuf>,
+
+    /// Run the statements of a command string, then exit (may be repeated; runs
+    /// before any `-f` script).
+    #[arg(short = 'c', long = "command", value_name = "SQL")]
+    commands: Vec<String>,
+
+    /// Warehouse location: a local folder (created if missing), `file://...`, or
+    /// another object store URL.
+    #[arg(long, value_name = "URL", default_value = "./warehouse")]
+    warehouse: String,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+
+    if let Err(error) = create_local_warehouse(&args.warehouse) {
+        eprintln!("Error: cannot create warehouse {}: {error}", args.warehouse);
+        return ExitCode::FAILURE;
+    }
+    let session = match CdcSession::open(AutoCdcConfig::new(args.warehouse.as_str())).await {
+        Ok(session) => session,
+        Err(error) => {
+            eprintln!("Error: cannot open warehouse {}: {error}", args.warehouse);
+            return ExitCode::FAILURE;
+        }
+    };
+
+    if args.commands.is_empty() && args.files.is_empty() {
+        return interactive(&session).await;
+    }
+    for command in &args.commands {
+        if let Err(error) = run_script(&session, command).await {
+            eprintln!("Error: {error}");
+            return ExitCode::FAILURE;
+        }
+    }
+    for file in &args.files {
+        if let Err(error) = run_file(&session, file).await {
+            eprintln!("Error: {error}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Creates the warehouse folder when `warehouse` is a local path or `file://` URL.
+fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
+    let local = match warehouse.strip_prefix("file://") {
+        Some(path) => Some(path),
+        None if warehouse.contains("://") => None,
+        None => Some(warehouse),
+    };
+    match local {
+        Some(path) if !path.is_empty() => std::fs::create_dir_all(path),
+        _ => Ok(()),
+    }
+}
+
+/// Runs the statements of the SQL script at `path`, stopping at the first error.
+async fn run_file(session: &CdcSession, path: &Path) -> Result<()> {
+    let script = std::fs::read_to_string(path).map_err(|error| {
+        DataFusionError::Execution(format!("cannot read {}: {error}", path.display()))
+    })?;
+    run_script(session, &script).await
+}
+
+/// Runs the statements of `script` in order, stopping at the first error.
+async fn run_script(session: &CdcSession, script: &str) -> Result<()> {
+    for statement in script_statements(script) {
+        run_statement(session, &statement).await?;
+    }
+    Ok(())
+}
+
+/// Reads statements from standard input and runs them until `\q` or end of input.
+async fn interactive(session: &CdcSession) -> ExitCode {
+    let stdin = io::stdin();
+    let show_prompt = stdin.is_terminal();
+    let mut buffer = String::new();
+    let mut line = String::new();
+    loop {
+        if show_prompt {
+            let prompt = if buffer.is_empty() {
+                PROMPT
+            } else {
+                CONTINUATION_PROMPT
+            };
+            print!("{prompt}");
+            // A prompt that cannot be shown is not worth stopping for.
+            let _ = io::stdout().flush();
+        }
+        line.clear();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => {
+                eprintln!("Error: cannot read input: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+        if line.trim() == QUIT_COMMAND {
+            return ExitCode::SUCCESS;
+        }
+
+        buffer.push_str(&line);
+        let split = split_statements(&buffer);
+        for statement in &split.statements {
+            if let Err(error) = run_statement(session, statement).await {
+                eprintln!("Error: {error}");
+            }
+        }
+        if split.pending.is_some() {
+            // The next statement goes on on the next line: keep its text verbatim.
+            buffer.drain(..split.rest);
+        } else {
+            buffer.clear();
+        }
+    }
+
+    // End of input: run what is left even without its `;`.
+    if show_prompt {
+        println!();
+    }
+    if let Some(statement) = split_statements(&buffer).pending {
+        if let Err(error) = run_statement(session, &statement).await {
+            eprintln!("Error: {error}");
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs one statement and prints its result.
+async fn run_statement(session: &CdcSession, sql: &str) -> Result<()> {
+    let start = Instant::now();
+    let progress = Progress::start(start);
+    let result = execute(session, sql).await;
+    progress.finish().await;
+    let (schema, batches) = result?;
+    print_result(&schema, &batches, start.elapsed())
+}
+
+/// Runs `sql` and collects its result.
+async fn execute(session: &CdcSession, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let frame = session.sql(sql).await?;
+    let schema = Arc::clone(frame.schema().inner());
+    let batches = frame.collect().await?;
+    Ok((schema, batches))
+}
+
+/// Prints a result table (unless the result has no columns), then the row count
+/// and elapsed time.
+fn print_result(schema: &SchemaRef, batches: &[RecordBatch], elapsed: Duration) -> Result<()> {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let mut stdout = io::stdout().lock();
+    if !schema.fields().is_empty() {
+        let table = if batches.is_empty() {
+            pretty_format_batches(&[RecordBatch::new_empty(Arc::clone(schema))])?
+        } else {
+            pretty_format_batches(batches)?
+        };
+        writeln!(stdout, "{table}")?;
+    }
+    writeln!(
+        stdout,
+        "{rows} row(s) fetched. Elapsed {:.3} seconds.",
+        elapsed.as_secs_f64()
+    )?;
+    writeln!(stdout)?;
+    stdout.flush()?;
+    Ok(())
+}

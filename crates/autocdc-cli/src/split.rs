@@ -1,0 +1,157 @@
+//! Splitting SQL text into statements.
+//!
+//! Statements end at a `;` that is not inside a single-quoted string, a double-quoted
+//! or backtick-quoted identifier, a `--` line comment or a `/* */` block comment.
+//! Comments are removed from the returned statements (a block comment becomes a
+//! space), so a statement can be recognised by its first keyword.
+
+/// Where the scanner is in the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Plain SQL.
+    Code,
+    /// Inside a quoted string or identifier closed by the given character.
+    Quoted(char),
+    /// Inside a `--` comment (until the end of the line).
+    LineComment,
+    /// Inside a `/* */` comment.
+    BlockComment,
+}
+
+/// The result of [`split_statements`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Split {
+    /// The complete (`;`-terminated) statements, without the `;`, comments and
+    /// surrounding whitespace. Empty statements are left out.
+    pub statements: Vec<String>,
+    /// The text after the last complete statement, when it holds the start of another
+    /// statement (SQL, or an unterminated quote or block comment); comments removed.
+    pub pending: Option<String>,
+    /// Byte offset in the input where the text after the last complete statement
+    /// starts (just after its `;`), to keep that text verbatim.
+    pub rest: usize,
+}
+
+/// Splits `text` into statements (see the [module docs](self)).
+pub fn split_statements(text: &str) -> Split {
+    let mut split = Split::default();
+    let mut current = String::new();
+    let mut has_sql = false;
+    let mut state = State::Code;
+    let mut chars = text.char_indices().peekable();
+
+    while let Some((index, c)) = chars.next() {
+        match state {
+            State::Code => match c {
+                ';' => {
+                    if has_sql {
+                        split.statements.push(current.trim().to_string());
+                    }
+                    current.clear();
+                    has_sql = false;
+                    split.rest = index + c.len_utf8();
+                }
+                '-' if next_is(&mut chars, '-') => {
+                    chars.next();
+                    state = State::LineComment;
+                }
+                '/' if next_is(&mut chars, '*') => {
+                    chars.next();
+                    current.push(' ');
+                    state = State::BlockComment;
+                }
+                '\'' | '"' | '`' => {
+                    current.push(c);
+                    has_sql = true;
+                    state = State::Quoted(c);
+                }
+                _ => {
+                    current.push(c);
+                    has_sql |= !c.is_whitespace();
+                }
+            },
+            State::Quoted(close) => {
+                // A doubled quote ('it''s') closes and reopens: same result.
+                current.push(c);
+                if c == close {
+                    state = State::Code;
+                }
+            }
+            State::LineComment => {
+                if c == '\n' {
+                    current.push(c);
+                    state = State::Code;
+                }
+            }
+            State::BlockComment => {
+                if c == '*' && next_is(&mut chars, '/') {
+                    chars.next();
+                    state = State::Code;
+                }
+            }
+        }
+    }
+
+    let unterminated = matches!(state, State::Quoted(_) | State::BlockComment);
+    if has_sql || unterminated {
+        split.pending = Some(current.trim().to_string());
+    }
+    split
+}
+
+/// Whether the next character is `expected`.
+fn next_is(chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>, expected: char) -> bool {
+    chars.peek().is_some_and(|&(_, c)| c == expected)
+}
+
+/// All statements of a script: the complete ones and a final one that lacks its `;`.
+pub fn script_statements(text: &str) -> Vec<String> {
+    let Split {
+        mut statements,
+        pending,
+        ..
+    } = split_statements(text);
+    statements.extend(pending.filter(|sql| !sql.is_empty()));
+    statements
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_on_semicolons() {
+        assert_eq!(
+            script_statements("SELECT 1; SELECT 2;\n SELECT 3"),
+            ["SELECT 1", "SELECT 2", "SELECT 3"]
+        );
+    }
+
+    #[test]
+    fn ignores_semicolons_in_quotes() {
+        assert_eq!(
+            script_statements(r#"SELECT 'a;b', "c;d", `e;f`, 'it''s;'; SELECT 2"#),
+            [r#"SELECT 'a;b', "c;d", `e;f`, 'it''s;'"#, "SELECT 2"]
+        );
+    }
+
+    #[test]
+    fn removes_comments() {
+        assert_eq!(
+            script_statements("-- first; not a statement\nSELECT 1 /* ; */ + 1; -- done;\n;"),
+            ["SELECT 1   + 1"]
+        );
+    }
+
+    #[test]
+    fn reports_pending_text() {
+        let split = split_statements("SELECT 1;\nSELECT");
+        assert_eq!(split.statements, ["SELECT 1"]);
+        assert_eq!(split.pending.as_deref(), Some("SELECT"));
+        assert_eq!(split.rest, "SELECT 1;".len());
+
+        assert_eq!(split_statements("SELECT 1; -- c\n").pending, None);
+        assert!(split_statements("SELECT 'a;\n").pending.is_some());
+        assert!(split_statements("/* open\n").pending.is_some());
+    }
+}

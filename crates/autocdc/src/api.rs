@@ -1,0 +1,199 @@
+//! The Rust API, mirroring the Python `create_auto_cdc_flow` parameters.
+//!
+//! ```no_run
+//! # async fn demo(session: &datafusion_autocdc::CdcSession) -> datafusion::error::Result<()> {
+//! session.create_streaming_table("target").await?;
+//! let metrics = session
+//!     .create_auto_cdc_flow("target", "cdc_source")
+//!     .keys(["id"])
+//!     .sequence_by("seq")
+//!     .apply_as_deletes("op = 'DELETE'")
+//!     .except_column_list(["op", "seq"])
+//!     .await?;
+//! println!("{} rows upserted", metrics.num_upserted_rows);
+//! # Ok(()) }
+//! ```
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::Int64Type;
+use datafusion::common::Result;
+
+use crate::session::CdcSession;
+use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+use crate::sql::CreateStreamingTable;
+use crate::table::TableName;
+
+/// What one flow run did (the row `CREATE FLOW` / `REFRESH` return).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateMetrics {
+    /// Flow name.
+    pub flow: String,
+    /// Target rows inserted or updated.
+    pub num_upserted_rows: i64,
+    /// Target rows deleted.
+    pub num_deleted_rows: i64,
+    /// Change events read.
+    pub num_input_rows: i64,
+    /// Events dropped as late or replayed.
+    pub num_late_rows_dropped: i64,
+    /// Delta version committed.
+    pub commit_version: Option<i64>,
+}
+
+impl UpdateMetrics {
+    /// Decode the result rows of an update statement.
+    pub fn from_batch(batch: &RecordBatch) -> Vec<Self> {
+        let int = |i: usize, row: usize| {
+            let a = batch.column(i).as_primitive::<Int64Type>();
+            (!a.is_null(row)).then(|| a.value(row))
+        };
+        (0..batch.num_rows())
+            .map(|r| Self {
+                flow: batch.column(0).as_string::<i32>().value(r).to_string(),
+                num_upserted_rows: int(1, r).unwrap_or(0),
+                num_deleted_rows: int(2, r).unwrap_or(0),
+                num_input_rows: int(3, r).unwrap_or(0),
+                num_late_rows_dropped: int(4, r).unwrap_or(0),
+                commit_version: int(5, r),
+            })
+            .collect()
+    }
+}
+
+/// Builder of an AUTO CDC flow; `.await` creates the flow and runs its first
+/// update.
+#[must_use = "a flow builder does nothing until awaited"]
+pub struct AutoCdcFlowBuilder<'a> {
+    session: &'a CdcSession,
+    spec: FlowSpec,
+}
+
+impl CdcSession {
+    /// `create_streaming_table(name)`: declare a target (schema from its first flow).
+    pub async fn create_streaming_table(&self, name: &str) -> Result<()> {
+        self.create_table(CreateStreamingTable {
+            name: TableName::parse(name)?,
+            or_refresh: true,
+            if_not_exists: true,
+            columns: vec![],
+            properties: vec![],
+            dialect: "generic".into(),
+        })
+        .await
+    }
+
+    /// `create_auto_cdc_flow(target=..., source=...)`: start building a flow
+    /// reading the table or view `source`.
+    pub fn create_auto_cdc_flow(&self, target: &str, source: &str) -> AutoCdcFlowBuilder<'_> {
+        let name = target.rsplit('.').next().unwrap_or(target).to_string();
+        AutoCdcFlowBuilder { session: self, spec: FlowSpec::new(name, target, FlowSource::Table(source.to_string())) }
+    }
+
+    /// Run every flow of `target` again (`REFRESH STREAMING TABLE`).
+    pub async fn refresh_streaming_table(&self, target: &str, full: bool) -> Result<Vec<UpdateMetrics>> {
+        let batches = self.refresh(&TableName::parse(target)?, full).await?;
+        Ok(batches.iter().flat_map(UpdateMetrics::from_batch).collect())
+    }
+}
+
+fn names<I, S>(cols: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    cols.into_iter().map(Into::into).collect()
+}
+
+impl AutoCdcFlowBuilder<'_> {
+    /// `name`: the flow name (default: the target's name).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.spec.name = name.into();
+        self
+    }
+    /// Read a SQL query instead of a table.
+    pub fn source_query(mut self, sql: impl Into<String>) -> Self {
+        self.spec.source = FlowSource::Query(sql.into());
+        self
+    }
+    /// `keys`.
+    pub fn keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
+        self.spec.keys = names(keys);
+        self
+    }
+    /// `sequence_by`: a column.
+    pub fn sequence_by(mut self, column: impl Into<String>) -> Self {
+        self.spec.sequence_by = Some(SequenceBy::Column(column.into()));
+        self
+    }
+    /// `sequence_by=struct(...)`: several columns, ordered left to right.
+    pub fn sequence_by_struct<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+        self.spec.sequence_by = Some(SequenceBy::Struct(names(columns)));
+        self
+    }
+    /// `apply_as_deletes`: SQL condition.
+    pub fn apply_as_deletes(mut self, condition: impl Into<String>) -> Self {
+        self.spec.apply_as_deletes = Some(condition.into());
+        self
+    }
+    /// `apply_as_truncates`: SQL condition.
+    pub fn apply_as_truncates(mut self, condition: impl Into<String>) -> Self {
+        self.spec.apply_as_truncates = Some(condition.into());
+        self
+    }
+    /// `column_list`.
+    pub fn column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+        self.spec.columns = ColumnSelection::Only(names(columns));
+        self
+    }
+    /// `except_column_list`.
+    pub fn except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+        self.spec.columns = ColumnSelection::Except(names(columns));
+        self
+    }
+    /// `stored_as_scd_type`.
+    pub fn stored_as_scd_type(mut self, scd: ScdType) -> Self {
+        self.spec.stored_as_scd_type = scd;
+        self
+    }
+    /// `ignore_null_updates`.
+    pub fn ignore_null_updates(mut self, on: bool) -> Self {
+        self.spec.ignore_null_updates = on.then_some(ColumnSelection::All);
+        self
+    }
+    /// `track_history_column_list`.
+    pub fn track_history_column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+        self.spec.track_history = Some(ColumnSelection::Only(names(columns)));
+        self
+    }
+    /// `track_history_except_column_list`.
+    pub fn track_history_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+        self.spec.track_history = Some(ColumnSelection::Except(names(columns)));
+        self
+    }
+    /// `once`.
+    pub fn once(mut self, once: bool) -> Self {
+        self.spec.once = once;
+        self
+    }
+    /// The definition built so far.
+    pub fn spec(&self) -> &FlowSpec {
+        &self.spec
+    }
+}
+
+impl<'a> IntoFuture for AutoCdcFlowBuilder<'a> {
+    type Output = Result<UpdateMetrics>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let batch = self.session.create_flow(self.spec).await?;
+            UpdateMetrics::from_batch(&batch).into_iter().next().ok_or_else(|| {
+                datafusion::common::DataFusionError::Internal("flow run returned no metrics".into())
+            })
+        })
+    }
+}

@@ -1,0 +1,89 @@
+//! Names and codes of the hidden bookkeeping columns shared by the operators
+//! and the Delta storage layout.
+
+/// Sequence of the last applied event of a stored row (typed like SEQUENCE BY).
+pub const SEQ_COL: &str = "__cdc_seq";
+/// Row/event kind, see [`Kind`].
+pub const KIND_COL: &str = "__cdc_kind";
+/// Where an event comes from during an update, see [`Origin`] (never stored).
+pub const ORIGIN_COL: &str = "__cdc_origin";
+/// Prefix reserved for hidden bookkeeping columns.
+pub const INTERNAL_PREFIX: &str = "__cdc_";
+
+/// Kind of an event, and of the stored row it leaves behind.
+///
+/// Stored rows use the same codes: an applied UPSERT leaves a live row, an
+/// applied DELETE a tombstone, TRUNCATEs leave a single watermark row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i8)]
+pub enum Kind {
+    /// UPSERT event / live row.
+    Upsert = 0,
+    /// DELETE event / tombstone.
+    Delete = 1,
+    /// TRUNCATE event / truncate watermark row.
+    Truncate = 2,
+}
+
+impl Kind {
+    /// Decode a stored code.
+    pub fn from_code(code: i8) -> Option<Self> {
+        match code {
+            0 => Some(Self::Upsert),
+            1 => Some(Self::Delete),
+            2 => Some(Self::Truncate),
+            _ => None,
+        }
+    }
+
+    /// Human-readable name used in error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Upsert => "UPSERT",
+            Self::Delete => "DELETE",
+            Self::Truncate => "TRUNCATE",
+        }
+    }
+}
+
+/// Origin of an event in an update: state already stored in the target, or a
+/// new event read from the flow's source. At equal sequence the stored state
+/// sorts first and wins (SCD 1 keeps no events, so a new event at a stored
+/// sequence is late or a replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i8)]
+pub enum Origin {
+    /// Row read back from the target.
+    Stored = 0,
+    /// Event read from the source in this update.
+    New = 1,
+}
+
+/// Column positions of an event batch: `[target columns..., __cdc_seq,
+/// __cdc_kind, __cdc_origin]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EventLayout {
+    /// Names of the target (user) columns, in order.
+    pub target_columns: Vec<String>,
+    /// Indices of the key columns among the target columns.
+    pub key_indices: Vec<usize>,
+}
+
+impl EventLayout {
+    /// Number of target columns.
+    pub fn num_target(&self) -> usize {
+        self.target_columns.len()
+    }
+    /// Index of the sequence column.
+    pub fn seq(&self) -> usize {
+        self.num_target()
+    }
+    /// Index of the kind column.
+    pub fn kind(&self) -> usize {
+        self.num_target() + 1
+    }
+    /// Index of the origin column.
+    pub fn origin(&self) -> usize {
+        self.num_target() + 2
+    }
+}

@@ -1,0 +1,459 @@
+//! SCD type 1 fold (SPEC §2.2, §2.3).
+//!
+//! SCD 1 keeps one stored row per key: the row itself (live) or a tombstone,
+//! each carrying the sequence of the event that produced it, plus a single
+//! truncate watermark for the whole target. Folding an update is therefore
+//! "the greatest-sequence event of each key wins", with three refinements:
+//!
+//! * the stored row takes part as an event at its stored sequence and sorts
+//!   before new events of equal sequence, so it wins ties: a new event with a
+//!   sequence ≤ the stored one is late (or a replay) and is dropped;
+//! * two *new* events of one key with equal sequence must be the same event
+//!   (same kind and values), otherwise the update fails with a conflict;
+//! * a key whose winning sequence is ≤ the truncate watermark `T` (the greatest
+//!   TRUNCATE sequence ever seen) disappears without a tombstone: `T` itself
+//!   keeps older events out.
+//!
+//! ```text
+//!  sorted by (keys, seq, origin)          per key                 output
+//!  ┌──────────────┬─────┬────────┐   ┌──────────────────┐   ┌──────────────────┐
+//!  │ k1 │ stored  │  5  │ live   │   │ winner = first   │   │ k1 v@7 live      │
+//!  │ k1 │ new     │  3  │ upsert │──►│ event of the     │──►│ k2 @9 tombstone  │
+//!  │ k1 │ new     │  7  │ upsert │   │ greatest seq,    │   │ (k3 @2 ≤ T: gone)│
+//!  │ k2 │ new     │  9  │ delete │   │ dropped if ≤ T   │   └──────────────────┘
+//!  └──────────────┴─────┴────────┘   └──────────────────┘
+//! ```
+//!
+//! The kernel retains at most the current key group (one row per slot) across
+//! batch boundaries, so memory is bounded by the batch size.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use arrow::array::{make_comparator, Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch, SortOptions};
+use arrow::datatypes::{Int8Type, SchemaRef};
+use arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+
+use super::columns::{EventLayout, Kind, Origin};
+
+/// What one fold did; reported as operator metrics and by the update.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FoldCounts {
+    /// New events read from the source (UPSERT and DELETE).
+    pub input_rows: usize,
+    /// Live rows written by new events (inserted or updated keys).
+    pub upserted: usize,
+    /// Live rows removed (by DELETE or TRUNCATE).
+    pub deleted: usize,
+    /// New tombstones written.
+    pub tombstones: usize,
+    /// New events dropped because the target already held that key at an
+    /// equal or greater sequence.
+    pub late: usize,
+    /// New events dropped as exact duplicates of another new event.
+    pub duplicates: usize,
+}
+
+impl FoldCounts {
+    /// Whether the fold changed the stored state at all.
+    pub fn changed_state(&self) -> bool {
+        self.upserted + self.deleted + self.tombstones > 0
+    }
+}
+
+/// A row of the group that may live in the current batch or, when the group
+/// spans a batch boundary, in a retained one-row batch.
+#[derive(Debug, Clone)]
+enum Slot {
+    Here(usize),
+    Carried { row: RecordBatch, seq: OwnedRow },
+}
+
+/// State of the key group being folded.
+#[derive(Debug)]
+struct Group {
+    /// Key of the group once it spans a batch boundary.
+    carried_key: Option<OwnedRow>,
+    /// First row of the group in the current batch (when not carried).
+    start: usize,
+    /// Winning event so far: the first event of the greatest sequence.
+    winner: Slot,
+    winner_origin: Origin,
+    /// Previous event of the group (for equal-sequence checks).
+    prev: Slot,
+    prev_origin: Origin,
+    /// The target held a live row for this key.
+    stored_live: bool,
+    /// New events seen before the stored row (all superseded by it).
+    new_before_stored: usize,
+    stored_seen: bool,
+}
+
+/// Streaming SCD 1 fold over batches sorted by `(keys, seq, origin)`.
+pub struct Scd1Fold {
+    flow: String,
+    layout: EventLayout,
+    output_schema: SchemaRef,
+    key_converter: RowConverter,
+    seq_converter: RowConverter,
+    watermark: Option<OwnedRow>,
+    watermark_value: Option<ArrayRef>,
+    group: Option<Group>,
+    counts: FoldCounts,
+}
+
+impl std::fmt::Debug for Scd1Fold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scd1Fold")
+            .field("flow", &self.flow)
+            .field("layout", &self.layout)
+            .field("counts", &self.counts)
+            .finish()
+    }
+}
+
+impl Scd1Fold {
+    /// Create a fold for events of `input_schema` (see [`EventLayout`]);
+    /// output rows have the input columns minus `__cdc_origin`.
+    pub fn try_new(flow: &str, layout: EventLayout, input_schema: &SchemaRef) -> Result<Self> {
+        let key_fields = layout
+            .key_indices
+            .iter()
+            .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
+            .collect();
+        let seq_field = SortField::new(input_schema.field(layout.seq()).data_type().clone());
+        let output_schema = Arc::new(input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
+        Ok(Self {
+            flow: flow.to_string(),
+            key_converter: RowConverter::new(key_fields)?,
+            seq_converter: RowConverter::new(vec![seq_field])?,
+            layout,
+            output_schema,
+            watermark: None,
+            watermark_value: None,
+            group: None,
+            counts: FoldCounts::default(),
+        })
+    }
+
+    /// Schema of the batches this fold produces.
+    pub fn output_schema(&self) -> &SchemaRef {
+        &self.output_schema
+    }
+
+    /// Counts so far.
+    pub fn counts(&self) -> FoldCounts {
+        self.counts
+    }
+
+    /// Raise the truncate watermark to the greatest of `sequences` (TRUNCATE
+    /// event sequences and the stored watermark). Must be called before
+    /// [`Self::push`]. NULLs are rejected.
+    pub fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        if sequences.null_count() > 0 {
+            return Err(DataFusionError::Execution(format!(
+                "flow '{}': SEQUENCE BY value is NULL in a TRUNCATE event; nothing was committed",
+                self.flow
+            )));
+        }
+        let rows = self.seq_converter.convert_columns(std::slice::from_ref(sequences))?;
+        for (i, row) in rows.iter().enumerate() {
+            if self.watermark.as_ref().is_none_or(|w| row > w.row()) {
+                self.watermark = Some(row.owned());
+                self.watermark_value = Some(sequences.slice(i, 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The truncate watermark as a one-element array, once observed.
+    pub fn watermark_value(&self) -> Option<&ArrayRef> {
+        self.watermark_value.as_ref()
+    }
+
+    /// Fold one sorted batch; returns the rows of the key groups it completed.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(None);
+        }
+        self.check_nulls(batch)?;
+        let key_columns: Vec<ArrayRef> = self
+            .layout
+            .key_indices
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let keys = self.key_converter.convert_columns(&key_columns)?;
+        let seqs = self
+            .seq_converter
+            .convert_columns(&[Arc::clone(batch.column(self.layout.seq()))])?;
+        let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
+        let origins = batch.column(self.layout.origin()).as_primitive::<Int8Type>();
+
+        let mut emit = Emit::default();
+        for i in 0..n {
+            let origin = if origins.value(i) == Origin::Stored as i8 {
+                Origin::Stored
+            } else {
+                Origin::New
+            };
+            if origin == Origin::New {
+                self.counts.input_rows += 1;
+            }
+            let kind = Kind::from_code(kinds.value(i)).unwrap_or(Kind::Upsert);
+            let same_key = self.group.as_ref().is_some_and(|g| match &g.carried_key {
+                Some(k) => k.row() == keys.row(i),
+                None => keys.row(g.start) == keys.row(i),
+            });
+            if !same_key {
+                if let Some(g) = self.group.take() {
+                    self.finish(g, &seqs, Some(kinds), &mut emit);
+                }
+                self.group = Some(Group {
+                    carried_key: None,
+                    start: i,
+                    winner: Slot::Here(i),
+                    winner_origin: origin,
+                    prev: Slot::Here(i),
+                    prev_origin: origin,
+                    stored_live: origin == Origin::Stored && kind == Kind::Upsert,
+                    new_before_stored: 0,
+                    stored_seen: origin == Origin::Stored,
+                });
+                continue;
+            }
+            let Some(mut g) = self.group.take() else {
+                continue;
+            };
+            if origin == Origin::Stored {
+                g.stored_seen = true;
+                g.stored_live = kind == Kind::Upsert;
+                self.counts.late += g.new_before_stored;
+            } else if !g.stored_seen {
+                g.new_before_stored += 1;
+            }
+            let equal_seq = slot_seq(&g.prev, &seqs) == seqs.row(i);
+            if equal_seq {
+                match (g.prev_origin, origin) {
+                    (Origin::Stored, _) => self.counts.late += 1,
+                    (Origin::New, Origin::New) => {
+                        if !self.same_event(batch, &g.prev, i)? {
+                            let err = self.conflict_error(batch, i);
+                            self.group = Some(g);
+                            return Err(err);
+                        }
+                        self.counts.duplicates += 1;
+                        if g.stored_seen {
+                            // already counted as superseded by the stored row
+                        } else {
+                            g.new_before_stored -= 1;
+                        }
+                    }
+                    // stored rows sort first at equal sequence
+                    (Origin::New, Origin::Stored) => {
+                        g.winner = Slot::Here(i);
+                        g.winner_origin = origin;
+                        g.prev = Slot::Here(i);
+                        g.prev_origin = origin;
+                    }
+                }
+            } else {
+                g.winner = Slot::Here(i);
+                g.winner_origin = origin;
+                g.prev = Slot::Here(i);
+                g.prev_origin = origin;
+            }
+            self.group = Some(g);
+        }
+        // carry the open group over the batch boundary
+        if let Some(g) = self.group.as_mut() {
+            if g.carried_key.is_none() {
+                g.carried_key = Some(keys.row(g.start).owned());
+            }
+            g.winner = carry(batch, &seqs, &g.winner);
+            g.prev = carry(batch, &seqs, &g.prev);
+        }
+        self.build_output(batch, emit).map(Some)
+    }
+
+    /// Finish the last group; returns its row (if any survives).
+    pub fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
+        let Some(g) = self.group.take() else {
+            return Ok(None);
+        };
+        let empty = self.seq_converter.empty_rows(0, 0);
+        let mut emit = Emit::default();
+        self.finish(g, &empty, None, &mut emit);
+        if emit.carried.is_empty() {
+            return Ok(None);
+        }
+        let parts = emit
+            .carried
+            .iter()
+            .map(|b| self.project(b))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(concat_batches(&self.output_schema, &parts)?))
+    }
+
+    /// Decide the stored row of a completed key group.
+    fn finish(&mut self, g: Group, seqs: &Rows, kinds: Option<&Int8Array>, emit: &mut Emit) {
+        let winner_seq = slot_seq(&g.winner, seqs);
+        let truncated = self.watermark.as_ref().is_some_and(|w| winner_seq <= w.row());
+        if truncated {
+            if g.stored_live {
+                self.counts.deleted += 1;
+            }
+            return;
+        }
+        if g.winner_origin == Origin::New {
+            let code = match (&g.winner, kinds) {
+                (Slot::Here(i), Some(kinds)) => kinds.value(*i),
+                (Slot::Carried { row, .. }, _) => row
+                    .column(self.layout.kind())
+                    .as_primitive::<Int8Type>()
+                    .value(0),
+                (Slot::Here(_), None) => Kind::Upsert as i8,
+            };
+            if code == Kind::Delete as i8 {
+                self.counts.tombstones += 1;
+                if g.stored_live {
+                    self.counts.deleted += 1;
+                }
+            } else {
+                self.counts.upserted += 1;
+            }
+        }
+        match g.winner {
+            Slot::Here(i) => emit.here.push(i as u32),
+            Slot::Carried { row, .. } => emit.carried.push(row),
+        }
+    }
+
+    fn build_output(&self, batch: &RecordBatch, emit: Emit) -> Result<RecordBatch> {
+        let mut parts = Vec::with_capacity(emit.carried.len() + 1);
+        for b in &emit.carried {
+            parts.push(self.project(b)?);
+        }
+        if !emit.here.is_empty() {
+            let taken = take_record_batch(batch, &UInt32Array::from(emit.here))?;
+            parts.push(self.project(&taken)?);
+        }
+        Ok(concat_batches(&self.output_schema, &parts)?)
+    }
+
+    fn project(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let columns = batch.columns()[..self.layout.origin()].to_vec();
+        Ok(RecordBatch::try_new(Arc::clone(&self.output_schema), columns)?)
+    }
+
+    fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
+        let seq = batch.column(self.layout.seq());
+        if seq.null_count() > 0 {
+            let row = first_null(seq.as_ref());
+            return Err(DataFusionError::Execution(format!(
+                "flow '{}': SEQUENCE BY value is NULL for key ({}); nothing was committed",
+                self.flow,
+                self.format_key(batch, row)
+            )));
+        }
+        for &k in &self.layout.key_indices {
+            let col = batch.column(k);
+            if col.null_count() > 0 {
+                let row = first_null(col.as_ref());
+                let kind = Kind::from_code(
+                    batch.column(self.layout.kind()).as_primitive::<Int8Type>().value(row),
+                )
+                .unwrap_or(Kind::Upsert);
+                let seq = ScalarValue::try_from_array(seq, row)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                return Err(DataFusionError::Execution(format!(
+                    "flow '{}': KEYS column '{}' is NULL in a {} event with sequence {seq}; nothing was committed",
+                    self.flow,
+                    self.layout.target_columns[k],
+                    kind.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Same kind and same value in every target column.
+    fn same_event(&self, batch: &RecordBatch, prev: &Slot, i: usize) -> Result<bool> {
+        let (left, l) = match prev {
+            Slot::Here(j) => (batch, *j),
+            Slot::Carried { row, .. } => (row, 0),
+        };
+        for c in 0..self.layout.origin() {
+            if c == self.layout.seq() {
+                continue;
+            }
+            let cmp = make_comparator(
+                left.column(c).as_ref(),
+                batch.column(c).as_ref(),
+                SortOptions::default(),
+            )?;
+            if cmp(l, i) != Ordering::Equal {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn conflict_error(&self, batch: &RecordBatch, i: usize) -> DataFusionError {
+        let seq = ScalarValue::try_from_array(batch.column(self.layout.seq()), i)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        DataFusionError::Execution(format!(
+            "flow '{}': conflicting events for key ({}) at SEQUENCE BY value {seq}: \
+             two events with the same key and sequence differ in kind or content; nothing was committed",
+            self.flow,
+            self.format_key(batch, i)
+        ))
+    }
+
+    fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
+        self.layout
+            .key_indices
+            .iter()
+            .map(|&k| {
+                let v = ScalarValue::try_from_array(batch.column(k), row)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                format!("{}={v}", self.layout.target_columns[k])
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Winners chosen while folding one batch.
+#[derive(Default)]
+struct Emit {
+    here: Vec<u32>,
+    carried: Vec<RecordBatch>,
+}
+
+fn slot_seq<'a>(slot: &'a Slot, seqs: &'a Rows) -> Row<'a> {
+    match slot {
+        Slot::Here(i) => seqs.row(*i),
+        Slot::Carried { seq, .. } => seq.row(),
+    }
+}
+
+fn carry(batch: &RecordBatch, seqs: &Rows, slot: &Slot) -> Slot {
+    match slot {
+        Slot::Here(i) => Slot::Carried {
+            row: batch.slice(*i, 1),
+            seq: seqs.row(*i).owned(),
+        },
+        carried => carried.clone(),
+    }
+}
+
+fn first_null(array: &dyn Array) -> usize {
+    (0..array.len()).find(|&i| array.is_null(i)).unwrap_or(0)
+}

@@ -1,0 +1,59 @@
+//! # datafusion-autocdc
+//!
+//! AUTO CDC flows for Apache DataFusion: a change feed (upserts, deletes,
+//! truncates, in any order) is sequenced per key and applied to a durable
+//! streaming table stored as Delta Lake.
+//!
+//! ```no_run
+//! # async fn demo() -> datafusion::error::Result<()> {
+//! use datafusion_autocdc::{AutoCdcConfig, CdcSession};
+//! let session = CdcSession::open(AutoCdcConfig::new("./warehouse")).await?;
+//! session.sql("CREATE TABLE cdc (id INT, v TEXT, op TEXT, seq INT)").await?;
+//! session.sql("CREATE STREAMING TABLE target").await?;
+//! session
+//!     .sql("CREATE FLOW f AS AUTO CDC INTO target FROM cdc KEYS (id) \
+//!           APPLY AS DELETE WHEN op = 'DELETE' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)")
+//!     .await?
+//!     .show()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layers (see `DESIGN.md`): [`sql`] and [`api`] produce a [`spec::FlowSpec`];
+//! [`pipeline`] plans an update as `CdcCommit(AutoCdc(events, truncates))`
+//! ([`logical`]), planned into [`physical`] operators that run the pure
+//! [`fold`] kernels; [`table`] holds the Delta storage and the
+//! `TableProvider` of targets.
+
+pub mod api;
+pub mod config;
+pub mod fold;
+pub mod logical;
+pub mod physical;
+pub mod pipeline;
+pub mod session;
+pub mod spec;
+pub mod sql;
+pub mod table;
+
+use std::sync::Arc;
+
+use datafusion::execution::session_state::SessionStateBuilder;
+
+pub use api::AutoCdcFlowBuilder;
+pub use config::AutoCdcConfig;
+pub use session::CdcSession;
+pub use spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+
+/// The extension: installs the AUTO CDC planner into a DataFusion session.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AutoCdc;
+
+impl AutoCdc {
+    /// Install the query planner that knows the `AutoCdc` and `CdcCommit`
+    /// nodes. [`CdcSession`] does this and adds the warehouse catalog and
+    /// the statements.
+    pub fn install(builder: SessionStateBuilder) -> SessionStateBuilder {
+        builder.with_query_planner(Arc::new(physical::CdcQueryPlanner))
+    }
+}

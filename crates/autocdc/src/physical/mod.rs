@@ -1,0 +1,9 @@
+//! Physical operators of an update and the planner hooks that create them.
+
+mod auto_cdc_exec;
+pub mod commit_exec;
+mod planner;
+
+pub use auto_cdc_exec::AutoCdcExec;
+pub use commit_exec::CdcCommitExec;
+pub use planner::{CdcExtensionPlanner, CdcQueryPlanner};

@@ -1,0 +1,64 @@
+//! Planner hooks: turn the logical `AutoCdc` / `CdcCommit` nodes into execs.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::catalog::Session;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+
+use super::{AutoCdcExec, CdcCommitExec};
+use crate::logical::{AutoCdcNode, CdcCommitNode};
+
+/// Plans [`AutoCdcNode`] and [`CdcCommitNode`].
+#[derive(Debug, Default)]
+pub struct CdcExtensionPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for CdcExtensionPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _session_state: &dyn Session,
+        _planning_ctx: &PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        if let Some(n) = node.as_any().downcast_ref::<AutoCdcNode>() {
+            let [events, truncates] = physical_inputs else {
+                return Err(DataFusionError::Internal("AutoCdc needs two inputs".into()));
+            };
+            return Ok(Some(Arc::new(AutoCdcExec::try_new(
+                n.flow.clone(),
+                n.layout.clone(),
+                Arc::clone(events),
+                Arc::clone(truncates),
+            )?)));
+        }
+        if let Some(n) = node.as_any().downcast_ref::<CdcCommitNode>() {
+            let [input] = physical_inputs else {
+                return Err(DataFusionError::Internal("CdcCommit needs one input".into()));
+            };
+            return Ok(Some(Arc::new(CdcCommitExec::new(Arc::clone(&n.request), Arc::clone(input)))));
+        }
+        Ok(None)
+    }
+}
+
+/// Query planner that adds [`CdcExtensionPlanner`] to DataFusion's default planner.
+#[derive(Debug, Default)]
+pub struct CdcQueryPlanner;
+
+#[async_trait]
+impl QueryPlanner for CdcQueryPlanner {
+    async fn create_physical_plan(&self, logical_plan: &LogicalPlan, session_state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CdcExtensionPlanner)])
+            .create_physical_plan(logical_plan, session_state)
+            .await
+    }
+}

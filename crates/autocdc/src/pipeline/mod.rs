@@ -1,0 +1,220 @@
+//! Updates: planning one run of a flow and committing its result.
+//!
+//! ```text
+//!  source ─► project events ─┬─ UPSERT/DELETE ─┐
+//!                            │                 ├─ ∪ stored rows ─► AutoCdc ─► CdcCommit
+//!                            └─ TRUNCATE seqs ─┴─ ∪ stored watermark ─┘
+//! ```
+//! The stored state of the target takes part in every update (SCD 1 keeps
+//! one row per key), so an update may re-read its whole source: replays are
+//! dropped as late by the fold.
+
+use std::ops::Not;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::provider_as_source;
+use datafusion::execution::session_state::SessionState;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::{cast, col, lit, Expr, Extension, LogicalPlan, LogicalPlanBuilder};
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::kernel::transaction::CommitBuilder;
+use deltalake_core::kernel::{Action, MetadataExt, StructType, Transaction};
+use deltalake_core::protocol::{DeltaOperation, SaveMode};
+use deltalake_core::writer::{DeltaWriter, RecordBatchWriter, WriteMode};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+use crate::fold::columns::{Kind, Origin, KIND_COL, ORIGIN_COL, SEQ_COL};
+use crate::fold::FoldCounts;
+use crate::logical::{AutoCdcNode, CdcCommitNode};
+use crate::spec::resolve::{plan_source, resolve};
+use crate::spec::FlowSpec;
+use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
+
+/// Buffered bytes after which the writer closes a data file.
+const FLUSH_BYTES: usize = 128 * 1024 * 1024;
+
+/// Everything the commit of one flow run needs.
+#[derive(Debug)]
+pub struct CommitRequest {
+    /// Target name.
+    pub target: TableName,
+    /// Target table.
+    pub table: Arc<ScdTable>,
+    /// The flow being run.
+    pub flow: FlowSpec,
+    /// New table metadata (flow definition, schema) to commit, if it changes.
+    pub metadata: Option<deltalake_core::kernel::Metadata>,
+    /// Checkpoint: the flow's run number recorded as a Delta `txn` action.
+    pub run: i64,
+}
+
+/// Result of a commit.
+#[derive(Debug, Clone, Copy)]
+pub struct CommitOutcome {
+    /// What the fold did.
+    pub counts: FoldCounts,
+    /// Delta version committed.
+    pub version: Option<i64>,
+    /// Data files added.
+    pub files_written: usize,
+}
+
+pub(crate) fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// Delta `txn` application id of a flow's checkpoint.
+pub fn checkpoint_app_id(flow: &str) -> String {
+    format!("autocdc.flow.{flow}")
+}
+
+/// Write the new state streamed by `input` and commit it atomically with the
+/// request's metadata and checkpoint. `counts` is read after the input is
+/// exhausted.
+pub async fn commit_state(
+    request: &CommitRequest,
+    mut input: SendableRecordBatchStream,
+    counts: impl FnOnce() -> (FoldCounts, bool),
+) -> Result<CommitOutcome> {
+    let table = request.table.delta();
+    let mut writer = RecordBatchWriter::for_table(&table).map_err(delta_err)?;
+    let mut adds = Vec::new();
+    while let Some(batch) = input.next().await {
+        let batch = batch?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        writer.write_with_mode(batch, WriteMode::MergeSchema).await.map_err(delta_err)?;
+        if writer.buffer_len() >= FLUSH_BYTES {
+            adds.extend(writer.flush().await.map_err(delta_err)?);
+        }
+    }
+    adds.extend(writer.flush().await.map_err(delta_err)?);
+    let (counts, truncated) = counts();
+    let changed = counts.changed_state() || truncated;
+
+    let snapshot = table.snapshot().map_err(delta_err)?;
+    let log_store = table.log_store();
+    let mut actions = Vec::new();
+    if changed {
+        let removes: Vec<Action> = snapshot
+            .snapshot()
+            .file_views(log_store.as_ref(), None)
+            .map_ok(|v| Action::Remove(v.remove_action(true)))
+            .try_collect()
+            .await
+            .map_err(delta_err)?;
+        actions.extend(removes);
+        actions.extend(adds.iter().cloned().map(Action::Add));
+    } else {
+        // Nothing changed: keep the current files, discard the rewritten ones.
+        let store = table.object_store();
+        for add in &adds {
+            let path = Path::from_url_path(&add.path).map_err(delta_err)?;
+            store.delete(&path).await.map_err(delta_err)?;
+        }
+    }
+    if let Some(md) = &request.metadata {
+        actions.push(Action::Metadata(md.clone()));
+    }
+    actions.push(Action::Txn(Transaction::new(checkpoint_app_id(&request.flow.name), request.run)));
+    let operation = DeltaOperation::Write { mode: SaveMode::Overwrite, partition_by: None, predicate: None };
+    let commit = CommitBuilder::default()
+        .with_actions(actions)
+        .build(Some(snapshot), log_store, operation)
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("flow '{}': commit to '{}' failed: {e}", request.flow.name, request.target)))?;
+    request.table.refresh().await?;
+    Ok(CommitOutcome {
+        counts,
+        version: Some(commit.version() as i64),
+        files_written: if changed { adds.len() } else { 0 },
+    })
+}
+
+/// Plan one run of `flow` into `table`: `CdcCommit(AutoCdc(events, truncates))`.
+/// `register` writes the flow definition into the table with the run.
+pub async fn plan_update(state: &SessionState, table: Arc<ScdTable>, flow: &FlowSpec, register: bool) -> Result<LogicalPlan> {
+    let meta = table.meta();
+    let source = plan_source(state, &flow.source, &flow.dialect)
+        .await
+        .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name)))?;
+    let resolved = resolve(state, flow, source, &meta.shape())?;
+    let seq_type = resolved.sequence_type.clone();
+
+    let events = resolved.events.clone();
+    let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
+    let new_rows = LogicalPlanBuilder::from(events.clone()).filter(kind_is(Kind::Truncate).not())?.build()?;
+    let new_truncates = LogicalPlanBuilder::from(events)
+        .filter(kind_is(Kind::Truncate))?
+        .project(vec![col(SEQ_COL)])?
+        .build()?;
+
+    let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
+        let raw = LogicalPlanBuilder::scan("__cdc_target", provider_as_source(table.raw_provider()), None)?.build()?;
+        let mut stored: Vec<Expr> = resolved
+            .target_schema
+            .fields()
+            .iter()
+            .map(|f| cast(col(f.name().as_str()), f.data_type().clone()).alias(f.name()))
+            .collect();
+        stored.push(cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL));
+        stored.push(col(KIND_COL));
+        stored.push(lit(Origin::Stored as i8).alias(ORIGIN_COL));
+        let stored_rows = LogicalPlanBuilder::from(raw.clone())
+            .filter(kind_is(Kind::Truncate).not())?
+            .project(stored)?
+            .build()?;
+        let stored_watermark = LogicalPlanBuilder::from(raw)
+            .filter(kind_is(Kind::Truncate))?
+            .project(vec![cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL)])?
+            .build()?;
+        (
+            LogicalPlanBuilder::from(new_rows).union(stored_rows)?.build()?,
+            LogicalPlanBuilder::from(new_truncates).union(stored_watermark)?.build()?,
+        )
+    } else {
+        (new_rows, new_truncates)
+    };
+
+    let fold = AutoCdcNode::try_new(flow.name.clone(), resolved.layout.clone(), event_plan, truncate_plan)?;
+    let fold = LogicalPlan::Extension(Extension { node: Arc::new(fold) });
+
+    let delta = table.delta();
+    let snapshot = delta.snapshot().map_err(delta_err)?;
+    let schema_needed = meta.sequence_type.is_none();
+    let metadata = if register || schema_needed {
+        let mut md = snapshot.metadata().clone();
+        if schema_needed {
+            let mut fields: Vec<Field> = resolved.target_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(SEQ_COL, seq_type.clone(), true));
+            fields.push(Field::new(KIND_COL, arrow::datatypes::DataType::Int8, false));
+            let kernel: StructType = (&Schema::new(fields)).try_into_kernel().map_err(delta_err)?;
+            md = md.with_schema(&kernel).map_err(delta_err)?;
+        }
+        if register {
+            let json = serde_json::to_string(flow).map_err(delta_err)?;
+            md = md.add_config_key(format!("{FLOW_KEY_PREFIX}{}", flow.name), json).map_err(delta_err)?;
+        }
+        Some(md)
+    } else {
+        None
+    };
+    let last_run = snapshot
+        .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(&flow.name))
+        .await
+        .map_err(delta_err)?;
+    let request = CommitRequest {
+        target: table.name().clone(),
+        table: Arc::clone(&table),
+        flow: flow.clone(),
+        metadata,
+        run: last_run.unwrap_or(0) + 1,
+    };
+    let commit = CdcCommitNode::try_new(Arc::new(request), fold)?;
+    Ok(LogicalPlan::Extension(Extension { node: Arc::new(commit) }))
+}

@@ -1,0 +1,137 @@
+//! Flow definitions: what the SQL front end and the Rust builder produce, and
+//! what is persisted with the target table (SPEC §2).
+//!
+//! A [`FlowSpec`] is plain data (serialisable, no DataFusion objects): clause
+//! expressions and source queries are kept as SQL text together with the SQL
+//! dialect they were written in, so a new process can re-plan the flow
+//! exactly. [`resolve`] validates a spec against the source and target schemas
+//! and produces a [`ResolvedFlow`].
+
+pub mod resolve;
+
+use serde::{Deserialize, Serialize};
+
+pub use resolve::{ResolvedFlow, SequenceKind};
+
+/// Where a flow reads its change events from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FlowSource {
+    /// A table (or view) name, possibly qualified: `schema.table`.
+    Table(String),
+    /// A SQL query, written in the flow's dialect.
+    Query(String),
+}
+
+/// The `SEQUENCE BY` clause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SequenceBy {
+    /// One column.
+    Column(String),
+    /// `STRUCT(c1, c2, ...)`: ordered field by field, left to right.
+    Struct(Vec<String>),
+    /// Any other orderable expression (SQL text).
+    Expr(String),
+}
+
+/// A column selection: everything, a list, or everything except a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ColumnSelection {
+    /// `*` (the default).
+    #[default]
+    All,
+    /// `(c1, c2, ...)`.
+    Only(Vec<String>),
+    /// `* EXCEPT (c1, c2, ...)`.
+    Except(Vec<String>),
+}
+
+impl ColumnSelection {
+    /// The columns this selection names, if any.
+    pub fn named(&self) -> &[String] {
+        match self {
+            Self::All => &[],
+            Self::Only(c) | Self::Except(c) => c,
+        }
+    }
+}
+
+/// How the target stores history (`STORED AS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ScdType {
+    /// `SCD TYPE 1`: latest row per key.
+    #[default]
+    Type1,
+    /// `SCD TYPE 2`: versions with `__start_at` / `__end_at`.
+    Type2,
+    /// `BITEMPORAL`: business time × system time.
+    Bitemporal,
+}
+
+impl std::fmt::Display for ScdType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Type1 => write!(f, "SCD TYPE 1"),
+            Self::Type2 => write!(f, "SCD TYPE 2"),
+            Self::Bitemporal => write!(f, "BITEMPORAL"),
+        }
+    }
+}
+
+/// A persistent AUTO CDC flow definition (`CREATE FLOW ... AS AUTO CDC INTO`,
+/// `create_auto_cdc_flow`). Field names follow the Python API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowSpec {
+    /// Flow name, unique per target.
+    pub name: String,
+    /// Target streaming table (normalised, possibly qualified).
+    pub target: String,
+    /// Change feed source.
+    pub source: FlowSource,
+    /// Key columns.
+    pub keys: Vec<String>,
+    /// Event ordering.
+    pub sequence_by: Option<SequenceBy>,
+    /// `APPLY AS DELETE WHEN` condition (SQL text).
+    pub apply_as_deletes: Option<String>,
+    /// `APPLY AS TRUNCATE WHEN` condition (SQL text).
+    pub apply_as_truncates: Option<String>,
+    /// `COLUMNS` selection (`column_list` / `except_column_list`).
+    pub columns: ColumnSelection,
+    /// `STORED AS`.
+    pub stored_as_scd_type: ScdType,
+    /// `ONCE`: run only at creation and on a full refresh.
+    pub once: bool,
+    /// `IGNORE NULL UPDATES [ON ...]` (not supported yet).
+    pub ignore_null_updates: Option<ColumnSelection>,
+    /// `TRACK HISTORY ON ...` (not supported yet).
+    pub track_history: Option<ColumnSelection>,
+    /// `SYSTEM SEQUENCE BY` (not supported yet).
+    pub system_sequence_by: Option<String>,
+    /// `COLUMNS TO UPDATE` (not supported yet).
+    pub columns_to_update: Option<String>,
+    /// SQL dialect the texts above are written in (DataFusion dialect name).
+    pub dialect: String,
+}
+
+impl FlowSpec {
+    /// A flow with only the required parts set; the rest takes the defaults.
+    pub fn new(name: impl Into<String>, target: impl Into<String>, source: FlowSource) -> Self {
+        Self {
+            name: name.into(),
+            target: target.into(),
+            source,
+            keys: vec![],
+            sequence_by: None,
+            apply_as_deletes: None,
+            apply_as_truncates: None,
+            columns: ColumnSelection::All,
+            stored_as_scd_type: ScdType::Type1,
+            once: false,
+            ignore_null_updates: None,
+            track_history: None,
+            system_sequence_by: None,
+            columns_to_update: None,
+            dialect: "generic".to_string(),
+        }
+    }
+}

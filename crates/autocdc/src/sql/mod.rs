@@ -1,0 +1,21 @@
+//! The SQL front end: our statements, recognised before DataFusion sees them.
+//!
+//! ```text
+//! CREATE [OR REFRESH] STREAMING TABLE [IF NOT EXISTS] name [(col type, ...)]
+//!     [COMMENT '...'] [TBLPROPERTIES ('key' = 'value', ...)]
+//! CREATE FLOW flow AS AUTO CDC [ONCE] INTO target FROM {t | stream(t) | (query)}
+//!     KEYS (k, ...) [IGNORE NULL UPDATES [ON ...]] [APPLY AS DELETE WHEN cond]
+//!     [APPLY AS TRUNCATE WHEN cond] SEQUENCE BY {col | STRUCT(c, ...)}
+//!     [SYSTEM SEQUENCE BY col] [COLUMNS {(c, ...) | * EXCEPT (c, ...)}]
+//!     [STORED AS {SCD TYPE 1 | SCD TYPE 2 | BITEMPORAL}] [TRACK HISTORY ON ...]
+//!     [COLUMNS TO UPDATE col]
+//! APPLY CHANGES INTO target FROM ...          -- synonym, flow named after target
+//! REFRESH STREAMING TABLE name [FULL]
+//! DROP STREAMING TABLE [IF EXISTS] name
+//! EXPLAIN [ANALYZE] [VERBOSE] REFRESH STREAMING TABLE name
+//! ```
+//! Every other statement goes to DataFusion unchanged.
+
+mod parser;
+
+pub use parser::{parse_cdc_statement, CdcStatement, CreateStreamingTable};

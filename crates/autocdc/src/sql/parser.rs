@@ -1,0 +1,466 @@
+//! `CdcParser`: recognises and parses the AUTO CDC statements with
+//! sqlparser's tokenizer and expression/query parsers, under the session's
+//! SQL dialect (so `"DELETE"` is a string under the Databricks dialect).
+
+use datafusion::common::{DataFusionError, Result};
+use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName};
+use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect};
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::Token;
+
+use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+use crate::table::TableName;
+
+/// `CREATE [OR REFRESH] STREAMING TABLE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateStreamingTable {
+    /// Table name.
+    pub name: TableName,
+    /// `OR REFRESH`: an existing table is kept.
+    pub or_refresh: bool,
+    /// `IF NOT EXISTS`.
+    pub if_not_exists: bool,
+    /// Declared columns: name and SQL type text (in `dialect`).
+    pub columns: Vec<(String, String)>,
+    /// `TBLPROPERTIES`.
+    pub properties: Vec<(String, String)>,
+    /// Dialect of the type texts.
+    pub dialect: String,
+}
+
+/// A statement of ours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CdcStatement {
+    /// `CREATE [OR REFRESH] STREAMING TABLE`.
+    CreateStreamingTable(CreateStreamingTable),
+    /// `CREATE FLOW ... AS AUTO CDC INTO` / `APPLY CHANGES INTO`.
+    CreateFlow(Box<FlowSpec>),
+    /// `REFRESH STREAMING TABLE name [FULL]`.
+    Refresh {
+        /// Table.
+        name: TableName,
+        /// `FULL`.
+        full: bool,
+    },
+    /// `DROP STREAMING TABLE [IF EXISTS] name`.
+    Drop {
+        /// Table.
+        name: TableName,
+        /// `IF EXISTS`.
+        if_exists: bool,
+    },
+    /// `EXPLAIN [ANALYZE] [VERBOSE] <statement>`.
+    Explain {
+        /// `ANALYZE`: run it and show metrics.
+        analyze: bool,
+        /// `VERBOSE`.
+        verbose: bool,
+        /// The explained statement.
+        statement: Box<CdcStatement>,
+    },
+}
+
+struct CdcParser<'a> {
+    p: Parser<'a>,
+    normalize: bool,
+    dialect: String,
+}
+
+fn perr(msg: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::SQL(Box::new(datafusion::sql::sqlparser::parser::ParserError::ParserError(msg.to_string())), None)
+}
+
+/// Parse `sql` if it is one of our statements; `Ok(None)` hands it to DataFusion.
+pub fn parse_cdc_statement(sql: &str, dialect: &str, normalize_idents: bool) -> Result<Option<CdcStatement>> {
+    let d: Box<dyn Dialect> =
+        dialect_from_str(dialect).ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
+    let p = match Parser::new(d.as_ref()).try_with_sql(sql) {
+        Ok(p) => p,
+        // not tokenizable by us: let DataFusion report it
+        Err(_) => return Ok(None),
+    };
+    let mut c = CdcParser { p, normalize: normalize_idents, dialect: dialect.to_string() };
+    c.statement(true)
+}
+
+impl CdcParser<'_> {
+    fn peek_word(&self, n: usize, w: &str) -> bool {
+        matches!(&self.p.peek_nth_token(n).token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w))
+    }
+
+    fn word(&mut self, w: &str) -> bool {
+        if self.peek_word(0, w) {
+            self.p.next_token();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_word(&mut self, w: &str) -> Result<()> {
+        if self.word(w) {
+            Ok(())
+        } else {
+            Err(perr(format!("expected {w}, found {}", self.p.peek_token().token)))
+        }
+    }
+
+    fn expect_token(&mut self, t: Token) -> Result<()> {
+        if self.p.consume_token(&t) {
+            Ok(())
+        } else {
+            Err(perr(format!("expected {t}, found {}", self.p.peek_token().token)))
+        }
+    }
+
+    fn ident(&self, i: &Ident) -> String {
+        if i.quote_style.is_none() && self.normalize {
+            i.value.to_lowercase()
+        } else {
+            i.value.clone()
+        }
+    }
+
+    fn name_parts(&self, n: &ObjectName) -> Vec<String> {
+        n.0.iter()
+            .map(|part| part.as_ident().map(|i| self.ident(i)).unwrap_or_else(|| part.to_string()))
+            .collect()
+    }
+
+    fn table_name(&mut self) -> Result<TableName> {
+        let n = self.p.parse_object_name(false)?;
+        TableName::from_parts(&self.name_parts(&n))
+    }
+
+    fn end(&mut self) -> Result<()> {
+        while self.p.consume_token(&Token::SemiColon) {}
+        match self.p.peek_token().token {
+            Token::EOF => Ok(()),
+            t => Err(perr(format!("unexpected {t} after the end of the statement"))),
+        }
+    }
+
+    fn statement(&mut self, top: bool) -> Result<Option<CdcStatement>> {
+        if top && self.peek_word(0, "EXPLAIN") {
+            self.p.next_token();
+            let analyze = self.word("ANALYZE");
+            let verbose = self.word("VERBOSE");
+            return Ok(self.statement(false)?.map(|s| CdcStatement::Explain { analyze, verbose, statement: Box::new(s) }));
+        }
+        let stmt = if self.peek_word(0, "CREATE") {
+            let or_refresh = self.peek_word(1, "OR") && self.peek_word(2, "REFRESH");
+            let at = if or_refresh { 3 } else { 1 };
+            if self.peek_word(at, "STREAMING") && self.peek_word(at + 1, "TABLE") {
+                for _ in 0..at + 2 {
+                    self.p.next_token();
+                }
+                self.create_table(or_refresh)?
+            } else if self.peek_word(at, "FLOW") {
+                for _ in 0..at + 1 {
+                    self.p.next_token();
+                }
+                let name = self.p.parse_identifier()?;
+                let name = self.ident(&name);
+                self.expect_word("AS")?;
+                self.flow_body(Some(name))?
+            } else {
+                return Ok(None);
+            }
+        } else if self.peek_word(0, "APPLY") && self.peek_word(1, "CHANGES") {
+            self.flow_body(None)?
+        } else if self.peek_word(0, "REFRESH") && self.peek_word(1, "STREAMING") {
+            self.p.next_token();
+            self.p.next_token();
+            self.expect_word("TABLE")?;
+            let name = self.table_name()?;
+            let full = self.word("FULL");
+            CdcStatement::Refresh { name, full }
+        } else if self.peek_word(0, "DROP") && self.peek_word(1, "STREAMING") {
+            self.p.next_token();
+            self.p.next_token();
+            self.expect_word("TABLE")?;
+            let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+            let name = self.table_name()?;
+            CdcStatement::Drop { name, if_exists }
+        } else {
+            return Ok(None);
+        };
+        self.end()?;
+        Ok(Some(stmt))
+    }
+
+    fn create_table(&mut self, or_refresh: bool) -> Result<CdcStatement> {
+        let if_not_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let name = self.table_name()?;
+        let mut columns = Vec::new();
+        if self.p.consume_token(&Token::LParen) {
+            loop {
+                let def = self.p.parse_column_def()?;
+                columns.push((self.ident(&def.name), def.data_type.to_string()));
+                if !self.p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            self.expect_token(Token::RParen)?;
+        }
+        let mut properties = Vec::new();
+        loop {
+            if self.word("COMMENT") {
+                self.p.parse_literal_string()?;
+            } else if self.word("TBLPROPERTIES") {
+                self.expect_token(Token::LParen)?;
+                loop {
+                    let key = match self.p.peek_token().token {
+                        Token::SingleQuotedString(_) | Token::DoubleQuotedString(_) => self.p.parse_literal_string()?,
+                        _ => {
+                            let n = self.p.parse_object_name(false)?;
+                            n.0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(".")
+                        }
+                    };
+                    self.expect_token(Token::Eq)?;
+                    let value = match self.p.next_token().token {
+                        Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => s,
+                        Token::Number(n, _) => n,
+                        Token::Word(w) => w.value,
+                        t => return Err(perr(format!("TBLPROPERTIES: unexpected value {t}"))),
+                    };
+                    properties.push((key, value));
+                    if !self.p.consume_token(&Token::Comma) {
+                        break;
+                    }
+                }
+                self.expect_token(Token::RParen)?;
+            } else {
+                break;
+            }
+        }
+        Ok(CdcStatement::CreateStreamingTable(CreateStreamingTable {
+            name,
+            or_refresh,
+            if_not_exists,
+            columns,
+            properties,
+            dialect: self.dialect.clone(),
+        }))
+    }
+
+    fn column_list(&mut self) -> Result<Vec<String>> {
+        self.expect_token(Token::LParen)?;
+        let ids = self.p.parse_comma_separated(|p| p.parse_identifier())?;
+        self.expect_token(Token::RParen)?;
+        Ok(ids.iter().map(|i| self.ident(i)).collect())
+    }
+
+    /// `(c, ...)` or `* EXCEPT (c, ...)`.
+    fn selection(&mut self) -> Result<ColumnSelection> {
+        if self.p.consume_token(&Token::Mul) {
+            if self.p.parse_keyword(Keyword::EXCEPT) {
+                return Ok(ColumnSelection::Except(self.column_list()?));
+            }
+            return Ok(ColumnSelection::All);
+        }
+        Ok(ColumnSelection::Only(self.column_list()?))
+    }
+
+    fn sequence(&self, e: SqlExpr) -> SequenceBy {
+        let as_ident = |e: &SqlExpr| match e {
+            SqlExpr::Identifier(i) => Some(self.ident(i)),
+            _ => None,
+        };
+        match &e {
+            SqlExpr::Identifier(i) => return SequenceBy::Column(self.ident(i)),
+            SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case("struct") => {
+                if let FunctionArguments::List(list) = &f.args {
+                    let cols: Option<Vec<String>> = list
+                        .args
+                        .iter()
+                        .map(|a| match a {
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => as_ident(e),
+                            _ => None,
+                        })
+                        .collect();
+                    if let Some(cols) = cols.filter(|c| !c.is_empty()) {
+                        return SequenceBy::Struct(cols);
+                    }
+                }
+            }
+            SqlExpr::Struct { values, fields } if fields.is_empty() => {
+                let cols: Option<Vec<String>> = values.iter().map(as_ident).collect();
+                if let Some(cols) = cols.filter(|c| !c.is_empty()) {
+                    return SequenceBy::Struct(cols);
+                }
+            }
+            _ => {}
+        }
+        SequenceBy::Expr(e.to_string())
+    }
+
+    fn flow_body(&mut self, name: Option<String>) -> Result<CdcStatement> {
+        let once;
+        if self.word("AUTO") {
+            self.expect_word("CDC")?;
+            once = self.word("ONCE");
+        } else {
+            self.expect_word("APPLY")?;
+            self.expect_word("CHANGES")?;
+            once = self.word("ONCE");
+        }
+        self.expect_word("INTO")?;
+        let target = self.table_name()?;
+        let flow_name = name.unwrap_or_else(|| target.table.clone());
+        self.expect_word("FROM")?;
+        if self.peek_word(0, "SNAPSHOT") {
+            return Err(DataFusionError::NotImplemented(format!(
+                "flow '{flow_name}': AUTO CDC FROM SNAPSHOT is not supported yet"
+            )));
+        }
+        let source = if self.peek_word(0, "STREAM") && self.p.peek_nth_token(1).token == Token::LParen {
+            self.p.next_token();
+            self.p.next_token();
+            let n = self.p.parse_object_name(false)?;
+            self.expect_token(Token::RParen)?;
+            FlowSource::Table(n.to_string())
+        } else if self.p.consume_token(&Token::LParen) {
+            let q = self.p.parse_query()?;
+            self.expect_token(Token::RParen)?;
+            FlowSource::Query(q.to_string())
+        } else {
+            FlowSource::Table(self.p.parse_object_name(false)?.to_string())
+        };
+        let mut spec = FlowSpec::new(flow_name, target.to_string(), source);
+        spec.once = once;
+        spec.dialect = self.dialect.clone();
+        let mut seen: Vec<&'static str> = Vec::new();
+        let mut once_clause = |clause: &'static str, flow: &str| -> Result<()> {
+            if seen.contains(&clause) {
+                return Err(perr(format!("flow '{flow}': clause {clause} given twice")));
+            }
+            seen.push(clause);
+            Ok(())
+        };
+        loop {
+            if self.word("KEYS") {
+                once_clause("KEYS", &spec.name)?;
+                spec.keys = self.column_list()?;
+            } else if self.peek_word(0, "IGNORE") {
+                self.p.next_token();
+                self.expect_word("NULL")?;
+                self.expect_word("UPDATES")?;
+                once_clause("IGNORE NULL UPDATES", &spec.name)?;
+                spec.ignore_null_updates =
+                    Some(if self.word("ON") { self.selection()? } else { ColumnSelection::All });
+            } else if self.peek_word(0, "APPLY") && self.peek_word(1, "AS") {
+                self.p.next_token();
+                self.p.next_token();
+                if self.word("DELETE") {
+                    self.expect_word("WHEN")?;
+                    once_clause("APPLY AS DELETE WHEN", &spec.name)?;
+                    spec.apply_as_deletes = Some(self.p.parse_expr()?.to_string());
+                } else {
+                    self.expect_word("TRUNCATE")?;
+                    self.expect_word("WHEN")?;
+                    once_clause("APPLY AS TRUNCATE WHEN", &spec.name)?;
+                    spec.apply_as_truncates = Some(self.p.parse_expr()?.to_string());
+                }
+            } else if self.peek_word(0, "SEQUENCE") {
+                self.p.next_token();
+                self.expect_word("BY")?;
+                once_clause("SEQUENCE BY", &spec.name)?;
+                let e = self.p.parse_expr()?;
+                spec.sequence_by = Some(self.sequence(e));
+            } else if self.peek_word(0, "SYSTEM") && self.peek_word(1, "SEQUENCE") {
+                self.p.next_token();
+                self.p.next_token();
+                self.expect_word("BY")?;
+                once_clause("SYSTEM SEQUENCE BY", &spec.name)?;
+                spec.system_sequence_by = Some(self.p.parse_expr()?.to_string());
+            } else if self.peek_word(0, "COLUMNS") && self.peek_word(1, "TO") {
+                self.p.next_token();
+                self.p.next_token();
+                self.expect_word("UPDATE")?;
+                once_clause("COLUMNS TO UPDATE", &spec.name)?;
+                let i = self.p.parse_identifier()?;
+                spec.columns_to_update = Some(self.ident(&i));
+            } else if self.word("COLUMNS") {
+                once_clause("COLUMNS", &spec.name)?;
+                spec.columns = self.selection()?;
+            } else if self.peek_word(0, "STORED") {
+                self.p.next_token();
+                self.expect_word("AS")?;
+                once_clause("STORED AS", &spec.name)?;
+                spec.stored_as_scd_type = if self.word("BITEMPORAL") {
+                    ScdType::Bitemporal
+                } else {
+                    self.expect_word("SCD")?;
+                    self.expect_word("TYPE")?;
+                    match self.p.next_token().token {
+                        Token::Number(n, _) if n == "1" => ScdType::Type1,
+                        Token::Number(n, _) if n == "2" => ScdType::Type2,
+                        t => return Err(perr(format!("flow '{}': STORED AS SCD TYPE must be 1 or 2, found {t}", spec.name))),
+                    }
+                };
+            } else if self.peek_word(0, "TRACK") {
+                self.p.next_token();
+                self.expect_word("HISTORY")?;
+                self.expect_word("ON")?;
+                once_clause("TRACK HISTORY ON", &spec.name)?;
+                spec.track_history = Some(self.selection()?);
+            } else {
+                break;
+            }
+        }
+        Ok(CdcStatement::CreateFlow(Box::new(spec)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sql: &str, dialect: &str) -> CdcStatement {
+        parse_cdc_statement(sql, dialect, true).unwrap().unwrap()
+    }
+
+    #[test]
+    fn documented_flow_under_databricks() {
+        let s = parse(
+            r#"CREATE FLOW flow AS AUTO CDC INTO target FROM stream(cdc_data.users)
+               KEYS (userId) APPLY AS DELETE WHEN operation = "DELETE" SEQUENCE BY sequenceNum
+               COLUMNS * EXCEPT (operation, sequenceNum) STORED AS SCD TYPE 1"#,
+            "databricks",
+        );
+        let CdcStatement::CreateFlow(f) = s else { panic!("not a flow") };
+        assert_eq!(f.name, "flow");
+        assert_eq!(f.target, "target");
+        assert_eq!(f.source, FlowSource::Table("cdc_data.users".into()));
+        assert_eq!(f.keys, vec!["userid"]);
+        assert_eq!(f.sequence_by, Some(SequenceBy::Column("sequencenum".into())));
+        assert_eq!(f.columns, ColumnSelection::Except(vec!["operation".into(), "sequencenum".into()]));
+        assert_eq!(f.apply_as_deletes.as_deref(), Some(r#"operation = "DELETE""#));
+    }
+
+    #[test]
+    fn other_statements_pass_through() {
+        assert!(parse_cdc_statement("SELECT 1", "generic", true).unwrap().is_none());
+        assert!(parse_cdc_statement("CREATE TABLE t (a INT)", "generic", true).unwrap().is_none());
+        assert!(parse_cdc_statement("EXPLAIN SELECT 1", "generic", true).unwrap().is_none());
+    }
+
+    #[test]
+    fn struct_sequence_and_refresh() {
+        let CdcStatement::CreateFlow(f) = parse(
+            "APPLY CHANGES INTO s.t FROM (SELECT * FROM src) KEYS (id) SEQUENCE BY STRUCT(ts, n)",
+            "generic",
+        ) else {
+            panic!()
+        };
+        assert_eq!(f.name, "t");
+        assert_eq!(f.target, "s.t");
+        assert_eq!(f.sequence_by, Some(SequenceBy::Struct(vec!["ts".into(), "n".into()])));
+        assert_eq!(
+            parse("REFRESH STREAMING TABLE s.t FULL;", "generic"),
+            CdcStatement::Refresh { name: TableName::parse("s.t").unwrap(), full: true }
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! What a streaming table knows about itself, kept in its Delta table
+//! properties so that a table is self-describing: a new process pointed at the
+//! same warehouse can read and `REFRESH` it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::common::{DataFusionError, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::fold::columns::{INTERNAL_PREFIX, SEQ_COL};
+use crate::spec::resolve::TargetShape;
+use crate::spec::FlowSpec;
+
+/// Table property holding [`TableDecl`] (JSON).
+pub const TABLE_KEY: &str = "autocdc.table";
+/// Prefix of the table properties holding one [`FlowSpec`] (JSON) each.
+pub const FLOW_KEY_PREFIX: &str = "autocdc.flow.";
+
+/// How the table was declared.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDecl {
+    /// Columns were declared by `CREATE STREAMING TABLE t (...)`.
+    pub declared_columns: bool,
+}
+
+/// Table-level metadata decoded from a Delta snapshot.
+#[derive(Debug, Clone)]
+pub struct TableMeta {
+    /// Declaration.
+    pub decl: TableDecl,
+    /// User columns (storage types), empty until declared or set by a flow.
+    pub user_schema: SchemaRef,
+    /// Stored sequence type, once a flow has run.
+    pub sequence_type: Option<DataType>,
+    /// Flows writing this table, by name.
+    pub flows: BTreeMap<String, FlowSpec>,
+    /// All table properties.
+    pub properties: HashMap<String, String>,
+}
+
+impl TableMeta {
+    /// Decode from the Delta table's arrow schema and configuration.
+    pub fn decode(delta_schema: &Schema, configuration: &HashMap<String, String>) -> Result<Self> {
+        let decl = match configuration.get(TABLE_KEY) {
+            Some(json) => serde_json::from_str(json)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+            None => TableDecl::default(),
+        };
+        let user_fields: Vec<_> = delta_schema
+            .fields()
+            .iter()
+            .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+            .cloned()
+            .collect();
+        let sequence_type = delta_schema.field_with_name(SEQ_COL).ok().map(|f| f.data_type().clone());
+        let mut flows = BTreeMap::new();
+        for (k, v) in configuration {
+            if let Some(name) = k.strip_prefix(FLOW_KEY_PREFIX) {
+                let spec: FlowSpec = serde_json::from_str(v).map_err(|e| {
+                    DataFusionError::Execution(format!("corrupt definition of flow '{name}': {e}"))
+                })?;
+                flows.insert(name.to_string(), spec);
+            }
+        }
+        Ok(Self {
+            decl,
+            user_schema: Arc::new(Schema::new(user_fields)),
+            sequence_type,
+            flows,
+            properties: configuration.clone(),
+        })
+    }
+
+    /// What the target fixes for a new flow.
+    pub fn shape(&self) -> TargetShape {
+        TargetShape {
+            columns: (!self.user_schema.fields().is_empty()).then(|| Arc::clone(&self.user_schema)),
+            sequence_type: self.sequence_type.clone(),
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Streaming tables: Delta storage in the warehouse and the `TableProvider`
+//! that shows their live rows.
+
+pub mod meta;
+mod provider;
+mod warehouse;
+
+pub use meta::{TableMeta, FLOW_KEY_PREFIX, TABLE_KEY};
+pub use provider::ScdTable;
+pub use warehouse::{TableName, Warehouse};

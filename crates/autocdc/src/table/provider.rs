@@ -1,0 +1,134 @@
+//! `ScdTable`: the `TableProvider` of a streaming table.
+//!
+//! It scans the table's Delta data, keeps live rows only (tombstones and the
+//! truncate watermark row are filtered out) and hides the `__cdc_*`
+//! bookkeeping columns. Projections and filters are pushed into the Delta
+//! scan by planning the read as an ordinary DataFusion plan.
+
+use std::sync::{Arc, RwLock};
+
+use arrow::datatypes::{Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{Column, DataFusionError, Result};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::expr_rewriter::unnormalize_col;
+use datafusion::logical_expr::{col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use deltalake_core::DeltaTable;
+
+use super::meta::TableMeta;
+use super::warehouse::{TableName, Warehouse};
+use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
+
+#[derive(Debug, Clone)]
+struct Loaded {
+    table: DeltaTable,
+    meta: TableMeta,
+    raw: Arc<dyn TableProvider>,
+    schema: SchemaRef,
+}
+
+/// A streaming table: live rows of an AUTO CDC target.
+#[derive(Debug)]
+pub struct ScdTable {
+    name: TableName,
+    loaded: RwLock<Loaded>,
+}
+
+fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+impl ScdTable {
+    /// Load the latest version of a streaming table.
+    pub async fn load(warehouse: &Warehouse, name: TableName) -> Result<Self> {
+        let table = warehouse.delta_builder(&name)?.load().await.map_err(delta_err)?;
+        let loaded = Self::loaded(table).await?;
+        Ok(Self { name, loaded: RwLock::new(loaded) })
+    }
+
+    async fn loaded(table: DeltaTable) -> Result<Loaded> {
+        let snapshot = table.snapshot().map_err(delta_err)?;
+        let meta = TableMeta::decode(snapshot.snapshot().arrow_schema().as_ref(), snapshot.metadata().configuration())?;
+        let raw = table.table_provider().await?;
+        let raw_schema = raw.schema();
+        let fields: Vec<_> = raw_schema.fields().iter().filter(|f| !f.name().starts_with(INTERNAL_PREFIX)).cloned().collect();
+        Ok(Loaded { table, meta, raw, schema: Arc::new(Schema::new(fields)) })
+    }
+
+    /// Re-read the latest committed version.
+    pub async fn refresh(&self) -> Result<()> {
+        let mut table = self.delta();
+        table.update_state().await.map_err(delta_err)?;
+        let loaded = Self::loaded(table).await?;
+        *self.loaded.write().map_err(|_| DataFusionError::Internal("poisoned table lock".into()))? = loaded;
+        Ok(())
+    }
+
+    fn read(&self) -> Loaded {
+        match self.loaded.read() {
+            Ok(l) => l.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Table name.
+    pub fn name(&self) -> &TableName {
+        &self.name
+    }
+
+    /// The Delta table at the loaded version.
+    pub fn delta(&self) -> DeltaTable {
+        self.read().table
+    }
+
+    /// Metadata at the loaded version.
+    pub fn meta(&self) -> TableMeta {
+        self.read().meta
+    }
+
+    /// Provider over the raw stored rows (all rows, `__cdc_*` columns included).
+    pub fn raw_provider(&self) -> Arc<dyn TableProvider> {
+        self.read().raw
+    }
+}
+
+#[async_trait]
+impl TableProvider for ScdTable {
+    fn schema(&self) -> SchemaRef {
+        self.read().schema
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let loaded = self.read();
+        let mut builder = LogicalPlanBuilder::scan(self.name.table.clone(), provider_as_source(loaded.raw), None)?
+            .filter(col(KIND_COL).eq(lit(Kind::Upsert as i8)))?;
+        for f in filters {
+            builder = builder.filter(unnormalize_col(f.clone()))?;
+        }
+        let columns: Vec<Expr> = match projection {
+            Some(p) => p.iter().map(|&i| Expr::Column(Column::new_unqualified(loaded.schema.field(i).name()))).collect(),
+            None => loaded.schema.fields().iter().map(|f| Expr::Column(Column::new_unqualified(f.name()))).collect(),
+        };
+        builder = builder.project(columns)?;
+        if let Some(n) = limit {
+            builder = builder.limit(0, Some(n))?;
+        }
+        state.create_physical_plan(&builder.build()?).await
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+}

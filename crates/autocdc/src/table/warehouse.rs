@@ -1,0 +1,175 @@
+//! The warehouse: where streaming tables live (`<warehouse>/<schema>/<table>`,
+//! each a Delta table) and the one object store they all share.
+//!
+//! deltalake builds a fresh, empty store for every `memory://` URL it parses,
+//! so the warehouse owns a single store and hands it to every table through
+//! `with_storage_backend`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::{DataFusionError, Result};
+use deltalake_core::DeltaTableBuilder;
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use url::Url;
+
+/// Schema used for unqualified streaming table names.
+pub const DEFAULT_SCHEMA: &str = "public";
+
+/// A normalised `schema.table` name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableName {
+    /// Schema (folder) name.
+    pub schema: String,
+    /// Table name.
+    pub table: String,
+}
+
+impl TableName {
+    /// Build from normalised name parts (`[table]`, `[schema, table]` or
+    /// `[catalog, schema, table]`).
+    pub fn from_parts(parts: &[String]) -> Result<Self> {
+        match parts {
+            [table] => Ok(Self { schema: DEFAULT_SCHEMA.to_string(), table: table.clone() }),
+            [schema, table] | [_, schema, table] => Ok(Self { schema: schema.clone(), table: table.clone() }),
+            _ => Err(DataFusionError::Plan(format!("invalid streaming table name '{}'", parts.join(".")))),
+        }
+    }
+
+    /// Parse a dotted, already normalised name.
+    pub fn parse(name: &str) -> Result<Self> {
+        let parts: Vec<String> = name.split('.').map(str::to_string).collect();
+        Self::from_parts(&parts)
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.schema == DEFAULT_SCHEMA {
+            write!(f, "{}", self.table)
+        } else {
+            write!(f, "{}.{}", self.schema, self.table)
+        }
+    }
+}
+
+/// The storage root of all streaming tables of a session.
+#[derive(Debug)]
+pub struct Warehouse {
+    root: Url,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl Warehouse {
+    /// Open a warehouse: `memory://` (a fresh in-memory store), `file:///abs/path`,
+    /// or a local folder path (created if missing).
+    pub fn open(location: &str) -> Result<Self> {
+        if location.starts_with("memory://") {
+            return Ok(Self {
+                root: Url::parse("memory:///").map_err(|e| DataFusionError::External(Box::new(e)))?,
+                store: Arc::new(InMemory::new()),
+            });
+        }
+        let path = match location.strip_prefix("file://") {
+            Some(p) => std::path::PathBuf::from(p),
+            None if location.contains("://") => {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "warehouse '{location}': only local folders, file:// and memory:// are supported by this build"
+                )))
+            }
+            None => std::path::PathBuf::from(location),
+        };
+        std::fs::create_dir_all(&path)
+            .map_err(|e| DataFusionError::Execution(format!("cannot create warehouse folder '{}': {e}", path.display())))?;
+        let abs = path
+            .canonicalize()
+            .map_err(|e| DataFusionError::Execution(format!("warehouse folder '{}': {e}", path.display())))?;
+        let root = Url::from_directory_path(&abs)
+            .map_err(|_| DataFusionError::Execution(format!("warehouse folder '{}' is not a valid path", abs.display())))?;
+        Ok(Self { root, store: Arc::new(LocalFileSystem::new()) })
+    }
+
+    /// Root URL of the warehouse.
+    pub fn root(&self) -> &Url {
+        &self.root
+    }
+
+    /// The shared object store (rooted at `/` of the URL scheme).
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// URL of a table's folder.
+    pub fn table_url(&self, name: &TableName) -> Result<Url> {
+        self.root
+            .join(&format!("{}/{}/", name.schema, name.table))
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+
+    /// A Delta table builder for `name` using the shared store.
+    pub fn delta_builder(&self, name: &TableName) -> Result<DeltaTableBuilder> {
+        let url = self.table_url(name)?;
+        Ok(DeltaTableBuilder::from_url(url.clone())
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            .with_storage_backend(self.store(), url))
+    }
+
+    fn prefix(&self, url: &Url) -> Result<Path> {
+        Path::from_url_path(url.path()).map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+
+    /// Whether a Delta table exists at `name`.
+    pub async fn exists(&self, name: &TableName) -> Result<bool> {
+        let log = self.prefix(&self.table_url(name)?)?.clone().join("_delta_log");
+        let mut listing = self.store.list(Some(&log));
+        Ok(listing.try_next().await.map_err(|e| DataFusionError::External(Box::new(e)))?.is_some())
+    }
+
+    /// Every streaming table stored in the warehouse.
+    pub async fn list_tables(&self) -> Result<Vec<TableName>> {
+        let root = self.prefix(&self.root)?;
+        let mut names = Vec::new();
+        let schemas = self
+            .store
+            .list_with_delimiter(Some(&root))
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        for schema in schemas.common_prefixes {
+            let Some(schema_name) = schema.filename().map(str::to_string) else { continue };
+            let tables = self
+                .store
+                .list_with_delimiter(Some(&schema))
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            for table in tables.common_prefixes {
+                let Some(table_name) = table.filename().map(str::to_string) else { continue };
+                let name = TableName { schema: schema_name.clone(), table: table_name };
+                if self.exists(&name).await? {
+                    names.push(name);
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Delete every object of a table.
+    pub async fn delete_table(&self, name: &TableName) -> Result<()> {
+        let prefix = self.prefix(&self.table_url(name)?)?;
+        let paths: Vec<Path> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        for p in paths {
+            self.store.delete(&p).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+        }
+        Ok(())
+    }
+}
