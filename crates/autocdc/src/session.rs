@@ -156,7 +156,7 @@ impl CdcSession {
             return Err(DataFusionError::Plan(format!("streaming table '{}' already exists", c.name)));
         }
         let reference = TableReference::partial(c.name.schema.clone(), c.name.table.clone());
-        if self.ctx.table_exist(reference)? {
+        if self.ctx.table_exist(reference).unwrap_or(false) {
             return Err(DataFusionError::Plan(format!("a table named '{}' already exists in this session", c.name)));
         }
         let mut fields = Vec::with_capacity(c.columns.len() + 1);
@@ -209,7 +209,11 @@ impl CdcSession {
     pub(crate) async fn create_flow(&self, spec: FlowSpec) -> Result<RecordBatch> {
         let target = TableName::parse(&spec.target)?;
         let table = self.table(&target).await.map_err(|e| {
-            DataFusionError::Plan(format!("flow '{}': INTO: {}", spec.name, e.strip_backtrace()))
+            let msg = match e {
+                DataFusionError::Plan(m) => m,
+                other => other.to_string(),
+            };
+            DataFusionError::Plan(format!("flow '{}': INTO: {msg}", spec.name))
         })?;
         if table.meta().flows.contains_key(&spec.name) {
             return Err(DataFusionError::Plan(format!(

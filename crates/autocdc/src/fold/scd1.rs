@@ -220,7 +220,7 @@ impl Scd1Fold {
                     prev: Slot::Here(i),
                     prev_origin: origin,
                     stored_live: origin == Origin::Stored && kind == Kind::Upsert,
-                    new_before_stored: 0,
+                    new_before_stored: usize::from(origin == Origin::New),
                     stored_seen: origin == Origin::Stored,
                 });
                 continue;
