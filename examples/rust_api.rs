@@ -47,7 +47,11 @@ pub async fn run(warehouse: &str) -> Result<(UpdateMetrics, Vec<RecordBatch>)> {
         .await?;
     session.refresh_streaming_table("users", false).await?;
 
-    let rows = session.sql("SELECT * FROM users ORDER BY userid").await?.collect().await?;
+    let rows = session
+        .sql("SELECT * FROM users ORDER BY userid")
+        .await?
+        .collect()
+        .await?;
     Ok((metrics, rows))
 }
 

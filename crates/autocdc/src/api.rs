@@ -89,11 +89,18 @@ impl CdcSession {
     /// reading the table or view `source`.
     pub fn create_auto_cdc_flow(&self, target: &str, source: &str) -> AutoCdcFlowBuilder<'_> {
         let name = target.rsplit('.').next().unwrap_or(target).to_string();
-        AutoCdcFlowBuilder { session: self, spec: FlowSpec::new(name, target, FlowSource::Table(source.to_string())) }
+        AutoCdcFlowBuilder {
+            session: self,
+            spec: FlowSpec::new(name, target, FlowSource::Table(source.to_string())),
+        }
     }
 
     /// Run every flow of `target` again (`REFRESH STREAMING TABLE`).
-    pub async fn refresh_streaming_table(&self, target: &str, full: bool) -> Result<Vec<UpdateMetrics>> {
+    pub async fn refresh_streaming_table(
+        &self,
+        target: &str,
+        full: bool,
+    ) -> Result<Vec<UpdateMetrics>> {
         let batches = self.refresh(&TableName::parse(target)?, full).await?;
         Ok(batches.iter().flat_map(UpdateMetrics::from_batch).collect())
     }
@@ -129,7 +136,10 @@ impl AutoCdcFlowBuilder<'_> {
         self
     }
     /// `sequence_by=struct(...)`: several columns, ordered left to right.
-    pub fn sequence_by_struct<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+    pub fn sequence_by_struct<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
         self.spec.sequence_by = Some(SequenceBy::Struct(names(columns)));
         self
     }
@@ -149,7 +159,10 @@ impl AutoCdcFlowBuilder<'_> {
         self
     }
     /// `except_column_list`.
-    pub fn except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+    pub fn except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
         self.spec.columns = ColumnSelection::Except(names(columns));
         self
     }
@@ -164,12 +177,18 @@ impl AutoCdcFlowBuilder<'_> {
         self
     }
     /// `track_history_column_list`.
-    pub fn track_history_column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+    pub fn track_history_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
         self.spec.track_history = Some(ColumnSelection::Only(names(columns)));
         self
     }
     /// `track_history_except_column_list`.
-    pub fn track_history_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+    pub fn track_history_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
         self.spec.track_history = Some(ColumnSelection::Except(names(columns)));
         self
     }
@@ -191,9 +210,14 @@ impl<'a> IntoFuture for AutoCdcFlowBuilder<'a> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let batch = self.session.create_flow(self.spec).await?;
-            UpdateMetrics::from_batch(&batch).into_iter().next().ok_or_else(|| {
-                datafusion::common::DataFusionError::Internal("flow run returned no metrics".into())
-            })
+            UpdateMetrics::from_batch(&batch)
+                .into_iter()
+                .next()
+                .ok_or_else(|| {
+                    datafusion::common::DataFusionError::Internal(
+                        "flow run returned no metrics".into(),
+                    )
+                })
         })
     }
 }

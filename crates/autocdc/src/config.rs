@@ -24,7 +24,10 @@ impl Default for AutoCdcConfig {
 impl AutoCdcConfig {
     /// A config for the given warehouse location.
     pub fn new(warehouse: impl Into<String>) -> Self {
-        Self { warehouse: warehouse.into(), session_config: SessionConfig::new() }
+        Self {
+            warehouse: warehouse.into(),
+            session_config: SessionConfig::new(),
+        }
     }
 
     /// A config with a fresh in-memory warehouse.

@@ -13,9 +13,9 @@ use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{DataFrame, SessionContext};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::StructType;
 use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::Action;
+use deltalake_core::kernel::StructType;
 use deltalake_core::protocol::DeltaOperation;
 use futures::TryStreamExt;
 
@@ -40,7 +40,9 @@ pub struct CdcSession {
 
 impl std::fmt::Debug for CdcSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CdcSession").field("warehouse", &self.warehouse.root().as_str()).finish()
+        f.debug_struct("CdcSession")
+            .field("warehouse", &self.warehouse.root().as_str())
+            .finish()
     }
 }
 
@@ -49,11 +51,19 @@ impl CdcSession {
     /// there is registered.
     pub async fn open(config: AutoCdcConfig) -> Result<Self> {
         let warehouse = Arc::new(Warehouse::open(&config.warehouse)?);
-        let state = AutoCdc::install(SessionStateBuilder::new().with_config(config.session_config).with_default_features())
-            .build();
+        let state = AutoCdc::install(
+            SessionStateBuilder::new()
+                .with_config(config.session_config)
+                .with_default_features(),
+        )
+        .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_object_store(warehouse.root(), warehouse.store());
-        let session = Self { ctx, warehouse, tables: Mutex::new(HashMap::new()) };
+        let session = Self {
+            ctx,
+            warehouse,
+            tables: Mutex::new(HashMap::new()),
+        };
         for name in session.warehouse.list_tables().await? {
             session.attach(name).await?;
         }
@@ -108,17 +118,29 @@ impl CdcSession {
                 self.drop_table(&name, if_exists).await?;
                 self.empty()
             }
-            CdcStatement::Explain { analyze, verbose, statement } => self.explain(*statement, analyze, verbose).await,
+            CdcStatement::Explain {
+                analyze,
+                verbose,
+                statement,
+            } => self.explain(*statement, analyze, verbose).await,
         }
     }
 
     fn empty(&self) -> Result<DataFrame> {
-        self.ctx.read_batch(RecordBatch::new_empty(Arc::new(Schema::empty())))
+        self.ctx
+            .read_batch(RecordBatch::new_empty(Arc::new(Schema::empty())))
     }
 
     async fn attach(&self, name: TableName) -> Result<Arc<ScdTable>> {
         let table = Arc::new(ScdTable::load(&self.warehouse, name.clone()).await?);
-        let catalog_name = self.ctx.state().config().options().catalog.default_catalog.clone();
+        let catalog_name = self
+            .ctx
+            .state()
+            .config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone();
         let catalog = self
             .ctx
             .catalog(&catalog_name)
@@ -128,7 +150,8 @@ impl CdcSession {
         }
         let reference = TableReference::partial(name.schema.clone(), name.table.clone());
         self.ctx.deregister_table(reference.clone())?;
-        self.ctx.register_table(reference, Arc::clone(&table) as _)?;
+        self.ctx
+            .register_table(reference, Arc::clone(&table) as _)?;
         if let Ok(mut tables) = self.tables.lock() {
             tables.insert(name, Arc::clone(&table));
         }
@@ -153,11 +176,17 @@ impl CdcSession {
                 self.table(&c.name).await?;
                 return Ok(());
             }
-            return Err(DataFusionError::Plan(format!("streaming table '{}' already exists", c.name)));
+            return Err(DataFusionError::Plan(format!(
+                "streaming table '{}' already exists",
+                c.name
+            )));
         }
         let reference = TableReference::partial(c.name.schema.clone(), c.name.table.clone());
         if self.ctx.table_exist(reference).unwrap_or(false) {
-            return Err(DataFusionError::Plan(format!("a table named '{}' already exists in this session", c.name)));
+            return Err(DataFusionError::Plan(format!(
+                "a table named '{}' already exists in this session",
+                c.name
+            )));
         }
         let mut fields = Vec::with_capacity(c.columns.len() + 1);
         if !c.columns.is_empty() {
@@ -169,7 +198,9 @@ impl CdcSession {
                 .map(|(i, (_, ty))| format!("CAST(NULL AS {ty}) AS c{i}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let plan = state.create_logical_plan(&format!("SELECT {select}")).await?;
+            let plan = state
+                .create_logical_plan(&format!("SELECT {select}"))
+                .await?;
             for ((name, _), field) in c.columns.iter().zip(plan.schema().fields()) {
                 if name.starts_with(INTERNAL_PREFIX) {
                     return Err(DataFusionError::Plan(format!(
@@ -181,12 +212,26 @@ impl CdcSession {
             }
         }
         fields.push(Field::new(KIND_COL, DataType::Int8, false));
-        let kernel: StructType = (&Schema::new(fields)).try_into_kernel().map_err(delta_err)?;
-        let decl = TableDecl { declared_columns: !c.columns.is_empty() };
-        let mut config: Vec<(String, Option<String>)> =
-            vec![(TABLE_KEY.to_string(), Some(serde_json::to_string(&decl).map_err(delta_err)?))];
-        config.extend(c.properties.iter().map(|(k, v)| (k.clone(), Some(v.clone()))));
-        let table = self.warehouse.delta_builder(&c.name)?.build().map_err(delta_err)?;
+        let kernel: StructType = (&Schema::new(fields))
+            .try_into_kernel()
+            .map_err(delta_err)?;
+        let decl = TableDecl {
+            declared_columns: !c.columns.is_empty(),
+        };
+        let mut config: Vec<(String, Option<String>)> = vec![(
+            TABLE_KEY.to_string(),
+            Some(serde_json::to_string(&decl).map_err(delta_err)?),
+        )];
+        config.extend(
+            c.properties
+                .iter()
+                .map(|(k, v)| (k.clone(), Some(v.clone()))),
+        );
+        let table = self
+            .warehouse
+            .delta_builder(&c.name)?
+            .build()
+            .map_err(delta_err)?;
         table
             .create()
             .with_table_name(c.name.table.clone())
@@ -202,7 +247,10 @@ impl CdcSession {
     /// A copy of the session state whose SQL dialect is `dialect`.
     fn dialect_state(&self, dialect: &str) -> SessionState {
         let mut state = self.ctx.state();
-        let _ = state.config_mut().options_mut().set("datafusion.sql_parser.dialect", dialect);
+        let _ = state
+            .config_mut()
+            .options_mut()
+            .set("datafusion.sql_parser.dialect", dialect);
         state
     }
 
@@ -224,19 +272,31 @@ impl CdcSession {
         self.run_flow(&table, &spec, true).await
     }
 
-    async fn run_flow(&self, table: &Arc<ScdTable>, spec: &FlowSpec, register: bool) -> Result<RecordBatch> {
+    async fn run_flow(
+        &self,
+        table: &Arc<ScdTable>,
+        spec: &FlowSpec,
+        register: bool,
+    ) -> Result<RecordBatch> {
         let state = self.ctx.state();
         let plan = plan_update(&state, Arc::clone(table), spec, register).await?;
         let batches = DataFrame::new(state, plan).collect().await?;
         batches
             .into_iter()
             .find(|b| b.num_rows() > 0)
-            .ok_or_else(|| DataFusionError::Internal(format!("flow '{}' returned no result", spec.name)))
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!("flow '{}' returned no result", spec.name))
+            })
     }
 
     /// Flows of a table to run on a refresh.
     fn flows_to_run(table: &ScdTable, full: bool) -> Vec<FlowSpec> {
-        table.meta().flows.into_values().filter(|f| full || !f.once).collect()
+        table
+            .meta()
+            .flows
+            .into_values()
+            .filter(|f| full || !f.once)
+            .collect()
     }
 
     pub(crate) async fn refresh(&self, name: &TableName, full: bool) -> Result<Vec<RecordBatch>> {
@@ -269,7 +329,11 @@ impl CdcSession {
             .map_err(delta_err)?;
         CommitBuilder::default()
             .with_actions(actions)
-            .build(Some(snapshot), log_store, DeltaOperation::Delete { predicate: None })
+            .build(
+                Some(snapshot),
+                log_store,
+                DeltaOperation::Delete { predicate: None },
+            )
             .await
             .map_err(delta_err)?;
         table.refresh().await
@@ -280,20 +344,31 @@ impl CdcSession {
             if if_exists {
                 return Ok(());
             }
-            return Err(DataFusionError::Plan(format!("streaming table '{name}' does not exist")));
+            return Err(DataFusionError::Plan(format!(
+                "streaming table '{name}' does not exist"
+            )));
         }
         self.warehouse.delete_table(name).await?;
-        self.ctx.deregister_table(TableReference::partial(name.schema.clone(), name.table.clone()))?;
+        self.ctx.deregister_table(TableReference::partial(
+            name.schema.clone(),
+            name.table.clone(),
+        ))?;
         if let Ok(mut tables) = self.tables.lock() {
             tables.remove(name);
         }
         Ok(())
     }
 
-    async fn explain(&self, statement: CdcStatement, analyze: bool, verbose: bool) -> Result<DataFrame> {
+    async fn explain(
+        &self,
+        statement: CdcStatement,
+        analyze: bool,
+        verbose: bool,
+    ) -> Result<DataFrame> {
         let CdcStatement::Refresh { name, full } = statement else {
             return Err(DataFusionError::NotImplemented(
-                "EXPLAIN supports REFRESH STREAMING TABLE among the AUTO CDC statements".to_string(),
+                "EXPLAIN supports REFRESH STREAMING TABLE among the AUTO CDC statements"
+                    .to_string(),
             ));
         };
         let table = self.table(&name).await?;
@@ -305,11 +380,15 @@ impl CdcSession {
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
             let plan = plan_update(&state, Arc::clone(&table), &flow, false).await?;
-            let explained: LogicalPlan = LogicalPlanBuilder::from(plan).explain(verbose, analyze)?.build()?;
+            let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
+                .explain(verbose, analyze)?
+                .build()?;
             batches.extend(DataFrame::new(state.clone(), explained).collect().await?);
         }
         if batches.is_empty() {
-            return Err(DataFusionError::Plan(format!("streaming table '{name}' has no flow to explain")));
+            return Err(DataFusionError::Plan(format!(
+                "streaming table '{name}' has no flow to explain"
+            )));
         }
         self.ctx.read_batches(batches)
     }

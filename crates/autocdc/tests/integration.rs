@@ -11,17 +11,33 @@ use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 mod rust_api;
 
 async fn rows(s: &CdcSession, sql: &str) -> Vec<String> {
-    let batches = s.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")).collect().await.unwrap();
+    let batches = s
+        .sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap();
     lines(&batches)
 }
 
 fn lines(batches: &[RecordBatch]) -> Vec<String> {
     let table = pretty_format_batches(batches).unwrap().to_string();
-    table.lines().filter(|l| l.starts_with('|')).skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
+    table
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
 }
 
 async fn exec(s: &CdcSession, sql: &str) {
-    s.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")).collect().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    s.sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 /// The flow definition lives in the warehouse: a new process REFRESHes it.
@@ -35,14 +51,26 @@ async fn restart_on_the_same_local_warehouse() {
         exec(&s, "CREATE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES (1, 'a', 'I', 1), (2, 'b', 'I', 1)").await;
         exec(&s, "CREATE STREAMING TABLE app.t").await;
         exec(&s, "CREATE FLOW f AS AUTO CDC INTO app.t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)").await;
-        assert_eq!(rows(&s, "SELECT * FROM app.t ORDER BY id").await, ["| 1 | a |", "| 2 | b |"]);
+        assert_eq!(
+            rows(&s, "SELECT * FROM app.t ORDER BY id").await,
+            ["| 1 | a |", "| 2 | b |"]
+        );
     }
     let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
     // the table is known before any statement of ours ran
-    assert_eq!(rows(&s, "SELECT * FROM app.t ORDER BY id").await, ["| 1 | a |", "| 2 | b |"]);
+    assert_eq!(
+        rows(&s, "SELECT * FROM app.t ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
     exec(&s, "CREATE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES (1, 'a', 'I', 1), (2, 'b', 'I', 1), (1, NULL, 'D', 2), (3, 'c', 'I', 1), (2, 'b2', 'U', 3)").await;
-    assert_eq!(rows(&s, "REFRESH STREAMING TABLE app.t").await, ["| f | 2 | 1 | 5 | 2 | 2 |"]);
-    assert_eq!(rows(&s, "SELECT * FROM app.t ORDER BY id").await, ["| 2 | b2 |", "| 3 | c |"]);
+    assert_eq!(
+        rows(&s, "REFRESH STREAMING TABLE app.t").await,
+        ["| f | 2 | 1 | 5 | 2 | 2 |"]
+    );
+    assert_eq!(
+        rows(&s, "SELECT * FROM app.t ORDER BY id").await,
+        ["| 2 | b2 |", "| 3 | c |"]
+    );
 }
 
 /// deltalake's own reader sees the stored state: live rows, tombstones, sequences.
@@ -56,52 +84,116 @@ async fn target_is_a_plain_delta_table() {
     exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)").await;
 
     let url = url::Url::from_directory_path(dir.path().join("public").join("t")).unwrap();
-    let table = deltalake_core::DeltaTableBuilder::from_url(url).unwrap().load().await.unwrap();
+    let table = deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .load()
+        .await
+        .unwrap();
     assert_eq!(table.version(), Some(1));
     let ctx = SessionContext::new();
-    ctx.register_table("raw", table.table_provider().await.unwrap()).unwrap();
-    let batches = ctx.sql("SELECT id, v, __cdc_seq, __cdc_kind FROM raw ORDER BY id").await.unwrap().collect().await.unwrap();
+    ctx.register_table("raw", table.table_provider().await.unwrap())
+        .unwrap();
+    let batches = ctx
+        .sql("SELECT id, v, __cdc_seq, __cdc_kind FROM raw ORDER BY id")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
     assert_eq!(lines(&batches), ["| 1 | a | 1 | 0 |", "| 2 | | 4 | 1 |"]);
     let config = table.snapshot().unwrap().metadata().configuration().clone();
-    assert!(config.contains_key("autocdc.flow.f"), "flow definition stored with the table: {config:?}");
+    assert!(
+        config.contains_key("autocdc.flow.f"),
+        "flow definition stored with the table: {config:?}"
+    );
 }
 
 /// EXPLAIN shows the operators; EXPLAIN ANALYZE runs the update and shows metrics.
 #[tokio::test]
 async fn explain_refresh_shows_the_operators() {
     let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
-    exec(&s, "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)").await;
+    exec(
+        &s,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+    )
+    .await;
     exec(&s, "CREATE STREAMING TABLE t").await;
-    exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
 
-    let plan = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t").await.join("\n");
-    for op in ["CdcCommit: target=t, flow=f", "AutoCdc: flow=f, keys=[id]", "CdcCommitExec", "AutoCdcExec: flow=f, keys=[id]", "SortExec", "RepartitionExec: partitioning=Hash([id@0]"] {
+    let plan = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    for op in [
+        "CdcCommit: target=t, flow=f",
+        "AutoCdc: flow=f, keys=[id]",
+        "CdcCommitExec",
+        "AutoCdcExec: flow=f, keys=[id]",
+        "SortExec",
+        "RepartitionExec: partitioning=Hash([id@0]",
+    ] {
         assert!(plan.contains(op), "missing {op} in\n{plan}");
     }
 
     exec(&s, "INSERT INTO src VALUES (3, 'c', 1)").await;
-    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t").await.join("\n");
-    for metric in ["AutoCdcExec", "num_upserted_rows=1", "num_late_rows_dropped=2", "num_input_rows=3", "CdcCommitExec", "commit_version=2"] {
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    for metric in [
+        "AutoCdcExec",
+        "num_upserted_rows=1",
+        "num_late_rows_dropped=2",
+        "num_input_rows=3",
+        "CdcCommitExec",
+        "commit_version=2",
+    ] {
         assert!(analyzed.contains(metric), "missing {metric} in\n{analyzed}");
     }
     // EXPLAIN ANALYZE ran a real update
-    assert_eq!(rows(&s, "SELECT id FROM t ORDER BY id").await, ["| 1 |", "| 2 |", "| 3 |"]);
+    assert_eq!(
+        rows(&s, "SELECT id FROM t ORDER BY id").await,
+        ["| 1 |", "| 2 |", "| 3 |"]
+    );
 }
 
 /// A failed first run leaves no flow behind and the target unchanged.
 #[tokio::test]
 async fn failed_create_flow_leaves_nothing() {
     let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
-    exec(&s, "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (1, 'b', 1)").await;
+    exec(
+        &s,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (1, 'b', 1)",
+    )
+    .await;
     exec(&s, "CREATE STREAMING TABLE t").await;
-    let err = s.sql("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq").await.unwrap_err();
-    assert!(err.to_string().contains("conflicting events for key (id=1)"), "{err}");
-    let table = s.streaming_table(&datafusion_autocdc::table::TableName::parse("t").unwrap()).unwrap();
+    let err = s
+        .sql("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("conflicting events for key (id=1)"),
+        "{err}"
+    );
+    let table = s
+        .streaming_table(&datafusion_autocdc::table::TableName::parse("t").unwrap())
+        .unwrap();
     assert!(table.meta().flows.is_empty());
     assert_eq!(table.delta().version(), Some(0));
     // the name is free again
-    exec(&s, "CREATE OR REPLACE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)").await;
-    exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq").await;
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
     assert_eq!(rows(&s, "SELECT * FROM t").await, ["| 1 | a | 1 |"]);
 }
 
@@ -109,6 +201,20 @@ async fn failed_create_flow_leaves_nothing() {
 async fn rust_api_example_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (metrics, batches) = rust_api::run(dir.path().to_str().unwrap()).await.unwrap();
-    assert_eq!((metrics.flow.as_str(), metrics.num_upserted_rows, metrics.num_input_rows), ("users_flow", 3, 8));
-    assert_eq!(lines(&batches), ["| 124 | Raul | Oaxaca |", "| 125 | Mercedes | Guadalajara |", "| 126 | Lily | Merida |"]);
+    assert_eq!(
+        (
+            metrics.flow.as_str(),
+            metrics.num_upserted_rows,
+            metrics.num_input_rows
+        ),
+        ("users_flow", 3, 8)
+    );
+    assert_eq!(
+        lines(&batches),
+        [
+            "| 124 | Raul | Oaxaca |",
+            "| 125 | Mercedes | Guadalajara |",
+            "| 126 | Lily | Merida |"
+        ]
+    );
 }

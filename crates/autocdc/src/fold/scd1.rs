@@ -30,7 +30,9 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{make_comparator, Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::array::{
+    make_comparator, Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array,
+};
 use arrow::compute::{concat_batches, take_record_batch, SortOptions};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
@@ -124,7 +126,8 @@ impl Scd1Fold {
             .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
             .collect();
         let seq_field = SortField::new(input_schema.field(layout.seq()).data_type().clone());
-        let output_schema = Arc::new(input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
+        let output_schema =
+            Arc::new(input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
         Ok(Self {
             flow: flow.to_string(),
             key_converter: RowConverter::new(key_fields)?,
@@ -158,7 +161,9 @@ impl Scd1Fold {
                 self.flow
             )));
         }
-        let rows = self.seq_converter.convert_columns(std::slice::from_ref(sequences))?;
+        let rows = self
+            .seq_converter
+            .convert_columns(std::slice::from_ref(sequences))?;
         for (i, row) in rows.iter().enumerate() {
             if self.watermark.as_ref().is_none_or(|w| row > w.row()) {
                 self.watermark = Some(row.owned());
@@ -191,7 +196,9 @@ impl Scd1Fold {
             .seq_converter
             .convert_columns(&[Arc::clone(batch.column(self.layout.seq()))])?;
         let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
-        let origins = batch.column(self.layout.origin()).as_primitive::<Int8Type>();
+        let origins = batch
+            .column(self.layout.origin())
+            .as_primitive::<Int8Type>();
 
         let mut emit = Emit::default();
         for i in 0..n {
@@ -301,7 +308,10 @@ impl Scd1Fold {
     /// Decide the stored row of a completed key group.
     fn finish(&mut self, g: Group, seqs: &Rows, kinds: Option<&Int8Array>, emit: &mut Emit) {
         let winner_seq = slot_seq(&g.winner, seqs);
-        let truncated = self.watermark.as_ref().is_some_and(|w| winner_seq <= w.row());
+        let truncated = self
+            .watermark
+            .as_ref()
+            .is_some_and(|w| winner_seq <= w.row());
         if truncated {
             if g.stored_live {
                 self.counts.deleted += 1;
@@ -346,7 +356,10 @@ impl Scd1Fold {
 
     fn project(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let columns = batch.columns()[..self.layout.origin()].to_vec();
-        Ok(RecordBatch::try_new(Arc::clone(&self.output_schema), columns)?)
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.output_schema),
+            columns,
+        )?)
     }
 
     fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
@@ -364,7 +377,10 @@ impl Scd1Fold {
             if col.null_count() > 0 {
                 let row = first_null(col.as_ref());
                 let kind = Kind::from_code(
-                    batch.column(self.layout.kind()).as_primitive::<Int8Type>().value(row),
+                    batch
+                        .column(self.layout.kind())
+                        .as_primitive::<Int8Type>()
+                        .value(row),
                 )
                 .unwrap_or(Kind::Upsert);
                 let seq = ScalarValue::try_from_array(seq, row)

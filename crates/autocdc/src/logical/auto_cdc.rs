@@ -40,13 +40,19 @@ impl PartialOrd for AutoCdcNode {
 
 impl PartialOrd for EventLayout {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        (&self.target_columns, &self.key_indices).partial_cmp(&(&other.target_columns, &other.key_indices))
+        (&self.target_columns, &self.key_indices)
+            .partial_cmp(&(&other.target_columns, &other.key_indices))
     }
 }
 
 impl AutoCdcNode {
     /// Create the node; the output schema is the event schema without `__cdc_origin`.
-    pub fn try_new(flow: String, layout: EventLayout, events: LogicalPlan, truncates: LogicalPlan) -> Result<Self> {
+    pub fn try_new(
+        flow: String,
+        layout: EventLayout,
+        events: LogicalPlan,
+        truncates: LogicalPlan,
+    ) -> Result<Self> {
         let input = events.schema();
         let fields: Vec<_> = (0..layout.origin())
             .map(|i| {
@@ -55,12 +61,22 @@ impl AutoCdcNode {
             })
             .collect();
         let schema = Arc::new(DFSchema::new_with_metadata(fields, Default::default())?);
-        Ok(Self { flow, layout, events: Arc::new(events), truncates: Arc::new(truncates), schema })
+        Ok(Self {
+            flow,
+            layout,
+            events: Arc::new(events),
+            truncates: Arc::new(truncates),
+            schema,
+        })
     }
 
     /// Key column names.
     pub fn key_names(&self) -> Vec<&str> {
-        self.layout.key_indices.iter().map(|&i| self.layout.target_columns[i].as_str()).collect()
+        self.layout
+            .key_indices
+            .iter()
+            .map(|&i| self.layout.target_columns[i].as_str())
+            .collect()
     }
 }
 
@@ -82,12 +98,25 @@ impl UserDefinedLogicalNodeCore for AutoCdcNode {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "AutoCdc: flow={}, keys=[{}], stored_as=SCD TYPE 1", self.flow, self.key_names().join(", "))
+        write!(
+            f,
+            "AutoCdc: flow={}, keys=[{}], stored_as=SCD TYPE 1",
+            self.flow,
+            self.key_names().join(", ")
+        )
     }
 
-    fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> Result<Self> {
-        let truncates = inputs.pop().ok_or_else(|| datafusion::common::DataFusionError::Internal("AutoCdc needs two inputs".into()))?;
-        let events = inputs.pop().ok_or_else(|| datafusion::common::DataFusionError::Internal("AutoCdc needs two inputs".into()))?;
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> Result<Self> {
+        let truncates = inputs.pop().ok_or_else(|| {
+            datafusion::common::DataFusionError::Internal("AutoCdc needs two inputs".into())
+        })?;
+        let events = inputs.pop().ok_or_else(|| {
+            datafusion::common::DataFusionError::Internal("AutoCdc needs two inputs".into())
+        })?;
         Self::try_new(self.flow.clone(), self.layout.clone(), events, truncates)
     }
 }

@@ -39,7 +39,11 @@ impl CdcCommitNode {
             .map(|(n, t)| Field::new(*n, t.clone(), *n == "commit_version"))
             .collect();
         let schema = Arc::new(DFSchema::try_from(Schema::new(fields))?);
-        Ok(Self { request, input: Arc::new(input), schema })
+        Ok(Self {
+            request,
+            input: Arc::new(input),
+            schema,
+        })
     }
 }
 
@@ -79,11 +83,21 @@ impl UserDefinedLogicalNodeCore for CdcCommitNode {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "CdcCommit: target={}, flow={}", self.request.target, self.request.flow.name)
+        write!(
+            f,
+            "CdcCommit: target={}, flow={}",
+            self.request.target, self.request.flow.name
+        )
     }
 
-    fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> Result<Self> {
-        let input = inputs.pop().ok_or_else(|| datafusion::common::DataFusionError::Internal("CdcCommit needs one input".into()))?;
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> Result<Self> {
+        let input = inputs.pop().ok_or_else(|| {
+            datafusion::common::DataFusionError::Internal("CdcCommit needs one input".into())
+        })?;
         Self::try_new(Arc::clone(&self.request), input)
     }
 }

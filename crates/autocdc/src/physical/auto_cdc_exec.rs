@@ -25,13 +25,18 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::{EquivalenceProperties, LexOrdering, OrderingRequirements, PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_expr::{
+    EquivalenceProperties, LexOrdering, OrderingRequirements, PhysicalExpr, PhysicalSortExpr,
+};
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    collect, DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties, Partitioning, PlanProperties,
+    collect, DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PlanProperties,
 };
 use futures::StreamExt;
 use tokio::sync::OnceCell;
@@ -71,7 +76,12 @@ pub mod metric {
 
 impl AutoCdcExec {
     /// Create the operator over its two inputs (see the module docs).
-    pub fn try_new(flow: String, layout: EventLayout, events: Arc<dyn ExecutionPlan>, truncates: Arc<dyn ExecutionPlan>) -> Result<Self> {
+    pub fn try_new(
+        flow: String,
+        layout: EventLayout,
+        events: Arc<dyn ExecutionPlan>,
+        truncates: Arc<dyn ExecutionPlan>,
+    ) -> Result<Self> {
         let input = events.schema();
         let schema = Arc::new(input.project(&(0..layout.origin()).collect::<Vec<_>>())?);
         let properties = Arc::new(Self::compute_properties(&events, Arc::clone(&schema)));
@@ -117,7 +127,12 @@ impl AutoCdcExec {
 
     /// Whether the last execution raised the truncate watermark.
     pub fn truncated(&self) -> bool {
-        self.metrics.clone_inner().sum_by_name(metric::WATERMARK).map(|v| v.as_usize()).unwrap_or(0) > 0
+        self.metrics
+            .clone_inner()
+            .sum_by_name(metric::WATERMARK)
+            .map(|v| v.as_usize())
+            .unwrap_or(0)
+            > 0
     }
 
     fn key_exprs(&self) -> Vec<Arc<dyn PhysicalExpr>> {
@@ -132,10 +147,20 @@ impl AutoCdcExec {
 
 impl DisplayAs for AutoCdcExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let keys: Vec<&str> = self.layout.key_indices.iter().map(|&i| self.layout.target_columns[i].as_str()).collect();
+        let keys: Vec<&str> = self
+            .layout
+            .key_indices
+            .iter()
+            .map(|&i| self.layout.target_columns[i].as_str())
+            .collect();
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
-                write!(f, "AutoCdcExec: flow={}, keys=[{}], stored_as=SCD TYPE 1", self.flow, keys.join(", "))
+                write!(
+                    f,
+                    "AutoCdcExec: flow={}, keys=[{}], stored_as=SCD TYPE 1",
+                    self.flow,
+                    keys.join(", ")
+                )
             }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.flow)?;
@@ -218,7 +243,10 @@ impl FoldState {
         if parts.is_empty() {
             return Ok(None);
         }
-        Ok(Some(arrow::compute::concat_batches(self.fold.output_schema(), &parts)?))
+        Ok(Some(arrow::compute::concat_batches(
+            self.fold.output_schema(),
+            &parts,
+        )?))
     }
 
     fn watermark_row(&self, wm: &ArrayRef) -> Result<RecordBatch> {
@@ -252,15 +280,28 @@ impl ExecutionPlan for AutoCdcExec {
     }
 
     fn input_distribution_requirements(&self) -> InputDistributionRequirements {
-        InputDistributionRequirements::new(vec![Distribution::KeyPartitioned(self.key_exprs()), Distribution::SinglePartition])
+        InputDistributionRequirements::new(vec![
+            Distribution::KeyPartitioned(self.key_exprs()),
+            Distribution::SinglePartition,
+        ])
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
         let schema = self.events.schema();
-        let asc = SortOptions { descending: false, nulls_first: true };
-        let mut sort: Vec<PhysicalSortExpr> = self.key_exprs().into_iter().map(|e| PhysicalSortExpr::new(e, asc)).collect();
+        let asc = SortOptions {
+            descending: false,
+            nulls_first: true,
+        };
+        let mut sort: Vec<PhysicalSortExpr> = self
+            .key_exprs()
+            .into_iter()
+            .map(|e| PhysicalSortExpr::new(e, asc))
+            .collect();
         for i in [self.layout.seq(), self.layout.origin()] {
-            sort.push(PhysicalSortExpr::new(Arc::new(Column::new(schema.field(i).name(), i)), asc));
+            sort.push(PhysicalSortExpr::new(
+                Arc::new(Column::new(schema.field(i).name(), i)),
+                asc,
+            ));
         }
         vec![LexOrdering::new(sort).map(OrderingRequirements::from), None]
     }
@@ -277,20 +318,41 @@ impl ExecutionPlan for AutoCdcExec {
         vec![&self.events, &self.truncates]
     }
 
-    fn apply_expressions(&self, _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>) -> Result<TreeNodeRecursion> {
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
         Ok(TreeNodeRecursion::Continue)
     }
 
-    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         if children.len() != 2 {
-            return Err(DataFusionError::Internal("AutoCdcExec needs two children".into()));
+            return Err(DataFusionError::Internal(
+                "AutoCdcExec needs two children".into(),
+            ));
         }
-        let truncates = children.pop().ok_or_else(|| DataFusionError::Internal("missing child".into()))?;
-        let events = children.pop().ok_or_else(|| DataFusionError::Internal("missing child".into()))?;
-        Ok(Arc::new(Self::try_new(self.flow.clone(), self.layout.clone(), events, truncates)?))
+        let truncates = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("missing child".into()))?;
+        let events = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("missing child".into()))?;
+        Ok(Arc::new(Self::try_new(
+            self.flow.clone(),
+            self.layout.clone(),
+            events,
+            truncates,
+        )?))
     }
 
-    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
         let input = self.events.execute(partition, Arc::clone(&context))?;
         let fold = Scd1Fold::try_new(&self.flow, self.layout.clone(), &input.schema())?;
         let truncates = Arc::clone(&self.truncates);
@@ -302,7 +364,8 @@ impl ExecutionPlan for AutoCdcExec {
             let seqs = cell
                 .get_or_try_init(|| async move {
                     let batches = collect(truncates, context).await?;
-                    let arrays: Vec<&dyn arrow::array::Array> = batches.iter().map(|b| b.column(0).as_ref()).collect();
+                    let arrays: Vec<&dyn arrow::array::Array> =
+                        batches.iter().map(|b| b.column(0).as_ref()).collect();
                     if arrays.is_empty() {
                         return Ok::<_, DataFusionError>(None);
                     }
@@ -315,7 +378,14 @@ impl ExecutionPlan for AutoCdcExec {
                     fold.observe_watermark(seqs)?;
                 }
             }
-            Ok::<_, DataFusionError>(FoldState { fold, input, finished: false, partition, counters, baseline })
+            Ok::<_, DataFusionError>(FoldState {
+                fold,
+                input,
+                finished: false,
+                partition,
+                counters,
+                baseline,
+            })
         };
         let stream = futures::stream::once(state)
             .map(|state| {

@@ -25,7 +25,9 @@ use datafusion::physical_plan::distribution_requirements::InputDistributionRequi
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
+};
 use futures::StreamExt;
 
 use super::AutoCdcExec;
@@ -53,7 +55,13 @@ impl CdcCommitExec {
             EmissionType::Final,
             Boundedness::Bounded,
         ));
-        Self { request, input, schema, properties, metrics: ExecutionPlanMetricsSet::new() }
+        Self {
+            request,
+            input,
+            schema,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
     }
 }
 
@@ -86,7 +94,11 @@ impl DisplayAs for CdcCommitExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
-                write!(f, "CdcCommitExec: target={}, flow={}", self.request.target, self.request.flow.name)
+                write!(
+                    f,
+                    "CdcCommitExec: target={}, flow={}",
+                    self.request.target, self.request.flow.name
+                )
             }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "target={}", self.request.target)?;
@@ -113,18 +125,32 @@ impl ExecutionPlan for CdcCommitExec {
         vec![&self.input]
     }
 
-    fn apply_expressions(&self, _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>) -> Result<TreeNodeRecursion> {
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
         Ok(TreeNodeRecursion::Continue)
     }
 
-    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children.pop().ok_or_else(|| DataFusionError::Internal("CdcCommitExec needs one child".into()))?;
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("CdcCommitExec needs one child".into()))?;
         Ok(Arc::new(Self::new(Arc::clone(&self.request), input)))
     }
 
-    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!("CdcCommitExec has one partition, got {partition}")));
+            return Err(DataFusionError::Internal(format!(
+                "CdcCommitExec has one partition, got {partition}"
+            )));
         }
         let input = self.input.execute(0, context)?;
         let request = Arc::clone(&self.request);
@@ -133,7 +159,8 @@ impl ExecutionPlan for CdcCommitExec {
         let commit_version = MetricBuilder::new(&self.metrics).gauge("commit_version", 0);
         let fut = async move {
             let fold = find_fold(&plan)?;
-            let outcome = commit_state(&request, input, || (fold.counts(), fold.truncated())).await?;
+            let outcome =
+                commit_state(&request, input, || (fold.counts(), fold.truncated())).await?;
             files_written.add(outcome.files_written);
             if let Some(v) = outcome.version {
                 commit_version.set(v as usize);
@@ -141,7 +168,10 @@ impl ExecutionPlan for CdcCommitExec {
             result_batch(&request.flow.name, outcome.counts, outcome.version)
         };
         let stream = futures::stream::once(fut).boxed();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            stream,
+        )))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -169,9 +199,12 @@ trait FoldProbe {
 
 impl FoldProbe for Arc<dyn ExecutionPlan> {
     fn counts(&self) -> FoldCounts {
-        self.downcast_ref::<AutoCdcExec>().map(AutoCdcExec::counts).unwrap_or_default()
+        self.downcast_ref::<AutoCdcExec>()
+            .map(AutoCdcExec::counts)
+            .unwrap_or_default()
     }
     fn truncated(&self) -> bool {
-        self.downcast_ref::<AutoCdcExec>().is_some_and(AutoCdcExec::truncated)
+        self.downcast_ref::<AutoCdcExec>()
+            .is_some_and(AutoCdcExec::truncated)
     }
 }

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::catalog::Session;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::context::QueryPlanner;
-use datafusion::catalog::Session;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
@@ -42,9 +42,14 @@ impl ExtensionPlanner for CdcExtensionPlanner {
         }
         if let Some(n) = node.as_any().downcast_ref::<CdcCommitNode>() {
             let [input] = physical_inputs else {
-                return Err(DataFusionError::Internal("CdcCommit needs one input".into()));
+                return Err(DataFusionError::Internal(
+                    "CdcCommit needs one input".into(),
+                ));
             };
-            return Ok(Some(Arc::new(CdcCommitExec::new(Arc::clone(&n.request), Arc::clone(input)))));
+            return Ok(Some(Arc::new(CdcCommitExec::new(
+                Arc::clone(&n.request),
+                Arc::clone(input),
+            ))));
         }
         Ok(None)
     }
@@ -56,7 +61,11 @@ pub struct CdcQueryPlanner;
 
 #[async_trait]
 impl QueryPlanner for CdcQueryPlanner {
-    async fn create_physical_plan(&self, logical_plan: &LogicalPlan, session_state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session_state: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CdcExtensionPlanner)])
             .create_physical_plan(logical_plan, session_state)
             .await

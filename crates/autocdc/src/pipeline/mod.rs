@@ -88,7 +88,10 @@ pub async fn commit_state(
         if batch.num_rows() == 0 {
             continue;
         }
-        writer.write_with_mode(batch, WriteMode::MergeSchema).await.map_err(delta_err)?;
+        writer
+            .write_with_mode(batch, WriteMode::MergeSchema)
+            .await
+            .map_err(delta_err)?;
         if writer.buffer_len() >= FLUSH_BYTES {
             adds.extend(writer.flush().await.map_err(delta_err)?);
         }
@@ -121,13 +124,25 @@ pub async fn commit_state(
     if let Some(md) = &request.metadata {
         actions.push(Action::Metadata(md.clone()));
     }
-    actions.push(Action::Txn(Transaction::new(checkpoint_app_id(&request.flow.name), request.run)));
-    let operation = DeltaOperation::Write { mode: SaveMode::Overwrite, partition_by: None, predicate: None };
+    actions.push(Action::Txn(Transaction::new(
+        checkpoint_app_id(&request.flow.name),
+        request.run,
+    )));
+    let operation = DeltaOperation::Write {
+        mode: SaveMode::Overwrite,
+        partition_by: None,
+        predicate: None,
+    };
     let commit = CommitBuilder::default()
         .with_actions(actions)
         .build(Some(snapshot), log_store, operation)
         .await
-        .map_err(|e| DataFusionError::Execution(format!("flow '{}': commit to '{}' failed: {e}", request.flow.name, request.target)))?;
+        .map_err(|e| {
+            DataFusionError::Execution(format!(
+                "flow '{}': commit to '{}' failed: {e}",
+                request.flow.name, request.target
+            ))
+        })?;
     request.table.refresh().await?;
     Ok(CommitOutcome {
         counts,
@@ -138,7 +153,12 @@ pub async fn commit_state(
 
 /// Plan one run of `flow` into `table`: `CdcCommit(AutoCdc(events, truncates))`.
 /// `register` writes the flow definition into the table with the run.
-pub async fn plan_update(state: &SessionState, table: Arc<ScdTable>, flow: &FlowSpec, register: bool) -> Result<LogicalPlan> {
+pub async fn plan_update(
+    state: &SessionState,
+    table: Arc<ScdTable>,
+    flow: &FlowSpec,
+    register: bool,
+) -> Result<LogicalPlan> {
     let meta = table.meta();
     let source = plan_source(state, &flow.source, &flow.dialect)
         .await
@@ -148,14 +168,21 @@ pub async fn plan_update(state: &SessionState, table: Arc<ScdTable>, flow: &Flow
 
     let events = resolved.events.clone();
     let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
-    let new_rows = LogicalPlanBuilder::from(events.clone()).filter(kind_is(Kind::Truncate).not())?.build()?;
+    let new_rows = LogicalPlanBuilder::from(events.clone())
+        .filter(kind_is(Kind::Truncate).not())?
+        .build()?;
     let new_truncates = LogicalPlanBuilder::from(events)
         .filter(kind_is(Kind::Truncate))?
         .project(vec![col(SEQ_COL)])?
         .build()?;
 
     let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
-        let raw = LogicalPlanBuilder::scan("__cdc_target", provider_as_source(table.raw_provider()), None)?.build()?;
+        let raw = LogicalPlanBuilder::scan(
+            "__cdc_target",
+            provider_as_source(table.raw_provider()),
+            None,
+        )?
+        .build()?;
         let mut stored: Vec<Expr> = resolved
             .target_schema
             .fields()
@@ -174,15 +201,26 @@ pub async fn plan_update(state: &SessionState, table: Arc<ScdTable>, flow: &Flow
             .project(vec![cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL)])?
             .build()?;
         (
-            LogicalPlanBuilder::from(new_rows).union(stored_rows)?.build()?,
-            LogicalPlanBuilder::from(new_truncates).union(stored_watermark)?.build()?,
+            LogicalPlanBuilder::from(new_rows)
+                .union(stored_rows)?
+                .build()?,
+            LogicalPlanBuilder::from(new_truncates)
+                .union(stored_watermark)?
+                .build()?,
         )
     } else {
         (new_rows, new_truncates)
     };
 
-    let fold = AutoCdcNode::try_new(flow.name.clone(), resolved.layout.clone(), event_plan, truncate_plan)?;
-    let fold = LogicalPlan::Extension(Extension { node: Arc::new(fold) });
+    let fold = AutoCdcNode::try_new(
+        flow.name.clone(),
+        resolved.layout.clone(),
+        event_plan,
+        truncate_plan,
+    )?;
+    let fold = LogicalPlan::Extension(Extension {
+        node: Arc::new(fold),
+    });
 
     let delta = table.delta();
     let snapshot = delta.snapshot().map_err(delta_err)?;
@@ -190,15 +228,28 @@ pub async fn plan_update(state: &SessionState, table: Arc<ScdTable>, flow: &Flow
     let metadata = if register || schema_needed {
         let mut md = snapshot.metadata().clone();
         if schema_needed {
-            let mut fields: Vec<Field> = resolved.target_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            let mut fields: Vec<Field> = resolved
+                .target_schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
             fields.push(Field::new(SEQ_COL, seq_type.clone(), true));
-            fields.push(Field::new(KIND_COL, arrow::datatypes::DataType::Int8, false));
-            let kernel: StructType = (&Schema::new(fields)).try_into_kernel().map_err(delta_err)?;
+            fields.push(Field::new(
+                KIND_COL,
+                arrow::datatypes::DataType::Int8,
+                false,
+            ));
+            let kernel: StructType = (&Schema::new(fields))
+                .try_into_kernel()
+                .map_err(delta_err)?;
             md = md.with_schema(&kernel).map_err(delta_err)?;
         }
         if register {
             let json = serde_json::to_string(flow).map_err(delta_err)?;
-            md = md.add_config_key(format!("{FLOW_KEY_PREFIX}{}", flow.name), json).map_err(delta_err)?;
+            md = md
+                .add_config_key(format!("{FLOW_KEY_PREFIX}{}", flow.name), json)
+                .map_err(delta_err)?;
         }
         Some(md)
     } else {
@@ -216,5 +267,7 @@ pub async fn plan_update(state: &SessionState, table: Arc<ScdTable>, flow: &Flow
         run: last_run.unwrap_or(0) + 1,
     };
     let commit = CdcCommitNode::try_new(Arc::new(request), fold)?;
-    Ok(LogicalPlan::Extension(Extension { node: Arc::new(commit) }))
+    Ok(LogicalPlan::Extension(Extension {
+        node: Arc::new(commit),
+    }))
 }

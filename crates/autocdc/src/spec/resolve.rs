@@ -7,15 +7,24 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{Column, DFSchema, DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
 use datafusion::functions::expr_fn::{coalesce, named_struct};
-use datafusion::logical_expr::{cast, lit, when, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{
+    cast, lit, when, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
+};
 use datafusion::sql::parser::DFParserBuilder;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 
 use super::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
-use crate::fold::columns::{EventLayout, Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL};
+use crate::fold::columns::{
+    EventLayout, Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL,
+};
 
 /// SCD column names reserved in sources and targets.
-pub const RESERVED_COLUMNS: [&str; 4] = ["__start_at", "__end_at", "__system_start_at", "__system_end_at"];
+pub const RESERVED_COLUMNS: [&str; 4] = [
+    "__start_at",
+    "__end_at",
+    "__system_start_at",
+    "__system_end_at",
+];
 
 /// Whether the sequence is a single value or a STRUCT of several.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,15 +64,27 @@ fn flow_err(flow: &str, clause: &str, msg: impl std::fmt::Display) -> DataFusion
 }
 
 /// Parse SQL text written in `dialect` into a DataFusion expression over `schema`.
-pub fn plan_sql_expr(state: &SessionState, text: &str, dialect: &str, schema: &DFSchema) -> Result<Expr> {
+pub fn plan_sql_expr(
+    state: &SessionState,
+    text: &str,
+    dialect: &str,
+    schema: &DFSchema,
+) -> Result<Expr> {
     let d = dialect_from_str(dialect)
         .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
-    let sql_expr = DFParserBuilder::new(text).with_dialect(d.as_ref()).build()?.parse_into_expr()?;
+    let sql_expr = DFParserBuilder::new(text)
+        .with_dialect(d.as_ref())
+        .build()?
+        .parse_into_expr()?;
     state.create_logical_expr_from_sql_expr(sql_expr, schema)
 }
 
 /// Plan a flow source (table name or query text in `dialect`).
-pub async fn plan_source(state: &SessionState, source: &FlowSource, dialect: &str) -> Result<LogicalPlan> {
+pub async fn plan_source(
+    state: &SessionState,
+    source: &FlowSource,
+    dialect: &str,
+) -> Result<LogicalPlan> {
     let sql = match source {
         FlowSource::Table(name) => format!("SELECT * FROM {name}"),
         FlowSource::Query(q) => q.clone(),
@@ -71,7 +92,10 @@ pub async fn plan_source(state: &SessionState, source: &FlowSource, dialect: &st
     let statement = {
         let d = dialect_from_str(dialect)
             .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
-        let mut statements = DFParserBuilder::new(sql.as_str()).with_dialect(d.as_ref()).build()?.parse_statements()?;
+        let mut statements = DFParserBuilder::new(sql.as_str())
+            .with_dialect(d.as_ref())
+            .build()?
+            .parse_statements()?;
         statements
             .pop_front()
             .ok_or_else(|| DataFusionError::Plan("empty flow source".to_string()))?
@@ -97,9 +121,9 @@ pub fn storage_type(dt: &DataType) -> DataType {
                 .map(|f| Field::new(f.name(), storage_type(f.data_type()), true))
                 .collect::<Fields>(),
         ),
-        DataType::List(f) | DataType::LargeList(f) | DataType::ListView(f) => {
-            DataType::List(Arc::new(Field::new(f.name(), storage_type(f.data_type()), true)))
-        }
+        DataType::List(f) | DataType::LargeList(f) | DataType::ListView(f) => DataType::List(
+            Arc::new(Field::new(f.name(), storage_type(f.data_type()), true)),
+        ),
         other => other.clone(),
     }
 }
@@ -127,7 +151,9 @@ pub fn is_orderable(dt: &DataType) -> bool {
         | DataType::Utf8
         | DataType::LargeUtf8
         | DataType::Utf8View => true,
-        DataType::Struct(fields) => !fields.is_empty() && fields.iter().all(|f| is_orderable(f.data_type())),
+        DataType::Struct(fields) => {
+            !fields.is_empty() && fields.iter().all(|f| is_orderable(f.data_type()))
+        }
         _ => false,
     }
 }
@@ -140,7 +166,13 @@ fn compatible(source: &DataType, target: &DataType) -> bool {
     s == t
         || (s.is_numeric() && t.is_numeric())
         || matches!((&s, &t), (DataType::Timestamp(_, a), DataType::Timestamp(_, b)) if a == b)
-        || matches!((&s, &t), (DataType::Date32 | DataType::Date64, DataType::Date32 | DataType::Date64))
+        || matches!(
+            (&s, &t),
+            (
+                DataType::Date32 | DataType::Date64,
+                DataType::Date32 | DataType::Date64
+            )
+        )
 }
 
 /// Find a source column by name: exact match first, then a unique
@@ -157,58 +189,119 @@ fn find_column<'a>(names: &'a [String], name: &str) -> Option<&'a String> {
 }
 
 /// Validate `spec` against its planned `source` and the `target` shape.
-pub fn resolve(state: &SessionState, spec: &FlowSpec, source: LogicalPlan, target: &TargetShape) -> Result<ResolvedFlow> {
+pub fn resolve(
+    state: &SessionState,
+    spec: &FlowSpec,
+    source: LogicalPlan,
+    target: &TargetShape,
+) -> Result<ResolvedFlow> {
     let flow = spec.name.as_str();
     // Clauses this version does not implement: refuse clearly, never ignore.
     let unsupported = [
-        (spec.stored_as_scd_type == ScdType::Type2, "STORED AS SCD TYPE 2"),
-        (spec.stored_as_scd_type == ScdType::Bitemporal, "STORED AS BITEMPORAL"),
+        (
+            spec.stored_as_scd_type == ScdType::Type2,
+            "STORED AS SCD TYPE 2",
+        ),
+        (
+            spec.stored_as_scd_type == ScdType::Bitemporal,
+            "STORED AS BITEMPORAL",
+        ),
         (spec.ignore_null_updates.is_some(), "IGNORE NULL UPDATES"),
         (spec.track_history.is_some(), "TRACK HISTORY ON"),
         (spec.system_sequence_by.is_some(), "SYSTEM SEQUENCE BY"),
         (spec.columns_to_update.is_some(), "COLUMNS TO UPDATE"),
     ];
     if spec.apply_as_truncates.is_some() && spec.stored_as_scd_type != ScdType::Type1 {
-        return Err(flow_err(flow, "APPLY AS TRUNCATE WHEN", format!("TRUNCATE is not allowed with STORED AS {}", spec.stored_as_scd_type)));
+        return Err(flow_err(
+            flow,
+            "APPLY AS TRUNCATE WHEN",
+            format!(
+                "TRUNCATE is not allowed with STORED AS {}",
+                spec.stored_as_scd_type
+            ),
+        ));
     }
     if spec.system_sequence_by.is_some() && spec.stored_as_scd_type != ScdType::Bitemporal {
-        return Err(flow_err(flow, "SYSTEM SEQUENCE BY", "requires STORED AS BITEMPORAL"));
+        return Err(flow_err(
+            flow,
+            "SYSTEM SEQUENCE BY",
+            "requires STORED AS BITEMPORAL",
+        ));
     }
     if spec.stored_as_scd_type == ScdType::Bitemporal && spec.system_sequence_by.is_none() {
-        return Err(flow_err(flow, "STORED AS BITEMPORAL", "requires SYSTEM SEQUENCE BY"));
+        return Err(flow_err(
+            flow,
+            "STORED AS BITEMPORAL",
+            "requires SYSTEM SEQUENCE BY",
+        ));
     }
     if spec.columns_to_update.is_some() && spec.ignore_null_updates.is_some() {
-        return Err(flow_err(flow, "COLUMNS TO UPDATE", "cannot be combined with IGNORE NULL UPDATES"));
+        return Err(flow_err(
+            flow,
+            "COLUMNS TO UPDATE",
+            "cannot be combined with IGNORE NULL UPDATES",
+        ));
     }
     if let Some((_, clause)) = unsupported.iter().find(|(on, _)| *on) {
-        return Err(DataFusionError::NotImplemented(format!("flow '{flow}': {clause} is not supported yet")));
+        return Err(DataFusionError::NotImplemented(format!(
+            "flow '{flow}': {clause} is not supported yet"
+        )));
     }
 
     let source_schema = Arc::clone(source.schema());
-    let source_names: Vec<String> = source_schema.fields().iter().map(|f| f.name().clone()).collect();
+    let source_names: Vec<String> = source_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
     for name in &source_names {
         let lower = name.to_ascii_lowercase();
         if RESERVED_COLUMNS.contains(&lower.as_str()) || lower.starts_with(INTERNAL_PREFIX) {
-            return Err(flow_err(flow, "source", format!("column '{name}' uses a reserved name")));
+            return Err(flow_err(
+                flow,
+                "source",
+                format!("column '{name}' uses a reserved name"),
+            ));
         }
     }
     let lookup = |clause: &str, name: &str| -> Result<String> {
-        find_column(&source_names, name)
-            .cloned()
-            .ok_or_else(|| flow_err(flow, clause, format!("column '{name}' does not exist in the source (columns: {})", source_names.join(", "))))
+        find_column(&source_names, name).cloned().ok_or_else(|| {
+            flow_err(
+                flow,
+                clause,
+                format!(
+                    "column '{name}' does not exist in the source (columns: {})",
+                    source_names.join(", ")
+                ),
+            )
+        })
     };
 
     // COLUMNS selection → target columns
     let target_columns: Vec<String> = match &spec.columns {
         ColumnSelection::All => source_names.clone(),
-        ColumnSelection::Only(list) => list.iter().map(|c| lookup("COLUMNS", c)).collect::<Result<_>>()?,
+        ColumnSelection::Only(list) => list
+            .iter()
+            .map(|c| lookup("COLUMNS", c))
+            .collect::<Result<_>>()?,
         ColumnSelection::Except(list) => {
-            let excluded = list.iter().map(|c| lookup("COLUMNS * EXCEPT", c)).collect::<Result<Vec<_>>>()?;
-            source_names.iter().filter(|n| !excluded.contains(n)).cloned().collect()
+            let excluded = list
+                .iter()
+                .map(|c| lookup("COLUMNS * EXCEPT", c))
+                .collect::<Result<Vec<_>>>()?;
+            source_names
+                .iter()
+                .filter(|n| !excluded.contains(n))
+                .cloned()
+                .collect()
         }
     };
     if spec.keys.is_empty() {
-        return Err(flow_err(flow, "KEYS", "at least one key column is required"));
+        return Err(flow_err(
+            flow,
+            "KEYS",
+            "at least one key column is required",
+        ));
     }
     let mut key_indices = Vec::with_capacity(spec.keys.len());
     for key in &spec.keys {
@@ -216,7 +309,13 @@ pub fn resolve(state: &SessionState, spec: &FlowSpec, source: LogicalPlan, targe
         let idx = target_columns
             .iter()
             .position(|c| *c == name)
-            .ok_or_else(|| flow_err(flow, "KEYS", format!("key column '{name}' is not among the target columns")))?;
+            .ok_or_else(|| {
+                flow_err(
+                    flow,
+                    "KEYS",
+                    format!("key column '{name}' is not among the target columns"),
+                )
+            })?;
         key_indices.push(idx);
     }
 
@@ -238,7 +337,9 @@ pub fn resolve(state: &SessionState, spec: &FlowSpec, source: LogicalPlan, targe
         SequenceBy::Expr(text) => plan_sql_expr(state, text, &spec.dialect, &source_schema)
             .map_err(|e| flow_err(flow, "SEQUENCE BY", e))?,
     };
-    let seq_source_type = seq_expr.get_type(&source_schema).map_err(|e| flow_err(flow, "SEQUENCE BY", e))?;
+    let seq_source_type = seq_expr
+        .get_type(&source_schema)
+        .map_err(|e| flow_err(flow, "SEQUENCE BY", e))?;
     if !is_orderable(&seq_source_type) {
         return Err(flow_err(flow, "SEQUENCE BY", format!("type {seq_source_type} is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
     }
@@ -255,15 +356,38 @@ pub fn resolve(state: &SessionState, spec: &FlowSpec, source: LogicalPlan, targe
             let existing_names: Vec<&String> = existing.fields().iter().map(|f| f.name()).collect();
             let mut sorted_flow = target_columns.clone();
             sorted_flow.sort();
-            let mut sorted_target: Vec<String> = existing_names.iter().map(|s| s.to_string()).collect();
+            let mut sorted_target: Vec<String> =
+                existing_names.iter().map(|s| s.to_string()).collect();
             sorted_target.sort();
             if sorted_flow != sorted_target {
-                return Err(flow_err(flow, "COLUMNS", format!("the flow's columns ({}) do not match the target's columns ({})", target_columns.join(", "), existing_names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))));
+                return Err(flow_err(
+                    flow,
+                    "COLUMNS",
+                    format!(
+                        "the flow's columns ({}) do not match the target's columns ({})",
+                        target_columns.join(", "),
+                        existing_names
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
             }
             for field in existing.fields() {
-                let source_type = source_schema.field_with_unqualified_name(field.name())?.data_type();
+                let source_type = source_schema
+                    .field_with_unqualified_name(field.name())?
+                    .data_type();
                 if !compatible(source_type, field.data_type()) {
-                    return Err(flow_err(flow, "COLUMNS", format!("column '{}' has type {source_type} in the source but {} in the target", field.name(), field.data_type())));
+                    return Err(flow_err(
+                        flow,
+                        "COLUMNS",
+                        format!(
+                            "column '{}' has type {source_type} in the source but {} in the target",
+                            field.name(),
+                            field.data_type()
+                        ),
+                    ));
                 }
             }
             Arc::clone(existing)
@@ -279,19 +403,35 @@ pub fn resolve(state: &SessionState, spec: &FlowSpec, source: LogicalPlan, targe
             Arc::new(Schema::new(fields))
         }
     };
-    let target_names: Vec<String> = target_schema.fields().iter().map(|f| f.name().clone()).collect();
+    let target_names: Vec<String> = target_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
     let key_indices: Vec<usize> = key_indices
         .iter()
-        .map(|&i| target_names.iter().position(|n| *n == target_columns[i]).unwrap_or(i))
+        .map(|&i| {
+            target_names
+                .iter()
+                .position(|n| *n == target_columns[i])
+                .unwrap_or(i)
+        })
         .collect();
 
     // Event kind: TRUNCATE, else DELETE, else UPSERT (NULL conditions are false).
     let condition = |clause: &str, text: &Option<String>| -> Result<Option<Expr>> {
         let Some(text) = text else { return Ok(None) };
-        let e = plan_sql_expr(state, text, &spec.dialect, &source_schema).map_err(|e| flow_err(flow, clause, e))?;
-        let t = e.get_type(&source_schema).map_err(|e| flow_err(flow, clause, e))?;
+        let e = plan_sql_expr(state, text, &spec.dialect, &source_schema)
+            .map_err(|e| flow_err(flow, clause, e))?;
+        let t = e
+            .get_type(&source_schema)
+            .map_err(|e| flow_err(flow, clause, e))?;
         if t != DataType::Boolean && t != DataType::Null {
-            return Err(flow_err(flow, clause, format!("condition `{text}` has type {t}, expected BOOLEAN")));
+            return Err(flow_err(
+                flow,
+                clause,
+                format!("condition `{text}` has type {t}, expected BOOLEAN"),
+            ));
         }
         Ok(Some(coalesce(vec![cast(e, DataType::Boolean), lit(false)])))
     };
@@ -309,18 +449,29 @@ pub fn resolve(state: &SessionState, spec: &FlowSpec, source: LogicalPlan, targe
     let mut projection: Vec<Expr> = target_schema
         .fields()
         .iter()
-        .map(|f| cast(Expr::Column(Column::new_unqualified(f.name())), f.data_type().clone()).alias(f.name()))
+        .map(|f| {
+            cast(
+                Expr::Column(Column::new_unqualified(f.name())),
+                f.data_type().clone(),
+            )
+            .alias(f.name())
+        })
         .collect();
     projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));
     projection.push(kind.alias(KIND_COL));
     projection.push(lit(Origin::New as i8).alias(ORIGIN_COL));
-    let events = LogicalPlanBuilder::from(source).project(projection)?.build()?;
+    let events = LogicalPlanBuilder::from(source)
+        .project(projection)?
+        .build()?;
 
     Ok(ResolvedFlow {
         spec: spec.clone(),
         events,
         target_schema,
         sequence_type,
-        layout: EventLayout { target_columns: target_names, key_indices },
+        layout: EventLayout {
+            target_columns: target_names,
+            key_indices,
+        },
     })
 }

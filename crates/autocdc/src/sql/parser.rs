@@ -3,7 +3,9 @@
 //! SQL dialect (so `"DELETE"` is a string under the Databricks dialect).
 
 use datafusion::common::{DataFusionError, Result};
-use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName};
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName,
+};
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect};
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -68,19 +70,30 @@ struct CdcParser<'a> {
 }
 
 fn perr(msg: impl std::fmt::Display) -> DataFusionError {
-    DataFusionError::SQL(Box::new(datafusion::sql::sqlparser::parser::ParserError::ParserError(msg.to_string())), None)
+    DataFusionError::SQL(
+        Box::new(datafusion::sql::sqlparser::parser::ParserError::ParserError(msg.to_string())),
+        None,
+    )
 }
 
 /// Parse `sql` if it is one of our statements; `Ok(None)` hands it to DataFusion.
-pub fn parse_cdc_statement(sql: &str, dialect: &str, normalize_idents: bool) -> Result<Option<CdcStatement>> {
-    let d: Box<dyn Dialect> =
-        dialect_from_str(dialect).ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
+pub fn parse_cdc_statement(
+    sql: &str,
+    dialect: &str,
+    normalize_idents: bool,
+) -> Result<Option<CdcStatement>> {
+    let d: Box<dyn Dialect> = dialect_from_str(dialect)
+        .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
     let p = match Parser::new(d.as_ref()).try_with_sql(sql) {
         Ok(p) => p,
         // not tokenizable by us: let DataFusion report it
         Err(_) => return Ok(None),
     };
-    let mut c = CdcParser { p, normalize: normalize_idents, dialect: dialect.to_string() };
+    let mut c = CdcParser {
+        p,
+        normalize: normalize_idents,
+        dialect: dialect.to_string(),
+    };
     c.statement(true)
 }
 
@@ -102,7 +115,10 @@ impl CdcParser<'_> {
         if self.word(w) {
             Ok(())
         } else {
-            Err(perr(format!("expected {w}, found {}", self.p.peek_token().token)))
+            Err(perr(format!(
+                "expected {w}, found {}",
+                self.p.peek_token().token
+            )))
         }
     }
 
@@ -110,7 +126,10 @@ impl CdcParser<'_> {
         if self.p.consume_token(&t) {
             Ok(())
         } else {
-            Err(perr(format!("expected {t}, found {}", self.p.peek_token().token)))
+            Err(perr(format!(
+                "expected {t}, found {}",
+                self.p.peek_token().token
+            )))
         }
     }
 
@@ -124,7 +143,11 @@ impl CdcParser<'_> {
 
     fn name_parts(&self, n: &ObjectName) -> Vec<String> {
         n.0.iter()
-            .map(|part| part.as_ident().map(|i| self.ident(i)).unwrap_or_else(|| part.to_string()))
+            .map(|part| {
+                part.as_ident()
+                    .map(|i| self.ident(i))
+                    .unwrap_or_else(|| part.to_string())
+            })
             .collect()
     }
 
@@ -137,7 +160,9 @@ impl CdcParser<'_> {
         while self.p.consume_token(&Token::SemiColon) {}
         match self.p.peek_token().token {
             Token::EOF => Ok(()),
-            t => Err(perr(format!("unexpected {t} after the end of the statement"))),
+            t => Err(perr(format!(
+                "unexpected {t} after the end of the statement"
+            ))),
         }
     }
 
@@ -146,7 +171,11 @@ impl CdcParser<'_> {
             self.p.next_token();
             let analyze = self.word("ANALYZE");
             let verbose = self.word("VERBOSE");
-            return Ok(self.statement(false)?.map(|s| CdcStatement::Explain { analyze, verbose, statement: Box::new(s) }));
+            return Ok(self.statement(false)?.map(|s| CdcStatement::Explain {
+                analyze,
+                verbose,
+                statement: Box::new(s),
+            }));
         }
         let stmt = if self.peek_word(0, "CREATE") {
             let or_refresh = self.peek_word(1, "OR") && self.peek_word(2, "REFRESH");
@@ -191,7 +220,9 @@ impl CdcParser<'_> {
     }
 
     fn create_table(&mut self, or_refresh: bool) -> Result<CdcStatement> {
-        let if_not_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let if_not_exists = self
+            .p
+            .parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
         let name = self.table_name()?;
         let mut columns = Vec::new();
         if self.p.consume_token(&Token::LParen) {
@@ -212,10 +243,15 @@ impl CdcParser<'_> {
                 self.expect_token(Token::LParen)?;
                 loop {
                     let key = match self.p.peek_token().token {
-                        Token::SingleQuotedString(_) | Token::DoubleQuotedString(_) => self.p.parse_literal_string()?,
+                        Token::SingleQuotedString(_) | Token::DoubleQuotedString(_) => {
+                            self.p.parse_literal_string()?
+                        }
                         _ => {
                             let n = self.p.parse_object_name(false)?;
-                            n.0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(".")
+                            n.0.iter()
+                                .map(|p| p.to_string())
+                                .collect::<Vec<_>>()
+                                .join(".")
                         }
                     };
                     self.expect_token(Token::Eq)?;
@@ -297,15 +333,13 @@ impl CdcParser<'_> {
     }
 
     fn flow_body(&mut self, name: Option<String>) -> Result<CdcStatement> {
-        let once;
         if self.word("AUTO") {
             self.expect_word("CDC")?;
-            once = self.word("ONCE");
         } else {
             self.expect_word("APPLY")?;
             self.expect_word("CHANGES")?;
-            once = self.word("ONCE");
         }
+        let once = self.word("ONCE");
         self.expect_word("INTO")?;
         let target = self.table_name()?;
         let flow_name = name.unwrap_or_else(|| target.table.clone());
@@ -315,19 +349,20 @@ impl CdcParser<'_> {
                 "flow '{flow_name}': AUTO CDC FROM SNAPSHOT is not supported yet"
             )));
         }
-        let source = if self.peek_word(0, "STREAM") && self.p.peek_nth_token(1).token == Token::LParen {
-            self.p.next_token();
-            self.p.next_token();
-            let n = self.p.parse_object_name(false)?;
-            self.expect_token(Token::RParen)?;
-            FlowSource::Table(n.to_string())
-        } else if self.p.consume_token(&Token::LParen) {
-            let q = self.p.parse_query()?;
-            self.expect_token(Token::RParen)?;
-            FlowSource::Query(q.to_string())
-        } else {
-            FlowSource::Table(self.p.parse_object_name(false)?.to_string())
-        };
+        let source =
+            if self.peek_word(0, "STREAM") && self.p.peek_nth_token(1).token == Token::LParen {
+                self.p.next_token();
+                self.p.next_token();
+                let n = self.p.parse_object_name(false)?;
+                self.expect_token(Token::RParen)?;
+                FlowSource::Table(n.to_string())
+            } else if self.p.consume_token(&Token::LParen) {
+                let q = self.p.parse_query()?;
+                self.expect_token(Token::RParen)?;
+                FlowSource::Query(q.to_string())
+            } else {
+                FlowSource::Table(self.p.parse_object_name(false)?.to_string())
+            };
         let mut spec = FlowSpec::new(flow_name, target.to_string(), source);
         spec.once = once;
         spec.dialect = self.dialect.clone();
@@ -348,8 +383,11 @@ impl CdcParser<'_> {
                 self.expect_word("NULL")?;
                 self.expect_word("UPDATES")?;
                 once_clause("IGNORE NULL UPDATES", &spec.name)?;
-                spec.ignore_null_updates =
-                    Some(if self.word("ON") { self.selection()? } else { ColumnSelection::All });
+                spec.ignore_null_updates = Some(if self.word("ON") {
+                    self.selection()?
+                } else {
+                    ColumnSelection::All
+                });
             } else if self.peek_word(0, "APPLY") && self.peek_word(1, "AS") {
                 self.p.next_token();
                 self.p.next_token();
@@ -397,7 +435,12 @@ impl CdcParser<'_> {
                     match self.p.next_token().token {
                         Token::Number(n, _) if n == "1" => ScdType::Type1,
                         Token::Number(n, _) if n == "2" => ScdType::Type2,
-                        t => return Err(perr(format!("flow '{}': STORED AS SCD TYPE must be 1 or 2, found {t}", spec.name))),
+                        t => {
+                            return Err(perr(format!(
+                                "flow '{}': STORED AS SCD TYPE must be 1 or 2, found {t}",
+                                spec.name
+                            )))
+                        }
                     }
                 };
             } else if self.peek_word(0, "TRACK") {
@@ -430,21 +473,40 @@ mod tests {
                COLUMNS * EXCEPT (operation, sequenceNum) STORED AS SCD TYPE 1"#,
             "databricks",
         );
-        let CdcStatement::CreateFlow(f) = s else { panic!("not a flow") };
+        let CdcStatement::CreateFlow(f) = s else {
+            panic!("not a flow")
+        };
         assert_eq!(f.name, "flow");
         assert_eq!(f.target, "target");
         assert_eq!(f.source, FlowSource::Table("cdc_data.users".into()));
         assert_eq!(f.keys, vec!["userid"]);
-        assert_eq!(f.sequence_by, Some(SequenceBy::Column("sequencenum".into())));
-        assert_eq!(f.columns, ColumnSelection::Except(vec!["operation".into(), "sequencenum".into()]));
-        assert_eq!(f.apply_as_deletes.as_deref(), Some(r#"operation = "DELETE""#));
+        assert_eq!(
+            f.sequence_by,
+            Some(SequenceBy::Column("sequencenum".into()))
+        );
+        assert_eq!(
+            f.columns,
+            ColumnSelection::Except(vec!["operation".into(), "sequencenum".into()])
+        );
+        assert_eq!(
+            f.apply_as_deletes.as_deref(),
+            Some(r#"operation = "DELETE""#)
+        );
     }
 
     #[test]
     fn other_statements_pass_through() {
-        assert!(parse_cdc_statement("SELECT 1", "generic", true).unwrap().is_none());
-        assert!(parse_cdc_statement("CREATE TABLE t (a INT)", "generic", true).unwrap().is_none());
-        assert!(parse_cdc_statement("EXPLAIN SELECT 1", "generic", true).unwrap().is_none());
+        assert!(parse_cdc_statement("SELECT 1", "generic", true)
+            .unwrap()
+            .is_none());
+        assert!(
+            parse_cdc_statement("CREATE TABLE t (a INT)", "generic", true)
+                .unwrap()
+                .is_none()
+        );
+        assert!(parse_cdc_statement("EXPLAIN SELECT 1", "generic", true)
+            .unwrap()
+            .is_none());
     }
 
     #[test]
@@ -457,10 +519,16 @@ mod tests {
         };
         assert_eq!(f.name, "t");
         assert_eq!(f.target, "s.t");
-        assert_eq!(f.sequence_by, Some(SequenceBy::Struct(vec!["ts".into(), "n".into()])));
+        assert_eq!(
+            f.sequence_by,
+            Some(SequenceBy::Struct(vec!["ts".into(), "n".into()]))
+        );
         assert_eq!(
             parse("REFRESH STREAMING TABLE s.t FULL;", "generic"),
-            CdcStatement::Refresh { name: TableName::parse("s.t").unwrap(), full: true }
+            CdcStatement::Refresh {
+                name: TableName::parse("s.t").unwrap(),
+                full: true
+            }
         );
     }
 }

@@ -44,8 +44,9 @@ impl TableMeta {
     /// Decode from the Delta table's arrow schema and configuration.
     pub fn decode(delta_schema: &Schema, configuration: &HashMap<String, String>) -> Result<Self> {
         let decl = match configuration.get(TABLE_KEY) {
-            Some(json) => serde_json::from_str(json)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+            Some(json) => {
+                serde_json::from_str(json).map_err(|e| DataFusionError::External(Box::new(e)))?
+            }
             None => TableDecl::default(),
         };
         let user_fields: Vec<_> = delta_schema
@@ -54,7 +55,10 @@ impl TableMeta {
             .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
             .cloned()
             .collect();
-        let sequence_type = delta_schema.field_with_name(SEQ_COL).ok().map(|f| f.data_type().clone());
+        let sequence_type = delta_schema
+            .field_with_name(SEQ_COL)
+            .ok()
+            .map(|f| f.data_type().clone());
         let mut flows = BTreeMap::new();
         for (k, v) in configuration {
             if let Some(name) = k.strip_prefix(FLOW_KEY_PREFIX) {

@@ -13,7 +13,9 @@ use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
-use datafusion::logical_expr::{col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType};
+use datafusion::logical_expr::{
+    col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
+};
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake_core::DeltaTable;
 
@@ -43,18 +45,38 @@ fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionErr
 impl ScdTable {
     /// Load the latest version of a streaming table.
     pub async fn load(warehouse: &Warehouse, name: TableName) -> Result<Self> {
-        let table = warehouse.delta_builder(&name)?.load().await.map_err(delta_err)?;
+        let table = warehouse
+            .delta_builder(&name)?
+            .load()
+            .await
+            .map_err(delta_err)?;
         let loaded = Self::loaded(table).await?;
-        Ok(Self { name, loaded: RwLock::new(loaded) })
+        Ok(Self {
+            name,
+            loaded: RwLock::new(loaded),
+        })
     }
 
     async fn loaded(table: DeltaTable) -> Result<Loaded> {
         let snapshot = table.snapshot().map_err(delta_err)?;
-        let meta = TableMeta::decode(snapshot.snapshot().arrow_schema().as_ref(), snapshot.metadata().configuration())?;
+        let meta = TableMeta::decode(
+            snapshot.snapshot().arrow_schema().as_ref(),
+            snapshot.metadata().configuration(),
+        )?;
         let raw = table.table_provider().await?;
         let raw_schema = raw.schema();
-        let fields: Vec<_> = raw_schema.fields().iter().filter(|f| !f.name().starts_with(INTERNAL_PREFIX)).cloned().collect();
-        Ok(Loaded { table, meta, raw, schema: Arc::new(Schema::new(fields)) })
+        let fields: Vec<_> = raw_schema
+            .fields()
+            .iter()
+            .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+            .cloned()
+            .collect();
+        Ok(Loaded {
+            table,
+            meta,
+            raw,
+            schema: Arc::new(Schema::new(fields)),
+        })
     }
 
     /// Re-read the latest committed version.
@@ -62,7 +84,10 @@ impl ScdTable {
         let mut table = self.delta();
         table.update_state().await.map_err(delta_err)?;
         let loaded = Self::loaded(table).await?;
-        *self.loaded.write().map_err(|_| DataFusionError::Internal("poisoned table lock".into()))? = loaded;
+        *self
+            .loaded
+            .write()
+            .map_err(|_| DataFusionError::Internal("poisoned table lock".into()))? = loaded;
         Ok(())
     }
 
@@ -112,14 +137,26 @@ impl TableProvider for ScdTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let loaded = self.read();
-        let mut builder = LogicalPlanBuilder::scan(self.name.table.clone(), provider_as_source(loaded.raw), None)?
-            .filter(col(KIND_COL).eq(lit(Kind::Upsert as i8)))?;
+        let mut builder = LogicalPlanBuilder::scan(
+            self.name.table.clone(),
+            provider_as_source(loaded.raw),
+            None,
+        )?
+        .filter(col(KIND_COL).eq(lit(Kind::Upsert as i8)))?;
         for f in filters {
             builder = builder.filter(unnormalize_col(f.clone()))?;
         }
         let columns: Vec<Expr> = match projection {
-            Some(p) => p.iter().map(|&i| Expr::Column(Column::new_unqualified(loaded.schema.field(i).name()))).collect(),
-            None => loaded.schema.fields().iter().map(|f| Expr::Column(Column::new_unqualified(f.name()))).collect(),
+            Some(p) => p
+                .iter()
+                .map(|&i| Expr::Column(Column::new_unqualified(loaded.schema.field(i).name())))
+                .collect(),
+            None => loaded
+                .schema
+                .fields()
+                .iter()
+                .map(|f| Expr::Column(Column::new_unqualified(f.name())))
+                .collect(),
         };
         builder = builder.project(columns)?;
         if let Some(n) = limit {
@@ -128,7 +165,10 @@ impl TableProvider for ScdTable {
         state.create_physical_plan(&builder.build()?).await
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
     }
 }

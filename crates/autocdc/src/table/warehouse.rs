@@ -34,9 +34,18 @@ impl TableName {
     /// `[catalog, schema, table]`).
     pub fn from_parts(parts: &[String]) -> Result<Self> {
         match parts {
-            [table] => Ok(Self { schema: DEFAULT_SCHEMA.to_string(), table: table.clone() }),
-            [schema, table] | [_, schema, table] => Ok(Self { schema: schema.clone(), table: table.clone() }),
-            _ => Err(DataFusionError::Plan(format!("invalid streaming table name '{}'", parts.join(".")))),
+            [table] => Ok(Self {
+                schema: DEFAULT_SCHEMA.to_string(),
+                table: table.clone(),
+            }),
+            [schema, table] | [_, schema, table] => Ok(Self {
+                schema: schema.clone(),
+                table: table.clone(),
+            }),
+            _ => Err(DataFusionError::Plan(format!(
+                "invalid streaming table name '{}'",
+                parts.join(".")
+            ))),
         }
     }
 
@@ -70,7 +79,8 @@ impl Warehouse {
     pub fn open(location: &str) -> Result<Self> {
         if location.starts_with("memory://") {
             return Ok(Self {
-                root: Url::parse("memory:///").map_err(|e| DataFusionError::External(Box::new(e)))?,
+                root: Url::parse("memory:///")
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?,
                 store: Arc::new(InMemory::new()),
             });
         }
@@ -83,14 +93,25 @@ impl Warehouse {
             }
             None => std::path::PathBuf::from(location),
         };
-        std::fs::create_dir_all(&path)
-            .map_err(|e| DataFusionError::Execution(format!("cannot create warehouse folder '{}': {e}", path.display())))?;
-        let abs = path
-            .canonicalize()
-            .map_err(|e| DataFusionError::Execution(format!("warehouse folder '{}': {e}", path.display())))?;
-        let root = Url::from_directory_path(&abs)
-            .map_err(|_| DataFusionError::Execution(format!("warehouse folder '{}' is not a valid path", abs.display())))?;
-        Ok(Self { root, store: Arc::new(LocalFileSystem::new()) })
+        std::fs::create_dir_all(&path).map_err(|e| {
+            DataFusionError::Execution(format!(
+                "cannot create warehouse folder '{}': {e}",
+                path.display()
+            ))
+        })?;
+        let abs = path.canonicalize().map_err(|e| {
+            DataFusionError::Execution(format!("warehouse folder '{}': {e}", path.display()))
+        })?;
+        let root = Url::from_directory_path(&abs).map_err(|_| {
+            DataFusionError::Execution(format!(
+                "warehouse folder '{}' is not a valid path",
+                abs.display()
+            ))
+        })?;
+        Ok(Self {
+            root,
+            store: Arc::new(LocalFileSystem::new()),
+        })
     }
 
     /// Root URL of the warehouse.
@@ -124,9 +145,16 @@ impl Warehouse {
 
     /// Whether a Delta table exists at `name`.
     pub async fn exists(&self, name: &TableName) -> Result<bool> {
-        let log = self.prefix(&self.table_url(name)?)?.clone().join("_delta_log");
+        let log = self
+            .prefix(&self.table_url(name)?)?
+            .clone()
+            .join("_delta_log");
         let mut listing = self.store.list(Some(&log));
-        Ok(listing.try_next().await.map_err(|e| DataFusionError::External(Box::new(e)))?.is_some())
+        Ok(listing
+            .try_next()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            .is_some())
     }
 
     /// Every streaming table stored in the warehouse.
@@ -139,15 +167,22 @@ impl Warehouse {
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         for schema in schemas.common_prefixes {
-            let Some(schema_name) = schema.filename().map(str::to_string) else { continue };
+            let Some(schema_name) = schema.filename().map(str::to_string) else {
+                continue;
+            };
             let tables = self
                 .store
                 .list_with_delimiter(Some(&schema))
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
             for table in tables.common_prefixes {
-                let Some(table_name) = table.filename().map(str::to_string) else { continue };
-                let name = TableName { schema: schema_name.clone(), table: table_name };
+                let Some(table_name) = table.filename().map(str::to_string) else {
+                    continue;
+                };
+                let name = TableName {
+                    schema: schema_name.clone(),
+                    table: table_name,
+                };
                 if self.exists(&name).await? {
                     names.push(name);
                 }
@@ -168,7 +203,10 @@ impl Warehouse {
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         for p in paths {
-            self.store.delete(&p).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            self.store
+                .delete(&p)
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
         }
         Ok(())
     }
