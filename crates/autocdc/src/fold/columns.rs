@@ -59,6 +59,19 @@ pub enum Origin {
     New = 1,
 }
 
+/// `schema` with every field nullable: stored state mixes live rows with
+/// tombstones and the keyless watermark row.
+pub fn all_nullable(schema: &arrow::datatypes::Schema) -> arrow::datatypes::SchemaRef {
+    std::sync::Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    ))
+}
+
 /// Column positions of an event batch: `[target columns..., __cdc_seq,
 /// __cdc_kind, __cdc_origin]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -38,7 +38,7 @@ use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
-use super::columns::{EventLayout, Kind, Origin};
+use super::columns::{all_nullable, EventLayout, Kind, Origin};
 
 /// What one fold did; reported as operator metrics and by the update.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,7 @@ impl Scd1Fold {
             .collect();
         let seq_field = SortField::new(input_schema.field(layout.seq()).data_type().clone());
         let output_schema =
-            Arc::new(input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
+            all_nullable(&input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
         Ok(Self {
             flow: flow.to_string(),
             key_converter: RowConverter::new(key_fields)?,

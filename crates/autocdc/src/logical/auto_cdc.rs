@@ -57,7 +57,7 @@ impl AutoCdcNode {
         let fields: Vec<_> = (0..layout.origin())
             .map(|i| {
                 let (q, f) = input.qualified_field(i);
-                (q.cloned(), Arc::clone(f))
+                (q.cloned(), Arc::new(f.as_ref().clone().with_nullable(true)))
             })
             .collect();
         let schema = Arc::new(DFSchema::new_with_metadata(fields, Default::default())?);

@@ -41,6 +41,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
+use crate::fold::columns::all_nullable;
 use crate::fold::{EventLayout, FoldCounts, Kind, Scd1Fold};
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
@@ -83,7 +84,7 @@ impl AutoCdcExec {
         truncates: Arc<dyn ExecutionPlan>,
     ) -> Result<Self> {
         let input = events.schema();
-        let schema = Arc::new(input.project(&(0..layout.origin()).collect::<Vec<_>>())?);
+        let schema = all_nullable(&input.project(&(0..layout.origin()).collect::<Vec<_>>())?);
         let properties = Arc::new(Self::compute_properties(&events, Arc::clone(&schema)));
         Ok(Self {
             flow,
