@@ -28,6 +28,7 @@
 pub mod api;
 pub mod config;
 pub mod fold;
+pub mod functions;
 pub mod logical;
 pub mod physical;
 pub mod pipeline;

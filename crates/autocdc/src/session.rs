@@ -21,6 +21,7 @@ use futures::TryStreamExt;
 
 use crate::config::AutoCdcConfig;
 use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
+use crate::functions::StreamFunction;
 use crate::physical::commit_exec::result_schema;
 use crate::pipeline::{delta_err, plan_update};
 use crate::spec::resolve::storage_type;
@@ -59,6 +60,22 @@ impl CdcSession {
         .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_object_store(warehouse.root(), warehouse.store());
+        let (catalog, schema) = {
+            let state = ctx.state();
+            let options = &state.config().options().catalog;
+            (
+                options.default_catalog.clone(),
+                options.default_schema.clone(),
+            )
+        };
+        ctx.register_udtf(
+            "stream",
+            Arc::new(StreamFunction::new(
+                ctx.state().catalog_list().clone(),
+                catalog,
+                schema,
+            )),
+        );
         let session = Self {
             ctx,
             warehouse,

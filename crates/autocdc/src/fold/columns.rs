@@ -5,6 +5,15 @@
 pub const SEQ_COL: &str = "__cdc_seq";
 /// Row/event kind, see [`Kind`].
 pub const KIND_COL: &str = "__cdc_kind";
+/// Stored row kind of a hidden UPSERT event kept in an SCD 2 history.
+pub const STORED_UPSERT_EVENT: i8 = 3;
+/// Stored row kind of a hidden DELETE event kept in an SCD 2 history.
+pub const STORED_DELETE_EVENT: i8 = 4;
+/// SCD 2 / BITEMPORAL business-time columns.
+pub const START_AT_COL: &str = "__start_at";
+/// See [`START_AT_COL`].
+pub const END_AT_COL: &str = "__end_at";
+
 /// Where an event comes from during an update, see [`Origin`] (never stored).
 pub const ORIGIN_COL: &str = "__cdc_origin";
 /// Prefix reserved for hidden bookkeeping columns.

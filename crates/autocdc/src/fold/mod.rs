@@ -6,7 +6,64 @@
 //! [`crate::physical`] drive them over DataFusion streams.
 
 pub mod columns;
+pub mod kernel;
 pub mod scd1;
+pub mod scd2;
 
 pub use columns::{EventLayout, Kind, Origin};
+pub use kernel::FoldKernel;
 pub use scd1::{FoldCounts, Scd1Fold};
+pub use scd2::Scd2Fold;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::Result;
+
+use crate::spec::ScdType;
+
+/// What an `AutoCdc` operator folds: shared by the logical node, the exec
+/// and the kernels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+pub struct FoldSpec {
+    /// Flow name (for messages).
+    pub flow: String,
+    /// Column positions of the event input.
+    pub layout: EventLayout,
+    /// Storage type.
+    pub stored_as: ScdType,
+    /// Tracked target columns (SCD 2).
+    pub tracked: Vec<usize>,
+}
+
+impl FoldSpec {
+    /// Schema of the stored rows produced from events of `input`.
+    pub fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
+        match self.stored_as {
+            ScdType::Type1 => Ok(columns::all_nullable(
+                &input.project(&(0..self.layout.origin()).collect::<Vec<_>>())?,
+            )),
+            _ => Ok(scd2::scd2_output_schema(&self.layout, input)),
+        }
+    }
+
+    /// A fresh kernel for one partition.
+    pub fn kernel(&self, input: &SchemaRef) -> Result<Box<dyn FoldKernel>> {
+        Ok(match self.stored_as {
+            ScdType::Type1 => Box::new(Scd1Fold::try_new(&self.flow, self.layout.clone(), input)?),
+            _ => Box::new(Scd2Fold::try_new(
+                &self.flow,
+                self.layout.clone(),
+                self.tracked.clone(),
+                input,
+            )?),
+        })
+    }
+
+    /// Key column names.
+    pub fn key_names(&self) -> Vec<&str> {
+        self.layout
+            .key_indices
+            .iter()
+            .map(|&i| self.layout.target_columns[i].as_str())
+            .collect()
+    }
+}

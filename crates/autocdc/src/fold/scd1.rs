@@ -39,6 +39,7 @@ use arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::{all_nullable, EventLayout, Kind, Origin};
+use super::kernel::FoldKernel;
 
 /// What one fold did; reported as operator metrics and by the update.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -54,14 +55,16 @@ pub struct FoldCounts {
     /// New events dropped because the target already held that key at an
     /// equal or greater sequence.
     pub late: usize,
-    /// New events dropped as exact duplicates of another new event.
+    /// New events dropped as exact duplicates of another (new or stored) event.
     pub duplicates: usize,
+    /// New events added to a stored history (SCD 2).
+    pub events_added: usize,
 }
 
 impl FoldCounts {
     /// Whether the fold changed the stored state at all.
     pub fn changed_state(&self) -> bool {
-        self.upserted + self.deleted + self.tombstones > 0
+        self.upserted + self.deleted + self.tombstones + self.events_added > 0
     }
 }
 
@@ -443,6 +446,27 @@ impl Scd1Fold {
             })
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+impl FoldKernel for Scd1Fold {
+    fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        Scd1Fold::observe_watermark(self, sequences)
+    }
+    fn watermark_value(&self) -> Option<&ArrayRef> {
+        Scd1Fold::watermark_value(self)
+    }
+    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        Scd1Fold::push(self, batch)
+    }
+    fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
+        Scd1Fold::finish_all(self)
+    }
+    fn counts(&self) -> FoldCounts {
+        Scd1Fold::counts(self)
+    }
+    fn output_schema(&self) -> &SchemaRef {
+        Scd1Fold::output_schema(self)
     }
 }
 

@@ -3,28 +3,25 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::common::{DFSchema, DFSchemaRef, Result};
+use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
-use crate::fold::EventLayout;
+use crate::fold::{EventLayout, FoldSpec};
 
-/// Folds change events into the new stored state of an SCD 1 target.
+/// Folds change events into the new stored state of a target.
 ///
 /// Inputs:
 /// 0. events `[target columns..., __cdc_seq, __cdc_kind, __cdc_origin]` —
-///    the target's stored rows (origin 0) and the flow's new UPSERT/DELETE
-///    events (origin 1);
+///    the target's stored rows or events (origin 0) and the flow's new
+///    UPSERT/DELETE events (origin 1);
 /// 1. truncate sequences `[__cdc_seq]` — new TRUNCATE events and the stored
-///    truncate watermark.
+///    truncate watermark (SCD 1).
 ///
-/// Output: the complete new stored state `[target columns..., __cdc_seq,
-/// __cdc_kind]` (live rows, tombstones and the watermark row).
+/// Output: the complete new stored state (see [`FoldSpec::output_schema`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AutoCdcNode {
-    /// Flow being applied (for messages and EXPLAIN).
-    pub flow: String,
-    /// Column positions of the event input.
-    pub layout: EventLayout,
+    /// What to fold.
+    pub spec: FoldSpec,
     /// Event input.
     pub events: Arc<LogicalPlan>,
     /// Truncate sequences input.
@@ -34,7 +31,7 @@ pub struct AutoCdcNode {
 
 impl PartialOrd for AutoCdcNode {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        (&self.flow, &self.layout).partial_cmp(&(&other.flow, &other.layout))
+        self.spec.partial_cmp(&other.spec)
     }
 }
 
@@ -46,37 +43,16 @@ impl PartialOrd for EventLayout {
 }
 
 impl AutoCdcNode {
-    /// Create the node; the output schema is the event schema without `__cdc_origin`.
-    pub fn try_new(
-        flow: String,
-        layout: EventLayout,
-        events: LogicalPlan,
-        truncates: LogicalPlan,
-    ) -> Result<Self> {
-        let input = events.schema();
-        let fields: Vec<_> = (0..layout.origin())
-            .map(|i| {
-                let (q, f) = input.qualified_field(i);
-                (q.cloned(), Arc::new(f.as_ref().clone().with_nullable(true)))
-            })
-            .collect();
-        let schema = Arc::new(DFSchema::new_with_metadata(fields, Default::default())?);
+    /// Create the node.
+    pub fn try_new(spec: FoldSpec, events: LogicalPlan, truncates: LogicalPlan) -> Result<Self> {
+        let output = spec.output_schema(events.schema().as_arrow())?;
+        let schema = Arc::new(DFSchema::try_from(output.as_ref().clone())?);
         Ok(Self {
-            flow,
-            layout,
+            spec,
             events: Arc::new(events),
             truncates: Arc::new(truncates),
             schema,
         })
-    }
-
-    /// Key column names.
-    pub fn key_names(&self) -> Vec<&str> {
-        self.layout
-            .key_indices
-            .iter()
-            .map(|&i| self.layout.target_columns[i].as_str())
-            .collect()
     }
 }
 
@@ -100,9 +76,10 @@ impl UserDefinedLogicalNodeCore for AutoCdcNode {
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "AutoCdc: flow={}, keys=[{}], stored_as=SCD TYPE 1",
-            self.flow,
-            self.key_names().join(", ")
+            "AutoCdc: flow={}, keys=[{}], stored_as={}",
+            self.spec.flow,
+            self.spec.key_names().join(", "),
+            self.spec.stored_as
         )
     }
 
@@ -111,12 +88,12 @@ impl UserDefinedLogicalNodeCore for AutoCdcNode {
         _exprs: Vec<Expr>,
         mut inputs: Vec<LogicalPlan>,
     ) -> Result<Self> {
-        let truncates = inputs.pop().ok_or_else(|| {
-            datafusion::common::DataFusionError::Internal("AutoCdc needs two inputs".into())
-        })?;
-        let events = inputs.pop().ok_or_else(|| {
-            datafusion::common::DataFusionError::Internal("AutoCdc needs two inputs".into())
-        })?;
-        Self::try_new(self.flow.clone(), self.layout.clone(), events, truncates)
+        let truncates = inputs
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("AutoCdc needs two inputs".into()))?;
+        let events = inputs
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("AutoCdc needs two inputs".into()))?;
+        Self::try_new(self.spec.clone(), events, truncates)
     }
 }

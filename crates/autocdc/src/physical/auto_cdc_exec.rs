@@ -41,14 +41,12 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
-use crate::fold::columns::all_nullable;
-use crate::fold::{EventLayout, FoldCounts, Kind, Scd1Fold};
+use crate::fold::{FoldCounts, FoldKernel, FoldSpec, Kind};
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
 #[derive(Debug)]
 pub struct AutoCdcExec {
-    flow: String,
-    layout: EventLayout,
+    spec: FoldSpec,
     events: Arc<dyn ExecutionPlan>,
     truncates: Arc<dyn ExecutionPlan>,
     schema: SchemaRef,
@@ -71,6 +69,8 @@ pub mod metric {
     pub const LATE: &str = "num_late_rows_dropped";
     /// Duplicate events dropped.
     pub const DUPLICATES: &str = "num_duplicate_rows_dropped";
+    /// New events added to stored histories (SCD 2).
+    pub const EVENTS_ADDED: &str = "num_events_added";
     /// Truncate watermark raised (1) or not (0).
     pub const WATERMARK: &str = "num_truncates_applied";
 }
@@ -78,17 +78,14 @@ pub mod metric {
 impl AutoCdcExec {
     /// Create the operator over its two inputs (see the module docs).
     pub fn try_new(
-        flow: String,
-        layout: EventLayout,
+        spec: FoldSpec,
         events: Arc<dyn ExecutionPlan>,
         truncates: Arc<dyn ExecutionPlan>,
     ) -> Result<Self> {
-        let input = events.schema();
-        let schema = all_nullable(&input.project(&(0..layout.origin()).collect::<Vec<_>>())?);
+        let schema = spec.output_schema(events.schema().as_ref())?;
         let properties = Arc::new(Self::compute_properties(&events, Arc::clone(&schema)));
         Ok(Self {
-            flow,
-            layout,
+            spec,
             events,
             truncates,
             schema,
@@ -109,7 +106,7 @@ impl AutoCdcExec {
 
     /// Flow name.
     pub fn flow(&self) -> &str {
-        &self.flow
+        &self.spec.flow
     }
 
     /// Counts of the last execution, summed over partitions.
@@ -123,6 +120,7 @@ impl AutoCdcExec {
             tombstones: get(metric::TOMBSTONES),
             late: get(metric::LATE),
             duplicates: get(metric::DUPLICATES),
+            events_added: get(metric::EVENTS_ADDED),
         }
     }
 
@@ -138,7 +136,8 @@ impl AutoCdcExec {
 
     fn key_exprs(&self) -> Vec<Arc<dyn PhysicalExpr>> {
         let schema = self.events.schema();
-        self.layout
+        self.spec
+            .layout
             .key_indices
             .iter()
             .map(|&i| Arc::new(Column::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
@@ -148,23 +147,19 @@ impl AutoCdcExec {
 
 impl DisplayAs for AutoCdcExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let keys: Vec<&str> = self
-            .layout
-            .key_indices
-            .iter()
-            .map(|&i| self.layout.target_columns[i].as_str())
-            .collect();
+        let keys = self.spec.key_names();
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
                 write!(
                     f,
-                    "AutoCdcExec: flow={}, keys=[{}], stored_as=SCD TYPE 1",
-                    self.flow,
-                    keys.join(", ")
+                    "AutoCdcExec: flow={}, keys=[{}], stored_as={}",
+                    self.spec.flow,
+                    keys.join(", "),
+                    self.spec.stored_as
                 )
             }
             DisplayFormatType::TreeRender => {
-                writeln!(f, "flow={}", self.flow)?;
+                writeln!(f, "flow={}", self.spec.flow)?;
                 write!(f, "keys=[{}]", keys.join(", "))
             }
         }
@@ -172,7 +167,7 @@ impl DisplayAs for AutoCdcExec {
 }
 
 struct FoldState {
-    fold: Scd1Fold,
+    fold: Box<dyn FoldKernel>,
     input: SendableRecordBatchStream,
     finished: bool,
     partition: usize,
@@ -187,6 +182,7 @@ struct Counters {
     tombstones: Count,
     late: Count,
     duplicates: Count,
+    events_added: Count,
     watermark: Count,
 }
 
@@ -200,6 +196,7 @@ impl Counters {
             tombstones: c(metric::TOMBSTONES),
             late: c(metric::LATE),
             duplicates: c(metric::DUPLICATES),
+            events_added: c(metric::EVENTS_ADDED),
             watermark: c(metric::WATERMARK),
         }
     }
@@ -211,6 +208,7 @@ impl Counters {
         self.tombstones.add(counts.tombstones);
         self.late.add(counts.late);
         self.duplicates.add(counts.duplicates);
+        self.events_added.add(counts.events_added);
     }
 }
 
@@ -298,7 +296,7 @@ impl ExecutionPlan for AutoCdcExec {
             .into_iter()
             .map(|e| PhysicalSortExpr::new(e, asc))
             .collect();
-        for i in [self.layout.seq(), self.layout.origin()] {
+        for i in [self.spec.layout.seq(), self.spec.layout.origin()] {
             sort.push(PhysicalSortExpr::new(
                 Arc::new(Column::new(schema.field(i).name(), i)),
                 asc,
@@ -342,8 +340,7 @@ impl ExecutionPlan for AutoCdcExec {
             .pop()
             .ok_or_else(|| DataFusionError::Internal("missing child".into()))?;
         Ok(Arc::new(Self::try_new(
-            self.flow.clone(),
-            self.layout.clone(),
+            self.spec.clone(),
             events,
             truncates,
         )?))
@@ -355,7 +352,7 @@ impl ExecutionPlan for AutoCdcExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let input = self.events.execute(partition, Arc::clone(&context))?;
-        let fold = Scd1Fold::try_new(&self.flow, self.layout.clone(), &input.schema())?;
+        let fold = self.spec.kernel(&input.schema())?;
         let truncates = Arc::clone(&self.truncates);
         let cell = Arc::clone(&self.truncate_sequences);
         let counters = Counters::new(&self.metrics, partition);

@@ -34,8 +34,7 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                 return Err(DataFusionError::Internal("AutoCdc needs two inputs".into()));
             };
             return Ok(Some(Arc::new(AutoCdcExec::try_new(
-                n.flow.clone(),
-                n.layout.clone(),
+                n.spec.clone(),
                 Arc::clone(events),
                 Arc::clone(truncates),
             )?)));

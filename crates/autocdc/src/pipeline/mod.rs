@@ -27,11 +27,14 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
-use crate::fold::columns::{Kind, Origin, KIND_COL, ORIGIN_COL, SEQ_COL};
-use crate::fold::FoldCounts;
+use crate::fold::columns::{
+    Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
+    STORED_UPSERT_EVENT,
+};
+use crate::fold::{FoldCounts, FoldSpec};
 use crate::logical::{AutoCdcNode, CdcCommitNode};
 use crate::spec::resolve::{plan_source, resolve};
-use crate::spec::FlowSpec;
+use crate::spec::{FlowSpec, ScdType};
 use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
 
 /// Buffered bytes after which the writer closes a data file.
@@ -164,6 +167,7 @@ pub async fn plan_update(
         .await
         .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name)))?;
     let resolved = resolve(state, flow, source, &meta.shape())?;
+    let scd2 = flow.stored_as_scd_type == ScdType::Type2;
     let seq_type = resolved.sequence_type.clone();
 
     let events = resolved.events.clone();
@@ -190,10 +194,23 @@ pub async fn plan_update(
             .map(|f| cast(col(f.name().as_str()), f.data_type().clone()).alias(f.name()))
             .collect();
         stored.push(cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL));
-        stored.push(col(KIND_COL));
+        // SCD 1 folds its stored rows (live rows and tombstones); SCD 2 folds
+        // its stored events, from which the versions are derived again
+        let (stored_kind, stored_filter) = if scd2 {
+            (
+                (col(KIND_COL) - lit(STORED_UPSERT_EVENT)).alias(KIND_COL),
+                col(KIND_COL).in_list(
+                    vec![lit(STORED_UPSERT_EVENT), lit(STORED_DELETE_EVENT)],
+                    false,
+                ),
+            )
+        } else {
+            (col(KIND_COL), kind_is(Kind::Truncate).not())
+        };
+        stored.push(stored_kind);
         stored.push(lit(Origin::Stored as i8).alias(ORIGIN_COL));
         let stored_rows = LogicalPlanBuilder::from(raw.clone())
-            .filter(kind_is(Kind::Truncate).not())?
+            .filter(stored_filter)?
             .project(stored)?
             .build()?;
         let stored_watermark = LogicalPlanBuilder::from(raw)
@@ -212,12 +229,13 @@ pub async fn plan_update(
         (new_rows, new_truncates)
     };
 
-    let fold = AutoCdcNode::try_new(
-        flow.name.clone(),
-        resolved.layout.clone(),
-        event_plan,
-        truncate_plan,
-    )?;
+    let fold_spec = FoldSpec {
+        flow: flow.name.clone(),
+        layout: resolved.layout.clone(),
+        stored_as: flow.stored_as_scd_type,
+        tracked: resolved.tracked.clone(),
+    };
+    let fold = AutoCdcNode::try_new(fold_spec, event_plan, truncate_plan)?;
     let fold = LogicalPlan::Extension(Extension {
         node: Arc::new(fold),
     });
@@ -234,6 +252,10 @@ pub async fn plan_update(
                 .iter()
                 .map(|f| f.as_ref().clone())
                 .collect();
+            if scd2 {
+                fields.push(Field::new(START_AT_COL, seq_type.clone(), true));
+                fields.push(Field::new(END_AT_COL, seq_type.clone(), true));
+            }
             fields.push(Field::new(SEQ_COL, seq_type.clone(), true));
             fields.push(Field::new(
                 KIND_COL,

@@ -56,7 +56,7 @@ impl ColumnSelection {
 }
 
 /// How the target stores history (`STORED AS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Serialize, Deserialize, Default)]
 pub enum ScdType {
     /// `SCD TYPE 1`: latest row per key.
     #[default]

@@ -42,6 +42,12 @@ pub struct TargetShape {
     pub columns: Option<SchemaRef>,
     /// Sequence type fixed by an earlier flow.
     pub sequence_type: Option<DataType>,
+    /// Storage type fixed by an earlier flow or declared SCD columns.
+    pub stored_as: Option<ScdType>,
+    /// Type of the target's `__start_at` / `__end_at` columns, if any.
+    pub start_at_type: Option<DataType>,
+    /// The target's columns were declared.
+    pub declared: bool,
 }
 
 /// A validated flow: the plan of its new change events and the target layout.
@@ -57,6 +63,8 @@ pub struct ResolvedFlow {
     pub sequence_type: DataType,
     /// Column positions of event batches.
     pub layout: EventLayout,
+    /// Tracked target columns (SCD 2).
+    pub tracked: Vec<usize>,
 }
 
 fn flow_err(flow: &str, clause: &str, msg: impl std::fmt::Display) -> DataFusionError {
@@ -199,15 +207,10 @@ pub fn resolve(
     // Clauses this version does not implement: refuse clearly, never ignore.
     let unsupported = [
         (
-            spec.stored_as_scd_type == ScdType::Type2,
-            "STORED AS SCD TYPE 2",
-        ),
-        (
             spec.stored_as_scd_type == ScdType::Bitemporal,
             "STORED AS BITEMPORAL",
         ),
         (spec.ignore_null_updates.is_some(), "IGNORE NULL UPDATES"),
-        (spec.track_history.is_some(), "TRACK HISTORY ON"),
         (spec.system_sequence_by.is_some(), "SYSTEM SEQUENCE BY"),
         (spec.columns_to_update.is_some(), "COLUMNS TO UPDATE"),
     ];
@@ -241,6 +244,25 @@ pub fn resolve(
             "COLUMNS TO UPDATE",
             "cannot be combined with IGNORE NULL UPDATES",
         ));
+    }
+    if spec.track_history.is_some() && spec.stored_as_scd_type != ScdType::Type2 {
+        return Err(flow_err(
+            flow,
+            "TRACK HISTORY ON",
+            "requires STORED AS SCD TYPE 2",
+        ));
+    }
+    if let Some(existing) = target.stored_as {
+        if existing != spec.stored_as_scd_type {
+            return Err(flow_err(
+                flow,
+                "STORED AS",
+                format!(
+                    "the target stores {existing}, the flow asks for {}",
+                    spec.stored_as_scd_type
+                ),
+            ));
+        }
     }
     if let Some((_, clause)) = unsupported.iter().find(|(on, _)| *on) {
         return Err(DataFusionError::NotImplemented(format!(
@@ -408,6 +430,17 @@ pub fn resolve(
         .iter()
         .map(|f| f.name().clone())
         .collect();
+    if spec.stored_as_scd_type == ScdType::Type2 {
+        match &target.start_at_type {
+            Some(t) if *t != sequence_type => {
+                return Err(flow_err(flow, "STORED AS SCD TYPE 2", format!("the target's __START_AT and __END_AT have type {t}, but SEQUENCE BY has type {sequence_type}")));
+            }
+            None if target.declared => {
+                return Err(flow_err(flow, "STORED AS SCD TYPE 2", format!("the declared target must include the columns __START_AT and __END_AT with the SEQUENCE BY type {sequence_type}")));
+            }
+            _ => {}
+        }
+    }
     let key_indices: Vec<usize> = key_indices
         .iter()
         .map(|&i| {
@@ -464,7 +497,45 @@ pub fn resolve(
         .project(projection)?
         .build()?;
 
+    let key_set: Vec<usize> = key_indices.clone();
+    let target_column = |clause: &str, name: &str| -> Result<usize> {
+        target_names
+            .iter()
+            .position(|n| n == name)
+            .or_else(|| {
+                target_names
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(name))
+            })
+            .ok_or_else(|| {
+                flow_err(
+                    flow,
+                    clause,
+                    format!(
+                        "column '{name}' is not a target column (columns: {})",
+                        target_names.join(", ")
+                    ),
+                )
+            })
+    };
+    let non_keys = (0..target_names.len()).filter(|i| !key_set.contains(i));
+    let tracked: Vec<usize> = match &spec.track_history {
+        None | Some(ColumnSelection::All) => non_keys.collect(),
+        Some(ColumnSelection::Only(list)) => list
+            .iter()
+            .map(|c| target_column("TRACK HISTORY ON", c))
+            .collect::<Result<_>>()?,
+        Some(ColumnSelection::Except(list)) => {
+            let excluded = list
+                .iter()
+                .map(|c| target_column("TRACK HISTORY ON * EXCEPT", c))
+                .collect::<Result<Vec<_>>>()?;
+            non_keys.filter(|i| !excluded.contains(i)).collect()
+        }
+    };
+
     Ok(ResolvedFlow {
+        tracked,
         spec: spec.clone(),
         events,
         target_schema,

@@ -9,9 +9,9 @@ use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::fold::columns::{INTERNAL_PREFIX, SEQ_COL};
-use crate::spec::resolve::TargetShape;
-use crate::spec::FlowSpec;
+use crate::fold::columns::{INTERNAL_PREFIX, SEQ_COL, START_AT_COL};
+use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
+use crate::spec::{FlowSpec, ScdType};
 
 /// Table property holding [`TableDecl`] (JSON).
 pub const TABLE_KEY: &str = "autocdc.table";
@@ -34,6 +34,10 @@ pub struct TableMeta {
     pub user_schema: SchemaRef,
     /// Stored sequence type, once a flow has run.
     pub sequence_type: Option<DataType>,
+    /// Storage type, once fixed by a flow or by declared SCD columns.
+    pub stored_as: Option<ScdType>,
+    /// Type of the `__start_at` / `__end_at` columns, if the table has them.
+    pub start_at_type: Option<DataType>,
     /// Flows writing this table, by name.
     pub flows: BTreeMap<String, FlowSpec>,
     /// All table properties.
@@ -52,13 +56,25 @@ impl TableMeta {
         let user_fields: Vec<_> = delta_schema
             .fields()
             .iter()
-            .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+            .filter(|f| {
+                !f.name().starts_with(INTERNAL_PREFIX)
+                    && !RESERVED_COLUMNS.contains(&f.name().as_str())
+            })
             .cloned()
             .collect();
         let sequence_type = delta_schema
             .field_with_name(SEQ_COL)
             .ok()
             .map(|f| f.data_type().clone());
+        let start_at_type = delta_schema
+            .field_with_name(START_AT_COL)
+            .ok()
+            .map(|f| f.data_type().clone());
+        let stored_as = match (&start_at_type, &sequence_type) {
+            (Some(_), _) => Some(ScdType::Type2),
+            (None, Some(_)) => Some(ScdType::Type1),
+            (None, None) => None,
+        };
         let mut flows = BTreeMap::new();
         for (k, v) in configuration {
             if let Some(name) = k.strip_prefix(FLOW_KEY_PREFIX) {
@@ -72,6 +88,8 @@ impl TableMeta {
             decl,
             user_schema: Arc::new(Schema::new(user_fields)),
             sequence_type,
+            stored_as,
+            start_at_type,
             flows,
             properties: configuration.clone(),
         })
@@ -82,6 +100,9 @@ impl TableMeta {
         TargetShape {
             columns: (!self.user_schema.fields().is_empty()).then(|| Arc::clone(&self.user_schema)),
             sequence_type: self.sequence_type.clone(),
+            stored_as: self.stored_as,
+            start_at_type: self.start_at_type.clone(),
+            declared: self.decl.declared_columns,
         }
     }
 }

@@ -1,0 +1,359 @@
+//! SCD type 2 fold (SPEC §2.2, §2.4).
+//!
+//! History is a function of the *set* of events: the target keeps, hidden,
+//! every event ever folded into a key's history (upserts that changed nothing
+//! visible and deletes with nothing to close included), and each update
+//! re-folds every key it touches over its stored events plus the new ones.
+//! A late event therefore lands exactly where it would have had it arrived in
+//! order, and replays (equal events at equal sequence) are dropped.
+//!
+//! ```text
+//!  events of one key, by seq        fold                      stored rows
+//!  ┌──────────────────────┐   cur = open version     ┌───────────────────────────┐
+//!  │ d@7  (stored event)  │   upsert, tracked ≠ cur: │ event d@7, e@8, d@9 (hidden)│
+//!  │ e@8  (new, late)     │──►  close cur at s, open │ d [7, 8)                   │
+//!  │ d@9  (stored event)  │   upsert, tracked = cur: │ e [8, 9)                   │
+//!  └──────────────────────┘     update cur in place  │ d [9, NULL)                │
+//!                             delete: close cur at s └───────────────────────────┘
+//! ```
+//!
+//! Output rows are `[target columns..., __start_at, __end_at, __cdc_seq,
+//! __cdc_kind]`: versions (kind 0, visible) and hidden events (kinds 3/4),
+//! built with `take` from the input batch. A key group spanning batches is
+//! carried over as a slice of its rows.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take};
+use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+
+use super::columns::{
+    EventLayout, Kind, Origin, END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
+    STORED_UPSERT_EVENT,
+};
+use super::kernel::FoldKernel;
+use super::FoldCounts;
+
+/// Output schema of the SCD 2 fold for an event input schema.
+pub fn scd2_output_schema(layout: &EventLayout, input: &Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = (0..layout.num_target())
+        .map(|i| input.field(i).clone().with_nullable(true))
+        .collect();
+    let seq_type = input.field(layout.seq()).data_type().clone();
+    fields.push(Field::new(START_AT_COL, seq_type.clone(), true));
+    fields.push(Field::new(END_AT_COL, seq_type.clone(), true));
+    fields.push(Field::new(SEQ_COL, seq_type, true));
+    fields.push(Field::new(KIND_COL, arrow::datatypes::DataType::Int8, true));
+    Arc::new(Schema::new(fields))
+}
+
+/// Streaming SCD 2 fold.
+#[derive(Debug)]
+pub struct Scd2Fold {
+    flow: String,
+    layout: EventLayout,
+    input_schema: SchemaRef,
+    output_schema: SchemaRef,
+    key_converter: RowConverter,
+    seq_converter: RowConverter,
+    /// All target columns but the sequence, plus the kind: event identity.
+    value_columns: Vec<usize>,
+    value_converter: RowConverter,
+    tracked: Vec<usize>,
+    tracked_converter: RowConverter,
+    carry: Option<RecordBatch>,
+    counts: FoldCounts,
+}
+
+/// Rows to emit for one batch.
+#[derive(Default)]
+struct Emit {
+    rows: Vec<u32>,
+    start: Vec<Option<u32>>,
+    end: Vec<Option<u32>>,
+    kind: Vec<i8>,
+}
+
+impl Emit {
+    fn event(&mut self, row: usize, kind: i8) {
+        self.rows.push(row as u32);
+        self.start.push(None);
+        self.end.push(None);
+        self.kind.push(if kind == Kind::Delete as i8 {
+            STORED_DELETE_EVENT
+        } else {
+            STORED_UPSERT_EVENT
+        });
+    }
+
+    /// A version with the values of `last` (its latest absorbed event),
+    /// valid over [seq(open), seq(close)).
+    fn version(&mut self, last: usize, open: usize, close: Option<usize>) {
+        self.rows.push(last as u32);
+        self.start.push(Some(open as u32));
+        self.end.push(close.map(|c| c as u32));
+        self.kind.push(Kind::Upsert as i8);
+    }
+}
+
+impl Scd2Fold {
+    /// Create a fold; `tracked` are the indices of the tracked target columns.
+    pub fn try_new(
+        flow: &str,
+        layout: EventLayout,
+        tracked: Vec<usize>,
+        input_schema: &SchemaRef,
+    ) -> Result<Self> {
+        let field = |i: usize| SortField::new(input_schema.field(i).data_type().clone());
+        let value_columns: Vec<usize> = (0..layout.num_target()).chain([layout.kind()]).collect();
+        Ok(Self {
+            flow: flow.to_string(),
+            key_converter: RowConverter::new(
+                layout.key_indices.iter().map(|&i| field(i)).collect(),
+            )?,
+            seq_converter: RowConverter::new(vec![field(layout.seq())])?,
+            value_converter: RowConverter::new(value_columns.iter().map(|&i| field(i)).collect())?,
+            tracked_converter: RowConverter::new(tracked.iter().map(|&i| field(i)).collect())?,
+            output_schema: scd2_output_schema(&layout, input_schema),
+            input_schema: Arc::clone(input_schema),
+            value_columns,
+            tracked,
+            layout,
+            carry: None,
+            counts: FoldCounts::default(),
+        })
+    }
+
+    fn convert(converter: &RowConverter, batch: &RecordBatch, columns: &[usize]) -> Result<Rows> {
+        let arrays: Vec<ArrayRef> = columns
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        Ok(converter.convert_columns(&arrays)?)
+    }
+
+    fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
+        let seq = batch.column(self.layout.seq());
+        if let Some(row) = (0..seq.len()).find(|&i| seq.is_null(i)) {
+            return Err(DataFusionError::Execution(format!(
+                "flow '{}': SEQUENCE BY value is NULL for key ({}); nothing was committed",
+                self.flow,
+                self.format_key(batch, row)
+            )));
+        }
+        for &k in &self.layout.key_indices {
+            let col = batch.column(k);
+            if let Some(row) = (0..col.len()).find(|&i| col.is_null(i)) {
+                let kind = batch
+                    .column(self.layout.kind())
+                    .as_primitive::<Int8Type>()
+                    .value(row);
+                let kind = Kind::from_code(kind).unwrap_or(Kind::Upsert);
+                let seq = ScalarValue::try_from_array(seq, row)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                return Err(DataFusionError::Execution(format!(
+                    "flow '{}': KEYS column '{}' is NULL in a {} event with sequence {seq}; nothing was committed",
+                    self.flow,
+                    self.layout.target_columns[k],
+                    kind.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
+        self.layout
+            .key_indices
+            .iter()
+            .map(|&k| {
+                let v = ScalarValue::try_from_array(batch.column(k), row)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                format!("{}={v}", self.layout.target_columns[k])
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Fold the complete key groups in rows `[0, end)` of `batch`.
+    fn fold(&mut self, batch: &RecordBatch, end: usize) -> Result<Option<RecordBatch>> {
+        if end == 0 {
+            return Ok(None);
+        }
+        let keys = Self::convert(&self.key_converter, batch, &self.layout.key_indices)?;
+        let seqs = Self::convert(&self.seq_converter, batch, &[self.layout.seq()])?;
+        let values = Self::convert(&self.value_converter, batch, &self.value_columns)?;
+        let tracked = Self::convert(&self.tracked_converter, batch, &self.tracked)?;
+        let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
+        let origins = batch
+            .column(self.layout.origin())
+            .as_primitive::<Int8Type>();
+        let mut emit = Emit::default();
+        let mut start = 0;
+        while start < end {
+            let mut stop = start + 1;
+            while stop < end && keys.row(stop) == keys.row(start) {
+                stop += 1;
+            }
+            self.fold_group(
+                batch, start, stop, &seqs, &values, &tracked, kinds, origins, &mut emit,
+            )?;
+            start = stop;
+        }
+        self.build(batch, emit).map(Some)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fold_group(
+        &mut self,
+        batch: &RecordBatch,
+        start: usize,
+        stop: usize,
+        seqs: &Rows,
+        values: &Rows,
+        tracked: &Rows,
+        kinds: &Int8Array,
+        origins: &Int8Array,
+        emit: &mut Emit,
+    ) -> Result<()> {
+        // (open event, last absorbed event) of the current version
+        let mut cur: Option<(usize, usize)> = None;
+        let mut prev: Option<usize> = None;
+        for i in start..stop {
+            let new = origins.value(i) == Origin::New as i8;
+            if new {
+                self.counts.input_rows += 1;
+            }
+            if let Some(p) = prev.filter(|&p| seqs.row(p) == seqs.row(i)) {
+                if values.row(p) != values.row(i) {
+                    let seq = ScalarValue::try_from_array(batch.column(self.layout.seq()), i)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default();
+                    let against = if origins.value(p) == Origin::Stored as i8 {
+                        " (against a stored event)"
+                    } else {
+                        ""
+                    };
+                    return Err(DataFusionError::Execution(format!(
+                        "flow '{}': conflicting events for key ({}) at SEQUENCE BY value {seq}{against}: \
+                         two events with the same key and sequence differ in kind or content; nothing was committed",
+                        self.flow,
+                        self.format_key(batch, i)
+                    )));
+                }
+                if new {
+                    self.counts.duplicates += 1;
+                }
+                continue;
+            }
+            prev = Some(i);
+            let kind = kinds.value(i);
+            emit.event(i, kind);
+            if new {
+                self.counts.events_added += 1;
+            }
+            if kind == Kind::Delete as i8 {
+                if let Some((open, last)) = cur.take() {
+                    emit.version(last, open, Some(i));
+                    if new {
+                        self.counts.deleted += 1;
+                    }
+                } else if new {
+                    self.counts.tombstones += 1;
+                }
+            } else {
+                cur = match cur {
+                    Some((open, last)) if tracked.row(last) == tracked.row(i) => Some((open, i)),
+                    Some((open, last)) => {
+                        emit.version(last, open, Some(i));
+                        Some((i, i))
+                    }
+                    None => Some((i, i)),
+                };
+                if new {
+                    self.counts.upserted += 1;
+                }
+            }
+        }
+        if let Some((open, last)) = cur {
+            emit.version(last, open, None);
+        }
+        Ok(())
+    }
+
+    fn build(&self, batch: &RecordBatch, emit: Emit) -> Result<RecordBatch> {
+        let rows = UInt32Array::from(emit.rows);
+        let seq = batch.column(self.layout.seq());
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output_schema.fields().len());
+        for i in 0..self.layout.num_target() {
+            columns.push(take(batch.column(i).as_ref(), &rows, None)?);
+        }
+        columns.push(take(seq.as_ref(), &UInt32Array::from(emit.start), None)?);
+        columns.push(take(seq.as_ref(), &UInt32Array::from(emit.end), None)?);
+        columns.push(take(seq.as_ref(), &rows, None)?);
+        columns.push(Arc::new(Int8Array::from(emit.kind)));
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.output_schema),
+            columns,
+        )?)
+    }
+}
+
+impl FoldKernel for Scd2Fold {
+    fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        if sequences.is_empty() {
+            return Ok(());
+        }
+        Err(DataFusionError::Execution(format!(
+            "flow '{}': TRUNCATE is not allowed with SCD TYPE 2",
+            self.flow
+        )))
+    }
+
+    fn watermark_value(&self) -> Option<&ArrayRef> {
+        None
+    }
+
+    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        self.check_nulls(batch)?;
+        let input = match self.carry.take() {
+            Some(carry) => concat_batches(&self.input_schema, [&carry, batch])?,
+            None => batch.clone(),
+        };
+        // the last key group may continue in the next batch
+        let keys = Self::convert(&self.key_converter, &input, &self.layout.key_indices)?;
+        let n = input.num_rows();
+        let mut last_start = n - 1;
+        while last_start > 0 && keys.row(last_start - 1) == keys.row(n - 1) {
+            last_start -= 1;
+        }
+        self.carry = Some(input.slice(last_start, n - last_start));
+        self.fold(&input, last_start)
+    }
+
+    fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
+        match self.carry.take() {
+            Some(carry) => {
+                let n = carry.num_rows();
+                self.fold(&carry, n)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn counts(&self) -> FoldCounts {
+        self.counts
+    }
+
+    fn output_schema(&self) -> &SchemaRef {
+        &self.output_schema
+    }
+}

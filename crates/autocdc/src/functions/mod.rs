@@ -1,0 +1,5 @@
+//! Table functions installed by the extension.
+
+mod stream;
+
+pub use stream::StreamFunction;

@@ -1,0 +1,73 @@
+//! `stream(table)`: the documented way to name a flow source. Flows read
+//! their whole source at every update (replays are harmless, SPEC §2.7), so
+//! `stream(t)` reads `t` itself; it exists so the documented SQL —
+//! `FROM stream(cdc_data.users)` — works verbatim in flows and in queries.
+
+use std::sync::Arc;
+
+use datafusion::catalog::{CatalogProviderList, TableFunctionImpl, TableProvider};
+use datafusion::common::{plan_err, DataFusionError, Result, TableReference};
+use datafusion::logical_expr::Expr;
+use futures::FutureExt;
+
+/// The `stream(table)` table function.
+#[derive(Debug)]
+pub struct StreamFunction {
+    catalogs: Arc<dyn CatalogProviderList>,
+    default_catalog: String,
+    default_schema: String,
+}
+
+impl StreamFunction {
+    /// A function resolving names in `catalogs` (unqualified names in the
+    /// given default catalog and schema).
+    pub fn new(
+        catalogs: Arc<dyn CatalogProviderList>,
+        default_catalog: String,
+        default_schema: String,
+    ) -> Self {
+        Self {
+            catalogs,
+            default_catalog,
+            default_schema,
+        }
+    }
+}
+
+impl TableFunctionImpl for StreamFunction {
+    fn call(&self, args: &[Expr]) -> Result<Arc<dyn TableProvider>> {
+        let [Expr::Column(column)] = args else {
+            return plan_err!("stream() takes one table name, e.g. stream(cdc_data.users)");
+        };
+        // `stream(a.b.c)` arrives as column `c` of relation `a.b`
+        let reference = match &column.relation {
+            None => TableReference::bare(column.name.clone()),
+            Some(TableReference::Bare { table }) => {
+                TableReference::partial(table.clone(), column.name.clone())
+            }
+            Some(r) => TableReference::full(
+                r.schema().unwrap_or_default().to_string(),
+                r.table().to_string(),
+                column.name.clone(),
+            ),
+        };
+        let resolved = reference
+            .clone()
+            .resolve(&self.default_catalog, &self.default_schema);
+        let schema = self
+            .catalogs
+            .catalog(&resolved.catalog)
+            .and_then(|c| c.schema(&resolved.schema))
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!("stream(): schema '{}' not found", resolved.schema))
+            })?;
+        // catalogs of this session answer at once; anything else is refused
+        // rather than blocking the planner
+        match schema.table(&resolved.table).now_or_never() {
+            Some(Ok(Some(table))) => Ok(table),
+            Some(Ok(None)) => plan_err!("stream(): table '{reference}' not found"),
+            Some(Err(e)) => Err(e),
+            None => plan_err!("stream(): table '{reference}' cannot be resolved synchronously"),
+        }
+    }
+}
