@@ -218,3 +218,35 @@ async fn rust_api_example_runs() {
         ]
     );
 }
+
+/// EXPLAIN ANALYZE of an SCD 2 update shows the operator with its row counts.
+#[tokio::test]
+async fn explain_analyze_scd2_update() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(&s, "CREATE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES (1, 'a', 'U', 1), (1, 'b', 'U', 2), (2, 'x', 'U', 1)").await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq) STORED AS SCD TYPE 2").await;
+    exec(&s, "INSERT INTO src VALUES (1, NULL, 'D', 3)").await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    // 3 stored events + 1 new; out: 4 hidden events + 3 versions (a[1,2) b[2,3) x[1,∞))
+    for needle in [
+        "AutoCdcExec: flow=f, keys=[id], stored_as=SCD TYPE 2",
+        "output_rows=7",
+        "num_input_rows=4",
+        "num_events_added=1",
+        "num_deleted_rows=1",
+        "num_duplicate_rows_dropped=3",
+    ] {
+        assert!(analyzed.contains(needle), "missing {needle} in\n{analyzed}");
+    }
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT v, __start_at, __end_at FROM t ORDER BY id, __start_at"
+        )
+        .await,
+        ["| a | 1 | 2 |", "| b | 2 | 3 |", "| x | 1 | |"]
+    );
+}

@@ -73,7 +73,7 @@ fn values_sql(events: &[Event]) -> String {
         })
         .collect();
     format!(
-        "SELECT column1 AS id, column2 AS v, column3 AS op, column4 AS seq FROM (VALUES {})",
+        "SELECT CAST(column1 AS BIGINT) AS id, CAST(column2 AS BIGINT) AS v, column3 AS op, CAST(column4 AS BIGINT) AS seq FROM (VALUES {})",
         rows.join(", ")
     )
 }

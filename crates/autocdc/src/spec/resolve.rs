@@ -172,6 +172,7 @@ fn compatible(source: &DataType, target: &DataType) -> bool {
     let s = storage_type(source);
     let t = storage_type(target);
     s == t
+        || s == DataType::Null
         || (s.is_numeric() && t.is_numeric())
         || matches!((&s, &t), (DataType::Timestamp(_, a), DataType::Timestamp(_, b)) if a == b)
         || matches!(
@@ -419,6 +420,9 @@ pub fn resolve(
                 .iter()
                 .map(|c| {
                     let dt = source_schema.field_with_unqualified_name(c)?.data_type();
+                    if *dt == DataType::Null {
+                        return Err(flow_err(flow, "COLUMNS", format!("column '{c}' has no type (only NULL literals): CAST it, or declare the target's columns")));
+                    }
                     Ok(Field::new(c, storage_type(dt), true))
                 })
                 .collect::<Result<_>>()?;
