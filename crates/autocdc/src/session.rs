@@ -27,6 +27,7 @@ use crate::pipeline::{delta_err, plan_update};
 use crate::spec::resolve::storage_type;
 use crate::spec::FlowSpec;
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
+use crate::table::bucket::{bucket_field, BUCKETS_PROPERTY, BUCKET_COL, DEFAULT_BUCKETS};
 use crate::table::meta::TableDecl;
 use crate::table::{ScdTable, TableName, Warehouse, TABLE_KEY};
 use crate::AutoCdc;
@@ -229,6 +230,13 @@ impl CdcSession {
             }
         }
         fields.push(Field::new(KIND_COL, DataType::Int8, false));
+        fields.push(bucket_field());
+        let buckets = match c.properties.iter().find(|(k, _)| k == BUCKETS_PROPERTY) {
+            Some((_, v)) => v.parse::<i32>().ok().filter(|b| *b > 0).ok_or_else(|| {
+                DataFusionError::Plan(format!("streaming table '{}': {BUCKETS_PROPERTY} must be a positive integer, got '{v}'", c.name))
+            })?,
+            None => DEFAULT_BUCKETS,
+        };
         let kernel: StructType = (&Schema::new(fields))
             .try_into_kernel()
             .map_err(delta_err)?;
@@ -242,8 +250,10 @@ impl CdcSession {
         config.extend(
             c.properties
                 .iter()
+                .filter(|(k, _)| k != BUCKETS_PROPERTY)
                 .map(|(k, v)| (k.clone(), Some(v.clone()))),
         );
+        config.push((BUCKETS_PROPERTY.to_string(), Some(buckets.to_string())));
         let table = self
             .warehouse
             .delta_builder(&c.name)?
@@ -253,6 +263,7 @@ impl CdcSession {
             .create()
             .with_table_name(c.name.table.clone())
             .with_columns(kernel.fields().cloned())
+            .with_partition_columns([BUCKET_COL])
             .with_configuration(config)
             .with_raise_if_key_not_exists(false)
             .await

@@ -250,3 +250,53 @@ async fn explain_analyze_scd2_update() {
         ["| a | 1 | 2 |", "| b | 2 | 3 |", "| x | 1 | |"]
     );
 }
+
+/// An update reads and rewrites only the key buckets its events touch.
+#[tokio::test]
+async fn updates_rewrite_only_touched_buckets() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '8')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let t = s
+        .streaming_table(&datafusion_autocdc::table::TableName::parse("t").unwrap())
+        .unwrap();
+    assert_eq!(
+        t.delta().get_file_uris().unwrap().count(),
+        8,
+        "one file per bucket"
+    );
+
+    // one changed key: one bucket read and rewritten
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src AS SELECT 7 AS id, 'changed' AS v, 2 AS seq",
+    )
+    .await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    assert!(analyzed.contains("num_files_written=1"), "{analyzed}");
+    assert!(analyzed.contains("num_upserted_rows=1"), "{analyzed}");
+    assert_eq!(t.delta().get_file_uris().unwrap().count(), 8);
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*), count(*) FILTER (WHERE v = 'changed') FROM t"
+        )
+        .await,
+        ["| 200 | 1 |"]
+    );
+}

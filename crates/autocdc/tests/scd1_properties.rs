@@ -103,7 +103,12 @@ async fn run(
     let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
         .await
         .unwrap();
-    s.sql("CREATE STREAMING TABLE t").await.unwrap();
+    s.sql(&format!(
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}')",
+        partitions * 2 - 1
+    ))
+    .await
+    .unwrap();
     for (i, chunk) in updates.iter().enumerate() {
         s.sql(&format!(
             "CREATE OR REPLACE TABLE src AS {}",

@@ -108,7 +108,12 @@ async fn run(updates: &[Vec<Event>], track_city: bool, partitions: usize) -> Tab
     let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
         .await
         .unwrap();
-    s.sql("CREATE STREAMING TABLE t").await.unwrap();
+    s.sql(&format!(
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}')",
+        partitions * 2 - 1
+    ))
+    .await
+    .unwrap();
     let track = if track_city {
         ""
     } else {

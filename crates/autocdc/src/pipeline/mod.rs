@@ -12,20 +12,22 @@
 use std::ops::Not;
 use std::sync::Arc;
 
-use arrow::datatypes::{Field, Schema};
+use arrow::array::{ArrayRef, AsArray};
+use arrow::datatypes::{Field, Int32Type, Int8Type, Schema};
+use datafusion::common::Column;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::dataframe::DataFrame;
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::{cast, col, lit, Expr, Extension, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{
+    cast, col, lit, when, Expr, Extension, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
+};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::{Action, MetadataExt, StructType, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
-use deltalake_core::writer::{DeltaWriter, RecordBatchWriter, WriteMode};
 use futures::{StreamExt, TryStreamExt};
-use object_store::path::Path;
-use object_store::ObjectStoreExt;
 
 use crate::fold::columns::{
     Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
@@ -33,12 +35,11 @@ use crate::fold::columns::{
 };
 use crate::fold::{FoldCounts, FoldSpec};
 use crate::logical::{AutoCdcNode, CdcCommitNode};
-use crate::spec::resolve::{plan_source, resolve};
+use crate::spec::resolve::{plan_source, resolve, ResolvedFlow};
 use crate::spec::{FlowSpec, ScdType};
+use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
+use crate::table::writer::BucketWriter;
 use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
-
-/// Buffered bytes after which the writer closes a data file.
-const FLUSH_BYTES: usize = 128 * 1024 * 1024;
 
 /// Everything the commit of one flow run needs.
 #[derive(Debug)]
@@ -53,6 +54,12 @@ pub struct CommitRequest {
     pub metadata: Option<deltalake_core::kernel::Metadata>,
     /// Checkpoint: the flow's run number recorded as a Delta `txn` action.
     pub run: i64,
+    /// Buckets read and rewritten by this update (`None`: all).
+    pub touched: Option<Vec<i32>>,
+    /// Number of key buckets of the table.
+    pub buckets: i32,
+    /// Key column positions in the fold output.
+    pub key_indices: Vec<usize>,
 }
 
 /// Result of a commit.
@@ -84,22 +91,38 @@ pub async fn commit_state(
     counts: impl FnOnce() -> (FoldCounts, bool),
 ) -> Result<CommitOutcome> {
     let table = request.table.delta();
-    let mut writer = RecordBatchWriter::for_table(&table).map_err(delta_err)?;
-    let mut adds = Vec::new();
+    let store = table.object_store();
+    let mut writer = BucketWriter::new(Arc::clone(&store), input.schema());
+    let kind_index = input.schema().index_of(KIND_COL)?;
     while let Some(batch) = input.next().await {
         let batch = batch?;
         if batch.num_rows() == 0 {
             continue;
         }
-        writer
-            .write_with_mode(batch, WriteMode::MergeSchema)
-            .await
-            .map_err(delta_err)?;
-        if writer.buffer_len() >= FLUSH_BYTES {
-            adds.extend(writer.flush().await.map_err(delta_err)?);
+        let keys: Vec<ArrayRef> = request
+            .key_indices
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let mut buckets = bucket_array(&keys, batch.num_rows(), request.buckets)?;
+        let kinds = batch.column(kind_index).as_primitive::<Int8Type>();
+        if kinds.values().contains(&(Kind::Truncate as i8)) {
+            buckets = buckets
+                .values()
+                .iter()
+                .zip(kinds.values().iter())
+                .map(|(b, k)| {
+                    if *k == Kind::Truncate as i8 {
+                        WATERMARK_BUCKET
+                    } else {
+                        *b
+                    }
+                })
+                .collect();
         }
+        writer.write(&batch, &buckets).await?;
     }
-    adds.extend(writer.flush().await.map_err(delta_err)?);
+    let adds = writer.finish().await?;
     let (counts, truncated) = counts();
     let changed = counts.changed_state() || truncated;
 
@@ -107,22 +130,32 @@ pub async fn commit_state(
     let log_store = table.log_store();
     let mut actions = Vec::new();
     if changed {
-        let removes: Vec<Action> = snapshot
+        // replace exactly the buckets this update read
+        let views: Vec<_> = snapshot
             .snapshot()
             .file_views(log_store.as_ref(), None)
-            .map_ok(|v| Action::Remove(v.remove_action(true)))
             .try_collect()
             .await
             .map_err(delta_err)?;
-        actions.extend(removes);
+        for view in views {
+            let bucket = view
+                .partition_values_map()
+                .get(BUCKET_COL)
+                .cloned()
+                .flatten()
+                .and_then(|b| b.parse::<i32>().ok());
+            let rewritten = match (&request.touched, bucket) {
+                (None, _) | (_, None) => true,
+                (Some(touched), Some(b)) => b == WATERMARK_BUCKET || touched.contains(&b),
+            };
+            if rewritten {
+                actions.push(Action::Remove(view.remove_action(true)));
+            }
+        }
         actions.extend(adds.iter().cloned().map(Action::Add));
     } else {
-        // Nothing changed: keep the current files, discard the rewritten ones.
-        let store = table.object_store();
-        for add in &adds {
-            let path = Path::from_url_path(&add.path).map_err(delta_err)?;
-            store.delete(&path).await.map_err(delta_err)?;
-        }
+        // nothing changed: keep the current files, discard the rewritten ones
+        BucketWriter::discard(&store, &adds).await?;
     }
     if let Some(md) = &request.metadata {
         actions.push(Action::Metadata(md.clone()));
@@ -169,6 +202,7 @@ pub async fn plan_update(
     let resolved = resolve(state, flow, source, &meta.shape())?;
     let scd2 = flow.stored_as_scd_type == ScdType::Type2;
     let seq_type = resolved.sequence_type.clone();
+    let touched = touched_buckets(state, &resolved, meta.buckets).await?;
 
     let events = resolved.events.clone();
     let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
@@ -187,6 +221,22 @@ pub async fn plan_update(
             None,
         )?
         .build()?;
+        // read only the buckets this update touches (and the watermark row)
+        let raw = match &touched {
+            Some(buckets) => LogicalPlanBuilder::from(raw)
+                .filter(
+                    col(BUCKET_COL).in_list(
+                        buckets
+                            .iter()
+                            .chain([&WATERMARK_BUCKET])
+                            .map(|b| lit(*b))
+                            .collect(),
+                        false,
+                    ),
+                )?
+                .build()?,
+            None => raw,
+        };
         let mut stored: Vec<Expr> = resolved
             .target_schema
             .fields()
@@ -262,6 +312,7 @@ pub async fn plan_update(
                 arrow::datatypes::DataType::Int8,
                 false,
             ));
+            fields.push(bucket_field());
             let kernel: StructType = (&Schema::new(fields))
                 .try_into_kernel()
                 .map_err(delta_err)?;
@@ -287,9 +338,51 @@ pub async fn plan_update(
         flow: flow.clone(),
         metadata,
         run: last_run.unwrap_or(0) + 1,
+        touched,
+        buckets: meta.buckets,
+        key_indices: resolved.layout.key_indices.clone(),
     };
     let commit = CdcCommitNode::try_new(Arc::new(request), fold)?;
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(commit),
     }))
+}
+
+/// The key buckets an update's new events fall in; `None` when it must
+/// rewrite every bucket (a TRUNCATE touches all keys).
+async fn touched_buckets(
+    state: &SessionState,
+    resolved: &ResolvedFlow,
+    buckets: i32,
+) -> Result<Option<Vec<i32>>> {
+    const ALL: i32 = -2;
+    let udf = ScalarUDF::new_from_impl(BucketUdf::new(buckets));
+    let keys: Vec<Expr> = resolved
+        .layout
+        .key_indices
+        .iter()
+        .map(|&i| Expr::Column(Column::new_unqualified(&resolved.layout.target_columns[i])))
+        .collect();
+    let bucket =
+        when(col(KIND_COL).eq(lit(Kind::Truncate as i8)), lit(ALL)).otherwise(udf.call(keys))?;
+    let plan = LogicalPlanBuilder::from(resolved.events.clone())
+        .project(vec![bucket.alias(BUCKET_COL)])?
+        .distinct()?
+        .build()?;
+    let batches = DataFrame::new(state.clone(), plan).collect().await?;
+    let mut touched: Vec<i32> = batches
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<Int32Type>()
+                .iter()
+                .flatten()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if touched.contains(&ALL) {
+        return Ok(None);
+    }
+    touched.sort_unstable();
+    Ok(Some(touched))
 }

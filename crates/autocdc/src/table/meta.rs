@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::fold::columns::{INTERNAL_PREFIX, SEQ_COL, START_AT_COL};
 use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
+use crate::table::bucket::{BUCKETS_PROPERTY, DEFAULT_BUCKETS};
 
 /// Table property holding [`TableDecl`] (JSON).
 pub const TABLE_KEY: &str = "autocdc.table";
@@ -42,6 +43,8 @@ pub struct TableMeta {
     pub flows: BTreeMap<String, FlowSpec>,
     /// All table properties.
     pub properties: HashMap<String, String>,
+    /// Number of key buckets.
+    pub buckets: i32,
 }
 
 impl TableMeta {
@@ -91,6 +94,10 @@ impl TableMeta {
             stored_as,
             start_at_type,
             flows,
+            buckets: configuration
+                .get(BUCKETS_PROPERTY)
+                .and_then(|b| b.parse().ok())
+                .unwrap_or(DEFAULT_BUCKETS),
             properties: configuration.clone(),
         })
     }

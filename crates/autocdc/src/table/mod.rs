@@ -1,9 +1,11 @@
 //! Streaming tables: Delta storage in the warehouse and the `TableProvider`
 //! that shows their live rows.
 
+pub mod bucket;
 pub mod meta;
 mod provider;
 mod warehouse;
+pub mod writer;
 
 pub use meta::{TableMeta, FLOW_KEY_PREFIX, TABLE_KEY};
 pub use provider::ScdTable;
