@@ -1,6 +1,10 @@
 //! Session configuration.
 
+use std::sync::Arc;
+
 use datafusion::prelude::SessionConfig;
+
+use crate::clock::{Clock, SystemClock};
 
 /// Warehouse used when none is given: a local folder.
 pub const DEFAULT_WAREHOUSE: &str = "./warehouse";
@@ -13,6 +17,8 @@ pub struct AutoCdcConfig {
     pub warehouse: String,
     /// DataFusion session configuration.
     pub session_config: SessionConfig,
+    /// Clock stamping updates (retention is measured by it).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for AutoCdcConfig {
@@ -27,12 +33,19 @@ impl AutoCdcConfig {
         Self {
             warehouse: warehouse.into(),
             session_config: SessionConfig::new(),
+            clock: Arc::new(SystemClock),
         }
     }
 
     /// A config with a fresh in-memory warehouse.
     pub fn in_memory() -> Self {
         Self::new("memory://")
+    }
+
+    /// Use another clock (tests of retention).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Replace the DataFusion session configuration.

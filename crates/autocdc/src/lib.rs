@@ -26,6 +26,7 @@
 //! `TableProvider` of targets.
 
 pub mod api;
+pub mod clock;
 pub mod config;
 pub mod fold;
 pub mod functions;

@@ -19,6 +19,7 @@ use deltalake_core::kernel::StructType;
 use deltalake_core::protocol::DeltaOperation;
 use futures::TryStreamExt;
 
+use crate::clock::Clock;
 use crate::config::AutoCdcConfig;
 use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
 use crate::functions::StreamFunction;
@@ -38,6 +39,7 @@ pub struct CdcSession {
     ctx: SessionContext,
     warehouse: Arc<Warehouse>,
     tables: Mutex<HashMap<TableName, Arc<ScdTable>>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for CdcSession {
@@ -81,6 +83,7 @@ impl CdcSession {
             ctx,
             warehouse,
             tables: Mutex::new(HashMap::new()),
+            clock: Arc::clone(&config.clock),
         };
         for name in session.warehouse.list_tables().await? {
             session.attach(name).await?;
@@ -307,7 +310,7 @@ impl CdcSession {
         register: bool,
     ) -> Result<RecordBatch> {
         let state = self.ctx.state();
-        let plan = plan_update(&state, Arc::clone(table), spec, register).await?;
+        let plan = plan_update(&state, Arc::clone(table), spec, register, self.clock.now()).await?;
         let batches = DataFrame::new(state, plan).collect().await?;
         batches
             .into_iter()
@@ -407,7 +410,8 @@ impl CdcSession {
         let state = self.ctx.state();
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
-            let plan = plan_update(&state, Arc::clone(&table), &flow, false).await?;
+            let plan =
+                plan_update(&state, Arc::clone(&table), &flow, false, self.clock.now()).await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain(verbose, analyze)?
                 .build()?;

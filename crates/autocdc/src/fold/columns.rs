@@ -14,6 +14,9 @@ pub const START_AT_COL: &str = "__start_at";
 /// See [`START_AT_COL`].
 pub const END_AT_COL: &str = "__end_at";
 
+/// Commit time (UTC µs, by the session clock) of the update that wrote a
+/// stored row; tombstones expire by it (SPEC §2.3 retention).
+pub const WRITTEN_AT_COL: &str = "__cdc_written_at";
 /// Where an event comes from during an update, see [`Origin`] (never stored).
 pub const ORIGIN_COL: &str = "__cdc_origin";
 /// Prefix reserved for hidden bookkeeping columns.
@@ -82,7 +85,7 @@ pub fn all_nullable(schema: &arrow::datatypes::Schema) -> arrow::datatypes::Sche
 }
 
 /// Column positions of an event batch: `[target columns..., __cdc_seq,
-/// __cdc_kind, __cdc_origin]`.
+/// __cdc_kind, __cdc_written_at, __cdc_origin]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EventLayout {
     /// Names of the target (user) columns, in order.
@@ -104,8 +107,12 @@ impl EventLayout {
     pub fn kind(&self) -> usize {
         self.num_target() + 1
     }
+    /// Index of the written-at column.
+    pub fn written_at(&self) -> usize {
+        self.num_target() + 2
+    }
     /// Index of the origin column.
     pub fn origin(&self) -> usize {
-        self.num_target() + 2
+        self.num_target() + 3
     }
 }

@@ -47,6 +47,7 @@ pub fn scd2_output_schema(layout: &EventLayout, input: &Schema) -> SchemaRef {
     fields.push(Field::new(END_AT_COL, seq_type.clone(), true));
     fields.push(Field::new(SEQ_COL, seq_type, true));
     fields.push(Field::new(KIND_COL, arrow::datatypes::DataType::Int8, true));
+    fields.push(input.field(layout.written_at()).clone().with_nullable(true));
     Arc::new(Schema::new(fields))
 }
 
@@ -297,6 +298,11 @@ impl Scd2Fold {
         columns.push(take(seq.as_ref(), &UInt32Array::from(emit.end), None)?);
         columns.push(take(seq.as_ref(), &rows, None)?);
         columns.push(Arc::new(Int8Array::from(emit.kind)));
+        columns.push(take(
+            batch.column(self.layout.written_at()).as_ref(),
+            &rows,
+            None,
+        )?);
         Ok(RecordBatch::try_new(
             Arc::clone(&self.output_schema),
             columns,

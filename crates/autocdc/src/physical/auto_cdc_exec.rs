@@ -41,6 +41,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
+use crate::fold::columns::{KIND_COL, SEQ_COL};
 use crate::fold::{FoldCounts, FoldKernel, FoldSpec, Kind};
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
@@ -248,21 +249,16 @@ impl FoldState {
         )?))
     }
 
+    /// The truncate watermark row: keyless, kind TRUNCATE, sequence `wm`.
     fn watermark_row(&self, wm: &ArrayRef) -> Result<RecordBatch> {
         let schema = self.fold.output_schema();
-        let n = schema.fields().len();
         let columns: Vec<ArrayRef> = schema
             .fields()
             .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                if i == n - 2 {
-                    Arc::clone(wm)
-                } else if i == n - 1 {
-                    Arc::new(Int8Array::from(vec![Kind::Truncate as i8])) as ArrayRef
-                } else {
-                    new_null_array(f.data_type(), 1)
-                }
+            .map(|f| match f.name().as_str() {
+                SEQ_COL => Arc::clone(wm),
+                KIND_COL => Arc::new(Int8Array::from(vec![Kind::Truncate as i8])) as ArrayRef,
+                _ => new_null_array(f.data_type(), 1),
             })
             .collect();
         Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)

@@ -10,6 +10,8 @@
 //! dropped as late by the fold.
 
 use std::ops::Not;
+
+use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray};
@@ -31,11 +33,11 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::fold::columns::{
     Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
-    STORED_UPSERT_EVENT,
+    STORED_UPSERT_EVENT, WRITTEN_AT_COL,
 };
 use crate::fold::{FoldCounts, FoldSpec};
 use crate::logical::{AutoCdcNode, CdcCommitNode};
-use crate::spec::resolve::{plan_source, resolve, ResolvedFlow};
+use crate::spec::resolve::{plan_source, resolve, written_at_type, written_at_value, ResolvedFlow};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::writer::BucketWriter;
@@ -194,12 +196,14 @@ pub async fn plan_update(
     table: Arc<ScdTable>,
     flow: &FlowSpec,
     register: bool,
+    now: DateTime<Utc>,
 ) -> Result<LogicalPlan> {
     let meta = table.meta();
     let source = plan_source(state, &flow.source, &flow.dialect)
         .await
         .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name)))?;
-    let resolved = resolve(state, flow, source, &meta.shape())?;
+    let now_micros = now.timestamp_micros();
+    let resolved = resolve(state, flow, source, &meta.shape(), now_micros)?;
     let scd2 = flow.stored_as_scd_type == ScdType::Type2;
     let seq_type = resolved.sequence_type.clone();
     let touched = touched_buckets(state, &resolved, meta.buckets).await?;
@@ -255,9 +259,19 @@ pub async fn plan_update(
                 ),
             )
         } else {
-            (col(KIND_COL), kind_is(Kind::Truncate).not())
+            // retention: tombstones older than the threshold are gone, so a
+            // late upsert of their key applies as new (SPEC §2.3)
+            let cutoff =
+                now_micros.saturating_sub(meta.tombstone_retention_secs.saturating_mul(1_000_000));
+            let expired =
+                kind_is(Kind::Delete).and(col(WRITTEN_AT_COL).lt(lit(written_at_value(cutoff))));
+            (
+                col(KIND_COL),
+                kind_is(Kind::Truncate).not().and(expired.not()),
+            )
         };
         stored.push(stored_kind);
+        stored.push(cast(col(WRITTEN_AT_COL), written_at_type()).alias(WRITTEN_AT_COL));
         stored.push(lit(Origin::Stored as i8).alias(ORIGIN_COL));
         let stored_rows = LogicalPlanBuilder::from(raw.clone())
             .filter(stored_filter)?
@@ -312,6 +326,7 @@ pub async fn plan_update(
                 arrow::datatypes::DataType::Int8,
                 false,
             ));
+            fields.push(Field::new(WRITTEN_AT_COL, written_at_type(), true));
             fields.push(bucket_field());
             let kernel: StructType = (&Schema::new(fields))
                 .try_into_kernel()

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use datafusion::common::{Column, DFSchema, DataFusionError, Result};
+use datafusion::common::{Column, DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
 use datafusion::functions::expr_fn::{coalesce, named_struct};
 use datafusion::logical_expr::{
@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::dialect::dialect_from_str;
 
 use super::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::fold::columns::{
-    EventLayout, Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL,
+    EventLayout, Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL, WRITTEN_AT_COL,
 };
 
 /// SCD column names reserved in sources and targets.
@@ -111,6 +111,16 @@ pub async fn plan_source(
     state.statement_to_plan(statement).await
 }
 
+/// Type of the `__cdc_written_at` column.
+pub fn written_at_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// A `__cdc_written_at` value.
+pub fn written_at_value(micros: i64) -> ScalarValue {
+    ScalarValue::TimestampMicrosecond(Some(micros), Some("UTC".into()))
+}
+
 /// Map a column type to the type it is stored with in Delta.
 pub fn storage_type(dt: &DataType) -> DataType {
     match dt {
@@ -198,11 +208,15 @@ fn find_column<'a>(names: &'a [String], name: &str) -> Option<&'a String> {
 }
 
 /// Validate `spec` against its planned `source` and the `target` shape.
+///
+/// `now_micros` (UTC µs by the session clock) stamps the rows this update
+/// writes (see [`WRITTEN_AT_COL`]).
 pub fn resolve(
     state: &SessionState,
     spec: &FlowSpec,
     source: LogicalPlan,
     target: &TargetShape,
+    now_micros: i64,
 ) -> Result<ResolvedFlow> {
     let flow = spec.name.as_str();
     // Clauses this version does not implement: refuse clearly, never ignore.
@@ -496,6 +510,7 @@ pub fn resolve(
         .collect();
     projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));
     projection.push(kind.alias(KIND_COL));
+    projection.push(lit(written_at_value(now_micros)).alias(WRITTEN_AT_COL));
     projection.push(lit(Origin::New as i8).alias(ORIGIN_COL));
     let events = LogicalPlanBuilder::from(source)
         .project(projection)?

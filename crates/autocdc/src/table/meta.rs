@@ -14,6 +14,11 @@ use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{BUCKETS_PROPERTY, DEFAULT_BUCKETS};
 
+/// Table property: tombstone retention in seconds (SPEC §2.3).
+pub const TOMBSTONE_GC_PROPERTY: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";
+/// Default tombstone retention: two days.
+pub const DEFAULT_TOMBSTONE_GC_SECS: i64 = 172_800;
+
 /// Table property holding [`TableDecl`] (JSON).
 pub const TABLE_KEY: &str = "autocdc.table";
 /// Prefix of the table properties holding one [`FlowSpec`] (JSON) each.
@@ -45,6 +50,8 @@ pub struct TableMeta {
     pub properties: HashMap<String, String>,
     /// Number of key buckets.
     pub buckets: i32,
+    /// Tombstone retention (`pipelines.cdc.tombstoneGCThresholdInSeconds`).
+    pub tombstone_retention_secs: i64,
 }
 
 impl TableMeta {
@@ -98,6 +105,10 @@ impl TableMeta {
                 .get(BUCKETS_PROPERTY)
                 .and_then(|b| b.parse().ok())
                 .unwrap_or(DEFAULT_BUCKETS),
+            tombstone_retention_secs: configuration
+                .get(TOMBSTONE_GC_PROPERTY)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(DEFAULT_TOMBSTONE_GC_SECS),
             properties: configuration.clone(),
         })
     }
