@@ -310,8 +310,12 @@ async fn tombstones_expire_after_the_retention_threshold() {
     use chrono::{Duration, TimeZone, Utc};
     use datafusion_autocdc::clock::ManualClock;
 
-    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()));
-    let s = CdcSession::open(AutoCdcConfig::in_memory().with_clock(clock.clone())).await.unwrap();
+    let clock = Arc::new(ManualClock::new(
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
+    ));
+    let s = CdcSession::open(AutoCdcConfig::in_memory().with_clock(clock.clone()))
+        .await
+        .unwrap();
     exec(&s, "CREATE STREAMING TABLE t TBLPROPERTIES ('pipelines.cdc.tombstoneGCThresholdInSeconds' = '3600')").await;
     exec(&s, "CREATE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES (1, 'a', 'U', 1), (1, NULL, 'D', 5), (2, 'b', 'U', 1)").await;
     exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, v)").await;
@@ -326,5 +330,8 @@ async fn tombstones_expire_after_the_retention_threshold() {
     // after expiry it is gone: the late upsert applies as new
     clock.advance(Duration::minutes(2));
     exec(&s, "REFRESH STREAMING TABLE t").await;
-    assert_eq!(rows(&s, "SELECT * FROM t ORDER BY id").await, ["| 1 | late |", "| 2 | b |"]);
+    assert_eq!(
+        rows(&s, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | late |", "| 2 | b |"]
+    );
 }

@@ -9,6 +9,7 @@ pub mod columns;
 pub mod kernel;
 pub mod scd1;
 pub mod scd2;
+pub mod snapshot_diff;
 
 pub use columns::{EventLayout, Kind, Origin};
 pub use kernel::FoldKernel;

@@ -4,6 +4,8 @@
 
 mod auto_cdc;
 mod commit;
+mod snapshot_diff;
 
 pub use auto_cdc::AutoCdcNode;
 pub use commit::{CdcCommitNode, UPDATE_RESULT_COLUMNS};
+pub use snapshot_diff::SnapshotDiffNode;

@@ -3,7 +3,9 @@
 mod auto_cdc_exec;
 pub mod commit_exec;
 mod planner;
+mod snapshot_diff_exec;
 
 pub use auto_cdc_exec::AutoCdcExec;
 pub use commit_exec::CdcCommitExec;
 pub use planner::{CdcExtensionPlanner, CdcQueryPlanner};
+pub use snapshot_diff_exec::SnapshotDiffExec;

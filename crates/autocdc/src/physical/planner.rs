@@ -11,8 +11,8 @@ use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
-use super::{AutoCdcExec, CdcCommitExec};
-use crate::logical::{AutoCdcNode, CdcCommitNode};
+use super::{AutoCdcExec, CdcCommitExec, SnapshotDiffExec};
+use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
 
 /// Plans [`AutoCdcNode`] and [`CdcCommitNode`].
 #[derive(Debug, Default)]
@@ -47,6 +47,20 @@ impl ExtensionPlanner for CdcExtensionPlanner {
             };
             return Ok(Some(Arc::new(CdcCommitExec::new(
                 Arc::clone(&n.request),
+                Arc::clone(input),
+            ))));
+        }
+        if let Some(n) = node.as_any().downcast_ref::<SnapshotDiffNode>() {
+            let [input] = physical_inputs else {
+                return Err(DataFusionError::Internal(
+                    "SnapshotDiff needs one input".into(),
+                ));
+            };
+            return Ok(Some(Arc::new(SnapshotDiffExec::new(
+                n.flow.clone(),
+                n.key_indices.clone(),
+                n.version.clone(),
+                n.written_at.clone(),
                 Arc::clone(input),
             ))));
         }
