@@ -209,9 +209,10 @@ impl<'a> IntoFuture for AutoCdcFlowBuilder<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let batch = self.session.create_flow(self.spec).await?;
-            UpdateMetrics::from_batch(&batch)
-                .into_iter()
+            let batches = self.session.create_flow(self.spec).await?;
+            batches
+                .iter()
+                .flat_map(UpdateMetrics::from_batch)
                 .next()
                 .ok_or_else(|| {
                     datafusion::common::DataFusionError::Internal(

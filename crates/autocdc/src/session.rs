@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::MemorySchemaProvider;
-use datafusion::common::{DataFusionError, Result, TableReference};
+use datafusion::common::{DataFusionError, Result, ScalarValue, TableReference};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{DataFrame, SessionContext};
@@ -22,16 +22,24 @@ use futures::TryStreamExt;
 use crate::clock::Clock;
 use crate::config::AutoCdcConfig;
 use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
-use crate::functions::StreamFunction;
+use crate::functions::{
+    MisplacedSnapshotVersion, SnapshotVersionFunction, StreamFunction, CURRENT_SNAPSHOT_VERSION,
+    LAST_SNAPSHOT_VERSION,
+};
+use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
-use crate::pipeline::{delta_err, plan_update};
+use crate::pipeline::{delta_err, last_version_property, plan_update, UpdateSource};
 use crate::spec::resolve::storage_type;
+use crate::spec::resolve::{plan_source, written_at_value};
 use crate::spec::FlowSpec;
+use crate::spec::{FlowSource, ScdType};
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
 use crate::table::bucket::{bucket_field, BUCKETS_PROPERTY, BUCKET_COL, DEFAULT_BUCKETS};
 use crate::table::meta::TableDecl;
+use crate::table::FLOW_KEY_PREFIX;
 use crate::table::{ScdTable, TableName, Warehouse, TABLE_KEY};
 use crate::AutoCdc;
+use deltalake_core::kernel::MetadataExt;
 
 /// A DataFusion session with AUTO CDC statements and a warehouse of
 /// streaming tables.
@@ -40,7 +48,13 @@ pub struct CdcSession {
     warehouse: Arc<Warehouse>,
     tables: Mutex<HashMap<TableName, Arc<ScdTable>>>,
     clock: Arc<dyn Clock>,
+    snapshot_functions: Mutex<HashMap<(TableName, String), SnapshotFunction>>,
 }
+
+/// A Rust snapshot source (`next_snapshot_and_version`): given the last
+/// processed version, the next snapshot and its version, or `None`.
+pub type SnapshotFunction =
+    Arc<dyn Fn(Option<ScalarValue>) -> Result<Option<(DataFrame, ScalarValue)>> + Send + Sync>;
 
 impl std::fmt::Debug for CdcSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,6 +86,14 @@ impl CdcSession {
             )
         };
         ctx.register_udtf(
+            LAST_SNAPSHOT_VERSION,
+            Arc::new(MisplacedSnapshotVersion::last()),
+        );
+        ctx.register_udtf(
+            CURRENT_SNAPSHOT_VERSION,
+            Arc::new(MisplacedSnapshotVersion::current()),
+        );
+        ctx.register_udtf(
             "stream",
             Arc::new(StreamFunction::new(
                 ctx.state().catalog_list().clone(),
@@ -84,6 +106,7 @@ impl CdcSession {
             warehouse,
             tables: Mutex::new(HashMap::new()),
             clock: Arc::clone(&config.clock),
+            snapshot_functions: Mutex::new(HashMap::new()),
         };
         for name in session.warehouse.list_tables().await? {
             session.attach(name).await?;
@@ -128,8 +151,8 @@ impl CdcSession {
                 self.empty()
             }
             CdcStatement::CreateFlow(spec) => {
-                let batch = self.create_flow(*spec).await?;
-                self.ctx.read_batch(batch)
+                let batches = self.create_flow(*spec).await?;
+                self.ctx.read_batches(batches)
             }
             CdcStatement::Refresh { name, full } => {
                 let batches = self.refresh(&name, full).await?;
@@ -285,7 +308,7 @@ impl CdcSession {
         state
     }
 
-    pub(crate) async fn create_flow(&self, spec: FlowSpec) -> Result<RecordBatch> {
+    pub(crate) async fn create_flow(&self, spec: FlowSpec) -> Result<Vec<RecordBatch>> {
         let target = TableName::parse(&spec.target)?;
         let table = self.table(&target).await.map_err(|e| {
             let msg = match e {
@@ -294,13 +317,299 @@ impl CdcSession {
             };
             DataFusionError::Plan(format!("flow '{}': INTO: {msg}", spec.name))
         })?;
-        if table.meta().flows.contains_key(&spec.name) {
+        let meta = table.meta();
+        if meta.flows.contains_key(&spec.name) {
             return Err(DataFusionError::Plan(format!(
                 "flow '{}': a flow of that name already exists on target '{target}'",
                 spec.name
             )));
         }
+        let snapshot_flows = meta
+            .flows
+            .values()
+            .filter(|f| f.source.is_snapshot())
+            .count();
+        let cdc_flows = meta.flows.len() - snapshot_flows;
+        if spec.source.is_snapshot() && snapshot_flows > 0 {
+            return Err(DataFusionError::Plan(format!(
+                "flow '{}': target '{target}' already has a snapshot flow; a target takes at most one",
+                spec.name
+            )));
+        }
+        let mixing = if spec.source.is_snapshot() {
+            cdc_flows > 0
+        } else {
+            snapshot_flows > 0
+        };
+        if mixing && (spec.stored_as_scd_type != ScdType::Type1) {
+            return Err(DataFusionError::Plan(format!(
+                "flow '{}': snapshot and change-feed flows can share only an SCD TYPE 1 target",
+                spec.name
+            )));
+        }
         self.run_flow(&table, &spec, true).await
+    }
+
+    /// Register the Rust function a snapshot flow reads
+    /// (`next_snapshot_and_version`); needed again in every new process.
+    pub fn register_snapshot_function(
+        &self,
+        target: &TableName,
+        flow: &str,
+        function: SnapshotFunction,
+    ) {
+        if let Ok(mut f) = self.snapshot_functions.lock() {
+            f.insert((target.clone(), flow.to_string()), function);
+        }
+    }
+
+    /// Run a snapshot flow: every available version in ascending order, each
+    /// committed on its own (SPEC §3). One result row per version.
+    async fn run_snapshot_flow(
+        &self,
+        table: &Arc<ScdTable>,
+        spec: &FlowSpec,
+        register: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        let mut register = register;
+        loop {
+            let meta = table.meta();
+            let last = match (
+                meta.properties.get(&last_version_property(&spec.name)),
+                &meta.sequence_type,
+            ) {
+                (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
+                _ => None,
+            };
+            let now = self.clock.now();
+            let state = self.ctx.state();
+            let next = match &spec.source {
+                FlowSource::Snapshot {
+                    query,
+                    version_query: None,
+                } => {
+                    if !out.is_empty() {
+                        break;
+                    }
+                    let version = written_at_value(now.timestamp_micros());
+                    let plan = self
+                        .plan_snapshot_query(spec, query, "version", &version)
+                        .await?;
+                    Some((plan, version))
+                }
+                FlowSource::Snapshot {
+                    query,
+                    version_query: Some(vq),
+                } => {
+                    match self
+                        .next_version(spec, vq, last.clone(), meta.sequence_type.clone())
+                        .await?
+                    {
+                        None => None,
+                        Some((column, version)) => {
+                            let plan = self
+                                .plan_snapshot_query(spec, query, &column, &version)
+                                .await?;
+                            Some((plan, version))
+                        }
+                    }
+                }
+                FlowSource::SnapshotFunction => {
+                    let function = self
+                        .snapshot_functions
+                        .lock()
+                        .ok()
+                        .and_then(|f| f.get(&(table.name().clone(), spec.name.clone())).cloned())
+                        .ok_or_else(|| {
+                            DataFusionError::Plan(format!(
+                                "flow '{}': reads a Rust snapshot function that is not registered in this session",
+                                spec.name
+                            ))
+                        })?;
+                    function(last.clone())?
+                        .map(|(df, version)| (df.into_unoptimized_plan(), version))
+                }
+                _ => {
+                    return Err(DataFusionError::Internal(format!(
+                        "flow '{}' is not a snapshot flow",
+                        spec.name
+                    )))
+                }
+            };
+            let Some((plan, version)) = next else { break };
+            let version = match &meta.sequence_type {
+                Some(t) if version.data_type() != *t => {
+                    if !(version.data_type().is_integer() && t.is_integer()) {
+                        return Err(DataFusionError::Plan(format!(
+                            "flow '{}': the snapshot version type {} differs from the target's sequence type {t}",
+                            spec.name,
+                            version.data_type()
+                        )));
+                    }
+                    version.cast_to(t)?
+                }
+                _ => version,
+            };
+            if let Some(last) = &last {
+                if version.partial_cmp(last) != Some(std::cmp::Ordering::Greater) {
+                    return Err(DataFusionError::Execution(format!(
+                        "flow '{}': out-of-order snapshot version {version}: the last processed version is {last}; nothing was applied",
+                        spec.name
+                    )));
+                }
+            }
+            let update = plan_update(
+                &state,
+                Arc::clone(table),
+                spec,
+                register,
+                now,
+                UpdateSource::Snapshot { plan, version },
+            )
+            .await?;
+            out.extend(
+                DataFrame::new(state, update)
+                    .collect()
+                    .await?
+                    .into_iter()
+                    .filter(|b| b.num_rows() > 0),
+            );
+            register = false;
+        }
+        if register {
+            // no version to process yet: the definition still lands
+            self.commit_definition(table, spec).await?;
+        }
+        if out.is_empty() {
+            out.push(result_batch(&spec.name, Default::default(), None)?);
+        }
+        Ok(out)
+    }
+
+    /// Commit a flow definition without data.
+    async fn commit_definition(&self, table: &ScdTable, spec: &FlowSpec) -> Result<()> {
+        let delta = table.delta();
+        let snapshot = delta.snapshot().map_err(delta_err)?;
+        let json = serde_json::to_string(spec).map_err(delta_err)?;
+        let md = snapshot
+            .metadata()
+            .clone()
+            .add_config_key(format!("{FLOW_KEY_PREFIX}{}", spec.name), json)
+            .map_err(delta_err)?;
+        CommitBuilder::default()
+            .with_actions(vec![Action::Metadata(md)])
+            .build(
+                Some(snapshot),
+                delta.log_store(),
+                DeltaOperation::SetTableProperties {
+                    properties: Default::default(),
+                },
+            )
+            .await
+            .map_err(delta_err)?;
+        table.refresh().await
+    }
+
+    /// The next version of a versioned snapshot flow: run the version query
+    /// with `last_snapshot_version()` bound. `None` when it returns no row.
+    async fn next_version(
+        &self,
+        spec: &FlowSpec,
+        version_query: &str,
+        last: Option<ScalarValue>,
+        sequence_type: Option<DataType>,
+    ) -> Result<Option<(String, ScalarValue)>> {
+        let context = |e: DataFusionError| {
+            DataFusionError::Plan(format!("flow '{}': WITH VERSION: {e}", spec.name))
+        };
+        // the function's column takes the name and type of the query's output:
+        // plan once with a guess, again with what the query produced
+        let mut column = (
+            "version".to_string(),
+            sequence_type.unwrap_or(DataType::Int64),
+        );
+        let mut plan = None;
+        for _ in 0..2 {
+            let mut state = self.ctx.state();
+            state.register_udtf(
+                LAST_SNAPSHOT_VERSION,
+                Arc::new(SnapshotVersionFunction::new(
+                    LAST_SNAPSHOT_VERSION,
+                    column.0.clone(),
+                    column.1.clone(),
+                    last.clone(),
+                )),
+            );
+            let p = plan_source(
+                &state,
+                &FlowSource::Query(version_query.to_string()),
+                &spec.dialect,
+            )
+            .await
+            .map_err(context)?;
+            let field = p.schema().field(0);
+            let produced = (field.name().clone(), field.data_type().clone());
+            let done = produced == column;
+            column = produced;
+            plan = Some((state, p));
+            if done {
+                break;
+            }
+        }
+        let Some((state, plan)) = plan else {
+            return Ok(None);
+        };
+        if plan.schema().fields().len() != 1 {
+            return Err(context(DataFusionError::Plan(
+                "the version query must return one column".into(),
+            )));
+        }
+        let batches = DataFrame::new(state, plan)
+            .collect()
+            .await
+            .map_err(context)?;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        match rows {
+            0 => Ok(None),
+            1 => {
+                let batch = batches
+                    .iter()
+                    .find(|b| b.num_rows() == 1)
+                    .ok_or_else(|| DataFusionError::Internal("lost row".into()))?;
+                let version = ScalarValue::try_from_array(batch.column(0), 0)?;
+                if version.is_null() {
+                    return Ok(None);
+                }
+                Ok(Some((column.0, version)))
+            }
+            n => Err(context(DataFusionError::Plan(format!(
+                "the version query returned {n} rows; it must return at most one"
+            )))),
+        }
+    }
+
+    /// Plan the snapshot query with `current_snapshot_version()` bound.
+    async fn plan_snapshot_query(
+        &self,
+        spec: &FlowSpec,
+        query: &str,
+        column: &str,
+        version: &ScalarValue,
+    ) -> Result<LogicalPlan> {
+        let mut state = self.ctx.state();
+        state.register_udtf(
+            CURRENT_SNAPSHOT_VERSION,
+            Arc::new(SnapshotVersionFunction::new(
+                CURRENT_SNAPSHOT_VERSION,
+                column.to_string(),
+                version.data_type(),
+                Some(version.clone()),
+            )),
+        );
+        plan_source(&state, &FlowSource::Query(query.to_string()), &spec.dialect)
+            .await
+            .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM SNAPSHOT: {e}", spec.name)))
     }
 
     async fn run_flow(
@@ -308,16 +617,33 @@ impl CdcSession {
         table: &Arc<ScdTable>,
         spec: &FlowSpec,
         register: bool,
-    ) -> Result<RecordBatch> {
+    ) -> Result<Vec<RecordBatch>> {
+        if spec.source.is_snapshot() {
+            return self.run_snapshot_flow(table, spec, register).await;
+        }
         let state = self.ctx.state();
-        let plan = plan_update(&state, Arc::clone(table), spec, register, self.clock.now()).await?;
-        let batches = DataFrame::new(state, plan).collect().await?;
-        batches
+        let plan = plan_update(
+            &state,
+            Arc::clone(table),
+            spec,
+            register,
+            self.clock.now(),
+            UpdateSource::Changes,
+        )
+        .await?;
+        let batches: Vec<RecordBatch> = DataFrame::new(state, plan)
+            .collect()
+            .await?
             .into_iter()
-            .find(|b| b.num_rows() > 0)
-            .ok_or_else(|| {
-                DataFusionError::Internal(format!("flow '{}' returned no result", spec.name))
-            })
+            .filter(|b| b.num_rows() > 0)
+            .collect();
+        if batches.is_empty() {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}' returned no result",
+                spec.name
+            )));
+        }
+        Ok(batches)
     }
 
     /// Flows of a table to run on a refresh.
@@ -338,7 +664,7 @@ impl CdcSession {
         }
         let mut out = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
-            out.push(self.run_flow(&table, &flow, false).await?);
+            out.extend(self.run_flow(&table, &flow, false).await?);
         }
         if out.is_empty() {
             out.push(RecordBatch::new_empty(result_schema()));
@@ -410,8 +736,15 @@ impl CdcSession {
         let state = self.ctx.state();
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
-            let plan =
-                plan_update(&state, Arc::clone(&table), &flow, false, self.clock.now()).await?;
+            let plan = plan_update(
+                &state,
+                Arc::clone(&table),
+                &flow,
+                false,
+                self.clock.now(),
+                UpdateSource::Changes,
+            )
+            .await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain(verbose, analyze)?
                 .build()?;

@@ -33,6 +33,9 @@ pub struct FoldSpec {
     pub stored_as: ScdType,
     /// Tracked target columns (SCD 2).
     pub tracked: Vec<usize>,
+    /// New events win ties with stored rows of equal sequence (snapshots,
+    /// SPEC §3); otherwise the stored row wins and the event is late.
+    pub new_wins_ties: bool,
 }
 
 impl FoldSpec {
@@ -49,7 +52,10 @@ impl FoldSpec {
     /// A fresh kernel for one partition.
     pub fn kernel(&self, input: &SchemaRef) -> Result<Box<dyn FoldKernel>> {
         Ok(match self.stored_as {
-            ScdType::Type1 => Box::new(Scd1Fold::try_new(&self.flow, self.layout.clone(), input)?),
+            ScdType::Type1 => Box::new(
+                Scd1Fold::try_new(&self.flow, self.layout.clone(), input)?
+                    .with_new_wins_ties(self.new_wins_ties),
+            ),
             _ => Box::new(Scd2Fold::try_new(
                 &self.flow,
                 self.layout.clone(),

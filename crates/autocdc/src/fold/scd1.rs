@@ -107,6 +107,7 @@ pub struct Scd1Fold {
     watermark_value: Option<ArrayRef>,
     group: Option<Group>,
     counts: FoldCounts,
+    new_wins_ties: bool,
 }
 
 impl std::fmt::Debug for Scd1Fold {
@@ -141,7 +142,14 @@ impl Scd1Fold {
             watermark_value: None,
             group: None,
             counts: FoldCounts::default(),
+            new_wins_ties: false,
         })
+    }
+
+    /// Let new events win ties with the stored row (snapshot flows).
+    pub fn with_new_wins_ties(mut self, new_wins_ties: bool) -> Self {
+        self.new_wins_ties = new_wins_ties;
+        self
     }
 
     /// Schema of the batches this fold produces.
@@ -248,6 +256,12 @@ impl Scd1Fold {
             let equal_seq = slot_seq(&g.prev, &seqs) == seqs.row(i);
             if equal_seq {
                 match (g.prev_origin, origin) {
+                    (Origin::Stored, Origin::New) if self.new_wins_ties => {
+                        g.winner = Slot::Here(i);
+                        g.winner_origin = origin;
+                        g.prev = Slot::Here(i);
+                        g.prev_origin = origin;
+                    }
                     (Origin::Stored, _) => self.counts.late += 1,
                     (Origin::New, Origin::New) => {
                         if !self.same_event(batch, &g.prev, i)? {

@@ -53,7 +53,9 @@ pub struct AutoCdcExec {
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
-    truncate_sequences: Arc<OnceCell<Option<ArrayRef>>>,
+    /// The truncate sequences, collected once for all partitions (an error
+    /// too: the input must not be executed twice).
+    truncate_sequences: Arc<OnceCell<std::result::Result<Option<ArrayRef>, Arc<DataFusionError>>>>,
 }
 
 /// Metric names reported by [`AutoCdcExec`].
@@ -355,17 +357,23 @@ impl ExecutionPlan for AutoCdcExec {
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let schema = Arc::clone(&self.schema);
         let state = async move {
-            let seqs = cell
-                .get_or_try_init(|| async move {
-                    let batches = collect(truncates, context).await?;
-                    let arrays: Vec<&dyn arrow::array::Array> =
-                        batches.iter().map(|b| b.column(0).as_ref()).collect();
-                    if arrays.is_empty() {
-                        return Ok::<_, DataFusionError>(None);
-                    }
-                    Ok(Some(concat(&arrays)?))
+            let collected = cell
+                .get_or_init(|| async move {
+                    let gather = async move {
+                        let batches = collect(truncates, context).await?;
+                        let arrays: Vec<&dyn arrow::array::Array> =
+                            batches.iter().map(|b| b.column(0).as_ref()).collect();
+                        if arrays.is_empty() {
+                            return Ok::<_, DataFusionError>(None);
+                        }
+                        Ok(Some(concat(&arrays)?))
+                    };
+                    gather.await.map_err(Arc::new)
                 })
-                .await?;
+                .await;
+            let seqs = collected
+                .as_ref()
+                .map_err(|e| DataFusionError::Shared(Arc::clone(e)))?;
             let mut fold = fold;
             if let Some(seqs) = seqs {
                 if !seqs.is_empty() {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, AsArray};
 use arrow::datatypes::{Field, Int32Type, Int8Type, Schema};
 use datafusion::common::Column;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
@@ -35,13 +35,49 @@ use crate::fold::columns::{
     Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
     STORED_UPSERT_EVENT, WRITTEN_AT_COL,
 };
+use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::{FoldCounts, FoldSpec};
-use crate::logical::{AutoCdcNode, CdcCommitNode};
+use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
 use crate::spec::resolve::{plan_source, resolve, written_at_type, written_at_value, ResolvedFlow};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::writer::BucketWriter;
 use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
+
+/// Table property: the greatest snapshot version applied; change events at
+/// or below it are dropped (SPEC §3).
+pub const SNAPSHOT_WATERMARK_PROPERTY: &str = "autocdc.snapshot_watermark";
+
+/// Table property holding the last snapshot version processed by a flow.
+pub fn last_version_property(flow: &str) -> String {
+    format!("autocdc.snapshot.{flow}.last_version")
+}
+
+/// A sequence value as table-property text (read back with
+/// [`ScalarValue::try_from_string`]).
+pub fn scalar_to_text(value: &ScalarValue) -> Result<String> {
+    let text = value.cast_to(&arrow::datatypes::DataType::Utf8)?;
+    match text {
+        ScalarValue::Utf8(Some(s)) => Ok(s),
+        other => Err(DataFusionError::Internal(format!(
+            "cannot store version {other} as text"
+        ))),
+    }
+}
+
+/// Where the new events of an update come from.
+#[derive(Debug)]
+pub enum UpdateSource {
+    /// The flow's change feed, read whole.
+    Changes,
+    /// A snapshot (planned by the caller) at `version`.
+    Snapshot {
+        /// The snapshot rows.
+        plan: LogicalPlan,
+        /// Its version: the sequence of the events it produces.
+        version: ScalarValue,
+    },
+}
 
 /// Everything the commit of one flow run needs.
 #[derive(Debug)]
@@ -197,34 +233,128 @@ pub async fn plan_update(
     flow: &FlowSpec,
     register: bool,
     now: DateTime<Utc>,
+    source: UpdateSource,
 ) -> Result<LogicalPlan> {
     let meta = table.meta();
-    let source = plan_source(state, &flow.source, &flow.dialect)
-        .await
-        .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name)))?;
     let now_micros = now.timestamp_micros();
-    let resolved = resolve(state, flow, source, &meta.shape(), now_micros)?;
     let scd2 = flow.stored_as_scd_type == ScdType::Type2;
-    let seq_type = resolved.sequence_type.clone();
-    let touched = touched_buckets(state, &resolved, meta.buckets).await?;
-
-    let events = resolved.events.clone();
-    let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
-    let new_rows = LogicalPlanBuilder::from(events.clone())
-        .filter(kind_is(Kind::Truncate).not())?
-        .build()?;
-    let new_truncates = LogicalPlanBuilder::from(events)
-        .filter(kind_is(Kind::Truncate))?
-        .project(vec![col(SEQ_COL)])?
-        .build()?;
-
-    let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
-        let raw = LogicalPlanBuilder::scan(
+    let raw_target = || -> Result<LogicalPlan> {
+        LogicalPlanBuilder::scan(
             "__cdc_target",
             provider_as_source(table.raw_provider()),
             None,
         )?
+        .build()
+    };
+    let mut extra_config: Vec<(String, String)> = Vec::new();
+    let (resolved, events, touched, new_wins_ties) = match source {
+        UpdateSource::Changes => {
+            let source = plan_source(state, &flow.source, &flow.dialect)
+                .await
+                .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name)))?;
+            let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
+            let mut events = resolved.events.clone();
+            // change events not newer than the last snapshot are older than
+            // an authoritative state and dropped (SPEC §3)
+            if let Some(watermark) = meta.properties.get(SNAPSHOT_WATERMARK_PROPERTY) {
+                let watermark =
+                    ScalarValue::try_from_string(watermark.clone(), &resolved.sequence_type)?;
+                events = LogicalPlanBuilder::from(events)
+                    .filter(
+                        col(SEQ_COL)
+                            .gt(lit(watermark))
+                            .or(col(KIND_COL).eq(lit(Kind::Truncate as i8))),
+                    )?
+                    .build()?;
+            }
+            let touched = touched_buckets(state, &resolved, &events, meta.buckets).await?;
+            (resolved, events, touched, false)
+        }
+        UpdateSource::Snapshot { plan, version } => {
+            let resolved = resolve(
+                state,
+                flow,
+                plan,
+                &meta.shape(),
+                now_micros,
+                Some(lit(version.clone())),
+            )?;
+            let target_columns = |side: i8| -> Vec<Expr> {
+                let mut cols: Vec<Expr> = resolved
+                    .target_schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        cast(
+                            Expr::Column(Column::new_unqualified(f.name())),
+                            f.data_type().clone(),
+                        )
+                        .alias(f.name())
+                    })
+                    .collect();
+                cols.push(lit(side).alias(SIDE_COL));
+                cols
+            };
+            let snapshot_rows = LogicalPlanBuilder::from(resolved.events.clone())
+                .project(target_columns(SIDE_SNAPSHOT))?
+                .build()?;
+            let tagged = if meta.sequence_type.is_some() {
+                let mut live = col(KIND_COL).eq(lit(Kind::Upsert as i8));
+                if scd2 {
+                    live = live.and(col(END_AT_COL).is_null());
+                }
+                let live_rows = LogicalPlanBuilder::from(raw_target()?)
+                    .filter(live)?
+                    .project(target_columns(SIDE_LIVE))?
+                    .build()?;
+                LogicalPlanBuilder::from(live_rows)
+                    .union(snapshot_rows)?
+                    .build()?
+            } else {
+                snapshot_rows
+            };
+            let diff = SnapshotDiffNode::try_new(
+                flow.name.clone(),
+                resolved.layout.key_indices.clone(),
+                version.clone(),
+                written_at_value(now_micros),
+                tagged,
+            )?;
+            let text = scalar_to_text(&version)?;
+            extra_config.push((SNAPSHOT_WATERMARK_PROPERTY.to_string(), text.clone()));
+            extra_config.push((last_version_property(&flow.name), text));
+            (
+                resolved,
+                LogicalPlan::Extension(Extension {
+                    node: Arc::new(diff),
+                }),
+                None,
+                true,
+            )
+        }
+    };
+    let seq_type = resolved.sequence_type.clone();
+
+    let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
+    let new_rows = LogicalPlanBuilder::from(events.clone())
+        .filter(kind_is(Kind::Truncate).not())?
         .build()?;
+    // snapshots never truncate: keep the (costly) diff out of the truncate input
+    let new_truncates = if new_wins_ties {
+        LogicalPlanBuilder::empty(false)
+            .project(vec![
+                cast(lit(ScalarValue::Null), seq_type.clone()).alias(SEQ_COL)
+            ])?
+            .build()?
+    } else {
+        LogicalPlanBuilder::from(events)
+            .filter(kind_is(Kind::Truncate))?
+            .project(vec![col(SEQ_COL)])?
+            .build()?
+    };
+
+    let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
+        let raw = raw_target()?;
         // read only the buckets this update touches (and the watermark row)
         let raw = match &touched {
             Some(buckets) => LogicalPlanBuilder::from(raw)
@@ -298,6 +428,7 @@ pub async fn plan_update(
         layout: resolved.layout.clone(),
         stored_as: flow.stored_as_scd_type,
         tracked: resolved.tracked.clone(),
+        new_wins_ties,
     };
     let fold = AutoCdcNode::try_new(fold_spec, event_plan, truncate_plan)?;
     let fold = LogicalPlan::Extension(Extension {
@@ -307,7 +438,7 @@ pub async fn plan_update(
     let delta = table.delta();
     let snapshot = delta.snapshot().map_err(delta_err)?;
     let schema_needed = meta.sequence_type.is_none();
-    let metadata = if register || schema_needed {
+    let metadata = if register || schema_needed || !extra_config.is_empty() {
         let mut md = snapshot.metadata().clone();
         if schema_needed {
             let mut fields: Vec<Field> = resolved
@@ -332,6 +463,9 @@ pub async fn plan_update(
                 .try_into_kernel()
                 .map_err(delta_err)?;
             md = md.with_schema(&kernel).map_err(delta_err)?;
+        }
+        for (key, value) in extra_config {
+            md = md.add_config_key(key, value).map_err(delta_err)?;
         }
         if register {
             let json = serde_json::to_string(flow).map_err(delta_err)?;
@@ -368,6 +502,7 @@ pub async fn plan_update(
 async fn touched_buckets(
     state: &SessionState,
     resolved: &ResolvedFlow,
+    events: &LogicalPlan,
     buckets: i32,
 ) -> Result<Option<Vec<i32>>> {
     const ALL: i32 = -2;
@@ -380,7 +515,7 @@ async fn touched_buckets(
         .collect();
     let bucket =
         when(col(KIND_COL).eq(lit(Kind::Truncate as i8)), lit(ALL)).otherwise(udf.call(keys))?;
-    let plan = LogicalPlanBuilder::from(resolved.events.clone())
+    let plan = LogicalPlanBuilder::from(events.clone())
         .project(vec![bucket.alias(BUCKET_COL)])?
         .distinct()?
         .build()?;

@@ -20,6 +20,26 @@ pub enum FlowSource {
     Table(String),
     /// A SQL query, written in the flow's dialect.
     Query(String),
+    /// `FROM SNAPSHOT (query) [WITH VERSION (query)]` (SPEC §3): full
+    /// snapshots diffed by key. Without a version query the version is the
+    /// update's time (periodic snapshots).
+    Snapshot {
+        /// The snapshot query (may use `current_snapshot_version()`).
+        query: String,
+        /// The next version to process (may use `last_snapshot_version()`).
+        version_query: Option<String>,
+    },
+    /// Snapshots produced by a Rust function registered with the session
+    /// (`next_snapshot_and_version`); it must be registered again in a new
+    /// process.
+    SnapshotFunction,
+}
+
+impl FlowSource {
+    /// Whether the flow reads snapshots (SPEC §3) rather than change events.
+    pub fn is_snapshot(&self) -> bool {
+        matches!(self, Self::Snapshot { .. } | Self::SnapshotFunction)
+    }
 }
 
 /// The `SEQUENCE BY` clause.

@@ -95,7 +95,13 @@ pub async fn plan_source(
 ) -> Result<LogicalPlan> {
     let sql = match source {
         FlowSource::Table(name) => format!("SELECT * FROM {name}"),
-        FlowSource::Query(q) => q.clone(),
+        FlowSource::Query(q) | FlowSource::Snapshot { query: q, .. } => q.clone(),
+        FlowSource::SnapshotFunction => {
+            return Err(DataFusionError::Plan(
+                "this snapshot flow reads a Rust function: register it with the session again"
+                    .to_string(),
+            ))
+        }
     };
     let statement = {
         let d = dialect_from_str(dialect)
@@ -217,8 +223,30 @@ pub fn resolve(
     source: LogicalPlan,
     target: &TargetShape,
     now_micros: i64,
+    sequence_override: Option<Expr>,
 ) -> Result<ResolvedFlow> {
     let flow = spec.name.as_str();
+    if spec.source.is_snapshot() {
+        let refused = [
+            (spec.sequence_by.is_some(), "SEQUENCE BY"),
+            (spec.apply_as_deletes.is_some(), "APPLY AS DELETE WHEN"),
+            (spec.apply_as_truncates.is_some(), "APPLY AS TRUNCATE WHEN"),
+            (spec.ignore_null_updates.is_some(), "IGNORE NULL UPDATES"),
+            (spec.columns_to_update.is_some(), "COLUMNS TO UPDATE"),
+            (spec.system_sequence_by.is_some(), "SYSTEM SEQUENCE BY"),
+            (
+                spec.stored_as_scd_type == ScdType::Bitemporal,
+                "STORED AS BITEMPORAL",
+            ),
+        ];
+        if let Some((_, clause)) = refused.iter().find(|(on, _)| *on) {
+            return Err(flow_err(
+                flow,
+                clause,
+                "not allowed with FROM SNAPSHOT (snapshots are ordered by their version)",
+            ));
+        }
+    }
     // Clauses this version does not implement: refuse clearly, never ignore.
     let unsupported = [
         (
@@ -356,23 +384,26 @@ pub fn resolve(
         key_indices.push(idx);
     }
 
-    // SEQUENCE BY
-    let Some(sequence_by) = &spec.sequence_by else {
-        return Err(flow_err(flow, "SEQUENCE BY", "the clause is required"));
-    };
-    let seq_expr = match sequence_by {
-        SequenceBy::Column(c) => Expr::Column(Column::new_unqualified(lookup("SEQUENCE BY", c)?)),
-        SequenceBy::Struct(cols) => {
-            let mut args = Vec::with_capacity(cols.len() * 2);
-            for c in cols {
-                let name = lookup("SEQUENCE BY", c)?;
-                args.push(lit(name.clone()));
-                args.push(Expr::Column(Column::new_unqualified(name)));
+    // SEQUENCE BY (or the snapshot version)
+    let seq_expr = match (sequence_override, &spec.sequence_by) {
+        (Some(version), _) => version,
+        (None, None) => return Err(flow_err(flow, "SEQUENCE BY", "the clause is required")),
+        (None, Some(sequence_by)) => match sequence_by {
+            SequenceBy::Column(c) => {
+                Expr::Column(Column::new_unqualified(lookup("SEQUENCE BY", c)?))
             }
-            named_struct(args)
-        }
-        SequenceBy::Expr(text) => plan_sql_expr(state, text, &spec.dialect, &source_schema)
-            .map_err(|e| flow_err(flow, "SEQUENCE BY", e))?,
+            SequenceBy::Struct(cols) => {
+                let mut args = Vec::with_capacity(cols.len() * 2);
+                for c in cols {
+                    let name = lookup("SEQUENCE BY", c)?;
+                    args.push(lit(name.clone()));
+                    args.push(Expr::Column(Column::new_unqualified(name)));
+                }
+                named_struct(args)
+            }
+            SequenceBy::Expr(text) => plan_sql_expr(state, text, &spec.dialect, &source_schema)
+                .map_err(|e| flow_err(flow, "SEQUENCE BY", e))?,
+        },
     };
     let seq_source_type = seq_expr
         .get_type(&source_schema)

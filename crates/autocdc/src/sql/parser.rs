@@ -344,25 +344,36 @@ impl CdcParser<'_> {
         let target = self.table_name()?;
         let flow_name = name.unwrap_or_else(|| target.table.clone());
         self.expect_word("FROM")?;
-        if self.peek_word(0, "SNAPSHOT") {
-            return Err(DataFusionError::NotImplemented(format!(
-                "flow '{flow_name}': AUTO CDC FROM SNAPSHOT is not supported yet"
-            )));
-        }
-        let source =
-            if self.peek_word(0, "STREAM") && self.p.peek_nth_token(1).token == Token::LParen {
-                self.p.next_token();
-                self.p.next_token();
-                let n = self.p.parse_object_name(false)?;
+        let source = if self.word("SNAPSHOT") {
+            self.expect_token(Token::LParen)?;
+            let query = self.p.parse_query()?.to_string();
+            self.expect_token(Token::RParen)?;
+            let version_query = if self.p.parse_keyword(Keyword::WITH) {
+                self.expect_word("VERSION")?;
+                self.expect_token(Token::LParen)?;
+                let q = self.p.parse_query()?.to_string();
                 self.expect_token(Token::RParen)?;
-                FlowSource::Table(n.to_string())
-            } else if self.p.consume_token(&Token::LParen) {
-                let q = self.p.parse_query()?;
-                self.expect_token(Token::RParen)?;
-                FlowSource::Query(q.to_string())
+                Some(q)
             } else {
-                FlowSource::Table(self.p.parse_object_name(false)?.to_string())
+                None
             };
+            FlowSource::Snapshot {
+                query,
+                version_query,
+            }
+        } else if self.peek_word(0, "STREAM") && self.p.peek_nth_token(1).token == Token::LParen {
+            self.p.next_token();
+            self.p.next_token();
+            let n = self.p.parse_object_name(false)?;
+            self.expect_token(Token::RParen)?;
+            FlowSource::Table(n.to_string())
+        } else if self.p.consume_token(&Token::LParen) {
+            let q = self.p.parse_query()?;
+            self.expect_token(Token::RParen)?;
+            FlowSource::Query(q.to_string())
+        } else {
+            FlowSource::Table(self.p.parse_object_name(false)?.to_string())
+        };
         let mut spec = FlowSpec::new(flow_name, target.to_string(), source);
         spec.once = once;
         spec.dialect = self.dialect.clone();
