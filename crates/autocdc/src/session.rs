@@ -465,7 +465,10 @@ impl CdcSession {
                 spec,
                 register,
                 now,
-                UpdateSource::Snapshot { plan, version },
+                UpdateSource::Snapshot {
+                    plan: Box::new(plan),
+                    version,
+                },
             )
             .await?;
             out.extend(

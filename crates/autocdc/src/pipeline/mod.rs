@@ -73,7 +73,7 @@ pub enum UpdateSource {
     /// A snapshot (planned by the caller) at `version`.
     Snapshot {
         /// The snapshot rows.
-        plan: LogicalPlan,
+        plan: Box<LogicalPlan>,
         /// Its version: the sequence of the events it produces.
         version: ScalarValue,
     },
@@ -274,7 +274,7 @@ pub async fn plan_update(
             let resolved = resolve(
                 state,
                 flow,
-                plan,
+                *plan,
                 &meta.shape(),
                 now_micros,
                 Some(lit(version.clone())),
