@@ -19,9 +19,12 @@ use std::pin::Pin;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
-use datafusion::common::Result;
+use std::sync::Arc;
 
-use crate::session::CdcSession;
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::prelude::DataFrame;
+
+use crate::session::{CdcSession, SnapshotFunction};
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::sql::CreateStreamingTable;
 use crate::table::TableName;
@@ -219,6 +222,150 @@ impl<'a> IntoFuture for AutoCdcFlowBuilder<'a> {
                         "flow run returned no metrics".into(),
                     )
                 })
+        })
+    }
+}
+
+/// Builder of an AUTO CDC FROM SNAPSHOT flow (`create_auto_cdc_from_snapshot_flow`);
+/// `.await` creates the flow and processes every available snapshot.
+#[must_use = "a flow builder does nothing until awaited"]
+pub struct SnapshotFlowBuilder<'a> {
+    session: &'a CdcSession,
+    spec: FlowSpec,
+    function: Option<SnapshotFunction>,
+}
+
+impl CdcSession {
+    /// `create_auto_cdc_from_snapshot_flow(target=...)`: start building a
+    /// snapshot flow; give it a `source`/`snapshot_query` or a
+    /// `next_snapshot_and_version` function.
+    pub fn create_auto_cdc_from_snapshot_flow(&self, target: &str) -> SnapshotFlowBuilder<'_> {
+        let name = target.rsplit('.').next().unwrap_or(target).to_string();
+        let source = FlowSource::Snapshot {
+            query: String::new(),
+            version_query: None,
+        };
+        SnapshotFlowBuilder {
+            session: self,
+            spec: FlowSpec::new(name, target, source),
+            function: None,
+        }
+    }
+}
+
+impl SnapshotFlowBuilder<'_> {
+    /// `name`: the flow name (default: the target's name).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.spec.name = name.into();
+        self
+    }
+    /// `source`: a table read whole at every update (periodic snapshots).
+    pub fn source(self, table: &str) -> Self {
+        self.snapshot_query(format!("SELECT * FROM {table}"))
+    }
+    /// The snapshot as a SQL query (may use `current_snapshot_version()`).
+    pub fn snapshot_query(mut self, sql: impl Into<String>) -> Self {
+        let version_query = match &self.spec.source {
+            FlowSource::Snapshot { version_query, .. } => version_query.clone(),
+            _ => None,
+        };
+        self.spec.source = FlowSource::Snapshot {
+            query: sql.into(),
+            version_query,
+        };
+        self
+    }
+    /// The next version as a SQL query (may use `last_snapshot_version()`).
+    pub fn version_query(mut self, sql: impl Into<String>) -> Self {
+        let query = match &self.spec.source {
+            FlowSource::Snapshot { query, .. } => query.clone(),
+            _ => String::new(),
+        };
+        self.spec.source = FlowSource::Snapshot {
+            query,
+            version_query: Some(sql.into()),
+        };
+        self
+    }
+    /// `snapshot_and_version`: a function returning, for the last processed
+    /// version (`None` at first), the next snapshot and its version, or
+    /// `None` when there is none. It lives in this process: a new process
+    /// registers it again with [`CdcSession::register_snapshot_function`].
+    pub fn next_snapshot_and_version<V, F>(mut self, next: F) -> Self
+    where
+        V: Into<ScalarValue> + TryFrom<ScalarValue, Error = DataFusionError> + 'static,
+        F: Fn(Option<V>) -> Result<Option<(DataFrame, V)>> + Send + Sync + 'static,
+    {
+        let function: SnapshotFunction = Arc::new(move |last: Option<ScalarValue>| {
+            let last = last.map(V::try_from).transpose()?;
+            Ok(next(last)?.map(|(df, v)| (df, v.into())))
+        });
+        self.spec.source = FlowSource::SnapshotFunction;
+        self.function = Some(function);
+        self
+    }
+    /// `keys`.
+    pub fn keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
+        self.spec.keys = names(keys);
+        self
+    }
+    /// `column_list`.
+    pub fn column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
+        self.spec.columns = ColumnSelection::Only(names(columns));
+        self
+    }
+    /// `except_column_list`.
+    pub fn except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
+        self.spec.columns = ColumnSelection::Except(names(columns));
+        self
+    }
+    /// `stored_as_scd_type`.
+    pub fn stored_as_scd_type(mut self, scd: ScdType) -> Self {
+        self.spec.stored_as_scd_type = scd;
+        self
+    }
+    /// `track_history_column_list`.
+    pub fn track_history_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
+        self.spec.track_history = Some(ColumnSelection::Only(names(columns)));
+        self
+    }
+    /// `track_history_except_column_list`.
+    pub fn track_history_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
+        self.spec.track_history = Some(ColumnSelection::Except(names(columns)));
+        self
+    }
+}
+
+impl<'a> IntoFuture for SnapshotFlowBuilder<'a> {
+    type Output = Result<Vec<UpdateMetrics>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            if matches!(&self.spec.source, FlowSource::Snapshot { query, .. } if query.is_empty()) {
+                return Err(DataFusionError::Plan(format!(
+                    "flow '{}': a snapshot flow needs a source, a snapshot query or a snapshot function",
+                    self.spec.name
+                )));
+            }
+            if let Some(function) = self.function {
+                self.session.register_snapshot_function(
+                    &TableName::parse(&self.spec.target)?,
+                    &self.spec.name,
+                    function,
+                );
+            }
+            let batches = self.session.create_flow(self.spec).await?;
+            Ok(batches.iter().flat_map(UpdateMetrics::from_batch).collect())
         })
     }
 }

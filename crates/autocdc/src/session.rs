@@ -384,59 +384,20 @@ impl CdcSession {
             };
             let now = self.clock.now();
             let state = self.ctx.state();
-            let next = match &spec.source {
-                FlowSource::Snapshot {
-                    query,
-                    version_query: None,
-                } => {
-                    if !out.is_empty() {
-                        break;
+            if !out.is_empty()
+                && matches!(
+                    &spec.source,
+                    FlowSource::Snapshot {
+                        version_query: None,
+                        ..
                     }
-                    let version = written_at_value(now.timestamp_micros());
-                    let plan = self
-                        .plan_snapshot_query(spec, query, "version", &version)
-                        .await?;
-                    Some((plan, version))
-                }
-                FlowSource::Snapshot {
-                    query,
-                    version_query: Some(vq),
-                } => {
-                    match self
-                        .next_version(spec, vq, last.clone(), meta.sequence_type.clone())
-                        .await?
-                    {
-                        None => None,
-                        Some((column, version)) => {
-                            let plan = self
-                                .plan_snapshot_query(spec, query, &column, &version)
-                                .await?;
-                            Some((plan, version))
-                        }
-                    }
-                }
-                FlowSource::SnapshotFunction => {
-                    let function = self
-                        .snapshot_functions
-                        .lock()
-                        .ok()
-                        .and_then(|f| f.get(&(table.name().clone(), spec.name.clone())).cloned())
-                        .ok_or_else(|| {
-                            DataFusionError::Plan(format!(
-                                "flow '{}': reads a Rust snapshot function that is not registered in this session",
-                                spec.name
-                            ))
-                        })?;
-                    function(last.clone())?
-                        .map(|(df, version)| (df.into_unoptimized_plan(), version))
-                }
-                _ => {
-                    return Err(DataFusionError::Internal(format!(
-                        "flow '{}' is not a snapshot flow",
-                        spec.name
-                    )))
-                }
-            };
+                )
+            {
+                break; // periodic: one snapshot per update
+            }
+            let next = self
+                .next_snapshot(table, spec, last.clone(), meta.sequence_type.clone(), now)
+                .await?;
             let Some((plan, version)) = next else { break };
             let version = match &meta.sequence_type {
                 Some(t) if version.data_type() != *t => {
@@ -488,6 +449,109 @@ impl CdcSession {
             out.push(result_batch(&spec.name, Default::default(), None)?);
         }
         Ok(out)
+    }
+
+    /// The next snapshot of a snapshot flow and its version, if any.
+    async fn next_snapshot(
+        &self,
+        table: &ScdTable,
+        spec: &FlowSpec,
+        last: Option<ScalarValue>,
+        sequence_type: Option<DataType>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<(LogicalPlan, ScalarValue)>> {
+        match &spec.source {
+            FlowSource::Snapshot {
+                query,
+                version_query: None,
+            } => {
+                let version = written_at_value(now.timestamp_micros());
+                let plan = self
+                    .plan_snapshot_query(spec, query, "version", &version)
+                    .await?;
+                Ok(Some((plan, version)))
+            }
+            FlowSource::Snapshot {
+                query,
+                version_query: Some(vq),
+            } => match self.next_version(spec, vq, last, sequence_type).await? {
+                None => Ok(None),
+                Some((column, version)) => {
+                    let plan = self
+                        .plan_snapshot_query(spec, query, &column, &version)
+                        .await?;
+                    Ok(Some((plan, version)))
+                }
+            },
+            FlowSource::SnapshotFunction => {
+                let function = self
+                    .snapshot_functions
+                    .lock()
+                    .ok()
+                    .and_then(|f| f.get(&(table.name().clone(), spec.name.clone())).cloned())
+                    .ok_or_else(|| {
+                        DataFusionError::Plan(format!(
+                            "flow '{}': reads a Rust snapshot function that is not registered in this session",
+                            spec.name
+                        ))
+                    })?;
+                Ok(function(last)?.map(|(df, version)| (df.into_unoptimized_plan(), version)))
+            }
+            _ => Err(DataFusionError::Internal(format!(
+                "flow '{}' is not a snapshot flow",
+                spec.name
+            ))),
+        }
+    }
+
+    /// The update plan of a flow's next run (its next snapshot, for snapshot flows).
+    async fn plan_flow_for_explain(
+        &self,
+        table: &Arc<ScdTable>,
+        flow: &FlowSpec,
+    ) -> Result<LogicalPlan> {
+        let state = self.ctx.state();
+        let now = self.clock.now();
+        if !flow.source.is_snapshot() {
+            return plan_update(
+                &state,
+                Arc::clone(table),
+                flow,
+                false,
+                now,
+                UpdateSource::Changes,
+            )
+            .await;
+        }
+        let meta = table.meta();
+        let last = match (
+            meta.properties.get(&last_version_property(&flow.name)),
+            &meta.sequence_type,
+        ) {
+            (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
+            _ => None,
+        };
+        let (plan, version) = self
+            .next_snapshot(table, flow, last, meta.sequence_type.clone(), now)
+            .await?
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "flow '{}': no newer snapshot version to explain",
+                    flow.name
+                ))
+            })?;
+        plan_update(
+            &state,
+            Arc::clone(table),
+            flow,
+            false,
+            now,
+            UpdateSource::Snapshot {
+                plan: Box::new(plan),
+                version,
+            },
+        )
+        .await
     }
 
     /// Commit a flow definition without data.
@@ -739,15 +803,7 @@ impl CdcSession {
         let state = self.ctx.state();
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
-            let plan = plan_update(
-                &state,
-                Arc::clone(&table),
-                &flow,
-                false,
-                self.clock.now(),
-                UpdateSource::Changes,
-            )
-            .await?;
+            let plan = self.plan_flow_for_explain(&table, &flow).await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain(verbose, analyze)?
                 .build()?;

@@ -335,3 +335,92 @@ async fn tombstones_expire_after_the_retention_threshold() {
         ["| 1 | late |", "| 2 | b |"]
     );
 }
+
+#[allow(dead_code)]
+#[path = "../../../examples/snapshot.rs"]
+mod snapshot_example;
+
+#[tokio::test]
+async fn snapshot_example_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = snapshot_example::run(
+        dir.path().join("wh").to_str().unwrap(),
+        &dir.path().join("snaps"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        lines(&batches),
+        [
+            "| 1 | Oaxaca | 1 | 2 |",
+            "| 2 | Monterrey | 1 | 2 |",
+            "| 2 | Carmel | 2 | |",
+            "| 3 | Tijuana | 1 | 2 |",
+            "| 3 | Los Angeles | 2 | |",
+            "| 4 | Death Valley | 2 | |",
+            "| 6 | Kings Canyon | 2 | |",
+        ]
+    );
+}
+
+/// EXPLAIN shows SnapshotDiff under AutoCdc.
+#[tokio::test]
+async fn explain_snapshot_flow_shows_snapshot_diff() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(&s, "CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a')").await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM snap) KEYS (id)",
+    )
+    .await;
+    let plan = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    let auto_cdc = plan.find("AutoCdc: flow=f").expect(&plan);
+    let diff = plan.find("SnapshotDiff: flow=f, keys=[id]").expect(&plan);
+    assert!(auto_cdc < diff, "SnapshotDiff under AutoCdc:\n{plan}");
+    for op in [
+        "AutoCdcExec",
+        "SnapshotDiffExec: flow=f, keys=[id]",
+        "SortExec",
+    ] {
+        assert!(plan.contains(op), "missing {op} in\n{plan}");
+    }
+}
+
+/// Snapshot flows report their metrics like change-feed flows.
+#[tokio::test]
+async fn snapshot_flow_metrics() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+    )
+    .await;
+    s.create_streaming_table("t").await.unwrap();
+    let first = s
+        .create_auto_cdc_from_snapshot_flow("t")
+        .keys(["id"])
+        .source("snap")
+        .await
+        .unwrap();
+    assert_eq!(
+        (first[0].num_upserted_rows, first[0].num_deleted_rows),
+        (3, 0)
+    );
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'B')",
+    )
+    .await;
+    let second = s.refresh_streaming_table("t", false).await.unwrap();
+    assert_eq!(
+        (
+            second[0].num_upserted_rows,
+            second[0].num_deleted_rows,
+            second[0].num_input_rows
+        ),
+        (1, 1, 2)
+    );
+}

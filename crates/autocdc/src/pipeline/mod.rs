@@ -375,7 +375,13 @@ pub async fn plan_update(
             .target_schema
             .fields()
             .iter()
-            .map(|f| cast(col(f.name().as_str()), f.data_type().clone()).alias(f.name()))
+            .map(|f| {
+                cast(
+                    Expr::Column(Column::new_unqualified(f.name())),
+                    f.data_type().clone(),
+                )
+                .alias(f.name())
+            })
             .collect();
         stored.push(cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL));
         // SCD 1 folds its stored rows (live rows and tombstones); SCD 2 folds
