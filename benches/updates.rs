@@ -104,5 +104,48 @@ async fn main() -> Result<()> {
         .sql("CREATE STREAMING TABLE scd2 TBLPROPERTIES ('autocdc.buckets' = '64')")
         .await?;
     timed(&session, "scd2: initial history", rows, "CREATE FLOW f AS AUTO CDC INTO scd2 FROM history KEYS (id) SEQUENCE BY seq STORED AS SCD TYPE 2").await?;
+    // Snapshots: a first snapshot of `rows` keys, then one with 1% changed,
+    // 0.5% deleted and 0.5% new keys (the diff reads both in full)
+    let snapshot = |changed: usize, version: i64| -> Result<RecordBatch> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, false),
+        ]));
+        let start = changed / 2;
+        let ids: Int64Array = (start..rows + start).map(|i| i as i64).collect();
+        let vs: StringArray = (start..rows + start)
+            .map(|i| {
+                Some(if i < changed {
+                    format!("new{version}")
+                } else {
+                    format!("v{i}")
+                })
+            })
+            .collect();
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![Arc::new(ids), Arc::new(vs)],
+        )?)
+    };
+    ctx.register_batch("snap", snapshot(0, 1)?)?;
+    session
+        .sql("CREATE STREAMING TABLE snap_target TBLPROPERTIES ('autocdc.buckets' = '64')")
+        .await?;
+    timed(
+        &session,
+        "snapshot: first snapshot",
+        rows,
+        "CREATE FLOW f AS AUTO CDC INTO snap_target FROM SNAPSHOT (SELECT * FROM snap) KEYS (id)",
+    )
+    .await?;
+    ctx.deregister_table("snap")?;
+    ctx.register_batch("snap", snapshot(rows / 100, 2)?)?;
+    timed(
+        &session,
+        "snapshot: diff of two 1% apart",
+        rows,
+        "REFRESH STREAMING TABLE snap_target",
+    )
+    .await?;
     Ok(())
 }
