@@ -117,20 +117,65 @@ where
     cols.into_iter().map(Into::into).collect()
 }
 
+/// Setters shared by the flow builders (the Python parameter names).
+macro_rules! flow_setters {
+    () => {
+        /// `name`: the flow name (default: the target's name).
+        pub fn name(mut self, name: impl Into<String>) -> Self {
+            self.spec.name = name.into();
+            self
+        }
+        /// `keys`.
+        pub fn keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
+            self.spec.keys = names(keys);
+            self
+        }
+        /// `column_list`.
+        pub fn column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+            mut self,
+            columns: I,
+        ) -> Self {
+            self.spec.columns = ColumnSelection::Only(names(columns));
+            self
+        }
+        /// `except_column_list`.
+        pub fn except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+            mut self,
+            columns: I,
+        ) -> Self {
+            self.spec.columns = ColumnSelection::Except(names(columns));
+            self
+        }
+        /// `stored_as_scd_type`.
+        pub fn stored_as_scd_type(mut self, scd: ScdType) -> Self {
+            self.spec.stored_as_scd_type = scd;
+            self
+        }
+        /// `track_history_column_list`.
+        pub fn track_history_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+            mut self,
+            columns: I,
+        ) -> Self {
+            self.spec.track_history = Some(ColumnSelection::Only(names(columns)));
+            self
+        }
+        /// `track_history_except_column_list`.
+        pub fn track_history_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+            mut self,
+            columns: I,
+        ) -> Self {
+            self.spec.track_history = Some(ColumnSelection::Except(names(columns)));
+            self
+        }
+    };
+}
+
 impl AutoCdcFlowBuilder<'_> {
-    /// `name`: the flow name (default: the target's name).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.spec.name = name.into();
-        self
-    }
+    flow_setters!();
+
     /// Read a SQL query instead of a table.
     pub fn source_query(mut self, sql: impl Into<String>) -> Self {
         self.spec.source = FlowSource::Query(sql.into());
-        self
-    }
-    /// `keys`.
-    pub fn keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
-        self.spec.keys = names(keys);
         self
     }
     /// `sequence_by`: a column.
@@ -156,43 +201,9 @@ impl AutoCdcFlowBuilder<'_> {
         self.spec.apply_as_truncates = Some(condition.into());
         self
     }
-    /// `column_list`.
-    pub fn column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
-        self.spec.columns = ColumnSelection::Only(names(columns));
-        self
-    }
-    /// `except_column_list`.
-    pub fn except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
-        mut self,
-        columns: I,
-    ) -> Self {
-        self.spec.columns = ColumnSelection::Except(names(columns));
-        self
-    }
-    /// `stored_as_scd_type`.
-    pub fn stored_as_scd_type(mut self, scd: ScdType) -> Self {
-        self.spec.stored_as_scd_type = scd;
-        self
-    }
     /// `ignore_null_updates`.
     pub fn ignore_null_updates(mut self, on: bool) -> Self {
         self.spec.ignore_null_updates = on.then_some(ColumnSelection::All);
-        self
-    }
-    /// `track_history_column_list`.
-    pub fn track_history_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
-        mut self,
-        columns: I,
-    ) -> Self {
-        self.spec.track_history = Some(ColumnSelection::Only(names(columns)));
-        self
-    }
-    /// `track_history_except_column_list`.
-    pub fn track_history_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
-        mut self,
-        columns: I,
-    ) -> Self {
-        self.spec.track_history = Some(ColumnSelection::Except(names(columns)));
         self
     }
     /// `once`.
@@ -254,11 +265,8 @@ impl CdcSession {
 }
 
 impl SnapshotFlowBuilder<'_> {
-    /// `name`: the flow name (default: the target's name).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.spec.name = name.into();
-        self
-    }
+    flow_setters!();
+
     /// `source`: a table read whole at every update (periodic snapshots).
     pub fn source(self, table: &str) -> Self {
         self.snapshot_query(format!("SELECT * FROM {table}"))
@@ -302,45 +310,6 @@ impl SnapshotFlowBuilder<'_> {
         });
         self.spec.source = FlowSource::SnapshotFunction;
         self.function = Some(function);
-        self
-    }
-    /// `keys`.
-    pub fn keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
-        self.spec.keys = names(keys);
-        self
-    }
-    /// `column_list`.
-    pub fn column_list<I: IntoIterator<Item = S>, S: Into<String>>(mut self, columns: I) -> Self {
-        self.spec.columns = ColumnSelection::Only(names(columns));
-        self
-    }
-    /// `except_column_list`.
-    pub fn except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
-        mut self,
-        columns: I,
-    ) -> Self {
-        self.spec.columns = ColumnSelection::Except(names(columns));
-        self
-    }
-    /// `stored_as_scd_type`.
-    pub fn stored_as_scd_type(mut self, scd: ScdType) -> Self {
-        self.spec.stored_as_scd_type = scd;
-        self
-    }
-    /// `track_history_column_list`.
-    pub fn track_history_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
-        mut self,
-        columns: I,
-    ) -> Self {
-        self.spec.track_history = Some(ColumnSelection::Only(names(columns)));
-        self
-    }
-    /// `track_history_except_column_list`.
-    pub fn track_history_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
-        mut self,
-        columns: I,
-    ) -> Self {
-        self.spec.track_history = Some(ColumnSelection::Except(names(columns)));
         self
     }
 }

@@ -6,6 +6,7 @@
 //! [`crate::physical`] drive them over DataFusion streams.
 
 pub mod columns;
+pub mod errors;
 pub mod kernel;
 pub mod scd1;
 pub mod scd2;

@@ -36,9 +36,10 @@ use arrow::array::{
 use arrow::compute::{concat_batches, take_record_batch, SortOptions};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{all_nullable, EventLayout, Kind, Origin};
+use super::errors::{check_event_nulls, conflict_error};
 use super::kernel::FoldKernel;
 
 /// What one fold did; reported as operator metrics and by the update.
@@ -380,38 +381,7 @@ impl Scd1Fold {
     }
 
     fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
-        let seq = batch.column(self.layout.seq());
-        if seq.null_count() > 0 {
-            let row = first_null(seq.as_ref());
-            return Err(DataFusionError::Execution(format!(
-                "flow '{}': SEQUENCE BY value is NULL for key ({}); nothing was committed",
-                self.flow,
-                self.format_key(batch, row)
-            )));
-        }
-        for &k in &self.layout.key_indices {
-            let col = batch.column(k);
-            if col.null_count() > 0 {
-                let row = first_null(col.as_ref());
-                let kind = Kind::from_code(
-                    batch
-                        .column(self.layout.kind())
-                        .as_primitive::<Int8Type>()
-                        .value(row),
-                )
-                .unwrap_or(Kind::Upsert);
-                let seq = ScalarValue::try_from_array(seq, row)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                return Err(DataFusionError::Execution(format!(
-                    "flow '{}': KEYS column '{}' is NULL in a {} event with sequence {seq}; nothing was committed",
-                    self.flow,
-                    self.layout.target_columns[k],
-                    kind.name()
-                )));
-            }
-        }
-        Ok(())
+        check_event_nulls(&self.flow, &self.layout, batch)
     }
 
     /// Same kind and same value in every target column.
@@ -437,29 +407,7 @@ impl Scd1Fold {
     }
 
     fn conflict_error(&self, batch: &RecordBatch, i: usize) -> DataFusionError {
-        let seq = ScalarValue::try_from_array(batch.column(self.layout.seq()), i)
-            .map(|s| s.to_string())
-            .unwrap_or_default();
-        DataFusionError::Execution(format!(
-            "flow '{}': conflicting events for key ({}) at SEQUENCE BY value {seq}: \
-             two events with the same key and sequence differ in kind or content; nothing was committed",
-            self.flow,
-            self.format_key(batch, i)
-        ))
-    }
-
-    fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
-        self.layout
-            .key_indices
-            .iter()
-            .map(|&k| {
-                let v = ScalarValue::try_from_array(batch.column(k), row)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                format!("{}={v}", self.layout.target_columns[k])
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        conflict_error(&self.flow, &self.layout, batch, i, false)
     }
 }
 
@@ -506,8 +454,4 @@ fn carry(batch: &RecordBatch, seqs: &Rows, slot: &Slot) -> Slot {
         },
         carried => carried.clone(),
     }
-}
-
-fn first_null(array: &dyn Array) -> usize {
-    (0..array.len()).find(|&i| array.is_null(i)).unwrap_or(0)
 }

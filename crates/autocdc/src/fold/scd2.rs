@@ -28,12 +28,13 @@ use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array
 use arrow::compute::{concat_batches, take};
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{
     EventLayout, Kind, Origin, END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
     STORED_UPSERT_EVENT,
 };
+use super::errors::{check_event_nulls, conflict_error};
 use super::kernel::FoldKernel;
 use super::FoldCounts;
 
@@ -137,48 +138,7 @@ impl Scd2Fold {
     }
 
     fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
-        let seq = batch.column(self.layout.seq());
-        if let Some(row) = (0..seq.len()).find(|&i| seq.is_null(i)) {
-            return Err(DataFusionError::Execution(format!(
-                "flow '{}': SEQUENCE BY value is NULL for key ({}); nothing was committed",
-                self.flow,
-                self.format_key(batch, row)
-            )));
-        }
-        for &k in &self.layout.key_indices {
-            let col = batch.column(k);
-            if let Some(row) = (0..col.len()).find(|&i| col.is_null(i)) {
-                let kind = batch
-                    .column(self.layout.kind())
-                    .as_primitive::<Int8Type>()
-                    .value(row);
-                let kind = Kind::from_code(kind).unwrap_or(Kind::Upsert);
-                let seq = ScalarValue::try_from_array(seq, row)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                return Err(DataFusionError::Execution(format!(
-                    "flow '{}': KEYS column '{}' is NULL in a {} event with sequence {seq}; nothing was committed",
-                    self.flow,
-                    self.layout.target_columns[k],
-                    kind.name()
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
-        self.layout
-            .key_indices
-            .iter()
-            .map(|&k| {
-                let v = ScalarValue::try_from_array(batch.column(k), row)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                format!("{}={v}", self.layout.target_columns[k])
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        check_event_nulls(&self.flow, &self.layout, batch)
     }
 
     /// Fold the complete key groups in rows `[0, end)` of `batch`.
@@ -232,20 +192,8 @@ impl Scd2Fold {
             }
             if let Some(p) = prev.filter(|&p| seqs.row(p) == seqs.row(i)) {
                 if values.row(p) != values.row(i) {
-                    let seq = ScalarValue::try_from_array(batch.column(self.layout.seq()), i)
-                        .map(|s| s.to_string())
-                        .unwrap_or_default();
-                    let against = if origins.value(p) == Origin::Stored as i8 {
-                        " (against a stored event)"
-                    } else {
-                        ""
-                    };
-                    return Err(DataFusionError::Execution(format!(
-                        "flow '{}': conflicting events for key ({}) at SEQUENCE BY value {seq}{against}: \
-                         two events with the same key and sequence differ in kind or content; nothing was committed",
-                        self.flow,
-                        self.format_key(batch, i)
-                    )));
+                    let stored = origins.value(p) == Origin::Stored as i8;
+                    return Err(conflict_error(&self.flow, &self.layout, batch, i, stored));
                 }
                 if new {
                     self.counts.duplicates += 1;

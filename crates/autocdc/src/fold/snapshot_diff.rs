@@ -21,6 +21,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::{Kind, Origin, KIND_COL, ORIGIN_COL, SEQ_COL, WRITTEN_AT_COL};
+use super::errors::format_key;
 
 /// Side tag column of the diff input.
 pub const SIDE_COL: &str = "__cdc_side";
@@ -111,16 +112,7 @@ impl SnapshotDiff {
     }
 
     fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
-        self.key_indices
-            .iter()
-            .map(|&k| {
-                let v = ScalarValue::try_from_array(batch.column(k), row)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                format!("{}={v}", self.target_columns[k])
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        format_key(&self.target_columns, &self.key_indices, batch, row)
     }
 
     /// Diff one sorted batch; returns the events of the key groups it completed.

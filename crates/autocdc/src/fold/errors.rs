@@ -1,0 +1,91 @@
+//! Data errors of the fold kernels (SPEC §2.2): each names the flow, the
+//! clause or key, and the offending value, and says that nothing was
+//! committed (the update fails before its commit).
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::Int8Type;
+use datafusion::common::{DataFusionError, ScalarValue};
+
+use super::columns::{EventLayout, Kind};
+
+fn value(batch: &RecordBatch, column: usize, row: usize) -> String {
+    ScalarValue::try_from_array(batch.column(column), row)
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}
+
+/// `k1=v1, k2=v2` for the key of `row`.
+pub fn format_key(
+    columns: &[String],
+    key_indices: &[usize],
+    batch: &RecordBatch,
+    row: usize,
+) -> String {
+    key_indices
+        .iter()
+        .map(|&k| format!("{}={}", columns[k], value(batch, k, row)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reject NULL sequences and NULL keys in an event batch.
+pub fn check_event_nulls(
+    flow: &str,
+    layout: &EventLayout,
+    batch: &RecordBatch,
+) -> Result<(), DataFusionError> {
+    let key = |row| format_key(&layout.target_columns, &layout.key_indices, batch, row);
+    let seq = batch.column(layout.seq());
+    if seq.null_count() > 0 {
+        let row = first_null(seq.as_ref());
+        return Err(DataFusionError::Execution(format!(
+            "flow '{flow}': SEQUENCE BY value is NULL for key ({}); nothing was committed",
+            key(row)
+        )));
+    }
+    for &k in &layout.key_indices {
+        let col = batch.column(k);
+        if col.null_count() > 0 {
+            let row = first_null(col.as_ref());
+            let kind = Kind::from_code(
+                batch
+                    .column(layout.kind())
+                    .as_primitive::<Int8Type>()
+                    .value(row),
+            )
+            .unwrap_or(Kind::Upsert);
+            return Err(DataFusionError::Execution(format!(
+                "flow '{flow}': KEYS column '{}' is NULL in a {} event with sequence {}; nothing was committed",
+                layout.target_columns[k],
+                kind.name(),
+                value(batch, layout.seq(), row)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Two events of one key with equal sequence but different content.
+pub fn conflict_error(
+    flow: &str,
+    layout: &EventLayout,
+    batch: &RecordBatch,
+    row: usize,
+    against_stored: bool,
+) -> DataFusionError {
+    let against = if against_stored {
+        " (against a stored event)"
+    } else {
+        ""
+    };
+    DataFusionError::Execution(format!(
+        "flow '{flow}': conflicting events for key ({}) at SEQUENCE BY value {}{against}: \
+         two events with the same key and sequence differ in kind or content; nothing was committed",
+        format_key(&layout.target_columns, &layout.key_indices, batch, row),
+        value(batch, layout.seq(), row)
+    ))
+}
+
+fn first_null(array: &dyn Array) -> usize {
+    (0..array.len()).find(|&i| array.is_null(i)).unwrap_or(0)
+}
