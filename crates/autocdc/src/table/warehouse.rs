@@ -33,6 +33,21 @@ impl TableName {
     /// Build from normalised name parts (`[table]`, `[schema, table]` or
     /// `[catalog, schema, table]`).
     pub fn from_parts(parts: &[String]) -> Result<Self> {
+        // names become folders of the warehouse: they must never leave it
+        for part in parts {
+            let bad = part.is_empty()
+                || part == "."
+                || part == ".."
+                || part
+                    .chars()
+                    .any(|c| c == '/' || c == '\\' || c.is_control());
+            if bad {
+                return Err(DataFusionError::Plan(format!(
+                    "invalid streaming table name '{}': name parts must be non-empty and contain no '/', '\\', control characters, nor be '.' or '..'",
+                    parts.join(".")
+                )));
+            }
+        }
         match parts {
             [table] => Ok(Self {
                 schema: DEFAULT_SCHEMA.to_string(),
