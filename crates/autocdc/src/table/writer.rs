@@ -23,6 +23,11 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::bucket::BUCKET_COL;
 
+/// Rows per Parquet row group.
+const ROW_GROUP_ROWS: usize = 64 * 1024;
+/// Encoded bytes per Parquet row group.
+const ROW_GROUP_BYTES: usize = 16 * 1024 * 1024;
+
 /// Bytes after which a bucket's file is closed and a new one started.
 const TARGET_FILE_BYTES: usize = 128 * 1024 * 1024;
 
@@ -65,8 +70,11 @@ impl BucketWriter {
     }
 
     fn properties() -> WriterProperties {
+        // small row groups: every bucket being written buffers one in memory
         WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
             .build()
     }
 
