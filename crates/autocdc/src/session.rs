@@ -280,6 +280,8 @@ impl CdcSession {
                 .map(|(k, v)| (k.clone(), Some(v.clone()))),
         );
         config.push((BUCKETS_PROPERTY.to_string(), Some(buckets.to_string())));
+        // every update writes its net change as Delta CDC files (SPEC §4)
+        config.push(("delta.enableChangeDataFeed".to_string(), Some("true".to_string())));
         let table = self
             .warehouse
             .delta_builder(&c.name)?

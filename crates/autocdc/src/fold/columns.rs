@@ -9,6 +9,26 @@ pub const KIND_COL: &str = "__cdc_kind";
 pub const STORED_UPSERT_EVENT: i8 = 3;
 /// Stored row kind of a hidden DELETE event kept in an SCD 2 history.
 pub const STORED_DELETE_EVENT: i8 = 4;
+/// Fold output row kind: a change data feed row, inserted visible row.
+pub const CHANGE_INSERT: i8 = 10;
+/// Change data feed row: the visible row before an update.
+pub const CHANGE_PREIMAGE: i8 = 11;
+/// Change data feed row: the visible row after an update.
+pub const CHANGE_POSTIMAGE: i8 = 12;
+/// Change data feed row: a deleted visible row.
+pub const CHANGE_DELETE: i8 = 13;
+
+/// The Delta `_change_type` of a change kind.
+pub fn change_type_name(kind: i8) -> Option<&'static str> {
+    match kind {
+        CHANGE_INSERT => Some("insert"),
+        CHANGE_PREIMAGE => Some("update_preimage"),
+        CHANGE_POSTIMAGE => Some("update_postimage"),
+        CHANGE_DELETE => Some("delete"),
+        _ => None,
+    }
+}
+
 /// SCD 2 / BITEMPORAL business-time columns.
 pub const START_AT_COL: &str = "__start_at";
 /// See [`START_AT_COL`].

@@ -38,7 +38,10 @@ use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
-use super::columns::{all_nullable, EventLayout, Kind, Origin};
+use super::columns::{
+    all_nullable, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
+    CHANGE_PREIMAGE,
+};
 use super::errors::{check_event_nulls, conflict_error};
 use super::kernel::FoldKernel;
 
@@ -92,6 +95,8 @@ struct Group {
     prev_origin: Origin,
     /// The target held a live row for this key.
     stored_live: bool,
+    /// That live row (the pre-image of a change).
+    stored: Option<Slot>,
     /// New events seen before the stored row (all superseded by it).
     new_before_stored: usize,
     stored_seen: bool,
@@ -229,7 +234,7 @@ impl Scd1Fold {
             });
             if !same_key {
                 if let Some(g) = self.group.take() {
-                    self.finish(g, &seqs, Some(kinds), &mut emit);
+                    self.finish(g, &seqs, Some(batch), &mut emit)?;
                 }
                 self.group = Some(Group {
                     carried_key: None,
@@ -239,6 +244,8 @@ impl Scd1Fold {
                     prev: Slot::Here(i),
                     prev_origin: origin,
                     stored_live: origin == Origin::Stored && kind == Kind::Upsert,
+                    stored: (origin == Origin::Stored && kind == Kind::Upsert)
+                        .then_some(Slot::Here(i)),
                     new_before_stored: usize::from(origin == Origin::New),
                     stored_seen: origin == Origin::Stored,
                 });
@@ -250,6 +257,7 @@ impl Scd1Fold {
             if origin == Origin::Stored {
                 g.stored_seen = true;
                 g.stored_live = kind == Kind::Upsert;
+                g.stored = g.stored_live.then_some(Slot::Here(i));
                 self.counts.late += g.new_before_stored;
             } else if !g.stored_seen {
                 g.new_before_stored += 1;
@@ -300,6 +308,7 @@ impl Scd1Fold {
             }
             g.winner = carry(batch, &seqs, &g.winner);
             g.prev = carry(batch, &seqs, &g.prev);
+            g.stored = g.stored.as_ref().map(|s| carry(batch, &seqs, s));
         }
         self.build_output(batch, emit).map(Some)
     }
@@ -311,69 +320,118 @@ impl Scd1Fold {
         };
         let empty = self.seq_converter.empty_rows(0, 0);
         let mut emit = Emit::default();
-        self.finish(g, &empty, None, &mut emit);
+        self.finish(g, &empty, None, &mut emit)?;
         if emit.carried.is_empty() {
             return Ok(None);
         }
         let parts = emit
             .carried
             .iter()
-            .map(|b| self.project(b))
+            .map(|(b, kind)| self.project(b, *kind))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(concat_batches(&self.output_schema, &parts)?))
     }
 
-    /// Decide the stored row of a completed key group.
-    fn finish(&mut self, g: Group, seqs: &Rows, kinds: Option<&Int8Array>, emit: &mut Emit) {
+    /// Decide the stored row of a completed key group, and the change of
+    /// its visible row (the change data feed).
+    fn finish(
+        &mut self,
+        g: Group,
+        seqs: &Rows,
+        batch: Option<&RecordBatch>,
+        emit: &mut Emit,
+    ) -> Result<()> {
         let winner_seq = slot_seq(&g.winner, seqs);
         let truncated = self
             .watermark
             .as_ref()
             .is_some_and(|w| winner_seq <= w.row());
         if truncated {
-            if g.stored_live {
+            if let Some(stored) = g.stored {
                 self.counts.deleted += 1;
+                emit.push(stored, Some(CHANGE_DELETE));
             }
-            return;
+            return Ok(());
         }
         if g.winner_origin == Origin::New {
-            let code = match (&g.winner, kinds) {
-                (Slot::Here(i), Some(kinds)) => kinds.value(*i),
-                (Slot::Carried { row, .. }, _) => row
-                    .column(self.layout.kind())
-                    .as_primitive::<Int8Type>()
-                    .value(0),
-                (Slot::Here(_), None) => Kind::Upsert as i8,
-            };
+            let code = slot_kind(&g.winner, batch, self.layout.kind());
             if code == Kind::Delete as i8 {
                 self.counts.tombstones += 1;
-                if g.stored_live {
+                if let Some(stored) = &g.stored {
                     self.counts.deleted += 1;
+                    emit.push(stored.clone(), Some(CHANGE_DELETE));
                 }
             } else {
                 self.counts.upserted += 1;
+                match &g.stored {
+                    None => emit.push(g.winner.clone(), Some(CHANGE_INSERT)),
+                    Some(stored) => {
+                        if !self.same_values(batch, stored, &g.winner)? {
+                            emit.push(stored.clone(), Some(CHANGE_PREIMAGE));
+                            emit.push(g.winner.clone(), Some(CHANGE_POSTIMAGE));
+                        }
+                    }
+                }
             }
         }
-        match g.winner {
-            Slot::Here(i) => emit.here.push(i as u32),
-            Slot::Carried { row, .. } => emit.carried.push(row),
+        emit.push(g.winner, None);
+        Ok(())
+    }
+
+    /// Whether two rows hold the same value in every target column.
+    fn same_values(&self, batch: Option<&RecordBatch>, a: &Slot, b: &Slot) -> Result<bool> {
+        let side = |slot: &Slot| -> Result<(RecordBatch, usize)> {
+            match (slot, batch) {
+                (Slot::Here(i), Some(batch)) => Ok((batch.clone(), *i)),
+                (Slot::Carried { row, .. }, _) => Ok((row.clone(), 0)),
+                (Slot::Here(_), None) => {
+                    Err(DataFusionError::Internal("row of a finished batch".into()))
+                }
+            }
+        };
+        let ((left, l), (right, r)) = (side(a)?, side(b)?);
+        for c in 0..self.layout.num_target() {
+            let cmp = make_comparator(
+                left.column(c).as_ref(),
+                right.column(c).as_ref(),
+                SortOptions::default(),
+            )?;
+            if cmp(l, r) != Ordering::Equal {
+                return Ok(false);
+            }
         }
+        Ok(true)
     }
 
     fn build_output(&self, batch: &RecordBatch, emit: Emit) -> Result<RecordBatch> {
         let mut parts = Vec::with_capacity(emit.carried.len() + 1);
-        for b in &emit.carried {
-            parts.push(self.project(b)?);
+        for (b, kind) in &emit.carried {
+            parts.push(self.project(b, *kind)?);
         }
         if !emit.here.is_empty() {
-            let taken = take_record_batch(batch, &UInt32Array::from(emit.here))?;
-            parts.push(self.project(&taken)?);
+            let (rows, overrides): (Vec<u32>, Vec<Option<i8>>) = emit.here.into_iter().unzip();
+            let taken = take_record_batch(batch, &UInt32Array::from(rows))?;
+            let kinds = taken.column(self.layout.kind()).as_primitive::<Int8Type>();
+            let kinds: Int8Array = overrides
+                .iter()
+                .zip(kinds.values().iter())
+                .map(|(o, k)| o.unwrap_or(*k))
+                .collect();
+            let mut columns = taken.columns()[..self.layout.origin()].to_vec();
+            columns[self.layout.kind()] = Arc::new(kinds);
+            parts.push(RecordBatch::try_new(
+                Arc::clone(&self.output_schema),
+                columns,
+            )?);
         }
         Ok(concat_batches(&self.output_schema, &parts)?)
     }
 
-    fn project(&self, batch: &RecordBatch) -> Result<RecordBatch> {
-        let columns = batch.columns()[..self.layout.origin()].to_vec();
+    fn project(&self, batch: &RecordBatch, kind: Option<i8>) -> Result<RecordBatch> {
+        let mut columns = batch.columns()[..self.layout.origin()].to_vec();
+        if let Some(kind) = kind {
+            columns[self.layout.kind()] = Arc::new(Int8Array::from(vec![kind; batch.num_rows()]));
+        }
         Ok(RecordBatch::try_new(
             Arc::clone(&self.output_schema),
             columns,
@@ -432,11 +490,34 @@ impl FoldKernel for Scd1Fold {
     }
 }
 
-/// Winners chosen while folding one batch.
+/// Rows chosen while folding one batch, each with its output kind when it
+/// differs from its input kind (change data feed rows).
 #[derive(Default)]
 struct Emit {
-    here: Vec<u32>,
-    carried: Vec<RecordBatch>,
+    here: Vec<(u32, Option<i8>)>,
+    carried: Vec<(RecordBatch, Option<i8>)>,
+}
+
+impl Emit {
+    fn push(&mut self, slot: Slot, kind: Option<i8>) {
+        match slot {
+            Slot::Here(i) => self.here.push((i as u32, kind)),
+            Slot::Carried { row, .. } => self.carried.push((row, kind)),
+        }
+    }
+}
+
+fn slot_kind(slot: &Slot, batch: Option<&RecordBatch>, kind_column: usize) -> i8 {
+    match (slot, batch) {
+        (Slot::Here(i), Some(batch)) => batch
+            .column(kind_column)
+            .as_primitive::<Int8Type>()
+            .value(*i),
+        (Slot::Carried { row, .. }, _) => {
+            row.column(kind_column).as_primitive::<Int8Type>().value(0)
+        }
+        (Slot::Here(_), None) => Kind::Upsert as i8,
+    }
 }
 
 fn slot_seq<'a>(slot: &'a Slot, seqs: &'a Rows) -> Row<'a> {

@@ -14,7 +14,9 @@ use std::ops::Not;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray};
+use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray};
+use arrow::compute::{filter, filter_record_batch};
+use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{Field, Int32Type, Int8Type, Schema};
 use datafusion::common::Column;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -27,13 +29,13 @@ use datafusion::logical_expr::{
 };
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::transaction::CommitBuilder;
-use deltalake_core::kernel::{Action, MetadataExt, StructType, Transaction};
+use deltalake_core::kernel::{Action, AddCDCFile, MetadataExt, StructType, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::fold::columns::{
-    Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
-    STORED_UPSERT_EVENT, WRITTEN_AT_COL,
+    change_type_name, Kind, Origin, CHANGE_INSERT, END_AT_COL, INTERNAL_PREFIX, KIND_COL,
+    ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT, WRITTEN_AT_COL,
 };
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::{FoldCounts, FoldSpec};
@@ -63,6 +65,48 @@ pub fn scalar_to_text(value: &ScalarValue) -> Result<String> {
             "cannot store version {other} as text"
         ))),
     }
+}
+
+/// Column of the change data feed files holding the change type.
+pub const CHANGE_TYPE_COL: &str = "_change_type";
+
+/// Schema of the change data feed files: the visible columns of the fold
+/// output plus `_change_type`.
+fn change_data_schema(output: &Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = output
+        .fields()
+        .iter()
+        .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(
+        CHANGE_TYPE_COL,
+        arrow::datatypes::DataType::Utf8,
+        false,
+    ));
+    Arc::new(Schema::new(fields))
+}
+
+/// Change data feed rows of the fold output in the change file layout.
+fn change_data_batch(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let input = rows.schema();
+    let kinds = rows
+        .column(input.index_of(KIND_COL)?)
+        .as_primitive::<Int8Type>();
+    let change_types: StringArray = kinds
+        .values()
+        .iter()
+        .map(|k| change_type_name(*k))
+        .collect();
+    let mut columns: Vec<ArrayRef> = input
+        .fields()
+        .iter()
+        .zip(rows.columns())
+        .filter(|(f, _)| !f.name().starts_with(INTERNAL_PREFIX))
+        .map(|(_, c)| Arc::clone(c))
+        .collect();
+    columns.push(Arc::new(change_types));
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 /// Where the new events of an update come from.
@@ -131,6 +175,8 @@ pub async fn commit_state(
     let table = request.table.delta();
     let store = table.object_store();
     let mut writer = BucketWriter::new(Arc::clone(&store), input.schema());
+    let change_schema = change_data_schema(&input.schema());
+    let mut changes = BucketWriter::change_data(Arc::clone(&store), Arc::clone(&change_schema));
     let kind_index = input.schema().index_of(KIND_COL)?;
     while let Some(batch) = input.next().await {
         let batch = batch?;
@@ -142,25 +188,46 @@ pub async fn commit_state(
             .iter()
             .map(|&i| Arc::clone(batch.column(i)))
             .collect();
-        let mut buckets = bucket_array(&keys, batch.num_rows(), request.buckets)?;
-        let kinds = batch.column(kind_index).as_primitive::<Int8Type>();
-        if kinds.values().contains(&(Kind::Truncate as i8)) {
-            buckets = buckets
-                .values()
-                .iter()
-                .zip(kinds.values().iter())
-                .map(|(b, k)| {
-                    if *k == Kind::Truncate as i8 {
-                        WATERMARK_BUCKET
-                    } else {
-                        *b
-                    }
-                })
-                .collect();
+        let buckets = bucket_array(&keys, batch.num_rows(), request.buckets)?;
+        let kinds = batch.column(kind_index).as_primitive::<Int8Type>().clone();
+        // state rows (live, tombstones, hidden events, the watermark) and
+        // change data feed rows go to different files
+        let is_change = BooleanArray::from_unary(&kinds, |k| k >= CHANGE_INSERT);
+        let state_rows = BooleanArray::from_unary(&kinds, |k| k < CHANGE_INSERT);
+        let buckets: Int32Array = buckets
+            .values()
+            .iter()
+            .zip(kinds.values().iter())
+            .map(|(b, k)| {
+                if *k == Kind::Truncate as i8 {
+                    WATERMARK_BUCKET
+                } else {
+                    *b
+                }
+            })
+            .collect();
+        if is_change.true_count() > 0 {
+            let rows = filter_record_batch(&batch, &is_change)?;
+            let row_buckets = filter(&buckets, &is_change)?;
+            changes
+                .write(
+                    &change_data_batch(&rows, &change_schema)?,
+                    row_buckets.as_primitive::<Int32Type>(),
+                )
+                .await?;
         }
-        writer.write(&batch, &buckets).await?;
+        if state_rows.true_count() == batch.num_rows() {
+            writer.write(&batch, &buckets).await?;
+        } else if state_rows.true_count() > 0 {
+            let rows = filter_record_batch(&batch, &state_rows)?;
+            let row_buckets = filter(&buckets, &state_rows)?;
+            writer
+                .write(&rows, row_buckets.as_primitive::<Int32Type>())
+                .await?;
+        }
     }
     let adds = writer.finish().await?;
+    let change_files = changes.finish().await?;
     let (counts, truncated) = counts();
     let changed = counts.changed_state() || truncated;
 
@@ -191,9 +258,19 @@ pub async fn commit_state(
             }
         }
         actions.extend(adds.iter().cloned().map(Action::Add));
+        actions.extend(change_files.into_iter().map(|f| {
+            Action::Cdc(AddCDCFile {
+                path: f.path,
+                size: f.size,
+                partition_values: f.partition_values,
+                data_change: false,
+                tags: None,
+            })
+        }));
     } else {
         // nothing changed: keep the current files, discard the rewritten ones
         BucketWriter::discard(&store, &adds).await?;
+        BucketWriter::discard(&store, &change_files).await?;
     }
     if let Some(md) = &request.metadata {
         actions.push(Action::Metadata(md.clone()));

@@ -44,6 +44,8 @@ struct OpenFile {
 /// Bucketed Parquet writer of one update.
 pub struct BucketWriter {
     store: Arc<dyn ObjectStore>,
+    /// Folder of the files inside the table (`""` for data, `_change_data/` for the change feed).
+    folder: &'static str,
     schema: SchemaRef,
     open: BTreeMap<i32, OpenFile>,
     adds: Vec<Add>,
@@ -63,6 +65,18 @@ impl BucketWriter {
     pub fn new(store: Arc<dyn ObjectStore>, schema: SchemaRef) -> Self {
         Self {
             store,
+            folder: "",
+            schema,
+            open: BTreeMap::new(),
+            adds: Vec::new(),
+        }
+    }
+
+    /// A writer of change data feed files (`_change_data/`).
+    pub fn change_data(store: Arc<dyn ObjectStore>, schema: SchemaRef) -> Self {
+        Self {
+            store,
+            folder: "_change_data/",
             schema,
             open: BTreeMap::new(),
             adds: Vec::new(),
@@ -96,7 +110,8 @@ impl BucketWriter {
             let part = RecordBatch::try_new(Arc::clone(&self.schema), part.columns().to_vec())?;
             if !self.open.contains_key(&bucket) {
                 let path = Path::from(format!(
-                    "{BUCKET_COL}={bucket}/part-{}.zstd.parquet",
+                    "{}{BUCKET_COL}={bucket}/part-{}.zstd.parquet",
+                    self.folder,
                     uuid::Uuid::new_v4()
                 ));
                 let writer = AsyncArrowWriter::try_new(
