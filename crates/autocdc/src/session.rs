@@ -23,8 +23,8 @@ use crate::clock::Clock;
 use crate::config::AutoCdcConfig;
 use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
 use crate::functions::{
-    MisplacedSnapshotVersion, SnapshotVersionFunction, StreamFunction, CURRENT_SNAPSHOT_VERSION,
-    LAST_SNAPSHOT_VERSION,
+    MisplacedSnapshotVersion, SnapshotVersionFunction, StreamFunction, TableChangesFunction,
+    TableRegistry, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
 };
 use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
@@ -46,7 +46,7 @@ use deltalake_core::kernel::MetadataExt;
 pub struct CdcSession {
     ctx: SessionContext,
     warehouse: Arc<Warehouse>,
-    tables: Mutex<HashMap<TableName, Arc<ScdTable>>>,
+    tables: TableRegistry,
     clock: Arc<dyn Clock>,
     snapshot_functions: Mutex<HashMap<(TableName, String), SnapshotFunction>>,
 }
@@ -85,6 +85,11 @@ impl CdcSession {
                 options.default_schema.clone(),
             )
         };
+        let tables = TableRegistry::default();
+        ctx.register_udtf(
+            "table_changes",
+            Arc::new(TableChangesFunction::new(Arc::clone(&tables))),
+        );
         ctx.register_udtf(
             LAST_SNAPSHOT_VERSION,
             Arc::new(MisplacedSnapshotVersion::last()),
@@ -104,7 +109,7 @@ impl CdcSession {
         let session = Self {
             ctx,
             warehouse,
-            tables: Mutex::new(HashMap::new()),
+            tables,
             clock: Arc::clone(&config.clock),
             snapshot_functions: Mutex::new(HashMap::new()),
         };
@@ -281,7 +286,10 @@ impl CdcSession {
         );
         config.push((BUCKETS_PROPERTY.to_string(), Some(buckets.to_string())));
         // every update writes its net change as Delta CDC files (SPEC §4)
-        config.push(("delta.enableChangeDataFeed".to_string(), Some("true".to_string())));
+        config.push((
+            "delta.enableChangeDataFeed".to_string(),
+            Some("true".to_string()),
+        ));
         let table = self
             .warehouse
             .delta_builder(&c.name)?

@@ -34,8 +34,8 @@ use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::fold::columns::{
-    change_type_name, Kind, Origin, CHANGE_INSERT, END_AT_COL, INTERNAL_PREFIX, KIND_COL,
-    ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT, WRITTEN_AT_COL,
+    change_type_name, Kind, Origin, CHANGE_INSERT, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL,
+    START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT, WRITTEN_AT_COL,
 };
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::{FoldCounts, FoldSpec};
@@ -70,15 +70,10 @@ pub fn scalar_to_text(value: &ScalarValue) -> Result<String> {
 /// Column of the change data feed files holding the change type.
 pub const CHANGE_TYPE_COL: &str = "_change_type";
 
-/// Schema of the change data feed files: the visible columns of the fold
-/// output plus `_change_type`.
+/// Schema of the change data feed files: the data file columns (the fold
+/// output; readers expect every table column) plus `_change_type`.
 fn change_data_schema(output: &Schema) -> SchemaRef {
-    let mut fields: Vec<Field> = output
-        .fields()
-        .iter()
-        .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
-        .map(|f| f.as_ref().clone())
-        .collect();
+    let mut fields: Vec<Field> = output.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new(
         CHANGE_TYPE_COL,
         arrow::datatypes::DataType::Utf8,
@@ -89,22 +84,15 @@ fn change_data_schema(output: &Schema) -> SchemaRef {
 
 /// Change data feed rows of the fold output in the change file layout.
 fn change_data_batch(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let input = rows.schema();
     let kinds = rows
-        .column(input.index_of(KIND_COL)?)
+        .column(rows.schema().index_of(KIND_COL)?)
         .as_primitive::<Int8Type>();
     let change_types: StringArray = kinds
         .values()
         .iter()
         .map(|k| change_type_name(*k))
         .collect();
-    let mut columns: Vec<ArrayRef> = input
-        .fields()
-        .iter()
-        .zip(rows.columns())
-        .filter(|(f, _)| !f.name().starts_with(INTERNAL_PREFIX))
-        .map(|(_, c)| Arc::clone(c))
-        .collect();
+    let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
     columns.push(Arc::new(change_types));
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }

@@ -1,0 +1,211 @@
+//! `table_changes('target', from_version [, to_version])`: the change data
+//! feed of a streaming table (SPEC §4), read through deltalake's own CDF
+//! reader: the target's visible columns plus `_change_type`,
+//! `_commit_version` and `_commit_timestamp`. Versions are inclusive.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::datatypes::{Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableFunctionImpl, TableProvider};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{plan_err, Column, DataFusionError, Result, ScalarValue};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::expr_rewriter::unnormalize_col;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use deltalake_core::delta_datafusion::DeltaCdfTableProvider;
+
+use crate::fold::columns::INTERNAL_PREFIX;
+use crate::table::{ScdTable, TableName};
+
+/// The streaming tables of a session, by name.
+pub type TableRegistry = Arc<Mutex<HashMap<TableName, Arc<ScdTable>>>>;
+
+/// The `table_changes` table function.
+#[derive(Debug)]
+pub struct TableChangesFunction {
+    tables: TableRegistry,
+}
+
+impl TableChangesFunction {
+    /// A function over the session's streaming tables.
+    pub fn new(tables: TableRegistry) -> Self {
+        Self { tables }
+    }
+}
+
+fn literal(arg: &Expr) -> Option<&ScalarValue> {
+    match arg {
+        Expr::Literal(v, _) => Some(v),
+        _ => None,
+    }
+}
+
+fn version_arg(arg: &Expr, what: &str) -> Result<u64> {
+    let value = literal(arg).and_then(|v| v.cast_to(&arrow::datatypes::DataType::Int64).ok());
+    match value {
+        Some(ScalarValue::Int64(Some(v))) if v >= 0 => Ok(v as u64),
+        _ => plan_err!(
+            "table_changes(): {what} must be a non-negative integer commit version, got {arg}"
+        ),
+    }
+}
+
+impl TableFunctionImpl for TableChangesFunction {
+    fn call(&self, args: &[Expr]) -> Result<Arc<dyn TableProvider>> {
+        let (name, from, to) = match args {
+            [name, from] => (name, version_arg(from, "from_version")?, None),
+            [name, from, to] => (
+                name,
+                version_arg(from, "from_version")?,
+                Some(version_arg(to, "to_version")?),
+            ),
+            _ => {
+                return plan_err!(
+                "table_changes('target', from_version [, to_version]) takes two or three arguments"
+            )
+            }
+        };
+        let Some(ScalarValue::Utf8(Some(name)) | ScalarValue::Utf8View(Some(name))) = literal(name)
+        else {
+            return plan_err!("table_changes(): the first argument is a streaming table name as a string, got {name}");
+        };
+        let table = {
+            let tables = self
+                .tables
+                .lock()
+                .map_err(|_| DataFusionError::Internal("poisoned table registry".into()))?;
+            [
+                TableName::parse(name)?,
+                TableName::parse(&name.to_lowercase())?,
+            ]
+            .iter()
+            .find_map(|n| tables.get(n).cloned())
+        };
+        let Some(table) = table else {
+            return plan_err!("table_changes(): '{name}' is not a streaming table");
+        };
+        let delta = table.delta();
+        let latest = delta.version().unwrap_or(0);
+        if from > latest || to.is_some_and(|t| t < from) {
+            return plan_err!(
+                "table_changes('{name}', {from}, {}): the table's versions are 0 to {latest}",
+                to.map(|t| t.to_string()).unwrap_or_default()
+            );
+        }
+        let mut builder = delta.scan_cdf().with_starting_version(from);
+        if let Some(to) = to {
+            builder = builder.with_ending_version(to);
+        }
+        let inner: Arc<dyn TableProvider> = Arc::new(
+            DeltaCdfTableProvider::try_new(builder)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+        );
+        let fields: Vec<_> = inner
+            .schema()
+            .fields()
+            .iter()
+            .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+            .cloned()
+            .collect();
+        Ok(Arc::new(ChangesTable {
+            inner,
+            schema: Arc::new(Schema::new(fields)),
+        }))
+    }
+}
+
+/// The change feed of one table over a version range, `__cdc_*` hidden.
+#[derive(Debug)]
+struct ChangesTable {
+    inner: Arc<dyn TableProvider>,
+    schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for ChangesTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut builder =
+            LogicalPlanBuilder::scan("changes", provider_as_source(Arc::clone(&self.inner)), None)?;
+        for f in filters {
+            builder = builder.filter(unnormalize_col(f.clone()))?;
+        }
+        let columns: Vec<Expr> = match projection {
+            Some(p) => p
+                .iter()
+                .map(|&i| Expr::Column(Column::new_unqualified(self.schema.field(i).name())))
+                .collect(),
+            None => self
+                .schema
+                .fields()
+                .iter()
+                .map(|f| Expr::Column(Column::new_unqualified(f.name())))
+                .collect(),
+        };
+        builder = builder.project(columns)?;
+        if let Some(n) = limit {
+            builder = builder.limit(0, Some(n))?;
+        }
+        let plan = state.create_physical_plan(&builder.build()?).await?;
+        drop_empty_branches(plan)
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+}
+
+/// deltalake's CDF scan unions three file scans (CDC, add and remove files);
+/// a range without files of a kind leaves a zero-partition branch, which a
+/// sort pushed below the union rejects (SanityCheckPlan). Drop such branches;
+/// a plan left with none becomes one empty partition.
+fn drop_empty_branches(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = plan.schema();
+    let plan = plan
+        .transform_up(|node| {
+            if node.downcast_ref::<UnionExec>().is_none() {
+                return Ok(Transformed::no(node));
+            }
+            let children: Vec<Arc<dyn ExecutionPlan>> = node
+                .children()
+                .into_iter()
+                .filter(|c| c.output_partitioning().partition_count() > 0)
+                .cloned()
+                .collect();
+            if children.len() == node.children().len() {
+                return Ok(Transformed::no(node));
+            }
+            if children.is_empty() {
+                return Ok(Transformed::yes(
+                    Arc::new(EmptyExec::new(node.schema())) as Arc<dyn ExecutionPlan>
+                ));
+            }
+            Ok(Transformed::yes(UnionExec::try_new(children)?))
+        })?
+        .data;
+    if plan.output_partitioning().partition_count() == 0 {
+        return Ok(Arc::new(EmptyExec::new(schema)));
+    }
+    Ok(plan)
+}
