@@ -31,8 +31,8 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{
-    EventLayout, Kind, Origin, END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
-    STORED_UPSERT_EVENT,
+    EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
+    END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT,
 };
 use super::errors::{check_event_nulls, conflict_error};
 use super::kernel::FoldKernel;
@@ -66,6 +66,9 @@ pub struct Scd2Fold {
     value_converter: RowConverter,
     tracked: Vec<usize>,
     tracked_converter: RowConverter,
+    /// All target columns: a version's visible values.
+    target_columns: Vec<usize>,
+    target_converter: RowConverter,
     carry: Option<RecordBatch>,
     counts: FoldCounts,
 }
@@ -91,6 +94,14 @@ impl Emit {
         });
     }
 
+    /// A change data feed row for a version.
+    fn change(&mut self, last: usize, open: usize, close: Option<usize>, kind: i8) {
+        self.rows.push(last as u32);
+        self.start.push(Some(open as u32));
+        self.end.push(close.map(|c| c as u32));
+        self.kind.push(kind);
+    }
+
     /// A version with the values of `last` (its latest absorbed event),
     /// valid over [seq(open), seq(close)).
     fn version(&mut self, last: usize, open: usize, close: Option<usize>) {
@@ -99,6 +110,53 @@ impl Emit {
         self.end.push(close.map(|c| c as u32));
         self.kind.push(Kind::Upsert as i8);
     }
+}
+
+/// A version of a key's history, as rows of the batch: the event that opened
+/// it, the latest event absorbed into it, the event that closed it.
+struct Version {
+    open: usize,
+    last: usize,
+    close: Option<usize>,
+}
+
+/// Fold a key's distinct events (in sequence order) into its versions
+/// (SPEC §2.4).
+fn fold_versions(events: &[usize], kinds: &Int8Array, tracked: &Rows) -> Vec<Version> {
+    let mut versions = Vec::new();
+    let mut cur: Option<(usize, usize)> = None;
+    for &i in events {
+        if kinds.value(i) == Kind::Delete as i8 {
+            if let Some((open, last)) = cur.take() {
+                versions.push(Version {
+                    open,
+                    last,
+                    close: Some(i),
+                });
+            }
+            continue;
+        }
+        cur = match cur {
+            Some((open, last)) if tracked.row(last) == tracked.row(i) => Some((open, i)),
+            Some((open, last)) => {
+                versions.push(Version {
+                    open,
+                    last,
+                    close: Some(i),
+                });
+                Some((i, i))
+            }
+            None => Some((i, i)),
+        };
+    }
+    if let Some((open, last)) = cur {
+        versions.push(Version {
+            open,
+            last,
+            close: None,
+        });
+    }
+    versions
 }
 
 impl Scd2Fold {
@@ -119,6 +177,8 @@ impl Scd2Fold {
             seq_converter: RowConverter::new(vec![field(layout.seq())])?,
             value_converter: RowConverter::new(value_columns.iter().map(|&i| field(i)).collect())?,
             tracked_converter: RowConverter::new(tracked.iter().map(|&i| field(i)).collect())?,
+            target_converter: RowConverter::new((0..layout.num_target()).map(field).collect())?,
+            target_columns: (0..layout.num_target()).collect(),
             output_schema: scd2_output_schema(&layout, input_schema),
             input_schema: Arc::clone(input_schema),
             value_columns,
@@ -150,6 +210,7 @@ impl Scd2Fold {
         let seqs = Self::convert(&self.seq_converter, batch, &[self.layout.seq()])?;
         let values = Self::convert(&self.value_converter, batch, &self.value_columns)?;
         let tracked = Self::convert(&self.tracked_converter, batch, &self.tracked)?;
+        let targets = Self::convert(&self.target_converter, batch, &self.target_columns)?;
         let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
         let origins = batch
             .column(self.layout.origin())
@@ -162,7 +223,7 @@ impl Scd2Fold {
                 stop += 1;
             }
             self.fold_group(
-                batch, start, stop, &seqs, &values, &tracked, kinds, origins, &mut emit,
+                batch, start, stop, &seqs, &values, &targets, &tracked, kinds, origins, &mut emit,
             )?;
             start = stop;
         }
@@ -177,20 +238,20 @@ impl Scd2Fold {
         stop: usize,
         seqs: &Rows,
         values: &Rows,
+        targets: &Rows,
         tracked: &Rows,
         kinds: &Int8Array,
         origins: &Int8Array,
         emit: &mut Emit,
     ) -> Result<()> {
-        // (open event, last absorbed event) of the current version
-        let mut cur: Option<(usize, usize)> = None;
-        let mut prev: Option<usize> = None;
+        // 1. events: drop replays, reject conflicts, keep every distinct event
+        let mut kept: Vec<usize> = Vec::with_capacity(stop - start);
         for i in start..stop {
             let new = origins.value(i) == Origin::New as i8;
             if new {
                 self.counts.input_rows += 1;
             }
-            if let Some(p) = prev.filter(|&p| seqs.row(p) == seqs.row(i)) {
+            if let Some(&p) = kept.last().filter(|&&p| seqs.row(p) == seqs.row(i)) {
                 if values.row(p) != values.row(i) {
                     let stored = origins.value(p) == Origin::Stored as i8;
                     return Err(conflict_error(&self.flow, &self.layout, batch, i, stored));
@@ -200,37 +261,70 @@ impl Scd2Fold {
                 }
                 continue;
             }
-            prev = Some(i);
-            let kind = kinds.value(i);
-            emit.event(i, kind);
+            kept.push(i);
+            emit.event(i, kinds.value(i));
             if new {
                 self.counts.events_added += 1;
             }
-            if kind == Kind::Delete as i8 {
-                if let Some((open, last)) = cur.take() {
-                    emit.version(last, open, Some(i));
-                    if new {
-                        self.counts.deleted += 1;
-                    }
-                } else if new {
+        }
+        // 2. the history of all events (stored), and of the stored ones alone
+        let is_new = |i: usize| origins.value(i) == Origin::New as i8;
+        let versions = fold_versions(&kept, kinds, tracked);
+        for v in &versions {
+            emit.version(v.last, v.open, v.close);
+        }
+        for &i in kept.iter().filter(|&&i| is_new(i)) {
+            if kinds.value(i) == Kind::Delete as i8 {
+                if versions.iter().any(|v| v.close == Some(i)) {
+                    self.counts.deleted += 1;
+                } else {
                     self.counts.tombstones += 1;
                 }
             } else {
-                cur = match cur {
-                    Some((open, last)) if tracked.row(last) == tracked.row(i) => Some((open, i)),
-                    Some((open, last)) => {
-                        emit.version(last, open, Some(i));
-                        Some((i, i))
-                    }
-                    None => Some((i, i)),
-                };
-                if new {
-                    self.counts.upserted += 1;
-                }
+                self.counts.upserted += 1;
             }
         }
-        if let Some((open, last)) = cur {
-            emit.version(last, open, None);
+        if !kept.iter().any(|&i| is_new(i)) {
+            return Ok(());
+        }
+        let stored: Vec<usize> = kept.iter().copied().filter(|&i| !is_new(i)).collect();
+        let before = fold_versions(&stored, kinds, tracked);
+        // 3. the change data feed: versions matched by their start
+        let same_end = |a: Option<usize>, b: Option<usize>| match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => seqs.row(a) == seqs.row(b),
+            _ => false,
+        };
+        let (mut o, mut n) = (0, 0);
+        while o < before.len() || n < versions.len() {
+            let order = match (before.get(o), versions.get(n)) {
+                (Some(old), Some(new)) => seqs.row(old.open).cmp(&seqs.row(new.open)),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    let old = &before[o];
+                    emit.change(old.last, old.open, old.close, CHANGE_DELETE);
+                    o += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    let new = &versions[n];
+                    emit.change(new.last, new.open, new.close, CHANGE_INSERT);
+                    n += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    let (old, new) = (&before[o], &versions[n]);
+                    if targets.row(old.last) != targets.row(new.last)
+                        || !same_end(old.close, new.close)
+                    {
+                        emit.change(old.last, old.open, old.close, CHANGE_PREIMAGE);
+                        emit.change(new.last, new.open, new.close, CHANGE_POSTIMAGE);
+                    }
+                    o += 1;
+                    n += 1;
+                }
+            }
         }
         Ok(())
     }
