@@ -23,8 +23,8 @@ use crate::clock::Clock;
 use crate::config::AutoCdcConfig;
 use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
 use crate::functions::{
-    MisplacedSnapshotVersion, SnapshotVersionFunction, StreamFunction, TableChangesFunction,
-    TableRegistry, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
+    MisplacedSnapshotVersion, SnapshotVersionFunction, StreamFunction, TableAsOfFunction,
+    TableChangesFunction, TableRegistry, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
 };
 use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
@@ -89,6 +89,10 @@ impl CdcSession {
         ctx.register_udtf(
             "table_changes",
             Arc::new(TableChangesFunction::new(Arc::clone(&tables))),
+        );
+        ctx.register_udtf(
+            "table_as_of",
+            Arc::new(TableAsOfFunction::new(Arc::clone(&tables))),
         );
         ctx.register_udtf(
             LAST_SNAPSHOT_VERSION,

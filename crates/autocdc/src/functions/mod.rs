@@ -2,6 +2,7 @@
 
 mod snapshot_version;
 mod stream;
+mod table_as_of;
 mod table_changes;
 
 pub use snapshot_version::{
@@ -9,4 +10,5 @@ pub use snapshot_version::{
     LAST_SNAPSHOT_VERSION,
 };
 pub use stream::StreamFunction;
+pub use table_as_of::TableAsOfFunction;
 pub use table_changes::{TableChangesFunction, TableRegistry};

@@ -79,6 +79,18 @@ impl ScdTable {
         })
     }
 
+    /// The table as of an older commit version (time travel): a provider of
+    /// the live rows at that version.
+    pub async fn as_of(&self, version: u64) -> Result<Self> {
+        let mut table = self.delta();
+        table.load_version(version as _).await.map_err(delta_err)?;
+        let loaded = Self::loaded(table).await?;
+        Ok(Self {
+            name: self.name.clone(),
+            loaded: RwLock::new(loaded),
+        })
+    }
+
     /// Re-read the latest committed version.
     pub async fn refresh(&self) -> Result<()> {
         let mut table = self.delta();
