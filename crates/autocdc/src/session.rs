@@ -185,7 +185,9 @@ impl CdcSession {
     }
 
     async fn attach(&self, name: TableName) -> Result<Arc<ScdTable>> {
-        let table = Arc::new(ScdTable::load(&self.warehouse, name.clone()).await?);
+        let table = ScdTable::load(&self.warehouse, name.clone())
+            .await?
+            .into_shared();
         let catalog_name = self
             .ctx
             .state()

@@ -102,6 +102,8 @@ fn change_data_batch(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBat
 pub enum UpdateSource {
     /// The flow's change feed, read whole.
     Changes,
+    /// Change events planned by the caller (DML on a target).
+    Events(Box<LogicalPlan>),
     /// A snapshot (planned by the caller) at `version`.
     Snapshot {
         /// The snapshot rows.
@@ -157,65 +159,13 @@ pub fn checkpoint_app_id(flow: &str) -> String {
 /// exhausted.
 pub async fn commit_state(
     request: &CommitRequest,
-    mut input: SendableRecordBatchStream,
+    input: SendableRecordBatchStream,
     counts: impl FnOnce() -> (FoldCounts, bool),
 ) -> Result<CommitOutcome> {
     let table = request.table.delta();
     let store = table.object_store();
-    let mut writer = BucketWriter::new(Arc::clone(&store), input.schema());
-    let change_schema = change_data_schema(&input.schema());
-    let mut changes = BucketWriter::change_data(Arc::clone(&store), Arc::clone(&change_schema));
-    let kind_index = input.schema().index_of(KIND_COL)?;
-    while let Some(batch) = input.next().await {
-        let batch = batch?;
-        if batch.num_rows() == 0 {
-            continue;
-        }
-        let keys: Vec<ArrayRef> = request
-            .key_indices
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        let buckets = bucket_array(&keys, batch.num_rows(), request.buckets)?;
-        let kinds = batch.column(kind_index).as_primitive::<Int8Type>().clone();
-        // state rows (live, tombstones, hidden events, the watermark) and
-        // change data feed rows go to different files
-        let is_change = BooleanArray::from_unary(&kinds, |k| k >= CHANGE_INSERT);
-        let state_rows = BooleanArray::from_unary(&kinds, |k| k < CHANGE_INSERT);
-        let buckets: Int32Array = buckets
-            .values()
-            .iter()
-            .zip(kinds.values().iter())
-            .map(|(b, k)| {
-                if *k == Kind::Truncate as i8 {
-                    WATERMARK_BUCKET
-                } else {
-                    *b
-                }
-            })
-            .collect();
-        if is_change.true_count() > 0 {
-            let rows = filter_record_batch(&batch, &is_change)?;
-            let row_buckets = filter(&buckets, &is_change)?;
-            changes
-                .write(
-                    &change_data_batch(&rows, &change_schema)?,
-                    row_buckets.as_primitive::<Int32Type>(),
-                )
-                .await?;
-        }
-        if state_rows.true_count() == batch.num_rows() {
-            writer.write(&batch, &buckets).await?;
-        } else if state_rows.true_count() > 0 {
-            let rows = filter_record_batch(&batch, &state_rows)?;
-            let row_buckets = filter(&buckets, &state_rows)?;
-            writer
-                .write(&rows, row_buckets.as_primitive::<Int32Type>())
-                .await?;
-        }
-    }
-    let adds = writer.finish().await?;
-    let change_files = changes.finish().await?;
+    let (adds, change_files) =
+        write_rows(&store, input, &request.key_indices, request.buckets).await?;
     let (counts, truncated) = counts();
     let changed = counts.changed_state() || truncated;
 
@@ -290,6 +240,74 @@ pub async fn commit_state(
     })
 }
 
+/// Write the rows of a new state into bucketed data files and its change data
+/// feed rows (kinds ≥ [`CHANGE_INSERT`]) into `_change_data/` files; returns
+/// both file lists (nothing is committed).
+pub async fn write_rows(
+    store: &Arc<dyn object_store::ObjectStore>,
+    mut input: SendableRecordBatchStream,
+    key_indices: &[usize],
+    bucket_count: i32,
+) -> Result<(
+    Vec<deltalake_core::kernel::Add>,
+    Vec<deltalake_core::kernel::Add>,
+)> {
+    let mut writer = BucketWriter::new(Arc::clone(store), input.schema());
+    let change_schema = change_data_schema(&input.schema());
+    let mut changes = BucketWriter::change_data(Arc::clone(store), Arc::clone(&change_schema));
+    let kind_index = input.schema().index_of(KIND_COL)?;
+    while let Some(batch) = input.next().await {
+        let batch = batch?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let keys: Vec<ArrayRef> = key_indices
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let buckets = bucket_array(&keys, batch.num_rows(), bucket_count)?;
+        let kinds = batch.column(kind_index).as_primitive::<Int8Type>().clone();
+        // state rows (live, tombstones, hidden events, the watermark) and
+        // change data feed rows go to different files
+        let is_change = BooleanArray::from_unary(&kinds, |k| k >= CHANGE_INSERT);
+        let state_rows = BooleanArray::from_unary(&kinds, |k| k < CHANGE_INSERT);
+        let buckets: Int32Array = buckets
+            .values()
+            .iter()
+            .zip(kinds.values().iter())
+            .map(|(b, k)| {
+                if *k == Kind::Truncate as i8 {
+                    WATERMARK_BUCKET
+                } else {
+                    *b
+                }
+            })
+            .collect();
+        if is_change.true_count() > 0 {
+            let rows = filter_record_batch(&batch, &is_change)?;
+            let row_buckets = filter(&buckets, &is_change)?;
+            changes
+                .write(
+                    &change_data_batch(&rows, &change_schema)?,
+                    row_buckets.as_primitive::<Int32Type>(),
+                )
+                .await?;
+        }
+        if state_rows.true_count() == batch.num_rows() {
+            writer.write(&batch, &buckets).await?;
+        } else if state_rows.true_count() > 0 {
+            let rows = filter_record_batch(&batch, &state_rows)?;
+            let row_buckets = filter(&buckets, &state_rows)?;
+            writer
+                .write(&rows, row_buckets.as_primitive::<Int32Type>())
+                .await?;
+        }
+    }
+    let adds = writer.finish().await?;
+    let change_files = changes.finish().await?;
+    Ok((adds, change_files))
+}
+
 /// Plan one run of `flow` into `table`: `CdcCommit(AutoCdc(events, truncates))`.
 /// `register` writes the flow definition into the table with the run.
 pub async fn plan_update(
@@ -313,10 +331,15 @@ pub async fn plan_update(
     };
     let mut extra_config: Vec<(String, String)> = Vec::new();
     let (resolved, events, touched, new_wins_ties) = match source {
-        UpdateSource::Changes => {
-            let source = plan_source(state, &flow.source, &flow.dialect)
-                .await
-                .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name)))?;
+        UpdateSource::Changes | UpdateSource::Events(_) => {
+            let source = match source {
+                UpdateSource::Events(plan) => *plan,
+                _ => plan_source(state, &flow.source, &flow.dialect)
+                    .await
+                    .map_err(|e| {
+                        DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name))
+                    })?,
+            };
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
             let mut events = resolved.events.clone();
             // change events not newer than the last snapshot are older than

@@ -2,6 +2,7 @@
 //! that shows their live rows.
 
 pub mod bucket;
+mod dml;
 pub mod meta;
 mod provider;
 mod warehouse;

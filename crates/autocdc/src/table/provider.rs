@@ -5,13 +5,14 @@
 //! bookkeeping columns. Projections and filters are pushed into the Delta
 //! scan by planning the read as an ordinary DataFusion plan.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::{
     col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
@@ -36,6 +37,8 @@ struct Loaded {
 pub struct ScdTable {
     name: TableName,
     loaded: RwLock<Loaded>,
+    /// The `Arc` this table lives in (DML statements outlive the call).
+    this: Weak<ScdTable>,
 }
 
 fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
@@ -54,6 +57,7 @@ impl ScdTable {
         Ok(Self {
             name,
             loaded: RwLock::new(loaded),
+            this: Weak::new(),
         })
     }
 
@@ -88,6 +92,24 @@ impl ScdTable {
         Ok(Self {
             name: self.name.clone(),
             loaded: RwLock::new(loaded),
+            this: Weak::new(),
+        })
+    }
+
+    /// Put the table in an `Arc` that it knows (needed by DML).
+    pub fn into_shared(self) -> Arc<Self> {
+        Arc::new_cyclic(|this| Self {
+            this: this.clone(),
+            ..self
+        })
+    }
+
+    fn shared(&self, statement: &str) -> Result<Arc<Self>> {
+        self.this.upgrade().ok_or_else(|| {
+            DataFusionError::NotImplemented(format!(
+                "{statement} on '{}': this handle of the table is read-only",
+                self.name
+            ))
         })
     }
 
@@ -182,5 +204,32 @@ impl TableProvider for ScdTable {
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn insert_into(
+        &self,
+        state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        _op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.shared("INSERT")?.plan_insert(state, input)
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.shared("DELETE")?.plan_delete(state, filters)
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.shared("UPDATE")?
+            .plan_update_rows(state, assignments, filters)
     }
 }

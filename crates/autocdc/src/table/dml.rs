@@ -1,0 +1,497 @@
+//! DML on streaming tables (`DELETE FROM`, `UPDATE`, `INSERT INTO`), through
+//! DataFusion's `TableProvider` hooks, keeping the bookkeeping later flows
+//! sequence against (SPEC §4, the documentation's "DML on targets"):
+//!
+//! * SCD 1 `DELETE`: matching live rows become tombstones at their stored
+//!   sequence, so a late event for the key stays dropped;
+//! * SCD 1 `UPDATE`: matching live rows change in place, keeping their
+//!   sequence; key columns cannot be assigned;
+//! * SCD 2 `INSERT`: each row is an UPSERT event at its `__START_AT` (and a
+//!   DELETE at its `__END_AT`, when set) folded into the key's history, so a
+//!   later flow event closes or splits it exactly like any other event.
+//!
+//! Every statement is one Delta commit with its change data feed; it returns
+//! the number of rows affected. Schema-changing DML is refused by DataFusion
+//! before it reaches the table (insert schemas must match).
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Column, DataFusionError, Result};
+use datafusion::datasource::{provider_as_source, MemTable};
+use datafusion::execution::session_state::SessionState;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::functions::expr_fn::coalesce;
+use datafusion::logical_expr::expr_rewriter::unnormalize_col;
+use datafusion::logical_expr::{cast, col, lit, when, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    collect, execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
+    PlanProperties,
+};
+use deltalake_core::kernel::transaction::CommitBuilder;
+use deltalake_core::kernel::{Action, AddCDCFile};
+use deltalake_core::protocol::DeltaOperation;
+use futures::future::BoxFuture;
+use futures::TryStreamExt;
+
+use super::bucket::BUCKET_COL;
+use super::ScdTable;
+use crate::fold::columns::{
+    Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, END_AT_COL, KIND_COL, START_AT_COL,
+    WRITTEN_AT_COL,
+};
+use crate::pipeline::{delta_err, plan_update, write_rows, UpdateSource};
+use crate::spec::resolve::written_at_value;
+use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+
+/// Runs one DML statement when executed; yields its `count` row.
+pub struct DmlExec {
+    label: &'static str,
+    job: Mutex<Option<BoxFuture<'static, Result<u64>>>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for DmlExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DmlExec({})", self.label)
+    }
+}
+
+impl DmlExec {
+    fn new(label: &'static str, job: BoxFuture<'static, Result<u64>>) -> Self {
+        let schema = count_schema();
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self {
+            label,
+            job: Mutex::new(Some(job)),
+            properties,
+        }
+    }
+}
+
+fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
+}
+
+impl DisplayAs for DmlExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "DmlExec: {}", self.label)
+    }
+}
+
+impl ExecutionPlan for DmlExec {
+    fn name(&self) -> &str {
+        "DmlExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let job = self
+            .job
+            .lock()
+            .map_err(|_| DataFusionError::Internal("poisoned DML job".into()))?
+            .take()
+            .ok_or_else(|| DataFusionError::Execution(format!("{} already ran", self.label)))?;
+        let stream = futures::stream::once(async move {
+            let count = job.await?;
+            Ok(RecordBatch::try_new(
+                count_schema(),
+                vec![Arc::new(UInt64Array::from(vec![count]))],
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            count_schema(),
+            stream,
+        )))
+    }
+}
+
+/// A `DmlExec` running `job`.
+pub fn dml_exec(
+    label: &'static str,
+    job: BoxFuture<'static, Result<u64>>,
+) -> Arc<dyn ExecutionPlan> {
+    Arc::new(DmlExec::new(label, job))
+}
+
+fn session_state(state: &dyn datafusion::catalog::Session) -> Result<SessionState> {
+    state
+        .as_any()
+        .downcast_ref::<SessionState>()
+        .cloned()
+        .ok_or_else(|| {
+            DataFusionError::NotImplemented(
+                "DML on streaming tables needs a DataFusion SessionState".into(),
+            )
+        })
+}
+
+/// The flow that defines a table's keys (DML needs them).
+fn keyed_flow(table: &ScdTable, statement: &str) -> Result<FlowSpec> {
+    table.meta().flows.into_values().next().ok_or_else(|| {
+        DataFusionError::Plan(format!(
+            "{statement} on streaming table '{}': it has no flow yet, so its keys are unknown",
+            table.name()
+        ))
+    })
+}
+
+fn key_positions(table: &ScdTable, flow: &FlowSpec) -> Result<Vec<usize>> {
+    let schema = table.meta().user_schema;
+    flow.keys
+        .iter()
+        .map(|k| {
+            schema
+                .fields()
+                .iter()
+                .position(|f| f.name() == k || f.name().eq_ignore_ascii_case(k))
+                .ok_or_else(|| {
+                    DataFusionError::Plan(format!(
+                        "key column '{k}' is not a column of '{}'",
+                        table.name()
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn require(table: &ScdTable, scd: ScdType, statement: &str) -> Result<()> {
+    let stored = table.meta().stored_as.unwrap_or(ScdType::Type1);
+    if stored != scd {
+        return Err(DataFusionError::NotImplemented(format!(
+            "{statement} on streaming table '{}' ({stored}) is not supported yet; it is on {scd} targets",
+            table.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Columns of the data files, in order (the table schema without the bucket).
+fn file_columns(table: &ScdTable) -> Vec<String> {
+    table
+        .raw_provider()
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|n| n != BUCKET_COL)
+        .collect()
+}
+
+fn column(name: &str) -> Expr {
+    Expr::Column(Column::new_unqualified(name))
+}
+
+fn matching(filters: Vec<Expr>) -> Expr {
+    let filter = filters
+        .into_iter()
+        .map(unnormalize_col)
+        .reduce(Expr::and)
+        .unwrap_or(lit(true));
+    col(KIND_COL)
+        .eq(lit(Kind::Upsert as i8))
+        .and(coalesce(vec![filter, lit(false)]))
+}
+
+/// Rewrite the whole table from `plan` (rows in the data file layout, change
+/// rows included) in one commit.
+async fn rewrite(
+    table: Arc<ScdTable>,
+    state: SessionState,
+    plan: LogicalPlan,
+    operation: DeltaOperation,
+) -> Result<()> {
+    let flow = keyed_flow(&table, "DML")?;
+    let keys = key_positions(&table, &flow)?;
+    let physical = state.create_physical_plan(&plan).await?;
+    let stream = execute_stream(physical, state.task_ctx())?;
+    let delta = table.delta();
+    let store = delta.object_store();
+    let (adds, change_files) = write_rows(&store, stream, &keys, table.meta().buckets).await?;
+    let snapshot = delta.snapshot().map_err(delta_err)?;
+    let log_store = delta.log_store();
+    let mut actions: Vec<Action> = snapshot
+        .snapshot()
+        .file_views(log_store.as_ref(), None)
+        .map_ok(|v| Action::Remove(v.remove_action(true)))
+        .try_collect()
+        .await
+        .map_err(delta_err)?;
+    actions.extend(adds.into_iter().map(Action::Add));
+    actions.extend(change_files.into_iter().map(|f| {
+        Action::Cdc(AddCDCFile {
+            path: f.path,
+            size: f.size,
+            partition_values: f.partition_values,
+            data_change: false,
+            tags: None,
+        })
+    }));
+    CommitBuilder::default()
+        .with_actions(actions)
+        .build(Some(snapshot), log_store, operation)
+        .await
+        .map_err(delta_err)?;
+    table.refresh().await
+}
+
+async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
+    let batches = collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
+    Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
+}
+
+fn raw_plan(table: &ScdTable) -> Result<LogicalPlanBuilder> {
+    LogicalPlanBuilder::scan(
+        table.name().table.clone(),
+        provider_as_source(table.raw_provider()),
+        None,
+    )
+}
+
+impl ScdTable {
+    /// `DELETE FROM t [WHERE ...]` (SCD 1): live rows become tombstones.
+    pub(crate) fn plan_delete(
+        self: Arc<Self>,
+        state: &dyn datafusion::catalog::Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        require(&self, ScdType::Type1, "DELETE")?;
+        keyed_flow(&self, "DELETE")?;
+        let state = session_state(state)?;
+        let now = written_at_value(chrono::Utc::now().timestamp_micros());
+        let job = async move {
+            let hit = matching(filters);
+            let columns = file_columns(&self);
+            let state_rows: Vec<Expr> = columns
+                .iter()
+                .map(|c| match c.as_str() {
+                    KIND_COL => when(hit.clone(), lit(Kind::Delete as i8))
+                        .otherwise(column(c))
+                        .map(|e| e.alias(c)),
+                    WRITTEN_AT_COL => when(hit.clone(), lit(now.clone()))
+                        .otherwise(column(c))
+                        .map(|e| e.alias(c)),
+                    _ => Ok(column(c)),
+                })
+                .collect::<Result<_>>()?;
+            let change_rows: Vec<Expr> = columns
+                .iter()
+                .map(|c| {
+                    if c == KIND_COL {
+                        lit(CHANGE_DELETE).alias(c)
+                    } else {
+                        column(c)
+                    }
+                })
+                .collect();
+            let hits = count(&state, raw_plan(&self)?.filter(hit.clone())?.build()?).await?;
+            let plan = raw_plan(&self)?
+                .project(state_rows)?
+                .union(
+                    raw_plan(&self)?
+                        .filter(hit)?
+                        .project(change_rows)?
+                        .build()?,
+                )?
+                .build()?;
+            rewrite(
+                Arc::clone(&self),
+                state,
+                plan,
+                DeltaOperation::Delete { predicate: None },
+            )
+            .await?;
+            Ok(hits)
+        };
+        Ok(dml_exec("DELETE", Box::pin(job)))
+    }
+
+    /// `UPDATE t SET ... [WHERE ...]` (SCD 1): live rows change in place.
+    pub(crate) fn plan_update_rows(
+        self: Arc<Self>,
+        state: &dyn datafusion::catalog::Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        require(&self, ScdType::Type1, "UPDATE")?;
+        let flow = keyed_flow(&self, "UPDATE")?;
+        let keys = key_positions(&self, &flow)?;
+        let user = self.meta().user_schema;
+        for (name, _) in &assignments {
+            if keys.iter().any(|&k| user.field(k).name() == name) {
+                return Err(DataFusionError::Plan(format!(
+                    "UPDATE of streaming table '{}': key column '{name}' cannot be assigned",
+                    self.name()
+                )));
+            }
+        }
+        let state = session_state(state)?;
+        let job = async move {
+            let hit = matching(filters);
+            let columns = file_columns(&self);
+            let raw_schema = self.raw_provider().schema();
+            let assigned = |c: &str| {
+                assignments
+                    .iter()
+                    .find(|(n, _)| n == c)
+                    .map(|(_, e)| unnormalize_col(e.clone()))
+            };
+            let new_value = |c: &str| -> Result<Expr> {
+                Ok(match assigned(c) {
+                    Some(e) => cast(e, raw_schema.field_with_name(c)?.data_type().clone()),
+                    None => column(c),
+                })
+            };
+            let state_rows: Vec<Expr> = columns
+                .iter()
+                .map(|c| match assigned(c) {
+                    Some(_) => Ok(when(hit.clone(), new_value(c)?)
+                        .otherwise(column(c))?
+                        .alias(c)),
+                    None => Ok(column(c)),
+                })
+                .collect::<Result<_>>()?;
+            let image = |kind: i8, new: bool| -> Result<Vec<Expr>> {
+                columns
+                    .iter()
+                    .map(|c| {
+                        Ok(if c == KIND_COL {
+                            lit(kind).alias(c)
+                        } else if new {
+                            new_value(c)?.alias(c)
+                        } else {
+                            column(c)
+                        })
+                    })
+                    .collect()
+            };
+            let hits = count(&state, raw_plan(&self)?.filter(hit.clone())?.build()?).await?;
+            let plan = raw_plan(&self)?
+                .project(state_rows)?
+                .union(
+                    raw_plan(&self)?
+                        .filter(hit.clone())?
+                        .project(image(CHANGE_PREIMAGE, false)?)?
+                        .build()?,
+                )?
+                .union(
+                    raw_plan(&self)?
+                        .filter(hit)?
+                        .project(image(CHANGE_POSTIMAGE, true)?)?
+                        .build()?,
+                )?
+                .build()?;
+            rewrite(
+                Arc::clone(&self),
+                state,
+                plan,
+                DeltaOperation::Update { predicate: None },
+            )
+            .await?;
+            Ok(hits)
+        };
+        Ok(dml_exec("UPDATE", Box::pin(job)))
+    }
+
+    /// `INSERT INTO t ...` (SCD 2): rows become events folded into history.
+    pub(crate) fn plan_insert(
+        self: Arc<Self>,
+        state: &dyn datafusion::catalog::Session,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        require(&self, ScdType::Type2, "INSERT")?;
+        let flow = keyed_flow(&self, "INSERT")?;
+        let state = session_state(state)?;
+        let job = async move {
+            let schema = input.schema();
+            let batches = collect(input, state.task_ctx()).await?;
+            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+            let source = LogicalPlanBuilder::scan(
+                "__cdc_insert",
+                provider_as_source(Arc::new(MemTable::try_new(schema, vec![batches])?)),
+                None,
+            )?
+            .build()?;
+            let user: Vec<String> = self
+                .meta()
+                .user_schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            let event = |seq: &str, op: &str| -> Vec<Expr> {
+                let mut e: Vec<Expr> = user.iter().map(|c| column(c)).collect();
+                e.push(column(seq).alias("__dml_seq"));
+                e.push(lit(op).alias("__dml_op"));
+                e
+            };
+            let events = LogicalPlanBuilder::from(source.clone())
+                .project(event(START_AT_COL, "U"))?
+                .union(
+                    LogicalPlanBuilder::from(source)
+                        .filter(column(END_AT_COL).is_not_null())?
+                        .project(event(END_AT_COL, "D"))?
+                        .build()?,
+                )?
+                .build()?;
+            let mut spec = FlowSpec::new(
+                "__dml_insert",
+                flow.target.clone(),
+                FlowSource::Query(String::new()),
+            );
+            spec.keys = flow.keys.clone();
+            spec.sequence_by = Some(SequenceBy::Column("__dml_seq".into()));
+            spec.apply_as_deletes = Some("__dml_op = 'D'".into());
+            spec.columns = ColumnSelection::Only(user);
+            spec.stored_as_scd_type = ScdType::Type2;
+            spec.track_history = flow.track_history.clone();
+            let plan = plan_update(
+                &state,
+                Arc::clone(&self),
+                &spec,
+                false,
+                chrono::Utc::now(),
+                UpdateSource::Events(Box::new(events)),
+            )
+            .await?;
+            collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
+            Ok(rows)
+        };
+        Ok(dml_exec("INSERT", Box::pin(job)))
+    }
+}
