@@ -12,3 +12,31 @@ pub use snapshot_version::{
 pub use stream::StreamFunction;
 pub use table_as_of::TableAsOfFunction;
 pub use table_changes::{TableChangesFunction, TableRegistry};
+
+use std::sync::Arc;
+
+use datafusion::common::{plan_err, DataFusionError, Result};
+
+use crate::table::{ScdTable, TableName};
+
+/// The streaming table a table function names (as written, or folded to
+/// lower case like an unquoted identifier).
+pub(crate) fn lookup_table(
+    tables: &TableRegistry,
+    function: &str,
+    name: &str,
+) -> Result<Arc<ScdTable>> {
+    let tables = tables
+        .lock()
+        .map_err(|_| DataFusionError::Internal("poisoned table registry".into()))?;
+    let found = [
+        TableName::parse(name)?,
+        TableName::parse(&name.to_lowercase())?,
+    ]
+    .iter()
+    .find_map(|n| tables.get(n).cloned());
+    match found {
+        Some(table) => Ok(table),
+        None => plan_err!("{function}(): '{name}' is not a streaming table"),
+    }
+}

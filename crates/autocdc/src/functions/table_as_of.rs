@@ -6,12 +6,12 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableFunctionImpl, TableProvider};
-use datafusion::common::{plan_err, DataFusionError, Result, ScalarValue};
+use datafusion::common::{plan_err, Result, ScalarValue};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::TableRegistry;
-use crate::table::{ScdTable, TableName};
+use crate::table::ScdTable;
 
 /// The `table_as_of` table function.
 #[derive(Debug)]
@@ -46,21 +46,7 @@ impl TableFunctionImpl for TableAsOfFunction {
                 )
             }
         };
-        let table = {
-            let tables = self
-                .tables
-                .lock()
-                .map_err(|_| DataFusionError::Internal("poisoned table registry".into()))?;
-            [
-                TableName::parse(name)?,
-                TableName::parse(&name.to_lowercase())?,
-            ]
-            .iter()
-            .find_map(|n| tables.get(n).cloned())
-        };
-        let Some(table) = table else {
-            return plan_err!("table_as_of(): '{name}' is not a streaming table");
-        };
+        let table = super::lookup_table(&self.tables, "table_as_of", name)?;
         let latest = table.delta().version().unwrap_or(0);
         if version > latest {
             return plan_err!(

@@ -10,16 +10,15 @@ use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableFunctionImpl, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{plan_err, Column, DataFusionError, Result, ScalarValue};
-use datafusion::datasource::provider_as_source;
-use datafusion::logical_expr::expr_rewriter::unnormalize_col;
-use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType};
+use datafusion::common::{plan_err, DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use deltalake_core::delta_datafusion::DeltaCdfTableProvider;
 
 use crate::fold::columns::INTERNAL_PREFIX;
+use crate::table::provider::{plan_read, ReadRequest};
 use crate::table::{ScdTable, TableName};
 
 /// The streaming tables of a session, by name.
@@ -74,21 +73,7 @@ impl TableFunctionImpl for TableChangesFunction {
         else {
             return plan_err!("table_changes(): the first argument is a streaming table name as a string, got {name}");
         };
-        let table = {
-            let tables = self
-                .tables
-                .lock()
-                .map_err(|_| DataFusionError::Internal("poisoned table registry".into()))?;
-            [
-                TableName::parse(name)?,
-                TableName::parse(&name.to_lowercase())?,
-            ]
-            .iter()
-            .find_map(|n| tables.get(n).cloned())
-        };
-        let Some(table) = table else {
-            return plan_err!("table_changes(): '{name}' is not a streaming table");
-        };
+        let table = super::lookup_table(&self.tables, "table_changes", name)?;
         let delta = table.delta();
         let latest = delta.version().unwrap_or(0);
         if from > latest || to.is_some_and(|t| t < from) {
@@ -143,28 +128,20 @@ impl TableProvider for ChangesTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let mut builder =
-            LogicalPlanBuilder::scan("changes", provider_as_source(Arc::clone(&self.inner)), None)?;
-        for f in filters {
-            builder = builder.filter(unnormalize_col(f.clone()))?;
-        }
-        let columns: Vec<Expr> = match projection {
-            Some(p) => p
-                .iter()
-                .map(|&i| Expr::Column(Column::new_unqualified(self.schema.field(i).name())))
-                .collect(),
-            None => self
-                .schema
-                .fields()
-                .iter()
-                .map(|f| Expr::Column(Column::new_unqualified(f.name())))
-                .collect(),
+        let read = ReadRequest {
+            projection,
+            filters,
+            limit,
         };
-        builder = builder.project(columns)?;
-        if let Some(n) = limit {
-            builder = builder.limit(0, Some(n))?;
-        }
-        let plan = state.create_physical_plan(&builder.build()?).await?;
+        let plan = plan_read(
+            state,
+            "changes",
+            Arc::clone(&self.inner),
+            &self.schema,
+            None,
+            read,
+        )
+        .await?;
         drop_empty_branches(plan)
     }
 

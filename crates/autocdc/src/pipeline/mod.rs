@@ -40,7 +40,9 @@ use crate::fold::columns::{
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::{FoldCounts, FoldSpec};
 use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
-use crate::spec::resolve::{plan_source, resolve, written_at_type, written_at_value, ResolvedFlow};
+use crate::spec::resolve::{
+    plan_source, resolve, target_projection, written_at_type, written_at_value, ResolvedFlow,
+};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::writer::BucketWriter;
@@ -368,18 +370,7 @@ pub async fn plan_update(
                 Some(lit(version.clone())),
             )?;
             let target_columns = |side: i8| -> Vec<Expr> {
-                let mut cols: Vec<Expr> = resolved
-                    .target_schema
-                    .fields()
-                    .iter()
-                    .map(|f| {
-                        cast(
-                            Expr::Column(Column::new_unqualified(f.name())),
-                            f.data_type().clone(),
-                        )
-                        .alias(f.name())
-                    })
-                    .collect();
+                let mut cols = target_projection(&resolved.target_schema);
                 cols.push(lit(side).alias(SIDE_COL));
                 cols
             };
@@ -459,18 +450,7 @@ pub async fn plan_update(
                 .build()?,
             None => raw,
         };
-        let mut stored: Vec<Expr> = resolved
-            .target_schema
-            .fields()
-            .iter()
-            .map(|f| {
-                cast(
-                    Expr::Column(Column::new_unqualified(f.name())),
-                    f.data_type().clone(),
-                )
-                .alias(f.name())
-            })
-            .collect();
+        let mut stored = target_projection(&resolved.target_schema);
         stored.push(cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL));
         // SCD 1 folds its stored rows (live rows and tombstones); SCD 2 folds
         // its stored events, from which the versions are derived again

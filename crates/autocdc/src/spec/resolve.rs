@@ -117,6 +117,22 @@ pub async fn plan_source(
     state.statement_to_plan(statement).await
 }
 
+/// The target columns, each cast to its stored type: the common prefix of
+/// every event and stored-row projection.
+pub fn target_projection(target_schema: &Schema) -> Vec<Expr> {
+    target_schema
+        .fields()
+        .iter()
+        .map(|f| {
+            cast(
+                Expr::Column(Column::new_unqualified(f.name())),
+                f.data_type().clone(),
+            )
+            .alias(f.name())
+        })
+        .collect()
+}
+
 /// Type of the `__cdc_written_at` column.
 pub fn written_at_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
@@ -528,17 +544,7 @@ pub fn resolve(
             .otherwise(lit(Kind::Upsert as i8))?,
     };
 
-    let mut projection: Vec<Expr> = target_schema
-        .fields()
-        .iter()
-        .map(|f| {
-            cast(
-                Expr::Column(Column::new_unqualified(f.name())),
-                f.data_type().clone(),
-            )
-            .alias(f.name())
-        })
-        .collect();
+    let mut projection = target_projection(&target_schema);
     projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));
     projection.push(kind.alias(KIND_COL));
     projection.push(lit(written_at_value(now_micros)).alias(WRITTEN_AT_COL));

@@ -4,7 +4,7 @@
 pub mod bucket;
 mod dml;
 pub mod meta;
-mod provider;
+pub(crate) mod provider;
 mod warehouse;
 pub mod writer;
 

@@ -171,32 +171,21 @@ impl TableProvider for ScdTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let loaded = self.read();
-        let mut builder = LogicalPlanBuilder::scan(
-            self.name.table.clone(),
-            provider_as_source(loaded.raw),
-            None,
-        )?
-        .filter(col(KIND_COL).eq(lit(Kind::Upsert as i8)))?;
-        for f in filters {
-            builder = builder.filter(unnormalize_col(f.clone()))?;
-        }
-        let columns: Vec<Expr> = match projection {
-            Some(p) => p
-                .iter()
-                .map(|&i| Expr::Column(Column::new_unqualified(loaded.schema.field(i).name())))
-                .collect(),
-            None => loaded
-                .schema
-                .fields()
-                .iter()
-                .map(|f| Expr::Column(Column::new_unqualified(f.name())))
-                .collect(),
+        let read = ReadRequest {
+            projection,
+            filters,
+            limit,
         };
-        builder = builder.project(columns)?;
-        if let Some(n) = limit {
-            builder = builder.limit(0, Some(n))?;
-        }
-        state.create_physical_plan(&builder.build()?).await
+        let live = col(KIND_COL).eq(lit(Kind::Upsert as i8));
+        plan_read(
+            state,
+            &self.name.table,
+            loaded.raw,
+            &loaded.schema,
+            Some(live),
+            read,
+        )
+        .await
     }
 
     fn supports_filters_pushdown(
@@ -232,4 +221,45 @@ impl TableProvider for ScdTable {
         self.shared("UPDATE")?
             .plan_update_rows(state, assignments, filters)
     }
+}
+
+/// What DataFusion asks of a scan.
+pub(crate) struct ReadRequest<'a> {
+    /// Columns of the visible schema to return.
+    pub projection: Option<&'a Vec<usize>>,
+    /// Filters (pushed down as far as the source takes them).
+    pub filters: &'a [Expr],
+    /// Row limit hint.
+    pub limit: Option<usize>,
+}
+
+/// Plan a read of `source` (whose columns include the visible `schema`) as an
+/// ordinary DataFusion plan, so projections and filters reach the source's
+/// own pushdown: rows matching `keep`, then the caller's filters, projection
+/// and limit.
+pub(crate) async fn plan_read(
+    state: &dyn Session,
+    name: &str,
+    source: Arc<dyn TableProvider>,
+    schema: &SchemaRef,
+    keep: Option<Expr>,
+    read: ReadRequest<'_>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut builder = LogicalPlanBuilder::scan(name, provider_as_source(source), None)?;
+    for f in keep
+        .into_iter()
+        .chain(read.filters.iter().map(|f| unnormalize_col(f.clone())))
+    {
+        builder = builder.filter(f)?;
+    }
+    let column = |i: usize| Expr::Column(Column::new_unqualified(schema.field(i).name()));
+    let columns: Vec<Expr> = match read.projection {
+        Some(p) => p.iter().map(|&i| column(i)).collect(),
+        None => (0..schema.fields().len()).map(column).collect(),
+    };
+    builder = builder.project(columns)?;
+    if let Some(n) = read.limit {
+        builder = builder.limit(0, Some(n))?;
+    }
+    state.create_physical_plan(&builder.build()?).await
 }
