@@ -19,6 +19,8 @@ pub struct AutoCdcConfig {
     pub session_config: SessionConfig,
     /// Clock stamping updates (retention is measured by it).
     pub clock: Arc<dyn Clock>,
+    /// Object store of a `memory://` warehouse (default: a fresh one).
+    pub memory_store: Option<Arc<dyn object_store::ObjectStore>>,
 }
 
 impl Default for AutoCdcConfig {
@@ -34,12 +36,21 @@ impl AutoCdcConfig {
             warehouse: warehouse.into(),
             session_config: SessionConfig::new(),
             clock: Arc::new(SystemClock),
+            memory_store: None,
         }
     }
 
     /// A config with a fresh in-memory warehouse.
     pub fn in_memory() -> Self {
         Self::new("memory://")
+    }
+
+    /// A `memory://` warehouse on `store`: sessions opened with the same
+    /// store share their tables.
+    pub fn in_memory_on(store: Arc<dyn object_store::ObjectStore>) -> Self {
+        let mut config = Self::in_memory();
+        config.memory_store = Some(store);
+        config
     }
 
     /// Use another clock (tests of retention).

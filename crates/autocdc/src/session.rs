@@ -68,7 +68,12 @@ impl CdcSession {
     /// Open a session on a warehouse; every streaming table already stored
     /// there is registered.
     pub async fn open(config: AutoCdcConfig) -> Result<Self> {
-        let warehouse = Arc::new(Warehouse::open(&config.warehouse)?);
+        let warehouse = Arc::new(match &config.memory_store {
+            Some(store) if config.warehouse.starts_with("memory://") => {
+                Warehouse::in_memory_on(Arc::clone(store))?
+            }
+            _ => Warehouse::open(&config.warehouse)?,
+        });
         let state = AutoCdc::install(
             SessionStateBuilder::new()
                 .with_config(config.session_config)

@@ -129,6 +129,15 @@ impl Warehouse {
         })
     }
 
+    /// A `memory://` warehouse on a given object store (tests: several
+    /// sessions, or a fault-injecting store, on one in-memory warehouse).
+    pub fn in_memory_on(store: Arc<dyn ObjectStore>) -> Result<Self> {
+        Ok(Self {
+            root: Url::parse("memory:///").map_err(|e| DataFusionError::External(Box::new(e)))?,
+            store,
+        })
+    }
+
     /// Root URL of the warehouse.
     pub fn root(&self) -> &Url {
         &self.root
