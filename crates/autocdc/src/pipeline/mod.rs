@@ -230,7 +230,7 @@ pub async fn commit_state(
         .await
         .map_err(|e| {
             DataFusionError::Execution(format!(
-                "flow '{}': commit to '{}' failed: {e}",
+                "flow '{}': commit to '{}' failed: {e}; nothing of this update was committed (another writer may have committed first): run it again",
                 request.flow.name, request.target
             ))
         })?;
