@@ -125,7 +125,13 @@ async fn setup(s: &CdcSession, stored_as: &str) {
     .await
     .unwrap();
     run(s, "CREATE STREAMING TABLE t").await.unwrap();
-    run(s, &format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, v) STORED AS {stored_as}")).await.unwrap();
+    let flow = if stored_as == "SNAPSHOT" {
+        // periodic snapshots of the rows that are not deleted
+        "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT id, v FROM src WHERE op <> 'D' AND seq > 0) KEYS (id)".to_string()
+    } else {
+        format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, v) STORED AS {stored_as}")
+    };
+    run(s, &flow).await.unwrap();
 }
 
 async fn second_update(s: &CdcSession) -> datafusion::error::Result<String> {
@@ -216,4 +222,9 @@ async fn scd1_update_is_atomic_at_every_write() {
 #[tokio::test]
 async fn scd2_update_is_atomic_at_every_write() {
     check("SCD TYPE 2").await;
+}
+
+#[tokio::test]
+async fn snapshot_update_is_atomic_at_every_write() {
+    check("SNAPSHOT").await;
 }
