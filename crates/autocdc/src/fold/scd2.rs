@@ -71,6 +71,7 @@ pub struct Scd2Fold {
     target_converter: RowConverter,
     carry: Option<RecordBatch>,
     counts: FoldCounts,
+    scratch: Scratch,
 }
 
 /// Rows to emit for one batch.
@@ -112,8 +113,18 @@ impl Emit {
     }
 }
 
+/// Buffers reused by every key group of a fold.
+#[derive(Debug, Default)]
+struct Scratch {
+    kept: Vec<usize>,
+    stored: Vec<usize>,
+    versions: Vec<Version>,
+    before: Vec<Version>,
+}
+
 /// A version of a key's history, as rows of the batch: the event that opened
 /// it, the latest event absorbed into it, the event that closed it.
+#[derive(Debug)]
 struct Version {
     open: usize,
     last: usize,
@@ -122,8 +133,8 @@ struct Version {
 
 /// Fold a key's distinct events (in sequence order) into its versions
 /// (SPEC §2.4).
-fn fold_versions(events: &[usize], kinds: &Int8Array, tracked: &Rows) -> Vec<Version> {
-    let mut versions = Vec::new();
+fn fold_versions(events: &[usize], kinds: &Int8Array, tracked: &Rows, versions: &mut Vec<Version>) {
+    versions.clear();
     let mut cur: Option<(usize, usize)> = None;
     for &i in events {
         if kinds.value(i) == Kind::Delete as i8 {
@@ -156,7 +167,6 @@ fn fold_versions(events: &[usize], kinds: &Int8Array, tracked: &Rows) -> Vec<Ver
             close: None,
         });
     }
-    versions
 }
 
 impl Scd2Fold {
@@ -186,6 +196,7 @@ impl Scd2Fold {
             layout,
             carry: None,
             counts: FoldCounts::default(),
+            scratch: Scratch::default(),
         })
     }
 
@@ -245,7 +256,47 @@ impl Scd2Fold {
         emit: &mut Emit,
     ) -> Result<()> {
         // 1. events: drop replays, reject conflicts, keep every distinct event
-        let mut kept: Vec<usize> = Vec::with_capacity(stop - start);
+        // per-key work reuses the fold's scratch buffers (no allocation per key)
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.fold_group_with(
+            batch,
+            start,
+            stop,
+            seqs,
+            values,
+            targets,
+            tracked,
+            kinds,
+            origins,
+            emit,
+            &mut scratch,
+        );
+        self.scratch = scratch;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fold_group_with(
+        &mut self,
+        batch: &RecordBatch,
+        start: usize,
+        stop: usize,
+        seqs: &Rows,
+        values: &Rows,
+        targets: &Rows,
+        tracked: &Rows,
+        kinds: &Int8Array,
+        origins: &Int8Array,
+        emit: &mut Emit,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let Scratch {
+            kept,
+            stored,
+            versions,
+            before,
+        } = scratch;
+        kept.clear();
         for i in start..stop {
             let new = origins.value(i) == Origin::New as i8;
             if new {
@@ -269,8 +320,8 @@ impl Scd2Fold {
         }
         // 2. the history of all events (stored), and of the stored ones alone
         let is_new = |i: usize| origins.value(i) == Origin::New as i8;
-        let versions = fold_versions(&kept, kinds, tracked);
-        for v in &versions {
+        fold_versions(kept, kinds, tracked, versions);
+        for v in versions.iter() {
             emit.version(v.last, v.open, v.close);
         }
         for &i in kept.iter().filter(|&&i| is_new(i)) {
@@ -287,8 +338,9 @@ impl Scd2Fold {
         if !kept.iter().any(|&i| is_new(i)) {
             return Ok(());
         }
-        let stored: Vec<usize> = kept.iter().copied().filter(|&i| !is_new(i)).collect();
-        let before = fold_versions(&stored, kinds, tracked);
+        stored.clear();
+        stored.extend(kept.iter().copied().filter(|&i| !is_new(i)));
+        fold_versions(stored, kinds, tracked, before);
         // 3. the change data feed: versions matched by their start
         let same_end = |a: Option<usize>, b: Option<usize>| match (a, b) {
             (None, None) => true,
