@@ -113,6 +113,17 @@ impl Emit {
     }
 }
 
+/// Row encodings and codes of one batch, shared by its key groups.
+#[derive(Clone, Copy)]
+struct BatchRows<'a> {
+    seqs: &'a Rows,
+    values: &'a Rows,
+    targets: &'a Rows,
+    tracked: &'a Rows,
+    kinds: &'a Int8Array,
+    origins: &'a Int8Array,
+}
+
 /// Buffers reused by every key group of a fold.
 #[derive(Debug, Default)]
 struct Scratch {
@@ -226,6 +237,16 @@ impl Scd2Fold {
         let origins = batch
             .column(self.layout.origin())
             .as_primitive::<Int8Type>();
+        let rows = BatchRows {
+            seqs: &seqs,
+            values: &values,
+            targets: &targets,
+            tracked: &tracked,
+            kinds,
+            origins,
+        };
+        // per-key work reuses the fold's scratch buffers (no allocation per key)
+        let mut scratch = std::mem::take(&mut self.scratch);
         let mut emit = Emit::default();
         let mut start = 0;
         while start < end {
@@ -233,63 +254,31 @@ impl Scd2Fold {
             while stop < end && keys.row(stop) == keys.row(start) {
                 stop += 1;
             }
-            self.fold_group(
-                batch, start, stop, &seqs, &values, &targets, &tracked, kinds, origins, &mut emit,
-            )?;
+            self.fold_group(batch, (start, stop), &rows, &mut emit, &mut scratch)?;
             start = stop;
         }
+        self.scratch = scratch;
         self.build(batch, emit).map(Some)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Fold one key group (rows `start..stop`).
     fn fold_group(
         &mut self,
         batch: &RecordBatch,
-        start: usize,
-        stop: usize,
-        seqs: &Rows,
-        values: &Rows,
-        targets: &Rows,
-        tracked: &Rows,
-        kinds: &Int8Array,
-        origins: &Int8Array,
+        (start, stop): (usize, usize),
+        rows: &BatchRows<'_>,
         emit: &mut Emit,
+        scratch: &mut Scratch,
     ) -> Result<()> {
-        // 1. events: drop replays, reject conflicts, keep every distinct event
-        // per-key work reuses the fold's scratch buffers (no allocation per key)
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.fold_group_with(
-            batch,
-            start,
-            stop,
+        let BatchRows {
             seqs,
             values,
             targets,
             tracked,
             kinds,
             origins,
-            emit,
-            &mut scratch,
-        );
-        self.scratch = scratch;
-        result
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fold_group_with(
-        &mut self,
-        batch: &RecordBatch,
-        start: usize,
-        stop: usize,
-        seqs: &Rows,
-        values: &Rows,
-        targets: &Rows,
-        tracked: &Rows,
-        kinds: &Int8Array,
-        origins: &Int8Array,
-        emit: &mut Emit,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
+        } = *rows;
+        // 1. events: drop replays, reject conflicts, keep every distinct event
         let Scratch {
             kept,
             stored,

@@ -275,6 +275,31 @@ async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
     Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
 }
 
+/// Rewrite the table with its rows projected through `state_rows`, plus one
+/// change data feed row per `images` projection of every row matching
+/// `hit`; returns the number of matching rows.
+async fn rewrite_rows(
+    table: Arc<ScdTable>,
+    state: SessionState,
+    state_rows: Vec<Expr>,
+    hit: Expr,
+    images: Vec<Vec<Expr>>,
+    operation: DeltaOperation,
+) -> Result<u64> {
+    let hits = count(&state, raw_plan(&table)?.filter(hit.clone())?.build()?).await?;
+    let mut plan = raw_plan(&table)?.project(state_rows)?;
+    for image in images {
+        plan = plan.union(
+            raw_plan(&table)?
+                .filter(hit.clone())?
+                .project(image)?
+                .build()?,
+        )?;
+    }
+    rewrite(Arc::clone(&table), state, plan.build()?, operation).await?;
+    Ok(hits)
+}
+
 fn raw_plan(table: &ScdTable) -> Result<LogicalPlanBuilder> {
     LogicalPlanBuilder::scan(
         table.name().table.clone(),
@@ -319,24 +344,15 @@ impl ScdTable {
                     }
                 })
                 .collect();
-            let hits = count(&state, raw_plan(&self)?.filter(hit.clone())?.build()?).await?;
-            let plan = raw_plan(&self)?
-                .project(state_rows)?
-                .union(
-                    raw_plan(&self)?
-                        .filter(hit)?
-                        .project(change_rows)?
-                        .build()?,
-                )?
-                .build()?;
-            rewrite(
-                Arc::clone(&self),
+            rewrite_rows(
+                self,
                 state,
-                plan,
+                state_rows,
+                hit,
+                vec![change_rows],
                 DeltaOperation::Delete { predicate: None },
             )
-            .await?;
-            Ok(hits)
+            .await
         };
         Ok(dml_exec("DELETE", Box::pin(job)))
     }
@@ -400,30 +416,19 @@ impl ScdTable {
                     })
                     .collect()
             };
-            let hits = count(&state, raw_plan(&self)?.filter(hit.clone())?.build()?).await?;
-            let plan = raw_plan(&self)?
-                .project(state_rows)?
-                .union(
-                    raw_plan(&self)?
-                        .filter(hit.clone())?
-                        .project(image(CHANGE_PREIMAGE, false)?)?
-                        .build()?,
-                )?
-                .union(
-                    raw_plan(&self)?
-                        .filter(hit)?
-                        .project(image(CHANGE_POSTIMAGE, true)?)?
-                        .build()?,
-                )?
-                .build()?;
-            rewrite(
-                Arc::clone(&self),
+            let images = vec![
+                image(CHANGE_PREIMAGE, false)?,
+                image(CHANGE_POSTIMAGE, true)?,
+            ];
+            rewrite_rows(
+                self,
                 state,
-                plan,
+                state_rows,
+                hit,
+                images,
                 DeltaOperation::Update { predicate: None },
             )
-            .await?;
-            Ok(hits)
+            .await
         };
         Ok(dml_exec("UPDATE", Box::pin(job)))
     }
