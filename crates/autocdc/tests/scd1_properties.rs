@@ -11,6 +11,9 @@ use datafusion::prelude::SessionConfig;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 use proptest::prelude::*;
 
+mod common;
+use common::shuffle_and_split;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Upsert,
@@ -193,21 +196,7 @@ proptest! {
         order in any::<u64>(),
         partitions in 1usize..4,
     ) {
-        // shuffle deterministically, then split at the cut points
-        let mut shuffled = events.clone();
-        let mut state = order | 1;
-        for i in (1..shuffled.len()).rev() {
-            state ^= state << 13; state ^= state >> 7; state ^= state << 17;
-            shuffled.swap(i, (state % (i as u64 + 1)) as usize);
-        }
-        let mut points: Vec<usize> = cuts.iter().map(|c| c.index(shuffled.len() + 1)).collect();
-        points.sort_unstable();
-        let mut updates = Vec::new();
-        let mut start = 0;
-        for p in points.into_iter().chain([shuffled.len()]) {
-            updates.push(shuffled[start..p.max(start)].to_vec());
-            start = p.max(start);
-        }
+        let updates = shuffle_and_split(&events, order, &cuts);
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let (got, replayed) = rt.block_on(run(&updates, partitions));
         let expected = reference(&events);

@@ -12,6 +12,9 @@ use datafusion::prelude::SessionConfig;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 use proptest::prelude::*;
 
+mod common;
+use common::shuffle_and_split;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Event {
     key: i32,
@@ -174,30 +177,6 @@ fn history() -> impl Strategy<Value = Vec<Event>> {
         }
         out
     })
-}
-
-fn shuffle_and_split(
-    events: &[Event],
-    order: u64,
-    cuts: &[prop::sample::Index],
-) -> Vec<Vec<Event>> {
-    let mut shuffled = events.to_vec();
-    let mut state = order | 1;
-    for i in (1..shuffled.len()).rev() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        shuffled.swap(i, (state % (i as u64 + 1)) as usize);
-    }
-    let mut points: Vec<usize> = cuts.iter().map(|c| c.index(shuffled.len() + 1)).collect();
-    points.sort_unstable();
-    let mut updates = Vec::new();
-    let mut start = 0;
-    for p in points.into_iter().chain([shuffled.len()]) {
-        updates.push(shuffled[start..p.max(start)].to_vec());
-        start = p.max(start);
-    }
-    updates
 }
 
 proptest! {
