@@ -201,9 +201,40 @@ impl AutoCdcFlowBuilder<'_> {
         self.spec.apply_as_truncates = Some(condition.into());
         self
     }
-    /// `ignore_null_updates`.
+    /// `ignore_null_updates`: NULLs in an upsert keep the current value of
+    /// every non-key column (SPEC §2.6).
     pub fn ignore_null_updates(mut self, on: bool) -> Self {
         self.spec.ignore_null_updates = on.then_some(ColumnSelection::All);
+        self
+    }
+    /// `ignore_null_updates_column_list`: only these columns keep their value
+    /// on NULL; the others take NULL.
+    pub fn ignore_null_updates_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
+        self.spec.ignore_null_updates = Some(ColumnSelection::Only(names(columns)));
+        self
+    }
+    /// `ignore_null_updates_except_column_list`: all columns but these keep
+    /// their value on NULL.
+    pub fn ignore_null_updates_except_column_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        columns: I,
+    ) -> Self {
+        self.spec.ignore_null_updates = Some(ColumnSelection::Except(names(columns)));
+        self
+    }
+    /// `columns_to_update`: a source column of type `List<Utf8>` naming the
+    /// target columns each upsert writes (SPEC §2.6).
+    pub fn columns_to_update(mut self, column: impl Into<String>) -> Self {
+        self.spec.columns_to_update = Some(column.into());
+        self
+    }
+    /// `system_sequence_by`: the system-time column of a BITEMPORAL target
+    /// (SPEC §2.5).
+    pub fn system_sequence_by(mut self, column: impl Into<String>) -> Self {
+        self.spec.system_sequence_by = Some(column.into());
         self
     }
     /// `once`.

@@ -39,6 +39,16 @@ pub const END_AT_COL: &str = "__end_at";
 pub const WRITTEN_AT_COL: &str = "__cdc_written_at";
 /// Where an event comes from during an update, see [`Origin`] (never stored).
 pub const ORIGIN_COL: &str = "__cdc_origin";
+/// System sequence of a BITEMPORAL event (typed like SYSTEM SEQUENCE BY);
+/// stored with the hidden events of a BITEMPORAL history.
+pub const SYSTEM_SEQ_COL: &str = "__cdc_system_seq";
+/// The `COLUMNS TO UPDATE` list of an event; stored with the hidden events of
+/// an SCD 2 history, never a target column.
+pub const UPDATE_LIST_COL: &str = "__cdc_columns_to_update";
+/// BITEMPORAL system-time columns.
+pub const SYSTEM_START_AT_COL: &str = "__system_start_at";
+/// See [`SYSTEM_START_AT_COL`].
+pub const SYSTEM_END_AT_COL: &str = "__system_end_at";
 /// Prefix reserved for hidden bookkeeping columns.
 pub const INTERNAL_PREFIX: &str = "__cdc_";
 
@@ -105,13 +115,19 @@ pub fn all_nullable(schema: &arrow::datatypes::Schema) -> arrow::datatypes::Sche
 }
 
 /// Column positions of an event batch: `[target columns..., __cdc_seq,
-/// __cdc_kind, __cdc_written_at, __cdc_origin]`.
+/// __cdc_kind, __cdc_written_at, __cdc_origin]`, followed by
+/// `__cdc_system_seq` (BITEMPORAL) and `__cdc_columns_to_update` (COLUMNS TO
+/// UPDATE) when the flow has them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EventLayout {
     /// Names of the target (user) columns, in order.
     pub target_columns: Vec<String>,
     /// Indices of the key columns among the target columns.
     pub key_indices: Vec<usize>,
+    /// Events carry a system sequence (BITEMPORAL).
+    pub system_seq: bool,
+    /// Events carry a `COLUMNS TO UPDATE` list.
+    pub update_list: bool,
 }
 
 impl EventLayout {
@@ -134,5 +150,18 @@ impl EventLayout {
     /// Index of the origin column.
     pub fn origin(&self) -> usize {
         self.num_target() + 3
+    }
+    /// Index of the system sequence column (BITEMPORAL).
+    pub fn system_seq(&self) -> Option<usize> {
+        self.system_seq.then(|| self.origin() + 1)
+    }
+    /// Index of the `COLUMNS TO UPDATE` list column.
+    pub fn update_list(&self) -> Option<usize> {
+        self.update_list
+            .then(|| self.origin() + 1 + usize::from(self.system_seq))
+    }
+    /// Number of columns of an event batch.
+    pub fn num_columns(&self) -> usize {
+        self.origin() + 1 + usize::from(self.system_seq) + usize::from(self.update_list)
     }
 }

@@ -25,3 +25,13 @@ pub trait FoldKernel: Send + std::fmt::Debug {
     /// Schema of the produced rows.
     fn output_schema(&self) -> &SchemaRef;
 }
+
+/// First row of the last key group of `keys` (`n` rows, `n > 0`): that group
+/// may continue in the next batch, so folds carry it over.
+pub fn last_group_start(keys: &arrow::row::Rows, n: usize) -> usize {
+    let mut start = n.saturating_sub(1);
+    while start > 0 && keys.row(start - 1) == keys.row(n - 1) {
+        start -= 1;
+    }
+    start
+}

@@ -5,15 +5,18 @@
 //! they see, without any I/O. The physical operators in
 //! [`crate::physical`] drive them over DataFusion streams.
 
+pub mod bitemporal;
 pub mod columns;
 pub mod errors;
 pub mod kernel;
+pub mod partial;
 pub mod scd1;
 pub mod scd2;
 pub mod snapshot_diff;
 
 pub use columns::{EventLayout, Kind, Origin};
 pub use kernel::FoldKernel;
+pub use partial::PartialUpdates;
 pub use scd1::{FoldCounts, Scd1Fold};
 pub use scd2::Scd2Fold;
 
@@ -37,6 +40,8 @@ pub struct FoldSpec {
     /// New events win ties with stored rows of equal sequence (snapshots,
     /// SPEC §3); otherwise the stored row wins and the event is late.
     pub new_wins_ties: bool,
+    /// `IGNORE NULL UPDATES` / `COLUMNS TO UPDATE` (SPEC §2.6).
+    pub partial: Option<PartialUpdates>,
 }
 
 impl FoldSpec {
@@ -46,21 +51,38 @@ impl FoldSpec {
             ScdType::Type1 => Ok(columns::all_nullable(
                 &input.project(&(0..self.layout.origin()).collect::<Vec<_>>())?,
             )),
-            _ => Ok(scd2::scd2_output_schema(&self.layout, input)),
+            ScdType::Type2 => Ok(scd2::scd2_output_schema(&self.layout, input)),
+            ScdType::Bitemporal => Ok(bitemporal::output_schema(&self.layout, input)),
         }
     }
 
     /// A fresh kernel for one partition.
     pub fn kernel(&self, input: &SchemaRef) -> Result<Box<dyn FoldKernel>> {
         Ok(match self.stored_as {
-            ScdType::Type1 => Box::new(
-                Scd1Fold::try_new(&self.flow, self.layout.clone(), input)?
-                    .with_new_wins_ties(self.new_wins_ties),
-            ),
-            _ => Box::new(Scd2Fold::try_new(
+            ScdType::Type1 => {
+                let fold = Scd1Fold::try_new(&self.flow, self.layout.clone(), input)?
+                    .with_new_wins_ties(self.new_wins_ties);
+                match &self.partial {
+                    None => Box::new(fold),
+                    Some(mode) => Box::new(partial::MergingScd1Fold::try_new(
+                        &self.flow,
+                        self.layout.clone(),
+                        mode.clone(),
+                        input,
+                        fold,
+                    )?),
+                }
+            }
+            ScdType::Type2 => Box::new(Scd2Fold::try_new(
                 &self.flow,
                 self.layout.clone(),
                 self.tracked.clone(),
+                self.partial.clone(),
+                input,
+            )?),
+            ScdType::Bitemporal => Box::new(bitemporal::BitemporalFold::try_new(
+                &self.flow,
+                self.layout.clone(),
                 input,
             )?),
         })

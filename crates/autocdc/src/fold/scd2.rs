@@ -24,7 +24,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::compute::kernels::zip::zip;
 use arrow::compute::{concat_batches, take};
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
@@ -35,7 +36,8 @@ use super::columns::{
     END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT,
 };
 use super::errors::{check_event_nulls, conflict_error};
-use super::kernel::FoldKernel;
+use super::kernel::{last_group_start, FoldKernel};
+use super::partial::{Chain, Merger, PartialUpdates};
 use super::FoldCounts;
 
 /// Output schema of the SCD 2 fold for an event input schema.
@@ -49,6 +51,9 @@ pub fn scd2_output_schema(layout: &EventLayout, input: &Schema) -> SchemaRef {
     fields.push(Field::new(SEQ_COL, seq_type, true));
     fields.push(Field::new(KIND_COL, arrow::datatypes::DataType::Int8, true));
     fields.push(input.field(layout.written_at()).clone().with_nullable(true));
+    if let Some(list) = layout.update_list() {
+        fields.push(input.field(list).clone().with_nullable(true));
+    }
     Arc::new(Schema::new(fields))
 }
 
@@ -72,6 +77,8 @@ pub struct Scd2Fold {
     carry: Option<RecordBatch>,
     counts: FoldCounts,
     scratch: Scratch,
+    /// Partial updates: versions take merged rows, hidden events raw ones.
+    merger: Option<Merger>,
 }
 
 /// Rows to emit for one batch.
@@ -186,10 +193,14 @@ impl Scd2Fold {
         flow: &str,
         layout: EventLayout,
         tracked: Vec<usize>,
+        partial: Option<PartialUpdates>,
         input_schema: &SchemaRef,
     ) -> Result<Self> {
         let field = |i: usize| SortField::new(input_schema.field(i).data_type().clone());
-        let value_columns: Vec<usize> = (0..layout.num_target()).chain([layout.kind()]).collect();
+        let value_columns: Vec<usize> = (0..layout.num_target())
+            .chain([layout.kind()])
+            .chain(layout.update_list())
+            .collect();
         Ok(Self {
             flow: flow.to_string(),
             key_converter: RowConverter::new(
@@ -204,10 +215,11 @@ impl Scd2Fold {
             input_schema: Arc::clone(input_schema),
             value_columns,
             tracked,
-            layout,
             carry: None,
             counts: FoldCounts::default(),
             scratch: Scratch::default(),
+            merger: partial.map(|mode| Merger::new(flow, layout.clone(), mode)),
+            layout,
         })
     }
 
@@ -231,8 +243,15 @@ impl Scd2Fold {
         let keys = Self::convert(&self.key_converter, batch, &self.layout.key_indices)?;
         let seqs = Self::convert(&self.seq_converter, batch, &[self.layout.seq()])?;
         let values = Self::convert(&self.value_converter, batch, &self.value_columns)?;
-        let tracked = Self::convert(&self.tracked_converter, batch, &self.tracked)?;
-        let targets = Self::convert(&self.target_converter, batch, &self.target_columns)?;
+        // versions hold merged rows under partial updates (SPEC §2.6: the
+        // merge happens before the tracked-column comparison)
+        let merged = match &self.merger {
+            Some(merger) => Some(merger.merge(batch, end, &keys, &seqs, Chain::History)?),
+            None => None,
+        };
+        let version_rows = merged.as_ref().unwrap_or(batch);
+        let tracked = Self::convert(&self.tracked_converter, version_rows, &self.tracked)?;
+        let targets = Self::convert(&self.target_converter, version_rows, &self.target_columns)?;
         let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
         let origins = batch
             .column(self.layout.origin())
@@ -258,7 +277,7 @@ impl Scd2Fold {
             start = stop;
         }
         self.scratch = scratch;
-        self.build(batch, emit).map(Some)
+        self.build(batch, merged.as_ref(), emit).map(Some)
     }
 
     /// Fold one key group (rows `start..stop`).
@@ -370,12 +389,32 @@ impl Scd2Fold {
         Ok(())
     }
 
-    fn build(&self, batch: &RecordBatch, emit: Emit) -> Result<RecordBatch> {
+    fn build(
+        &self,
+        batch: &RecordBatch,
+        merged: Option<&RecordBatch>,
+        emit: Emit,
+    ) -> Result<RecordBatch> {
         let rows = UInt32Array::from(emit.rows);
         let seq = batch.column(self.layout.seq());
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output_schema.fields().len());
+        // hidden events keep their raw values, versions and changes the merged ones
+        let is_event = merged.map(|_| {
+            BooleanArray::from_iter(
+                emit.kind
+                    .iter()
+                    .map(|&k| Some(k == STORED_UPSERT_EVENT || k == STORED_DELETE_EVENT)),
+            )
+        });
         for i in 0..self.layout.num_target() {
-            columns.push(take(batch.column(i).as_ref(), &rows, None)?);
+            let raw = take(batch.column(i).as_ref(), &rows, None)?;
+            columns.push(match (merged, &is_event) {
+                (Some(merged), Some(is_event)) => {
+                    let merged = take(merged.column(i).as_ref(), &rows, None)?;
+                    zip(is_event, &raw, &merged)?
+                }
+                _ => raw,
+            });
         }
         columns.push(take(seq.as_ref(), &UInt32Array::from(emit.start), None)?);
         columns.push(take(seq.as_ref(), &UInt32Array::from(emit.end), None)?);
@@ -386,6 +425,9 @@ impl Scd2Fold {
             &rows,
             None,
         )?);
+        if let Some(list) = self.layout.update_list() {
+            columns.push(take(batch.column(list).as_ref(), &rows, None)?);
+        }
         Ok(RecordBatch::try_new(
             Arc::clone(&self.output_schema),
             columns,
@@ -420,10 +462,7 @@ impl FoldKernel for Scd2Fold {
         // the last key group may continue in the next batch
         let keys = Self::convert(&self.key_converter, &input, &self.layout.key_indices)?;
         let n = input.num_rows();
-        let mut last_start = n - 1;
-        while last_start > 0 && keys.row(last_start - 1) == keys.row(n - 1) {
-            last_start -= 1;
-        }
+        let last_start = last_group_start(&keys, n);
         self.carry = Some(input.slice(last_start, n - last_start));
         self.fold(&input, last_start)
     }

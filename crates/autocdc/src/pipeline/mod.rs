@@ -35,13 +35,15 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::fold::columns::{
     change_type_name, Kind, Origin, CHANGE_INSERT, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL,
-    START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT, WRITTEN_AT_COL,
+    START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT, SYSTEM_END_AT_COL, SYSTEM_SEQ_COL,
+    SYSTEM_START_AT_COL, UPDATE_LIST_COL, WRITTEN_AT_COL,
 };
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::{FoldCounts, FoldSpec};
 use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
 use crate::spec::resolve::{
-    plan_source, resolve, target_projection, written_at_type, written_at_value, ResolvedFlow,
+    plan_source, resolve, target_projection, update_list_type, written_at_type, written_at_value,
+    ResolvedFlow,
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
@@ -322,7 +324,9 @@ pub async fn plan_update(
 ) -> Result<LogicalPlan> {
     let meta = table.meta();
     let now_micros = now.timestamp_micros();
-    let scd2 = flow.stored_as_scd_type == ScdType::Type2;
+    // SCD 2 and BITEMPORAL targets keep every event and derive their rows
+    let scd2 = flow.stored_as_scd_type != ScdType::Type1;
+    let bitemporal = flow.stored_as_scd_type == ScdType::Bitemporal;
     let raw_target = || -> Result<LogicalPlan> {
         LogicalPlanBuilder::scan(
             "__cdc_target",
@@ -477,6 +481,19 @@ pub async fn plan_update(
         stored.push(stored_kind);
         stored.push(cast(col(WRITTEN_AT_COL), written_at_type()).alias(WRITTEN_AT_COL));
         stored.push(lit(Origin::Stored as i8).alias(ORIGIN_COL));
+        if let Some(system_type) = &resolved.system_sequence_type {
+            stored.push(cast(col(SYSTEM_SEQ_COL), system_type.clone()).alias(SYSTEM_SEQ_COL));
+        }
+        if resolved.layout.update_list {
+            // SCD 1 stores merged rows (a NULL list writes every column);
+            // SCD 2 stores each event's list
+            let list = if scd2 {
+                col(UPDATE_LIST_COL)
+            } else {
+                lit(ScalarValue::Null)
+            };
+            stored.push(cast(list, update_list_type()).alias(UPDATE_LIST_COL));
+        }
         let stored_rows = LogicalPlanBuilder::from(raw.clone())
             .filter(stored_filter)?
             .project(stored)?
@@ -503,6 +520,7 @@ pub async fn plan_update(
         stored_as: flow.stored_as_scd_type,
         tracked: resolved.tracked.clone(),
         new_wins_ties,
+        partial: resolved.partial.clone(),
     };
     let fold = AutoCdcNode::try_new(fold_spec, event_plan, truncate_plan)?;
     let fold = LogicalPlan::Extension(Extension {
@@ -525,6 +543,10 @@ pub async fn plan_update(
                 fields.push(Field::new(START_AT_COL, seq_type.clone(), true));
                 fields.push(Field::new(END_AT_COL, seq_type.clone(), true));
             }
+            if let (true, Some(system_type)) = (bitemporal, &resolved.system_sequence_type) {
+                fields.push(Field::new(SYSTEM_START_AT_COL, system_type.clone(), true));
+                fields.push(Field::new(SYSTEM_END_AT_COL, system_type.clone(), true));
+            }
             fields.push(Field::new(SEQ_COL, seq_type.clone(), true));
             fields.push(Field::new(
                 KIND_COL,
@@ -532,6 +554,12 @@ pub async fn plan_update(
                 false,
             ));
             fields.push(Field::new(WRITTEN_AT_COL, written_at_type(), true));
+            if let (true, Some(system_type)) = (bitemporal, &resolved.system_sequence_type) {
+                fields.push(Field::new(SYSTEM_SEQ_COL, system_type.clone(), true));
+            }
+            if scd2 && resolved.layout.update_list {
+                fields.push(Field::new(UPDATE_LIST_COL, update_list_type(), true));
+            }
             fields.push(bucket_field());
             let kernel: StructType = (&Schema::new(fields))
                 .try_into_kernel()

@@ -121,13 +121,14 @@ pub struct FlowSpec {
     pub stored_as_scd_type: ScdType,
     /// `ONCE`: run only at creation and on a full refresh.
     pub once: bool,
-    /// `IGNORE NULL UPDATES [ON ...]` (not supported yet).
+    /// `IGNORE NULL UPDATES [ON ...]` (SPEC §2.6).
     pub ignore_null_updates: Option<ColumnSelection>,
-    /// `TRACK HISTORY ON ...` (not supported yet).
+    /// `TRACK HISTORY ON ...` (SCD 2).
     pub track_history: Option<ColumnSelection>,
-    /// `SYSTEM SEQUENCE BY` (not supported yet).
+    /// `SYSTEM SEQUENCE BY`: system time of a BITEMPORAL target (SPEC §2.5).
     pub system_sequence_by: Option<String>,
-    /// `COLUMNS TO UPDATE` (not supported yet).
+    /// `COLUMNS TO UPDATE`: the `List<Utf8>` column naming the columns each
+    /// upsert writes (SPEC §2.6).
     pub columns_to_update: Option<String>,
     /// SQL dialect the texts above are written in (DataFusion dialect name).
     pub dialect: String,

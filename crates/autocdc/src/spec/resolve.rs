@@ -15,8 +15,10 @@ use datafusion::sql::sqlparser::dialect::dialect_from_str;
 
 use super::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::fold::columns::{
-    EventLayout, Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL, WRITTEN_AT_COL,
+    EventLayout, Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL, SYSTEM_SEQ_COL,
+    UPDATE_LIST_COL, WRITTEN_AT_COL,
 };
+use crate::fold::PartialUpdates;
 
 /// SCD column names reserved in sources and targets.
 pub const RESERVED_COLUMNS: [&str; 4] = [
@@ -46,6 +48,10 @@ pub struct TargetShape {
     pub stored_as: Option<ScdType>,
     /// Type of the target's `__start_at` / `__end_at` columns, if any.
     pub start_at_type: Option<DataType>,
+    /// Type of the target's `__system_start_at` / `__system_end_at` columns.
+    pub system_start_at_type: Option<DataType>,
+    /// The target stores `COLUMNS TO UPDATE` lists with its events (SCD 2).
+    pub update_list: bool,
     /// The target's columns were declared.
     pub declared: bool,
 }
@@ -65,10 +71,19 @@ pub struct ResolvedFlow {
     pub layout: EventLayout,
     /// Tracked target columns (SCD 2).
     pub tracked: Vec<usize>,
+    /// `IGNORE NULL UPDATES` / `COLUMNS TO UPDATE`.
+    pub partial: Option<PartialUpdates>,
+    /// Storage type of the system sequence (BITEMPORAL).
+    pub system_sequence_type: Option<DataType>,
 }
 
 fn flow_err(flow: &str, clause: &str, msg: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Plan(format!("flow '{flow}': {clause}: {msg}"))
+}
+
+/// Storage type of a `COLUMNS TO UPDATE` list: `List<Utf8>`.
+pub fn update_list_type() -> DataType {
+    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
 }
 
 /// Parse SQL text written in `dialect` into a DataFusion expression over `schema`.
@@ -264,15 +279,17 @@ pub fn resolve(
         }
     }
     // Clauses this version does not implement: refuse clearly, never ignore.
-    let unsupported = [
-        (
-            spec.stored_as_scd_type == ScdType::Bitemporal,
-            "STORED AS BITEMPORAL",
-        ),
-        (spec.ignore_null_updates.is_some(), "IGNORE NULL UPDATES"),
-        (spec.system_sequence_by.is_some(), "SYSTEM SEQUENCE BY"),
-        (spec.columns_to_update.is_some(), "COLUMNS TO UPDATE"),
-    ];
+    let unsupported = [(
+        spec.stored_as_scd_type == ScdType::Bitemporal && spec.ignore_null_updates.is_some(),
+        "IGNORE NULL UPDATES with STORED AS BITEMPORAL",
+    )];
+    if spec.columns_to_update.is_some() && spec.stored_as_scd_type == ScdType::Bitemporal {
+        return Err(flow_err(
+            flow,
+            "COLUMNS TO UPDATE",
+            "is not allowed with STORED AS BITEMPORAL",
+        ));
+    }
     if spec.apply_as_truncates.is_some() && spec.stored_as_scd_type != ScdType::Type1 {
         return Err(flow_err(
             flow,
@@ -358,19 +375,61 @@ pub fn resolve(
         })
     };
 
+    // COLUMNS TO UPDATE: a list of target column names, never a target column
+    let update_list = match &spec.columns_to_update {
+        Some(name) => {
+            let name = lookup("COLUMNS TO UPDATE", name)?;
+            let data_type = source_schema
+                .field_with_unqualified_name(&name)?
+                .data_type();
+            let strings = match data_type {
+                DataType::List(f) | DataType::LargeList(f) | DataType::ListView(f) => matches!(
+                    f.data_type(),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+                ),
+                DataType::Null => true,
+                _ => false,
+            };
+            if !strings {
+                return Err(flow_err(
+                    flow,
+                    "COLUMNS TO UPDATE",
+                    format!("column '{name}' has type {data_type}, expected an array of strings (List<Utf8>)"),
+                ));
+            }
+            Some(name)
+        }
+        None => None,
+    };
+    let source_columns: Vec<String> = source_names
+        .iter()
+        .filter(|n| Some(*n) != update_list.as_ref())
+        .cloned()
+        .collect();
+
     // COLUMNS selection → target columns
     let target_columns: Vec<String> = match &spec.columns {
-        ColumnSelection::All => source_names.clone(),
+        ColumnSelection::All => source_columns.clone(),
         ColumnSelection::Only(list) => list
             .iter()
-            .map(|c| lookup("COLUMNS", c))
+            .map(|c| {
+                let name = lookup("COLUMNS", c)?;
+                if Some(&name) == update_list.as_ref() {
+                    return Err(flow_err(
+                        flow,
+                        "COLUMNS",
+                        format!("column '{name}' is the COLUMNS TO UPDATE column; it is never a target column"),
+                    ));
+                }
+                Ok(name)
+            })
             .collect::<Result<_>>()?,
         ColumnSelection::Except(list) => {
             let excluded = list
                 .iter()
                 .map(|c| lookup("COLUMNS * EXCEPT", c))
                 .collect::<Result<Vec<_>>>()?;
-            source_names
+            source_columns
                 .iter()
                 .filter(|n| !excluded.contains(n))
                 .cloned()
@@ -434,6 +493,45 @@ pub fn resolve(
         }
     }
 
+    // SYSTEM SEQUENCE BY (BITEMPORAL)
+    let system_sequence = match &spec.system_sequence_by {
+        Some(text) => {
+            let is_name = text.chars().all(|c| c.is_alphanumeric() || c == '_');
+            let expr = if is_name {
+                Expr::Column(Column::new_unqualified(lookup("SYSTEM SEQUENCE BY", text)?))
+            } else {
+                plan_sql_expr(state, text, &spec.dialect, &source_schema)
+                    .map_err(|e| flow_err(flow, "SYSTEM SEQUENCE BY", e))?
+            };
+            let source_type = expr
+                .get_type(&source_schema)
+                .map_err(|e| flow_err(flow, "SYSTEM SEQUENCE BY", e))?;
+            if !is_orderable(&source_type) {
+                return Err(flow_err(flow, "SYSTEM SEQUENCE BY", format!("type {source_type} is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
+            }
+            let system_type = storage_type(&source_type);
+            if let Some(existing) = &target.system_start_at_type {
+                if *existing != system_type {
+                    return Err(flow_err(flow, "SYSTEM SEQUENCE BY", format!("type {system_type} differs from the type {existing} of the target's __SYSTEM_START_AT and __SYSTEM_END_AT")));
+                }
+            }
+            Some((expr, system_type))
+        }
+        None => None,
+    };
+    if spec.stored_as_scd_type == ScdType::Bitemporal
+        && target.declared
+        && target.system_start_at_type.is_none()
+    {
+        return Err(flow_err(flow, "STORED AS BITEMPORAL", "the declared target must include the columns __START_AT, __END_AT (SEQUENCE BY type) and __SYSTEM_START_AT, __SYSTEM_END_AT (SYSTEM SEQUENCE BY type)"));
+    }
+    if spec.stored_as_scd_type == ScdType::Type2
+        && target.sequence_type.is_some()
+        && target.update_list != update_list.is_some()
+    {
+        return Err(flow_err(flow, "COLUMNS TO UPDATE", "all SCD TYPE 2 flows of a target must agree on using COLUMNS TO UPDATE (the target stores each event's list)"));
+    }
+
     // Target schema: the declared/existing one, else derived from the source.
     let target_schema: SchemaRef = match &target.columns {
         Some(existing) if !existing.fields().is_empty() => {
@@ -495,7 +593,7 @@ pub fn resolve(
         .iter()
         .map(|f| f.name().clone())
         .collect();
-    if spec.stored_as_scd_type == ScdType::Type2 {
+    if spec.stored_as_scd_type != ScdType::Type1 {
         match &target.start_at_type {
             Some(t) if *t != sequence_type => {
                 return Err(flow_err(flow, "STORED AS SCD TYPE 2", format!("the target's __START_AT and __END_AT have type {t}, but SEQUENCE BY has type {sequence_type}")));
@@ -549,6 +647,18 @@ pub fn resolve(
     projection.push(kind.alias(KIND_COL));
     projection.push(lit(written_at_value(now_micros)).alias(WRITTEN_AT_COL));
     projection.push(lit(Origin::New as i8).alias(ORIGIN_COL));
+    if let Some((expr, system_type)) = &system_sequence {
+        projection.push(cast(expr.clone(), system_type.clone()).alias(SYSTEM_SEQ_COL));
+    }
+    if let Some(name) = &update_list {
+        projection.push(
+            cast(
+                Expr::Column(Column::new_unqualified(name)),
+                update_list_type(),
+            )
+            .alias(UPDATE_LIST_COL),
+        );
+    }
     let events = LogicalPlanBuilder::from(source)
         .project(projection)?
         .build()?;
@@ -590,7 +700,31 @@ pub fn resolve(
         }
     };
 
+    let partial = match (&spec.ignore_null_updates, &update_list) {
+        (Some(selection), _) => {
+            let non_keys = (0..target_names.len()).filter(|i| !key_set.contains(i));
+            Some(PartialUpdates::IgnoreNulls(match selection {
+                ColumnSelection::All => non_keys.collect(),
+                ColumnSelection::Only(list) => list
+                    .iter()
+                    .map(|c| target_column("IGNORE NULL UPDATES ON", c))
+                    .collect::<Result<_>>()?,
+                ColumnSelection::Except(list) => {
+                    let excluded = list
+                        .iter()
+                        .map(|c| target_column("IGNORE NULL UPDATES ON * EXCEPT", c))
+                        .collect::<Result<Vec<_>>>()?;
+                    non_keys.filter(|i| !excluded.contains(i)).collect()
+                }
+            }))
+        }
+        (None, Some(_)) => Some(PartialUpdates::ColumnsToUpdate),
+        (None, None) => None,
+    };
+
     Ok(ResolvedFlow {
+        partial,
+        system_sequence_type: system_sequence.map(|(_, t)| t),
         tracked,
         spec: spec.clone(),
         events,
@@ -599,6 +733,8 @@ pub fn resolve(
         layout: EventLayout {
             target_columns: target_names,
             key_indices,
+            system_seq: spec.system_sequence_by.is_some(),
+            update_list: spec.columns_to_update.is_some(),
         },
     })
 }

@@ -9,7 +9,9 @@ use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::fold::columns::{INTERNAL_PREFIX, SEQ_COL, START_AT_COL};
+use crate::fold::columns::{
+    INTERNAL_PREFIX, SEQ_COL, START_AT_COL, SYSTEM_START_AT_COL, UPDATE_LIST_COL,
+};
 use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{BUCKETS_PROPERTY, DEFAULT_BUCKETS};
@@ -44,6 +46,10 @@ pub struct TableMeta {
     pub stored_as: Option<ScdType>,
     /// Type of the `__start_at` / `__end_at` columns, if the table has them.
     pub start_at_type: Option<DataType>,
+    /// Type of the `__system_start_at` / `__system_end_at` columns (BITEMPORAL).
+    pub system_start_at_type: Option<DataType>,
+    /// The table stores `COLUMNS TO UPDATE` lists with its events.
+    pub update_list: bool,
     /// Flows writing this table, by name.
     pub flows: BTreeMap<String, FlowSpec>,
     /// All table properties.
@@ -80,10 +86,15 @@ impl TableMeta {
             .field_with_name(START_AT_COL)
             .ok()
             .map(|f| f.data_type().clone());
-        let stored_as = match (&start_at_type, &sequence_type) {
-            (Some(_), _) => Some(ScdType::Type2),
-            (None, Some(_)) => Some(ScdType::Type1),
-            (None, None) => None,
+        let system_start_at_type = delta_schema
+            .field_with_name(SYSTEM_START_AT_COL)
+            .ok()
+            .map(|f| f.data_type().clone());
+        let stored_as = match (&system_start_at_type, &start_at_type, &sequence_type) {
+            (Some(_), _, _) => Some(ScdType::Bitemporal),
+            (None, Some(_), _) => Some(ScdType::Type2),
+            (None, None, Some(_)) => Some(ScdType::Type1),
+            (None, None, None) => None,
         };
         let mut flows = BTreeMap::new();
         for (k, v) in configuration {
@@ -100,6 +111,8 @@ impl TableMeta {
             sequence_type,
             stored_as,
             start_at_type,
+            system_start_at_type,
+            update_list: delta_schema.field_with_name(UPDATE_LIST_COL).is_ok(),
             flows,
             buckets: configuration
                 .get(BUCKETS_PROPERTY)
@@ -120,6 +133,8 @@ impl TableMeta {
             sequence_type: self.sequence_type.clone(),
             stored_as: self.stored_as,
             start_at_type: self.start_at_type.clone(),
+            system_start_at_type: self.system_start_at_type.clone(),
+            update_list: self.update_list,
             declared: self.decl.declared_columns,
         }
     }

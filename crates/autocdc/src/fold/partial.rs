@@ -1,0 +1,394 @@
+//! Partial updates (SPEC §2.6): `IGNORE NULL UPDATES [ON ...]` and
+//! `COLUMNS TO UPDATE`.
+//!
+//! An upsert under a partial-update option writes only some target columns;
+//! the others keep the value of the key's current row (NULL when the key has
+//! no live row). [`Merger`] rewrites a batch of sorted events so that every
+//! upsert row holds the *merged* row it leaves behind, after which the SCD 1
+//! and SCD 2 folds apply unchanged:
+//!
+//! ```text
+//!  events of one key (sorted)            per column: the row that last wrote it
+//!  ┌─────┬──────┬──────┬────────┐        ┌─────┬──────┬──────┐
+//!  │ @1  │ a=1  │ b=1  │ upsert │  ───►  │ @1  │ a@1  │ b@1  │  a=1 b=1
+//!  │ @2  │ NULL │ b=2  │ upsert │        │ @2  │ a@1  │ b@2  │  a=1 b=2
+//!  │ @3  │ —    │ —    │ delete │        │ @3  │ (reset)     │
+//!  │ @4  │ NULL │ b=4  │ upsert │        │ @4  │ NULL │ b@4  │  a=NULL b=4
+//!  └─────┴──────┴──────┴────────┘        └─────┴──────┴──────┘
+//! ```
+//!
+//! The merge computes, for each column, the index of the row whose value each
+//! merged row takes, then builds the columns with one `take` each.
+//!
+//! Two chains are folded: a *history* (SCD 2: all events of the key, the
+//! chain starts empty) and the *latest* row (SCD 1: the stored row is the base;
+//! late events and events at or below the truncate watermark are dropped whole,
+//! SPEC §2.3).
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    make_comparator, Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array,
+};
+use arrow::compute::{cast, concat_batches, take, SortOptions};
+use arrow::datatypes::{DataType, Int8Type, SchemaRef};
+use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use datafusion::common::{DataFusionError, Result};
+
+use super::columns::{EventLayout, Kind, Origin};
+use super::errors::{conflict_error, format_key};
+use super::kernel::{last_group_start, FoldKernel};
+use super::scd1::{FoldCounts, Scd1Fold};
+
+/// Which partial-update option a flow uses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+pub enum PartialUpdates {
+    /// `IGNORE NULL UPDATES`: a NULL in one of these target columns keeps the
+    /// current value.
+    IgnoreNulls(Vec<usize>),
+    /// `COLUMNS TO UPDATE`: each event lists the columns it writes
+    /// ([`EventLayout::update_list`]).
+    ColumnsToUpdate,
+}
+
+/// How a key's events chain (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+pub enum Chain<'a> {
+    /// SCD 2: every event, from an empty row.
+    History,
+    /// SCD 1: from the stored row; drops late events and events at or below
+    /// the truncate watermark.
+    Latest {
+        /// Truncate watermark, if any.
+        watermark: Option<arrow::row::Row<'a>>,
+    },
+}
+
+/// Rewrites sorted event batches into merged rows (see the module docs).
+#[derive(Debug)]
+pub struct Merger {
+    flow: String,
+    layout: EventLayout,
+    mode: PartialUpdates,
+    /// `ignore[c]`: column `c` keeps its value on NULL (IGNORE NULL UPDATES).
+    ignore: Vec<bool>,
+    /// Target column of a name in a `COLUMNS TO UPDATE` list.
+    names: HashMap<String, usize>,
+}
+
+impl Merger {
+    /// A merger for events of `layout`.
+    pub fn new(flow: &str, layout: EventLayout, mode: PartialUpdates) -> Self {
+        let n = layout.num_target();
+        let mut ignore = vec![false; n];
+        if let PartialUpdates::IgnoreNulls(columns) = &mode {
+            for &c in columns {
+                if c < n && !layout.key_indices.contains(&c) {
+                    ignore[c] = true;
+                }
+            }
+        }
+        let mut names = HashMap::with_capacity(n * 2);
+        for (i, name) in layout.target_columns.iter().enumerate() {
+            names.entry(name.to_ascii_lowercase()).or_insert(i);
+        }
+        for (i, name) in layout.target_columns.iter().enumerate() {
+            names.insert(name.clone(), i);
+        }
+        Self {
+            flow: flow.to_string(),
+            layout,
+            mode,
+            ignore,
+            names,
+        }
+    }
+
+    /// Which target columns each of rows `[0, end)` writes, row-major
+    /// (`end × num_target`). Key columns are always written.
+    fn writes(&self, batch: &RecordBatch, end: usize) -> Result<Vec<bool>> {
+        let n = self.layout.num_target();
+        let mut writes = vec![true; end * n];
+        match &self.mode {
+            PartialUpdates::IgnoreNulls(_) => {
+                for c in (0..n).filter(|&c| self.ignore[c]) {
+                    let column = batch.column(c);
+                    if column.null_count() == 0 {
+                        continue;
+                    }
+                    for i in 0..end {
+                        writes[i * n + c] = column.is_valid(i);
+                    }
+                }
+            }
+            PartialUpdates::ColumnsToUpdate => {
+                let Some(index) = self.layout.update_list() else {
+                    return Err(DataFusionError::Internal(
+                        "COLUMNS TO UPDATE without its list column".into(),
+                    ));
+                };
+                let lists = batch.column(index).as_list::<i32>();
+                let values = cast(lists.values().as_ref(), &DataType::Utf8)?;
+                let values: &StringArray = values.as_string::<i32>();
+                let offsets = lists.value_offsets();
+                let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
+                for i in 0..end {
+                    if lists.is_null(i) || kinds.value(i) != Kind::Upsert as i8 {
+                        continue;
+                    }
+                    let row = &mut writes[i * n..(i + 1) * n];
+                    for (c, w) in row.iter_mut().enumerate() {
+                        *w = self.layout.key_indices.contains(&c);
+                    }
+                    for j in offsets[i] as usize..offsets[i + 1] as usize {
+                        let name = values.is_valid(j).then(|| values.value(j));
+                        let column = name.and_then(|name| {
+                            self.names
+                                .get(name)
+                                .or_else(|| self.names.get(&name.to_ascii_lowercase()))
+                        });
+                        match column {
+                            Some(&c) => row[c] = true,
+                            None => return Err(self.unknown_column(batch, i, name)),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(writes)
+    }
+
+    fn unknown_column(
+        &self,
+        batch: &RecordBatch,
+        row: usize,
+        name: Option<&str>,
+    ) -> DataFusionError {
+        let name = name.map_or_else(|| "NULL".to_string(), |n| format!("'{n}'"));
+        DataFusionError::Execution(format!(
+            "flow '{}': COLUMNS TO UPDATE: {name} is not a target column (columns: {}), in the event for key ({}) at SEQUENCE BY value {}; nothing was committed",
+            self.flow,
+            self.layout.target_columns.join(", "),
+            format_key(&self.layout.target_columns, &self.layout.key_indices, batch, row),
+            datafusion::common::ScalarValue::try_from_array(batch.column(self.layout.seq()), row)
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+        ))
+    }
+
+    /// Rows `[0, end)` of `batch` (whole key groups, sorted by `(keys, seq,
+    /// origin)`) with every upsert's target columns replaced by its merged
+    /// row. Two new events of one key at equal sequence must be equal (raw)
+    /// or the update fails with a conflict.
+    pub fn merge(
+        &self,
+        batch: &RecordBatch,
+        end: usize,
+        keys: &Rows,
+        seqs: &Rows,
+        chain: Chain<'_>,
+    ) -> Result<RecordBatch> {
+        let n = self.layout.num_target();
+        let writes = self.writes(batch, end)?;
+        let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
+        let origins = batch
+            .column(self.layout.origin())
+            .as_primitive::<Int8Type>();
+        let mut sources: Vec<Vec<Option<u32>>> = (0..n).map(|_| Vec::with_capacity(end)).collect();
+        // per column, the row whose value the key's current row holds
+        let mut current: Vec<Option<u32>> = vec![None; n];
+        let mut live = false;
+        let mut stored_seq: Option<usize> = None;
+        for i in 0..end {
+            if i == 0 || keys.row(i) != keys.row(i - 1) {
+                live = false;
+                stored_seq = None;
+            } else if origins.value(i) == Origin::New as i8
+                && origins.value(i - 1) == Origin::New as i8
+                && seqs.row(i) == seqs.row(i - 1)
+                && !self.same_event(batch, i - 1, i)?
+            {
+                return Err(conflict_error(&self.flow, &self.layout, batch, i, false));
+            }
+            let stored = origins.value(i) == Origin::Stored as i8;
+            let applies = match chain {
+                Chain::History => true,
+                Chain::Latest { watermark } => {
+                    let truncated = watermark.is_some_and(|w| seqs.row(i) <= w);
+                    if stored {
+                        // the stored row is the base (unless truncated away)
+                        stored_seq = Some(i);
+                        live = false;
+                        current.fill(None);
+                        !truncated
+                    } else {
+                        let late = stored_seq.is_some_and(|s| seqs.row(i) <= seqs.row(s));
+                        !truncated && !late
+                    }
+                }
+            };
+            if !applies || kinds.value(i) != Kind::Upsert as i8 {
+                if applies {
+                    // a DELETE: an upsert after it starts from nothing
+                    live = false;
+                    current.fill(None);
+                }
+                for s in sources.iter_mut() {
+                    s.push(Some(i as u32));
+                }
+                continue;
+            }
+            let row_writes = &writes[i * n..(i + 1) * n];
+            for (c, s) in sources.iter_mut().enumerate() {
+                if row_writes[c] || !live {
+                    current[c] = row_writes[c].then_some(i as u32);
+                }
+                s.push(current[c]);
+            }
+            live = true;
+        }
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+        for (c, s) in sources.into_iter().enumerate() {
+            columns.push(take(batch.column(c).as_ref(), &UInt32Array::from(s), None)?);
+        }
+        for column in &batch.columns()[n..] {
+            columns.push(column.slice(0, end));
+        }
+        Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    }
+
+    /// Same kind and raw value in every column the flow reads.
+    fn same_event(&self, batch: &RecordBatch, a: usize, b: usize) -> Result<bool> {
+        let columns = (0..self.layout.num_target())
+            .chain([self.layout.kind()])
+            .chain(self.layout.update_list());
+        for c in columns {
+            let column = batch.column(c);
+            let cmp = make_comparator(column.as_ref(), column.as_ref(), SortOptions::default())?;
+            if cmp(a, b) != Ordering::Equal {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// SCD 1 fold with partial updates: merges whole key groups, then folds the
+/// merged rows with [`Scd1Fold`]. A key group spanning batches is carried
+/// over as a slice of its rows.
+#[derive(Debug)]
+pub struct MergingScd1Fold {
+    merger: Merger,
+    inner: Scd1Fold,
+    input_schema: SchemaRef,
+    key_converter: RowConverter,
+    seq_converter: RowConverter,
+    watermark: Option<OwnedRow>,
+    carry: Option<RecordBatch>,
+}
+
+impl MergingScd1Fold {
+    /// Wrap `inner` (built for the same input) with the merge of `mode`.
+    pub fn try_new(
+        flow: &str,
+        layout: EventLayout,
+        mode: PartialUpdates,
+        input_schema: &SchemaRef,
+        inner: Scd1Fold,
+    ) -> Result<Self> {
+        let field = |i: usize| SortField::new(input_schema.field(i).data_type().clone());
+        Ok(Self {
+            key_converter: RowConverter::new(
+                layout.key_indices.iter().map(|&i| field(i)).collect(),
+            )?,
+            seq_converter: RowConverter::new(vec![field(layout.seq())])?,
+            merger: Merger::new(flow, layout, mode),
+            inner,
+            input_schema: Arc::clone(input_schema),
+            watermark: None,
+            carry: None,
+        })
+    }
+
+    fn merge_and_fold(&mut self, batch: &RecordBatch, end: usize) -> Result<Option<RecordBatch>> {
+        if end == 0 {
+            return Ok(None);
+        }
+        let layout = &self.merger.layout;
+        let key_columns: Vec<ArrayRef> = layout
+            .key_indices
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let keys = self.key_converter.convert_columns(&key_columns)?;
+        let seqs = self
+            .seq_converter
+            .convert_columns(&[Arc::clone(batch.column(layout.seq()))])?;
+        let chain = Chain::Latest {
+            watermark: self.watermark.as_ref().map(|w| w.row()),
+        };
+        let merged = self.merger.merge(batch, end, &keys, &seqs, chain)?;
+        self.inner.push(&merged)
+    }
+}
+
+impl FoldKernel for MergingScd1Fold {
+    fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        self.inner.observe_watermark(sequences)?;
+        if let Some(value) = self.inner.watermark_value() {
+            let rows = self
+                .seq_converter
+                .convert_columns(std::slice::from_ref(value))?;
+            self.watermark = Some(rows.row(0).owned());
+        }
+        Ok(())
+    }
+
+    fn watermark_value(&self) -> Option<&ArrayRef> {
+        self.inner.watermark_value()
+    }
+
+    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        super::errors::check_event_nulls(&self.merger.flow, &self.merger.layout, batch)?;
+        let input = match self.carry.take() {
+            Some(carry) => concat_batches(&self.input_schema, [&carry, batch])?,
+            None => batch.clone(),
+        };
+        let key_columns: Vec<ArrayRef> = self
+            .merger
+            .layout
+            .key_indices
+            .iter()
+            .map(|&i| Arc::clone(input.column(i)))
+            .collect();
+        let keys = self.key_converter.convert_columns(&key_columns)?;
+        let last = last_group_start(&keys, input.num_rows());
+        self.carry = Some(input.slice(last, input.num_rows() - last));
+        self.merge_and_fold(&input, last)
+    }
+
+    fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
+        let mut parts = Vec::with_capacity(2);
+        if let Some(carry) = self.carry.take() {
+            parts.extend(self.merge_and_fold(&carry, carry.num_rows())?);
+        }
+        parts.extend(self.inner.finish_all()?);
+        match parts.len() {
+            0 => Ok(None),
+            _ => Ok(Some(concat_batches(self.inner.output_schema(), &parts)?)),
+        }
+    }
+
+    fn counts(&self) -> FoldCounts {
+        self.inner.counts()
+    }
+
+    fn output_schema(&self) -> &SchemaRef {
+        self.inner.output_schema()
+    }
+}
