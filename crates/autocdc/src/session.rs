@@ -311,6 +311,7 @@ impl CdcSession {
             .with_table_name(c.name.table.clone())
             .with_columns(kernel.fields().cloned())
             .with_partition_columns([BUCKET_COL])
+            .with_actions([Action::Protocol(table_protocol()?)])
             .with_configuration(config)
             .with_raise_if_key_not_exists(false)
             .await
@@ -837,4 +838,18 @@ impl CdcSession {
         }
         self.ctx.read_batches(batches)
     }
+}
+
+/// Protocol of a new streaming table: table features (reader 3, writer 7)
+/// with `timestampNtz`, so that flows can store `TIMESTAMP` (without time
+/// zone) columns and sequences whose types are fixed only by the first update,
+/// and `changeDataFeed` (SPEC §4).
+fn table_protocol() -> Result<deltalake_core::kernel::Protocol> {
+    serde_json::from_value(serde_json::json!({
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["timestampNtz"],
+        "writerFeatures": ["timestampNtz", "changeDataFeed"],
+    }))
+    .map_err(delta_err)
 }
