@@ -337,6 +337,32 @@ async fn tombstones_expire_after_the_retention_threshold() {
 }
 
 #[allow(dead_code)]
+#[path = "../../../examples/bitemporal.rs"]
+mod bitemporal_example;
+
+/// `examples/bitemporal.rs`: the SPEC §2.5 table and both as-of answers.
+#[tokio::test]
+async fn bitemporal_example_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let answers = bitemporal_example::run(dir.path().to_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        lines(&answers.table),
+        [
+            "| A | XFv1 | 2024-06-01T10:01:00 | | 2024-06-01T10:05:00 | 2024-06-01T12:20:00 |",
+            "| A | XFv1 | 2024-06-01T10:01:00 | 2024-06-01T12:15:43 | 2024-06-01T12:20:00 | 2024-06-01T12:25:00 |",
+            "| A | XFv1 | 2024-06-01T10:01:00 | 2024-06-01T12:05:00 | 2024-06-01T12:25:00 | |",
+            "| A | XFv3 | 2024-06-01T12:05:00 | 2024-06-01T12:15:43 | 2024-06-01T12:25:00 | |",
+            "| A | XFv2 | 2024-06-01T12:15:43 | | 2024-06-01T12:20:00 | 2024-06-01T12:30:00 |",
+            "| A | XFv2 | 2024-06-01T12:15:43 | 2024-06-01T12:30:00 | 2024-06-01T12:30:00 | |",
+        ]
+    );
+    assert_eq!(lines(&answers.now), ["| A | XFv3 |"]);
+    assert_eq!(lines(&answers.as_known), ["| A | XFv1 |"]);
+}
+
+#[allow(dead_code)]
 #[path = "../../../examples/snapshot.rs"]
 mod snapshot_example;
 
