@@ -369,6 +369,19 @@ impl CdcSession {
                 spec.name
             )));
         }
+        // SCD 2 re-merges every stored event under the running flow's
+        // partial-update option: all flows of the target must share it
+        if spec.stored_as_scd_type != ScdType::Type1 {
+            if let Some(other) = meta.flows.values().find(|f| {
+                f.ignore_null_updates != spec.ignore_null_updates
+                    || f.columns_to_update.is_some() != spec.columns_to_update.is_some()
+            }) {
+                return Err(DataFusionError::Plan(format!(
+                    "flow '{}': IGNORE NULL UPDATES / COLUMNS TO UPDATE must be the same for every flow of {} target '{target}' (flow '{}' differs)",
+                    spec.name, spec.stored_as_scd_type, other.name
+                )));
+            }
+        }
         self.run_flow(&table, &spec, true).await
     }
 

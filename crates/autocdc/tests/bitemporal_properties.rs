@@ -75,11 +75,7 @@ fn reference(events: &[Event]) -> BTreeSet<Row> {
                 }
             }
             let rows = history(&belief);
-            let closed: Vec<_> = open
-                .keys()
-                .filter(|r| !rows.contains(r))
-                .copied()
-                .collect();
+            let closed: Vec<_> = open.keys().filter(|r| !rows.contains(r)).copied().collect();
             for r in closed {
                 let from = open.remove(&r).unwrap();
                 out.insert((key, r.0, r.1, r.2, from, Some(t)));

@@ -507,3 +507,41 @@ async fn change_feed_reads_through_deltalakes_reader() {
         ]
     );
 }
+
+/// The Rust builder's partial-update parameters (SPEC §2.6) behave like the SQL
+/// clauses.
+#[tokio::test]
+async fn builder_partial_updates() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(&s, "CREATE TABLE feed (id INT, a TEXT, b TEXT, cols VARCHAR[], seq INT) AS VALUES (1, 'a1', 'b1', NULL, 1), (1, NULL, NULL, ['b'], 2)").await;
+    // IGNORE NULL UPDATES ON * EXCEPT (b): a keeps a1, b takes the NULL
+    s.create_streaming_table("t_ignore").await.unwrap();
+    s.create_auto_cdc_flow("t_ignore", "feed")
+        .keys(["id"])
+        .sequence_by("seq")
+        .except_column_list(["cols", "seq"])
+        .ignore_null_updates_except_column_list(["b"])
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, "SELECT * FROM t_ignore").await, ["| 1 | a1 | |"]);
+    // ON (b) only: a takes the NULL, b keeps b1
+    s.create_streaming_table("t_on").await.unwrap();
+    s.create_auto_cdc_flow("t_on", "feed")
+        .keys(["id"])
+        .sequence_by("seq")
+        .except_column_list(["cols", "seq"])
+        .ignore_null_updates_column_list(["b"])
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, "SELECT * FROM t_on").await, ["| 1 | | b1 |"]);
+    // COLUMNS TO UPDATE cols: the second event writes only b (to NULL)
+    s.create_streaming_table("t_cols").await.unwrap();
+    s.create_auto_cdc_flow("t_cols", "feed")
+        .keys(["id"])
+        .sequence_by("seq")
+        .except_column_list(["seq"])
+        .columns_to_update("cols")
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, "SELECT * FROM t_cols").await, ["| 1 | a1 | |"]);
+}
