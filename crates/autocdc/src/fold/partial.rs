@@ -37,7 +37,7 @@ use arrow::datatypes::{DataType, Int8Type, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
-use super::columns::{EventLayout, Kind, Origin};
+use super::columns::{all_nullable, EventLayout, Kind, Origin};
 use super::errors::{conflict_error, format_key};
 use super::kernel::{last_group_start, FoldKernel};
 use super::scd1::{FoldCounts, Scd1Fold};
@@ -256,7 +256,11 @@ impl Merger {
         for column in &batch.columns()[n..] {
             columns.push(column.slice(0, end));
         }
-        Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        // unwritten columns of a new key are NULL, even in NOT NULL sources
+        Ok(RecordBatch::try_new(
+            all_nullable(&batch.schema()),
+            columns,
+        )?)
     }
 
     /// Same kind and raw value in every column the flow reads.
