@@ -371,7 +371,7 @@ impl CdcSession {
         }
         // SCD 2 re-merges every stored event under the running flow's
         // partial-update option: all flows of the target must share it
-        if spec.stored_as_scd_type != ScdType::Type1 {
+        if spec.stored_as_scd_type == ScdType::Type2 {
             if let Some(other) = meta.flows.values().find(|f| {
                 f.ignore_null_updates != spec.ignore_null_updates
                     || f.columns_to_update.is_some() != spec.columns_to_update.is_some()

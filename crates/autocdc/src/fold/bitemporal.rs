@@ -340,8 +340,7 @@ impl BitemporalFold {
     fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
         check_event_nulls(&self.flow, &self.layout, batch)?;
         let system = batch.column(self.system_index);
-        if system.null_count() > 0 {
-            let row = (0..system.len()).find(|&i| system.is_null(i)).unwrap_or(0);
+        if let Some(row) = super::errors::first_null_value(system.as_ref()) {
             return Err(DataFusionError::Execution(format!(
                 "flow '{}': SYSTEM SEQUENCE BY value is NULL for key ({}); nothing was committed",
                 self.flow,

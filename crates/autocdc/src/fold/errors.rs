@@ -36,8 +36,7 @@ pub fn check_event_nulls(
 ) -> Result<(), DataFusionError> {
     let key = |row| format_key(&layout.target_columns, &layout.key_indices, batch, row);
     let seq = batch.column(layout.seq());
-    if seq.null_count() > 0 {
-        let row = first_null(seq.as_ref());
+    if let Some(row) = first_null_value(seq.as_ref()) {
         return Err(DataFusionError::Execution(format!(
             "flow '{flow}': SEQUENCE BY value is NULL for key ({}); nothing was committed",
             key(row)
@@ -88,4 +87,19 @@ pub fn conflict_error(
 
 fn first_null(array: &dyn Array) -> usize {
     (0..array.len()).find(|&i| array.is_null(i)).unwrap_or(0)
+}
+
+/// The first row whose value is NULL or, for a STRUCT (a `SEQUENCE BY
+/// STRUCT(...)`), holds a NULL field at any depth (SPEC §2.2: a NULL in a
+/// sequence column is an error).
+pub fn first_null_value(array: &dyn Array) -> Option<usize> {
+    if array.null_count() > 0 {
+        return Some(first_null(array));
+    }
+    let fields = array.as_struct_opt()?;
+    fields
+        .columns()
+        .iter()
+        .filter_map(|child| first_null_value(child.as_ref()))
+        .min()
 }

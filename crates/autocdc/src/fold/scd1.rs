@@ -172,7 +172,7 @@ impl Scd1Fold {
     /// event sequences and the stored watermark). Must be called before
     /// [`Self::push`]. NULLs are rejected.
     pub fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
-        if sequences.null_count() > 0 {
+        if super::errors::first_null_value(sequences.as_ref()).is_some() {
             return Err(DataFusionError::Execution(format!(
                 "flow '{}': SEQUENCE BY value is NULL in a TRUNCATE event; nothing was committed",
                 self.flow

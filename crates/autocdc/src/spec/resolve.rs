@@ -220,7 +220,7 @@ fn compatible(source: &DataType, target: &DataType) -> bool {
     let t = storage_type(target);
     s == t
         || s == DataType::Null
-        || (s.is_numeric() && t.is_numeric())
+        || numeric_fits(&s, &t)
         || matches!((&s, &t), (DataType::Timestamp(_, a), DataType::Timestamp(_, b)) if a == b)
         || matches!(
             (&s, &t),
@@ -229,6 +229,16 @@ fn compatible(source: &DataType, target: &DataType) -> bool {
                 DataType::Date32 | DataType::Date64
             )
         )
+}
+
+/// Numbers convert into a numeric column, but never by dropping a fraction
+/// (keys 1.25 and 1.75 must not both become 1).
+fn numeric_fits(source: &DataType, target: &DataType) -> bool {
+    let fractional = |d: &DataType| {
+        d.is_floating()
+            || matches!(d, DataType::Decimal128(_, scale) | DataType::Decimal256(_, scale) if *scale > 0)
+    };
+    source.is_numeric() && target.is_numeric() && (!fractional(source) || fractional(target))
 }
 
 /// Find a source column by name: exact match first, then a unique
@@ -460,6 +470,7 @@ pub fn resolve(
     }
 
     // SEQUENCE BY (or the snapshot version)
+    let is_snapshot_version = sequence_override.is_some();
     let seq_expr = match (sequence_override, &spec.sequence_by) {
         (Some(version), _) => version,
         (None, None) => return Err(flow_err(flow, "SEQUENCE BY", "the clause is required")),
@@ -484,7 +495,13 @@ pub fn resolve(
         .get_type(&source_schema)
         .map_err(|e| flow_err(flow, "SEQUENCE BY", e))?;
     if !is_orderable(&seq_source_type) {
-        return Err(flow_err(flow, "SEQUENCE BY", format!("type {seq_source_type} is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
+        let what = match (is_snapshot_version, &spec.sequence_by) {
+            (true, _) | (false, None) => "the snapshot version".to_string(),
+            (false, Some(SequenceBy::Column(c))) => format!("column '{c}'"),
+            (false, Some(SequenceBy::Struct(cols))) => format!("STRUCT({})", cols.join(", ")),
+            (false, Some(SequenceBy::Expr(text))) => format!("`{text}`"),
+        };
+        return Err(flow_err(flow, "SEQUENCE BY", format!("{what} has type {seq_source_type}, which is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
     }
     let sequence_type = storage_type(&seq_source_type);
     if let Some(existing) = &target.sequence_type {
@@ -507,7 +524,7 @@ pub fn resolve(
                 .get_type(&source_schema)
                 .map_err(|e| flow_err(flow, "SYSTEM SEQUENCE BY", e))?;
             if !is_orderable(&source_type) {
-                return Err(flow_err(flow, "SYSTEM SEQUENCE BY", format!("type {source_type} is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
+                return Err(flow_err(flow, "SYSTEM SEQUENCE BY", format!("`{text}` has type {source_type}, which is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
             }
             let system_type = storage_type(&source_type);
             if let Some(existing) = &target.system_start_at_type {

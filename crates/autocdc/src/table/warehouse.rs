@@ -35,15 +35,14 @@ impl TableName {
     pub fn from_parts(parts: &[String]) -> Result<Self> {
         // names become folders of the warehouse: they must never leave it
         for part in parts {
+            // a dot inside a part would make `a.b` and `"a.b"` one name
             let bad = part.is_empty()
-                || part == "."
-                || part == ".."
                 || part
                     .chars()
-                    .any(|c| c == '/' || c == '\\' || c.is_control());
+                    .any(|c| c == '/' || c == '\\' || c == '.' || c.is_control());
             if bad {
                 return Err(DataFusionError::Plan(format!(
-                    "invalid streaming table name '{}': name parts must be non-empty and contain no '/', '\\', control characters, nor be '.' or '..'",
+                    "invalid streaming table name '{}': name parts must be non-empty and contain no '.', '/', '\\' or control characters",
                     parts.join(".")
                 )));
             }
@@ -149,10 +148,20 @@ impl Warehouse {
     }
 
     /// URL of a table's folder.
+    /// Name parts are pushed as percent-encoded path segments, never parsed
+    /// as URL syntax: `%2e%2e`, `file:`, `?` and `#` stay literal folder names.
     pub fn table_url(&self, name: &TableName) -> Result<Url> {
-        self.root
-            .join(&format!("{}/{}/", name.schema, name.table))
-            .map_err(|e| DataFusionError::External(Box::new(e)))
+        let mut url = self.root.clone();
+        url.path_segments_mut()
+            .map_err(|()| {
+                DataFusionError::Plan(format!(
+                    "warehouse location '{}' cannot hold tables",
+                    self.root
+                ))
+            })?
+            .pop_if_empty()
+            .extend([name.schema.as_str(), name.table.as_str(), ""]);
+        Ok(url)
     }
 
     /// A Delta table builder for `name` using the shared store.
