@@ -102,21 +102,23 @@ fi
 # ---------------------------------------------------------------- measuring
 
 # timed SCENARIO TOOL KIND REP CMD...: runs CMD under GNU time, appends
-# "scenario tool kind rep seconds maxrss_kib" to the results; a failure stops
-# the whole comparison with the command's output.
+# "scenario tool kind rep wall_seconds maxrss_kib cpu_seconds" to the results
+# (CPU = user + system, less sensitive than wall time to a busy machine); a
+# failure stops the whole comparison with the command's output.
 timed() {
     local scenario=$1 tool=$2 kind=$3 rep=$4
     shift 4
     local out=$RUN/output.log stats=$RUN/time.txt
-    if ! /usr/bin/time -f '%e %M' -o "$stats" "$@" >"$out" 2>&1; then
+    if ! /usr/bin/time -f '%e %M %U %S' -o "$stats" "$@" >"$out" 2>&1; then
         echo "FAILED: $scenario / $tool:" >&2
         tail -n 30 "$out" >&2
         exit 1
     fi
-    local seconds rss
-    read -r seconds rss <"$stats"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" "$tool" "$kind" "$rep" "$seconds" "$rss" >>"$RESULTS"
-    log "$scenario / $tool #$rep: ${seconds}s, $((rss / 1024)) MB"
+    local seconds rss user system cpu
+    read -r seconds rss user system <"$stats"
+    cpu=$(awk -v u="$user" -v s="$system" 'BEGIN { printf "%.2f", u + s }')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" "$tool" "$kind" "$rep" "$seconds" "$rss" "$cpu" >>"$RESULTS"
+    log "$scenario / $tool #$rep: ${seconds}s (CPU ${cpu}s), $((rss / 1024)) MB"
 }
 
 # fresh DIR: removes a warehouse folder before a run (untimed).

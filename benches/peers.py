@@ -182,28 +182,32 @@ def check(task, reference, others):
 
 
 def report(path):
-    """results.tsv rows: scenario, tool, kind (ours|peer|floor|info), rep, seconds, max RSS KiB."""
+    """results.tsv rows: scenario, tool, kind (ours|peer|floor|info), rep, wall seconds,
+    max RSS KiB, CPU seconds (user + system). Reported: median wall and CPU seconds,
+    the largest peak RSS of the runs; ratios of median wall times."""
     runs = {}
     order = []
     with open(path) as f:
         for line in f:
-            scenario, tool, kind, _rep, seconds, rss = line.rstrip("\n").split("\t")
+            scenario, tool, kind, _rep, seconds, rss, cpu = line.rstrip("\n").split("\t")
             key = (scenario, tool)
             if key not in runs:
-                runs[key] = {"kind": kind, "secs": [], "rss": []}
+                runs[key] = {"kind": kind, "secs": [], "rss": [], "cpu": []}
                 order.append(key)
             runs[key]["secs"].append(float(seconds))
             runs[key]["rss"].append(int(rss))
+            runs[key]["cpu"].append(float(cpu))
 
     def median(key):
         return statistics.median(runs[key]["secs"])
 
-    print("| scenario | tool | median s | peak RSS MB | runs |")
-    print("|---|---|---:|---:|---:|")
+    print("| scenario | tool | median s | median CPU s | peak RSS MB | runs |")
+    print("|---|---|---:|---:|---:|---:|")
     for key in order:
         r = runs[key]
         print(
-            f"| {key[0]} | {key[1]} | {median(key):.2f} | {max(r['rss']) / 1024:.0f} | {len(r['secs'])} |"
+            f"| {key[0]} | {key[1]} | {median(key):.2f} | {statistics.median(r['cpu']):.2f} "
+            f"| {max(r['rss']) / 1024:.0f} | {len(r['secs'])} |"
         )
     print()
     scenarios = list(dict.fromkeys(s for s, _ in order))
