@@ -28,6 +28,7 @@ use crate::functions::{
 };
 use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
+use crate::pipeline::source::SOURCE_CHECKPOINT_PREFIX;
 use crate::pipeline::{delta_err, last_version_property, plan_update, UpdateSource};
 use crate::spec::resolve::storage_type;
 use crate::spec::resolve::{plan_source, written_at_value};
@@ -779,13 +780,27 @@ impl CdcSession {
         let delta = table.delta();
         let snapshot = delta.snapshot().map_err(delta_err)?;
         let log_store = delta.log_store();
-        let actions: Vec<Action> = snapshot
+        let mut actions: Vec<Action> = snapshot
             .snapshot()
             .file_views(log_store.as_ref(), None)
             .map_ok(|v| Action::Remove(v.remove_action(true)))
             .try_collect()
             .await
             .map_err(delta_err)?;
+        // forget what the flows read: they read their sources whole again
+        let mut metadata = snapshot.metadata().clone();
+        let checkpoints: Vec<String> = metadata
+            .configuration()
+            .keys()
+            .filter(|k| k.starts_with(SOURCE_CHECKPOINT_PREFIX))
+            .cloned()
+            .collect();
+        if !checkpoints.is_empty() {
+            for key in checkpoints {
+                metadata = metadata.remove_config_key(&key).map_err(delta_err)?;
+            }
+            actions.push(Action::Metadata(metadata));
+        }
         CommitBuilder::default()
             .with_actions(actions)
             .build(

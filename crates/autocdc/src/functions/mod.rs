@@ -3,7 +3,7 @@
 mod snapshot_version;
 mod stream;
 mod table_as_of;
-mod table_changes;
+pub(crate) mod table_changes;
 
 pub use snapshot_version::{
     MisplacedSnapshotVersion, SnapshotVersionFunction, CURRENT_SNAPSHOT_VERSION,

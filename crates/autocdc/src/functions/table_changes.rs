@@ -74,14 +74,26 @@ impl TableFunctionImpl for TableChangesFunction {
             return plan_err!("table_changes(): the first argument is a streaming table name as a string, got {name}");
         };
         let table = super::lookup_table(&self.tables, "table_changes", name)?;
-        let delta = table.delta();
-        let latest = delta.version().unwrap_or(0);
+        let latest = table.delta().version().unwrap_or(0);
         if from > latest || to.is_some_and(|t| t < from) {
             return plan_err!(
                 "table_changes('{name}', {from}, {}): the table's versions are 0 to {latest}",
                 to.map(|t| t.to_string()).unwrap_or_default()
             );
         }
+        changes_provider(&table, from, to)
+    }
+}
+
+/// The change data feed of `table` over versions `from..=to` (`to`: the
+/// latest), with the `__cdc_*` columns hidden.
+pub(crate) fn changes_provider(
+    table: &ScdTable,
+    from: u64,
+    to: Option<u64>,
+) -> Result<Arc<dyn TableProvider>> {
+    {
+        let delta = table.delta();
         let mut builder = delta.scan_cdf().with_starting_version(from);
         if let Some(to) = to {
             builder = builder.with_ending_version(to);

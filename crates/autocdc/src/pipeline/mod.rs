@@ -42,8 +42,7 @@ use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::{FoldCounts, FoldSpec};
 use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
 use crate::spec::resolve::{
-    plan_source, resolve, target_projection, update_list_type, written_at_type, written_at_value,
-    ResolvedFlow,
+    resolve, target_projection, update_list_type, written_at_type, written_at_value, ResolvedFlow,
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
@@ -148,6 +147,8 @@ pub struct CommitOutcome {
     /// Data files added.
     pub files_written: usize,
 }
+
+pub mod source;
 
 pub(crate) fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -340,11 +341,15 @@ pub async fn plan_update(
         UpdateSource::Changes | UpdateSource::Events(_) => {
             let source = match source {
                 UpdateSource::Events(plan) => *plan,
-                _ => plan_source(state, &flow.source, &flow.dialect)
-                    .await
-                    .map_err(|e| {
-                        DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name))
-                    })?,
+                _ => {
+                    let read = source::plan_changes(state, flow, &meta)
+                        .await
+                        .map_err(|e| {
+                            DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name))
+                        })?;
+                    extra_config.extend(read.checkpoint);
+                    read.plan
+                }
             };
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
             let mut events = resolved.events.clone();

@@ -142,6 +142,14 @@ impl ScdTable {
         self.read().table
     }
 
+    /// The Delta table id (unique per creation of the table).
+    pub fn delta_table_id(&self) -> String {
+        self.delta()
+            .snapshot()
+            .map(|s| s.metadata().id().to_string())
+            .unwrap_or_default()
+    }
+
     /// Metadata at the loaded version.
     pub fn meta(&self) -> TableMeta {
         self.read().meta
