@@ -109,7 +109,7 @@ pub async fn plan_changes(
     if let Some(table) = provider.downcast_ref::<ScdTable>() {
         table.refresh().await?;
         let delta = table.delta();
-        let version = delta.version().unwrap_or(0).max(0) as u64;
+        let version = delta.version().unwrap_or(0);
         let table_id = table.delta_table_id();
         let checkpoint = SourceCheckpoint::Delta {
             table_id: table_id.clone(),
