@@ -160,3 +160,37 @@ async fn streaming_table_source_reads_only_new_versions() {
         ]
     );
 }
+
+/// A listing table over a single file (not a folder) is read, and read once.
+#[tokio::test]
+async fn single_file_source_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.parquet");
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
+        .await
+        .unwrap();
+    collect(
+        &s,
+        &format!(
+            "COPY (SELECT CAST(column1 AS INT) AS id, column2 AS v, CAST(column3 AS INT) AS seq FROM (VALUES (1, 'a', 1), (2, 'b', 1))) TO '{}' STORED AS PARQUET",
+            file.display()
+        ),
+    )
+    .await;
+    collect(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE events STORED AS PARQUET LOCATION '{}'",
+            file.display()
+        ),
+    )
+    .await;
+    collect(&s, "CREATE STREAMING TABLE t").await;
+    let flow = "CREATE FLOW f AS AUTO CDC INTO t FROM events KEYS (id) SEQUENCE BY seq";
+    assert_eq!(input_rows(&s, flow).await, 2);
+    assert_eq!(
+        rows(&s, "SELECT id, v FROM t ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
+    assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE t").await, 0);
+}

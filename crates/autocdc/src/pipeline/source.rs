@@ -27,6 +27,7 @@ use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 
 use crate::functions::table_changes::changes_provider;
@@ -220,14 +221,28 @@ async fn list_files(
         let store = state.runtime_env().object_store(url)?;
         // list the store itself: the session's listing cache may not know
         // files written since the table was first read
-        let metas: Vec<_> = store
-            .list(Some(url.prefix()))
-            .try_collect()
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let metas = metas.into_iter().filter(|m| {
-            url.contains(&m.location, false) && m.location.as_ref().ends_with(&extension)
-        });
+        // a table over one file; otherwise a folder or a glob under a prefix
+        let single = match url.is_folder() {
+            true => None,
+            false => store.head(url.prefix()).await.ok(),
+        };
+        let metas: Vec<_> = match single {
+            Some(meta) => vec![meta],
+            None => {
+                let listed: Vec<_> = store
+                    .list(Some(url.prefix()))
+                    .try_collect()
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                listed
+                    .into_iter()
+                    .filter(|m| {
+                        url.contains(&m.location, false)
+                            && m.location.as_ref().ends_with(&extension)
+                    })
+                    .collect()
+            }
+        };
         for meta in metas {
             let base = url.object_store();
             let file =

@@ -25,8 +25,14 @@ use super::bucket::BUCKET_COL;
 
 /// Rows per Parquet row group.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
-/// Encoded bytes per Parquet row group.
-const ROW_GROUP_BYTES: usize = 16 * 1024 * 1024;
+/// Encoded bytes per Parquet row group. Every open bucket file buffers one
+/// row group (outside DataFusion's memory pool), so this bounds the writer's
+/// memory at about `2 × buckets × (ROW_GROUP_BYTES + UPLOAD_BUFFER_BYTES)`.
+const ROW_GROUP_BYTES: usize = 8 * 1024 * 1024;
+
+/// Bytes buffered per file before an upload part is sent (5 MiB: the least
+/// part size object stores accept).
+const UPLOAD_BUFFER_BYTES: usize = 5 * 1024 * 1024;
 
 /// Bytes after which a bucket's file is closed and a new one started.
 const TARGET_FILE_BYTES: usize = 128 * 1024 * 1024;
@@ -115,7 +121,11 @@ impl BucketWriter {
                     uuid::Uuid::new_v4()
                 ));
                 let writer = AsyncArrowWriter::try_new(
-                    BufWriter::new(Arc::clone(&self.store), path.clone()),
+                    BufWriter::with_capacity(
+                        Arc::clone(&self.store),
+                        path.clone(),
+                        UPLOAD_BUFFER_BYTES,
+                    ),
                     Arc::clone(&self.schema),
                     Some(Self::properties()),
                 )?;
