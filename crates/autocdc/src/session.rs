@@ -30,6 +30,7 @@ use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
 use crate::pipeline::source::SOURCE_CHECKPOINT_PREFIX;
 use crate::pipeline::{delta_err, last_version_property, plan_update, UpdateSource};
+use crate::pipeline::{SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY};
 use crate::spec::resolve::storage_type;
 use crate::spec::resolve::{plan_source, written_at_value};
 use crate::spec::FlowSpec;
@@ -787,12 +788,17 @@ impl CdcSession {
             .try_collect()
             .await
             .map_err(delta_err)?;
-        // forget what the flows read: they read their sources whole again
+        // forget what the flows read: they read their sources (and every
+        // snapshot version) again
         let mut metadata = snapshot.metadata().clone();
         let checkpoints: Vec<String> = metadata
             .configuration()
             .keys()
-            .filter(|k| k.starts_with(SOURCE_CHECKPOINT_PREFIX))
+            .filter(|k| {
+                k.starts_with(SOURCE_CHECKPOINT_PREFIX)
+                    || k.starts_with(SNAPSHOT_PROPERTY_PREFIX)
+                    || k.as_str() == SNAPSHOT_WATERMARK_PROPERTY
+            })
             .cloned()
             .collect();
         if !checkpoints.is_empty() {

@@ -53,9 +53,12 @@ use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
 /// or below it are dropped (SPEC §3).
 pub const SNAPSHOT_WATERMARK_PROPERTY: &str = "autocdc.snapshot_watermark";
 
+/// Prefix of the table properties of snapshot flows.
+pub const SNAPSHOT_PROPERTY_PREFIX: &str = "autocdc.snapshot.";
+
 /// Table property holding the last snapshot version processed by a flow.
 pub fn last_version_property(flow: &str) -> String {
-    format!("autocdc.snapshot.{flow}.last_version")
+    format!("{SNAPSHOT_PROPERTY_PREFIX}{flow}.last_version")
 }
 
 /// A sequence value as table-property text (read back with
