@@ -356,8 +356,8 @@ async fn non_orderable_sequence_type_is_refused() {
     .await;
 }
 
-/// SPEC §2.8: validation messages name the offending column. The
-/// non-orderable message names the flow, clause and type but not the column.
+/// SPEC §2.8: validation messages name the offending column, so the
+/// non-orderable message names the sequence column as well as its type.
 #[tokio::test]
 async fn non_orderable_sequence_error_names_the_column() {
     let s = memory_session().await;
@@ -866,7 +866,7 @@ async fn url_special_table_names_never_leave_the_warehouse() {
         let at_fs_root = Path::new("/").join(&absolute);
         let escaped_absolute = at_fs_root.exists();
         if escaped_absolute {
-            // clean up what the bug created at the file-system root
+            // clean up what a regression created at the file-system root
             let _ = std::fs::remove_dir_all(&at_fs_root);
         }
         let strays = outside_warehouse(root.path(), &warehouse);

@@ -1,0 +1,1 @@
+CREATE OR REFRESH STREAMING TABLE IF NOT EXISTS app.users (id INT, v STRING) COMMENT 'c' TBLPROPERTIES ('autocdc.buckets' = '4', k = 1)

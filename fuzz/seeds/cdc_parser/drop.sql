@@ -1,0 +1,1 @@
+DROP STREAMING TABLE IF EXISTS "we""ird"."x"

@@ -1,0 +1,1 @@
+CREATE FLOW f AS AUTO CDC INTO users FROM SNAPSHOT (SELECT userId, city FROM snapshots WHERE version = (SELECT version FROM current_snapshot_version())) WITH VERSION (SELECT min(version) AS version FROM snapshots WHERE version > (SELECT coalesce(max(version), 0) FROM last_snapshot_version())) KEYS (userId) STORED AS BITEMPORAL
