@@ -30,7 +30,7 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
-use arrow::compute::{concat_batches, take};
+use arrow::compute::take;
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -41,7 +41,8 @@ use super::columns::{
     SYSTEM_END_AT_COL, SYSTEM_SEQ_COL, SYSTEM_START_AT_COL,
 };
 use super::errors::{check_event_nulls, format_key};
-use super::kernel::{last_group_start, FoldKernel};
+use super::kernel::{FoldKernel, GroupCarry};
+use super::scd2::{fold_versions, Version};
 use super::FoldCounts;
 
 /// Output schema of the BITEMPORAL fold for an event input schema.
@@ -74,14 +75,6 @@ struct BiRow {
     close: Option<usize>,
     from: usize,
     to: Option<usize>,
-}
-
-/// A version of one belief (see [`super::scd2`]).
-#[derive(Debug, Clone, Copy)]
-struct Version {
-    last: usize,
-    open: usize,
-    close: Option<usize>,
 }
 
 /// Row encodings of one batch.
@@ -132,43 +125,6 @@ struct Scratch {
     before: Vec<BiRow>,
 }
 
-/// SCD 2 versions of `events` (distinct business sequences, ascending).
-fn fold_versions(events: &[usize], enc: &Encoded<'_>, versions: &mut Vec<Version>) {
-    versions.clear();
-    let mut cur: Option<(usize, usize)> = None;
-    for &i in events {
-        if enc.kinds.value(i) == Kind::Delete as i8 {
-            if let Some((open, last)) = cur.take() {
-                versions.push(Version {
-                    open,
-                    last,
-                    close: Some(i),
-                });
-            }
-            continue;
-        }
-        cur = match cur {
-            Some((open, last)) if enc.targets.row(last) == enc.targets.row(i) => Some((open, i)),
-            Some((open, last)) => {
-                versions.push(Version {
-                    open,
-                    last,
-                    close: Some(i),
-                });
-                Some((i, i))
-            }
-            None => Some((i, i)),
-        };
-    }
-    if let Some((open, last)) = cur {
-        versions.push(Version {
-            open,
-            last,
-            close: None,
-        });
-    }
-}
-
 /// The bitemporal rows of `events` (distinct, sorted by `(seq, system seq)`).
 fn fold_rows(events: &[usize], enc: &Encoded<'_>, s: &mut Scratch, out: &mut Vec<BiRow>) {
     out.clear();
@@ -197,7 +153,8 @@ fn fold_rows(events: &[usize], enc: &Encoded<'_>, s: &mut Scratch, out: &mut Vec
             s.belief.extend(pick);
             i = j;
         }
-        fold_versions(&s.belief, enc, &mut s.versions);
+        // every target column is tracked: rows compare on all of them
+        fold_versions(&s.belief, enc.kinds, enc.targets, &mut s.versions);
         // rows leaving the belief close at t, new ones open at t
         s.next_open.clear();
         let (mut o, mut n) = (0, 0);
@@ -287,7 +244,6 @@ pub struct BitemporalFold {
     flow: String,
     layout: EventLayout,
     system_index: usize,
-    input_schema: SchemaRef,
     output_schema: SchemaRef,
     key_converter: RowConverter,
     seq_converter: RowConverter,
@@ -296,7 +252,7 @@ pub struct BitemporalFold {
     value_converter: RowConverter,
     value_columns: Vec<usize>,
     target_converter: RowConverter,
-    carry: Option<RecordBatch>,
+    carry: GroupCarry,
     counts: FoldCounts,
     scratch: Scratch,
 }
@@ -320,10 +276,9 @@ impl BitemporalFold {
             target_converter: RowConverter::new((0..layout.num_target()).map(field).collect())?,
             value_columns,
             output_schema: output_schema(&layout, input_schema),
-            input_schema: Arc::clone(input_schema),
+            carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             system_index,
             layout,
-            carry: None,
             counts: FoldCounts::default(),
             scratch: Scratch::default(),
         })
@@ -573,19 +528,12 @@ impl FoldKernel for BitemporalFold {
             return Ok(None);
         }
         self.check_nulls(batch)?;
-        let input = match self.carry.take() {
-            Some(carry) => concat_batches(&self.input_schema, [&carry, batch])?,
-            None => batch.clone(),
-        };
-        let keys = Self::convert(&self.key_converter, &input, &self.layout.key_indices)?;
-        let n = input.num_rows();
-        let last = last_group_start(&keys, n);
-        self.carry = Some(input.slice(last, n - last));
-        self.fold(&input, last)
+        let (input, whole) = self.carry.push(batch)?;
+        self.fold(&input, whole)
     }
 
     fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
-        match self.carry.take() {
+        match self.carry.finish() {
             Some(carry) => {
                 let n = carry.num_rows();
                 self.fold(&carry, n)

@@ -1,8 +1,12 @@
 //! The interface the `AutoCdcExec` operator drives, one implementation per
 //! storage type.
 
+use std::sync::Arc;
+
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::Result;
 
 use super::FoldCounts;
@@ -26,12 +30,61 @@ pub trait FoldKernel: Send + std::fmt::Debug {
     fn output_schema(&self) -> &SchemaRef;
 }
 
-/// First row of the last key group of `keys` (`n` rows, `n > 0`): that group
-/// may continue in the next batch, so folds carry it over.
-pub fn last_group_start(keys: &arrow::row::Rows, n: usize) -> usize {
+/// First row of the last key group of `keys` (`n` rows, `n > 0`).
+fn last_group_start(keys: &Rows, n: usize) -> usize {
     let mut start = n.saturating_sub(1);
     while start > 0 && keys.row(start - 1) == keys.row(n - 1) {
         start -= 1;
     }
     start
+}
+
+/// Carries the last key group of each batch over to the next one, for folds
+/// that need whole key groups (SCD 2, BITEMPORAL, partial updates).
+#[derive(Debug)]
+pub struct GroupCarry {
+    schema: SchemaRef,
+    keys: RowConverter,
+    key_indices: Vec<usize>,
+    carry: Option<RecordBatch>,
+}
+
+impl GroupCarry {
+    /// A carry for batches of `schema` keyed by the columns `key_indices`.
+    pub fn try_new(schema: &SchemaRef, key_indices: &[usize]) -> Result<Self> {
+        let fields = key_indices
+            .iter()
+            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+            .collect();
+        Ok(Self {
+            schema: Arc::clone(schema),
+            keys: RowConverter::new(fields)?,
+            key_indices: key_indices.to_vec(),
+            carry: None,
+        })
+    }
+
+    /// `batch` (non-empty) behind the carried rows, and how many of its
+    /// leading rows are whole key groups; the last group is carried on.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<(RecordBatch, usize)> {
+        let input = match self.carry.take() {
+            Some(carry) => concat_batches(&self.schema, [&carry, batch])?,
+            None => batch.clone(),
+        };
+        let columns: Vec<ArrayRef> = self
+            .key_indices
+            .iter()
+            .map(|&i| Arc::clone(input.column(i)))
+            .collect();
+        let keys = self.keys.convert_columns(&columns)?;
+        let n = input.num_rows();
+        let last = last_group_start(&keys, n);
+        self.carry = Some(input.slice(last, n - last));
+        Ok((input, last))
+    }
+
+    /// The rows still carried: the last key group.
+    pub fn finish(&mut self) -> Option<RecordBatch> {
+        self.carry.take()
+    }
 }

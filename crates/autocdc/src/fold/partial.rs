@@ -39,7 +39,7 @@ use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{all_nullable, EventLayout, Kind, Origin};
 use super::errors::{conflict_error, format_key};
-use super::kernel::{last_group_start, FoldKernel};
+use super::kernel::{FoldKernel, GroupCarry};
 use super::scd1::{FoldCounts, Scd1Fold};
 
 /// Which partial-update option a flow uses.
@@ -286,11 +286,10 @@ impl Merger {
 pub struct MergingScd1Fold {
     merger: Merger,
     inner: Scd1Fold,
-    input_schema: SchemaRef,
     key_converter: RowConverter,
     seq_converter: RowConverter,
     watermark: Option<OwnedRow>,
-    carry: Option<RecordBatch>,
+    carry: GroupCarry,
 }
 
 impl MergingScd1Fold {
@@ -308,11 +307,10 @@ impl MergingScd1Fold {
                 layout.key_indices.iter().map(|&i| field(i)).collect(),
             )?,
             seq_converter: RowConverter::new(vec![field(layout.seq())])?,
+            carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             merger: Merger::new(flow, layout, mode),
             inner,
-            input_schema: Arc::clone(input_schema),
             watermark: None,
-            carry: None,
         })
     }
 
@@ -359,26 +357,13 @@ impl FoldKernel for MergingScd1Fold {
             return Ok(None);
         }
         super::errors::check_event_nulls(&self.merger.flow, &self.merger.layout, batch)?;
-        let input = match self.carry.take() {
-            Some(carry) => concat_batches(&self.input_schema, [&carry, batch])?,
-            None => batch.clone(),
-        };
-        let key_columns: Vec<ArrayRef> = self
-            .merger
-            .layout
-            .key_indices
-            .iter()
-            .map(|&i| Arc::clone(input.column(i)))
-            .collect();
-        let keys = self.key_converter.convert_columns(&key_columns)?;
-        let last = last_group_start(&keys, input.num_rows());
-        self.carry = Some(input.slice(last, input.num_rows() - last));
-        self.merge_and_fold(&input, last)
+        let (input, whole) = self.carry.push(batch)?;
+        self.merge_and_fold(&input, whole)
     }
 
     fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
         let mut parts = Vec::with_capacity(2);
-        if let Some(carry) = self.carry.take() {
+        if let Some(carry) = self.carry.finish() {
             parts.extend(self.merge_and_fold(&carry, carry.num_rows())?);
         }
         parts.extend(self.inner.finish_all()?);

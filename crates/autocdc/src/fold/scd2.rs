@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::compute::kernels::zip::zip;
-use arrow::compute::{concat_batches, take};
+use arrow::compute::take;
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
@@ -36,7 +36,7 @@ use super::columns::{
     END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT,
 };
 use super::errors::{check_event_nulls, conflict_error};
-use super::kernel::{last_group_start, FoldKernel};
+use super::kernel::{FoldKernel, GroupCarry};
 use super::partial::{Chain, Merger, PartialUpdates};
 use super::FoldCounts;
 
@@ -62,7 +62,6 @@ pub fn scd2_output_schema(layout: &EventLayout, input: &Schema) -> SchemaRef {
 pub struct Scd2Fold {
     flow: String,
     layout: EventLayout,
-    input_schema: SchemaRef,
     output_schema: SchemaRef,
     key_converter: RowConverter,
     seq_converter: RowConverter,
@@ -74,7 +73,7 @@ pub struct Scd2Fold {
     /// All target columns: a version's visible values.
     target_columns: Vec<usize>,
     target_converter: RowConverter,
-    carry: Option<RecordBatch>,
+    carry: GroupCarry,
     counts: FoldCounts,
     scratch: Scratch,
     /// Partial updates: versions take merged rows, hidden events raw ones.
@@ -142,16 +141,21 @@ struct Scratch {
 
 /// A version of a key's history, as rows of the batch: the event that opened
 /// it, the latest event absorbed into it, the event that closed it.
-#[derive(Debug)]
-struct Version {
-    open: usize,
-    last: usize,
-    close: Option<usize>,
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Version {
+    pub(super) open: usize,
+    pub(super) last: usize,
+    pub(super) close: Option<usize>,
 }
 
 /// Fold a key's distinct events (in sequence order) into its versions
 /// (SPEC §2.4).
-fn fold_versions(events: &[usize], kinds: &Int8Array, tracked: &Rows, versions: &mut Vec<Version>) {
+pub(super) fn fold_versions(
+    events: &[usize],
+    kinds: &Int8Array,
+    tracked: &Rows,
+    versions: &mut Vec<Version>,
+) {
     versions.clear();
     let mut cur: Option<(usize, usize)> = None;
     for &i in events {
@@ -212,10 +216,9 @@ impl Scd2Fold {
             target_converter: RowConverter::new((0..layout.num_target()).map(field).collect())?,
             target_columns: (0..layout.num_target()).collect(),
             output_schema: scd2_output_schema(&layout, input_schema),
-            input_schema: Arc::clone(input_schema),
+            carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             value_columns,
             tracked,
-            carry: None,
             counts: FoldCounts::default(),
             scratch: Scratch::default(),
             merger: partial.map(|mode| Merger::new(flow, layout.clone(), mode)),
@@ -455,20 +458,13 @@ impl FoldKernel for Scd2Fold {
             return Ok(None);
         }
         self.check_nulls(batch)?;
-        let input = match self.carry.take() {
-            Some(carry) => concat_batches(&self.input_schema, [&carry, batch])?,
-            None => batch.clone(),
-        };
         // the last key group may continue in the next batch
-        let keys = Self::convert(&self.key_converter, &input, &self.layout.key_indices)?;
-        let n = input.num_rows();
-        let last_start = last_group_start(&keys, n);
-        self.carry = Some(input.slice(last_start, n - last_start));
-        self.fold(&input, last_start)
+        let (input, whole) = self.carry.push(batch)?;
+        self.fold(&input, whole)
     }
 
     fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
-        match self.carry.take() {
+        match self.carry.finish() {
             Some(carry) => {
                 let n = carry.num_rows();
                 self.fold(&carry, n)
