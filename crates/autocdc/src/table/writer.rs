@@ -89,12 +89,19 @@ impl BucketWriter {
         }
     }
 
+    /// Parquet settings of the data and change files.
+    ///
+    /// Small row groups: every bucket being written buffers one in memory.
+    /// No dictionary encoding: interning every value was the largest part of
+    /// writing an update, and on the benchmark data (keys, sequences, numbers
+    /// and strings of every cardinality) zstd over plain values gave smaller
+    /// files too (10 M events, SCD 1: 14.5 s → 9.8 s, 181 → 132 MB).
     fn properties() -> WriterProperties {
-        // small row groups: every bucket being written buffers one in memory
         WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+            .set_dictionary_enabled(false)
             .build()
     }
 
