@@ -65,3 +65,47 @@ impl AutoCdcConfig {
         self
     }
 }
+
+datafusion::common::extensions_options! {
+    /// Session options of the AUTO CDC operators, set with
+    /// `SET autocdc.<name> = <value>` (or on the [`SessionConfig`] with
+    /// `with_option_extension`).
+    pub struct AutoCdcOptions {
+        /// Fold SCD type 1 updates (without partial updates, fixed-width keys
+        /// and sequence) by sorting a compact index of the events instead of
+        /// the events; falls back to DataFusion's spilling sort when the
+        /// memory pool refuses. `false` always sorts the events.
+        pub indexed_fold: bool, default = true
+        /// Bytes one partition's indexed fold may hold before it falls back
+        /// to sorting, beside the memory pool's own limit; 0: only the pool.
+        pub indexed_fold_max_bytes: usize, default = 0
+    }
+}
+
+impl datafusion::common::config::ConfigExtension for AutoCdcOptions {
+    const PREFIX: &'static str = "autocdc";
+}
+
+/// `config` with [`AutoCdcOptions`] registered (kept if already there).
+pub fn with_autocdc_options(config: SessionConfig) -> SessionConfig {
+    if config
+        .options()
+        .extensions
+        .get::<AutoCdcOptions>()
+        .is_some()
+    {
+        config
+    } else {
+        config.with_option_extension(AutoCdcOptions::default())
+    }
+}
+
+/// The [`AutoCdcOptions`] of a session (defaults when not registered).
+pub fn autocdc_options(config: &SessionConfig) -> AutoCdcOptions {
+    config
+        .options()
+        .extensions
+        .get::<AutoCdcOptions>()
+        .cloned()
+        .unwrap_or_default()
+}

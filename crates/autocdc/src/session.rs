@@ -78,7 +78,7 @@ impl CdcSession {
         });
         let state = AutoCdc::install(
             SessionStateBuilder::new()
-                .with_config(config.session_config)
+                .with_config(crate::config::with_autocdc_options(config.session_config))
                 .with_default_features(),
         )
         .build();

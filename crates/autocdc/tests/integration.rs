@@ -131,12 +131,21 @@ async fn explain_refresh_shows_the_operators() {
         "CdcCommit: target=t, flow=f",
         "AutoCdc: flow=f, keys=[id]",
         "CdcCommitExec",
-        "AutoCdcExec: flow=f, keys=[id]",
-        "SortExec",
+        "AutoCdcExec: flow=f, keys=[id], stored_as=SCD TYPE 1, fold=indexed",
         "RepartitionExec: partitioning=Hash([id@0]",
     ] {
         assert!(plan.contains(op), "missing {op} in\n{plan}");
     }
+    // the indexed fold sorts its own index, not the events
+    assert!(!plan.contains("SortExec"), "{plan}");
+    exec(&s, "SET autocdc.indexed_fold = false").await;
+    let sorted = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    for op in ["fold=sorted", "SortExec: expr=[id@0 ASC"] {
+        assert!(sorted.contains(op), "missing {op} in\n{sorted}");
+    }
+    exec(&s, "SET autocdc.indexed_fold = true").await;
 
     exec(&s, "INSERT INTO src VALUES (3, 'c', 1)").await;
     let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
@@ -145,7 +154,7 @@ async fn explain_refresh_shows_the_operators() {
     for metric in [
         "AutoCdcExec",
         "num_upserted_rows=1",
-        "num_late_rows_dropped=2",
+        "num_late_rows_dropped=5",
         "num_input_rows=3",
         "CdcCommitExec",
         "commit_version=2",
@@ -160,6 +169,89 @@ async fn explain_refresh_shows_the_operators() {
 }
 
 /// A failed first run leaves no flow behind and the target unchanged.
+/// When the memory pool refuses the indexed SCD 1 fold, the partition falls
+/// back to DataFusion's spilling sort with the events it already holds: same
+/// rows, same counts as with enough memory.
+#[tokio::test]
+async fn indexed_fold_falls_back_to_sorting_when_memory_runs_short() {
+    let mut results = Vec::new();
+    // (the memory table source is re-read whole: its first four rows are late)
+    for limit in [None, Some("16K")] {
+        let config = datafusion::prelude::SessionConfig::new().with_batch_size(4);
+        let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
+            .await
+            .unwrap();
+        if let Some(limit) = limit {
+            exec(
+                &s,
+                &format!("SET datafusion.runtime.memory_limit = '{limit}'"),
+            )
+            .await;
+            // the sort it falls back to merges within the pool too
+            exec(
+                &s,
+                "SET datafusion.execution.sort_spill_reservation_bytes = 0",
+            )
+            .await;
+        }
+        exec(
+            &s,
+            "CREATE TABLE src (id INT, v TEXT, seq INT, op TEXT) AS VALUES \
+             (1, 'a', 1, 'U'), (2, 'b', 1, 'U'), (3, 'c', 1, 'U'), (4, 'd', 1, 'U')",
+        )
+        .await;
+        exec(&s, "CREATE STREAMING TABLE t").await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) \
+             APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op)",
+        )
+        .await;
+        exec(
+            &s,
+            "INSERT INTO src VALUES (1, 'a2', 5, 'U'), (1, 'a1', 3, 'U'), (2, 'b', 0, 'U'), \
+             (3, NULL, 2, 'D'), (5, 'e', 1, 'U'), (5, 'e', 1, 'U'), (6, 'f', 2, 'U'), \
+             (6, 'g', 4, 'U'), (7, 'h', 1, 'U'), (8, 'i', 1, 'U'), (9, 'j', 1, 'U')",
+        )
+        .await;
+        exec(
+            &s,
+            "INSERT INTO src SELECT CAST(value AS INT), 'x', 1, 'U' FROM generate_series(100, 399)",
+        )
+        .await;
+        let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+            .await
+            .join("\n");
+        assert!(analyzed.contains("fold=indexed"), "{analyzed}");
+        let fell_back = !analyzed.contains("num_sort_fallbacks=0,");
+        assert_eq!(fell_back, limit.is_some(), "{analyzed}");
+        for metric in [
+            "num_upserted_rows=306",
+            "num_deleted_rows=1",
+            "num_late_rows_dropped=5",
+            "num_duplicate_rows_dropped=1",
+        ] {
+            assert!(analyzed.contains(metric), "missing {metric} in\n{analyzed}");
+        }
+        results.push(rows(&s, "SELECT id, v, seq FROM t WHERE id < 100 ORDER BY id").await);
+        assert_eq!(rows(&s, "SELECT count(*) FROM t").await, ["| 308 |"]);
+    }
+    assert_eq!(
+        results[0],
+        [
+            "| 1 | a2 | 5 |",
+            "| 2 | b | 1 |",
+            "| 4 | d | 1 |",
+            "| 5 | e | 1 |",
+            "| 6 | g | 4 |",
+            "| 7 | h | 1 |",
+            "| 8 | i | 1 |",
+            "| 9 | j | 1 |"
+        ]
+    );
+    assert_eq!(results[0], results[1]);
+}
+
 #[tokio::test]
 async fn failed_create_flow_leaves_nothing() {
     let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();

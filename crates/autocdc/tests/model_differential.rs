@@ -60,12 +60,51 @@ async fn engine(
     width: usize,
     partitions: usize,
 ) -> Vec<Vec<Option<i32>>> {
+    engine_with(updates, clauses, select, width, partitions, Fold::Indexed).await
+}
+
+/// How SCD 1 updates are folded (SCD 2 and BITEMPORAL always sort).
+#[derive(Debug, Clone, Copy)]
+enum Fold {
+    /// The default: a sorted index of the events (`IndexedScd1Fold`).
+    Indexed,
+    /// `SET autocdc.indexed_fold = false`: DataFusion sorts the events.
+    Sorted,
+    /// The indexed fold out of memory after its first batch: it falls back
+    /// to sorting, with what it already retained.
+    IndexedOutOfMemory,
+}
+
+fn fold_choice() -> impl Strategy<Value = Fold> {
+    prop_oneof![
+        Just(Fold::Indexed),
+        Just(Fold::Sorted),
+        Just(Fold::IndexedOutOfMemory)
+    ]
+}
+
+async fn engine_with(
+    updates: &[Vec<Event>],
+    clauses: &str,
+    select: &str,
+    width: usize,
+    partitions: usize,
+    fold: Fold,
+) -> Vec<Vec<Option<i32>>> {
     let config = SessionConfig::new()
         .with_batch_size(2)
         .with_target_partitions(partitions);
     let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
         .await
         .unwrap();
+    let setting = match fold {
+        Fold::Indexed => None,
+        Fold::Sorted => Some("SET autocdc.indexed_fold = false"),
+        Fold::IndexedOutOfMemory => Some("SET autocdc.indexed_fold_max_bytes = 1"),
+    };
+    if let Some(setting) = setting {
+        s.sql(setting).await.unwrap().collect().await.unwrap();
+    }
     s.sql(&format!(
         "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}')",
         partitions * 2 - 1
@@ -185,6 +224,7 @@ proptest! {
         order in any::<u64>(),
         partial in partial(),
         partitions in 1usize..4,
+        fold in fold_choice(),
     ) {
         let mut updates = shuffle_and_split(&events, order, &cuts);
         updates.push(events.clone());
@@ -202,8 +242,10 @@ proptest! {
             "{ignore} APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' \
              SEQUENCE BY seq COLUMNS (id, a, b) {to_update}"
         );
-        let got = runtime().block_on(engine(&updates, &clauses, "SELECT id, a, b FROM t", 3, partitions));
-        prop_assert_eq!(got, expected, "partial: {:?}, updates: {:?}", partial, updates);
+        let got = runtime().block_on(engine_with(
+            &updates, &clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
+        ));
+        prop_assert_eq!(got, expected, "fold: {:?}, partial: {:?}, updates: {:?}", fold, partial, updates);
     }
 
     /// SCD 2: the history is a function of the set of events, for every

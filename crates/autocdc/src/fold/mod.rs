@@ -11,6 +11,7 @@ pub mod errors;
 pub mod kernel;
 pub mod partial;
 pub mod scd1;
+pub mod scd1_indexed;
 pub mod scd2;
 pub mod snapshot_diff;
 
@@ -18,6 +19,7 @@ pub use columns::{EventLayout, Kind, Origin};
 pub use kernel::FoldKernel;
 pub use partial::PartialUpdates;
 pub use scd1::{FoldCounts, Scd1Fold};
+pub use scd1_indexed::IndexedScd1Fold;
 pub use scd2::Scd2Fold;
 
 use arrow::datatypes::{Schema, SchemaRef};
@@ -42,6 +44,12 @@ pub struct FoldSpec {
     pub new_wins_ties: bool,
     /// `IGNORE NULL UPDATES` / `COLUMNS TO UPDATE` (SPEC §2.6).
     pub partial: Option<PartialUpdates>,
+    /// Fold with the [`IndexedScd1Fold`] where it applies (see
+    /// [`FoldSpec::uses_indexed_fold`]); otherwise over sorted events.
+    pub indexed_fold: bool,
+    /// Bytes a partition's indexed fold may hold before it falls back to
+    /// sorting (0: as many as the memory pool grants).
+    pub indexed_fold_max_bytes: usize,
 }
 
 impl FoldSpec {
@@ -54,6 +62,21 @@ impl FoldSpec {
             ScdType::Type2 => Ok(scd2::scd2_output_schema(&self.layout, input)),
             ScdType::Bitemporal => Ok(bitemporal::output_schema(&self.layout, input)),
         }
+    }
+
+    /// Whether events of `input` are folded by an [`IndexedScd1Fold`] (SCD 1
+    /// without partial updates, fixed-width keys and sequence) rather than
+    /// sorted by DataFusion and folded in order.
+    pub fn uses_indexed_fold(&self, input: &Schema) -> bool {
+        self.indexed_fold
+            && self.stored_as == ScdType::Type1
+            && self.partial.is_none()
+            && IndexedScd1Fold::supports(&self.layout, input)
+    }
+
+    /// An indexed fold for one partition (see [`Self::uses_indexed_fold`]).
+    pub fn indexed_kernel(&self, input: &SchemaRef) -> Result<IndexedScd1Fold> {
+        IndexedScd1Fold::try_new(&self.flow, self.layout.clone(), input, self.new_wins_ties)
     }
 
     /// A fresh kernel for one partition.

@@ -3,17 +3,21 @@
 //! ```text
 //!            AutoCdcExec  (one fold per partition)
 //!             ▲                 ▲
-//!   sorted by (keys, seq,       │ SinglePartition, collected once and
-//!   origin), partitioned by     │ shared by all partitions
-//!   keys                        │
+//!   partitioned by keys;        │ SinglePartition, collected once and
+//!   sorted by (keys, seq,       │ shared by all partitions
+//!   origin) unless indexed      │
 //!   events (stored ∪ new)    truncate sequences
 //! ```
 //!
-//! The operator only declares what it needs — key partitioning and
-//! `(keys, seq, origin)` ordering on the events — and DataFusion inserts the
-//! repartitioning and (spilling) sorts, so it runs on all cores with memory
-//! bounded by the session's pool. Partition 0 also emits the truncate
-//! watermark row.
+//! The operator declares what it needs — key partitioning, and for the
+//! sorted kernels `(keys, seq, origin)` ordering on the events — and
+//! DataFusion inserts the repartitioning and (spilling) sorts, so it runs on
+//! all cores with memory bounded by the session's pool. SCD 1 flows with
+//! fixed-width keys and sequence use the [`IndexedScd1Fold`] instead (no sort
+//! below, `fold=indexed` in `EXPLAIN`): it reserves what it holds in the
+//! pool and, when refused, sorts the rest of its partition itself (a
+//! [`SortExec`] over what it retained and the remaining input, metric
+//! `num_sort_fallbacks`). Partition 0 also emits the truncate watermark row.
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use arrow::compute::{concat, SortOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{
@@ -33,7 +38,9 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{
     collect, DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
     Partitioning, PlanProperties,
@@ -42,7 +49,7 @@ use futures::StreamExt;
 use tokio::sync::OnceCell;
 
 use crate::fold::columns::{KIND_COL, SEQ_COL};
-use crate::fold::{FoldCounts, FoldKernel, FoldSpec, Kind};
+use crate::fold::{FoldCounts, FoldKernel, FoldSpec, IndexedScd1Fold, Kind};
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
 #[derive(Debug)]
@@ -76,6 +83,8 @@ pub mod metric {
     pub const EVENTS_ADDED: &str = "num_events_added";
     /// Truncate watermark raised (1) or not (0).
     pub const WATERMARK: &str = "num_truncates_applied";
+    /// Partitions whose indexed fold ran out of memory and sorted instead.
+    pub const SORT_FALLBACKS: &str = "num_sort_fallbacks";
 }
 
 impl AutoCdcExec {
@@ -105,6 +114,15 @@ impl AutoCdcExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         )
+    }
+
+    /// `indexed` or `sorted` (shown in `EXPLAIN`).
+    fn fold_name(&self) -> &'static str {
+        if self.spec.uses_indexed_fold(&self.events.schema()) {
+            "indexed"
+        } else {
+            "sorted"
+        }
     }
 
     /// Flow name.
@@ -137,6 +155,27 @@ impl AutoCdcExec {
             > 0
     }
 
+    /// `(keys, seq, origin)`: the order the sorted kernels fold in.
+    fn fold_ordering(&self) -> Option<LexOrdering> {
+        let schema = self.events.schema();
+        let asc = SortOptions {
+            descending: false,
+            nulls_first: true,
+        };
+        let mut sort: Vec<PhysicalSortExpr> = self
+            .key_exprs()
+            .into_iter()
+            .map(|e| PhysicalSortExpr::new(e, asc))
+            .collect();
+        for i in [self.spec.layout.seq(), self.spec.layout.origin()] {
+            sort.push(PhysicalSortExpr::new(
+                Arc::new(Column::new(schema.field(i).name(), i)),
+                asc,
+            ));
+        }
+        LexOrdering::new(sort)
+    }
+
     fn key_exprs(&self) -> Vec<Arc<dyn PhysicalExpr>> {
         let schema = self.events.schema();
         self.spec
@@ -155,27 +194,52 @@ impl DisplayAs for AutoCdcExec {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
                 write!(
                     f,
-                    "AutoCdcExec: flow={}, keys=[{}], stored_as={}",
+                    "AutoCdcExec: flow={}, keys=[{}], stored_as={}, fold={}",
                     self.spec.flow,
                     keys.join(", "),
-                    self.spec.stored_as
+                    self.spec.stored_as,
+                    self.fold_name()
                 )
             }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.spec.flow)?;
-                write!(f, "keys=[{}]", keys.join(", "))
+                writeln!(f, "keys=[{}]", keys.join(", "))?;
+                write!(f, "fold={}", self.fold_name())
             }
         }
     }
 }
 
+/// How one partition folds.
+enum Engine {
+    /// Over events sorted by `(keys, seq, origin)`.
+    Sorted {
+        fold: Box<dyn FoldKernel>,
+        input: SendableRecordBatchStream,
+    },
+    /// Over a sorted index of the retained events; `emitting` once the input
+    /// is consumed and the index sorted.
+    Indexed {
+        fold: Box<IndexedScd1Fold>,
+        input: SendableRecordBatchStream,
+        reservation: MemoryReservation,
+        emitting: bool,
+    },
+    /// Between two engines (never observed).
+    Switching,
+}
+
 struct FoldState {
-    fold: Box<dyn FoldKernel>,
-    input: SendableRecordBatchStream,
+    engine: Engine,
     finished: bool,
     partition: usize,
     counters: Counters,
     baseline: BaselineMetrics,
+    /// For a fall-back from the indexed fold to sorting.
+    spec: FoldSpec,
+    ordering: LexOrdering,
+    truncate_sequences: Option<ArrayRef>,
+    context: Arc<TaskContext>,
 }
 
 struct Counters {
@@ -187,6 +251,7 @@ struct Counters {
     duplicates: Count,
     events_added: Count,
     watermark: Count,
+    sort_fallbacks: Count,
 }
 
 impl Counters {
@@ -201,6 +266,7 @@ impl Counters {
             duplicates: c(metric::DUPLICATES),
             events_added: c(metric::EVENTS_ADDED),
             watermark: c(metric::WATERMARK),
+            sort_fallbacks: c(metric::SORT_FALLBACKS),
         }
     }
 
@@ -221,50 +287,205 @@ impl FoldState {
         if self.finished {
             return Ok(None);
         }
-        while let Some(batch) = self.input.next().await {
-            let batch = batch?;
-            let _timer = self.baseline.elapsed_compute().timer();
-            if let Some(out) = self.fold.push(&batch)? {
-                if out.num_rows() > 0 {
-                    return Ok(Some(out));
+        let batch_size = self.context.session_config().batch_size();
+        loop {
+            match &mut self.engine {
+                Engine::Sorted { fold, input } => {
+                    while let Some(batch) = input.next().await {
+                        let batch = batch?;
+                        let _timer = self.baseline.elapsed_compute().timer();
+                        if let Some(out) = fold.push(&batch)? {
+                            if out.num_rows() > 0 {
+                                return Ok(Some(out));
+                            }
+                        }
+                    }
+                    break;
+                }
+                Engine::Indexed {
+                    fold,
+                    input,
+                    reservation,
+                    emitting,
+                } => {
+                    let mut refused = false;
+                    if !*emitting {
+                        while let Some(batch) = input.next().await {
+                            let batch = batch?;
+                            let _timer = self.baseline.elapsed_compute().timer();
+                            fold.push(&batch)?;
+                            let size = fold.memory_size();
+                            let cap = self.spec.indexed_fold_max_bytes;
+                            if (cap > 0 && size > cap) || reservation.try_resize(size).is_err() {
+                                refused = true;
+                                break;
+                            }
+                        }
+                        if !refused {
+                            let _timer = self.baseline.elapsed_compute().timer();
+                            fold.finish()?;
+                            *emitting = true;
+                        }
+                    }
+                    if refused {
+                        self.fall_back_to_sort()?;
+                        continue;
+                    }
+                    let _timer = self.baseline.elapsed_compute().timer();
+                    if let Some(out) = fold.next_output(batch_size)? {
+                        return Ok(Some(out));
+                    }
+                    break;
+                }
+                Engine::Switching => {
+                    return Err(DataFusionError::Internal(
+                        "AutoCdcExec: fold engine lost".into(),
+                    ))
                 }
             }
         }
         self.finished = true;
         let mut parts = Vec::new();
-        if let Some(last) = self.fold.finish_all()? {
-            parts.push(last);
-        }
+        let (counts, watermark, schema) = match &mut self.engine {
+            Engine::Sorted { fold, .. } => {
+                if let Some(last) = fold.finish_all()? {
+                    parts.push(last);
+                }
+                (
+                    fold.counts(),
+                    fold.watermark_value().cloned(),
+                    Arc::clone(fold.output_schema()),
+                )
+            }
+            Engine::Indexed {
+                fold, reservation, ..
+            } => {
+                reservation.free();
+                (
+                    fold.counts(),
+                    fold.watermark_value().cloned(),
+                    Arc::clone(fold.output_schema()),
+                )
+            }
+            Engine::Switching => {
+                return Err(DataFusionError::Internal(
+                    "AutoCdcExec: fold engine lost".into(),
+                ))
+            }
+        };
         if self.partition == 0 {
-            if let Some(wm) = self.fold.watermark_value() {
-                parts.push(self.watermark_row(wm)?);
+            if let Some(wm) = &watermark {
+                parts.push(watermark_row(&schema, wm)?);
                 self.counters.watermark.add(1);
             }
         }
-        self.counters.record(self.fold.counts());
+        self.counters.record(counts);
+        self.engine = Engine::Switching;
         if parts.is_empty() {
             return Ok(None);
         }
-        Ok(Some(arrow::compute::concat_batches(
-            self.fold.output_schema(),
-            &parts,
-        )?))
+        Ok(Some(arrow::compute::concat_batches(&schema, &parts)?))
     }
 
-    /// The truncate watermark row: keyless, kind TRUNCATE, sequence `wm`.
-    fn watermark_row(&self, wm: &ArrayRef) -> Result<RecordBatch> {
-        let schema = self.fold.output_schema();
-        let columns: Vec<ArrayRef> = schema
-            .fields()
-            .iter()
-            .map(|f| match f.name().as_str() {
-                SEQ_COL => Arc::clone(wm),
-                KIND_COL => Arc::new(Int8Array::from(vec![Kind::Truncate as i8])) as ArrayRef,
-                _ => new_null_array(f.data_type(), 1),
-            })
-            .collect();
-        Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+    /// The memory pool refused the indexed fold more memory: sort what it
+    /// retained and the rest of the input (spilling as the pool requires)
+    /// and fold that with the sorted kernel.
+    fn fall_back_to_sort(&mut self) -> Result<()> {
+        let Engine::Indexed {
+            fold,
+            input,
+            reservation,
+            ..
+        } = std::mem::replace(&mut self.engine, Engine::Switching)
+        else {
+            return Err(DataFusionError::Internal(
+                "AutoCdcExec: no indexed fold to fall back from".into(),
+            ));
+        };
+        let schema = input.schema();
+        let retained = fold.into_batches();
+        // the sort accounts for the retained batches itself
+        reservation.free();
+        let events = futures::stream::iter(retained.into_iter().map(Ok)).chain(input);
+        let events: SendableRecordBatchStream =
+            Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), events));
+        let source = StreamingTableExec::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(OneShotPartition::new(schema, events))],
+            None,
+            Vec::<LexOrdering>::new(),
+            false,
+            None,
+        )?;
+        let sort = SortExec::new(self.ordering.clone(), Arc::new(source));
+        let sorted = sort.execute(0, Arc::clone(&self.context))?;
+        let mut kernel = self.spec.kernel(&sorted.schema())?;
+        if let Some(seqs) = &self.truncate_sequences {
+            kernel.observe_watermark(seqs)?;
+        }
+        self.counters.sort_fallbacks.add(1);
+        self.engine = Engine::Sorted {
+            fold: kernel,
+            input: sorted,
+        };
+        Ok(())
     }
+}
+
+/// A stream handed to a plan once (the rest of a partition's input).
+struct OneShotPartition {
+    schema: SchemaRef,
+    stream: std::sync::Mutex<Option<SendableRecordBatchStream>>,
+}
+
+impl OneShotPartition {
+    fn new(schema: SchemaRef, stream: SendableRecordBatchStream) -> Self {
+        Self {
+            schema,
+            stream: std::sync::Mutex::new(Some(stream)),
+        }
+    }
+}
+
+impl fmt::Debug for OneShotPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OneShotPartition")
+    }
+}
+
+impl PartitionStream for OneShotPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let taken = self.stream.lock().ok().and_then(|mut s| s.take());
+        match taken {
+            Some(stream) => stream,
+            None => Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                futures::stream::once(async {
+                    Err(DataFusionError::Internal(
+                        "AutoCdcExec: fall-back input executed twice".into(),
+                    ))
+                }),
+            )),
+        }
+    }
+}
+
+/// The truncate watermark row: keyless, kind TRUNCATE, sequence `wm`.
+fn watermark_row(schema: &SchemaRef, wm: &ArrayRef) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().as_str() {
+            SEQ_COL => Arc::clone(wm),
+            KIND_COL => Arc::new(Int8Array::from(vec![Kind::Truncate as i8])) as ArrayRef,
+            _ => new_null_array(f.data_type(), 1),
+        })
+        .collect();
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 impl ExecutionPlan for AutoCdcExec {
@@ -284,23 +505,10 @@ impl ExecutionPlan for AutoCdcExec {
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
-        let schema = self.events.schema();
-        let asc = SortOptions {
-            descending: false,
-            nulls_first: true,
-        };
-        let mut sort: Vec<PhysicalSortExpr> = self
-            .key_exprs()
-            .into_iter()
-            .map(|e| PhysicalSortExpr::new(e, asc))
-            .collect();
-        for i in [self.spec.layout.seq(), self.spec.layout.origin()] {
-            sort.push(PhysicalSortExpr::new(
-                Arc::new(Column::new(schema.field(i).name(), i)),
-                asc,
-            ));
+        if self.spec.uses_indexed_fold(&self.events.schema()) {
+            return vec![None, None];
         }
-        vec![LexOrdering::new(sort).map(OrderingRequirements::from), None]
+        vec![self.fold_ordering().map(OrderingRequirements::from), None]
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
@@ -350,17 +558,37 @@ impl ExecutionPlan for AutoCdcExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let input = self.events.execute(partition, Arc::clone(&context))?;
-        let fold = self.spec.kernel(&input.schema())?;
+        let engine = if self.spec.uses_indexed_fold(&self.events.schema()) {
+            let reservation = MemoryConsumer::new(format!("AutoCdcExec[{partition}]"))
+                .with_can_spill(true)
+                .register(context.memory_pool());
+            Engine::Indexed {
+                fold: Box::new(self.spec.indexed_kernel(&input.schema())?),
+                input,
+                reservation,
+                emitting: false,
+            }
+        } else {
+            Engine::Sorted {
+                fold: self.spec.kernel(&input.schema())?,
+                input,
+            }
+        };
+        let ordering = self
+            .fold_ordering()
+            .ok_or_else(|| DataFusionError::Internal("AutoCdcExec: flow without keys".into()))?;
+        let spec = self.spec.clone();
         let truncates = Arc::clone(&self.truncates);
         let cell = Arc::clone(&self.truncate_sequences);
         let counters = Counters::new(&self.metrics, partition);
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let schema = Arc::clone(&self.schema);
         let state = async move {
+            let task = Arc::clone(&context);
             let collected = cell
                 .get_or_init(|| async move {
                     let gather = async move {
-                        let batches = collect(truncates, context).await?;
+                        let batches = collect(truncates, task).await?;
                         let arrays: Vec<&dyn arrow::array::Array> =
                             batches.iter().map(|b| b.column(0).as_ref()).collect();
                         if arrays.is_empty() {
@@ -373,20 +601,27 @@ impl ExecutionPlan for AutoCdcExec {
                 .await;
             let seqs = collected
                 .as_ref()
-                .map_err(|e| DataFusionError::Shared(Arc::clone(e)))?;
-            let mut fold = fold;
-            if let Some(seqs) = seqs {
-                if !seqs.is_empty() {
-                    fold.observe_watermark(seqs)?;
+                .map_err(|e| DataFusionError::Shared(Arc::clone(e)))?
+                .clone()
+                .filter(|s| !s.is_empty());
+            let mut engine = engine;
+            if let Some(seqs) = &seqs {
+                match &mut engine {
+                    Engine::Sorted { fold, .. } => fold.observe_watermark(seqs)?,
+                    Engine::Indexed { fold, .. } => fold.observe_watermark(seqs)?,
+                    Engine::Switching => {}
                 }
             }
             Ok::<_, DataFusionError>(FoldState {
-                fold,
-                input,
+                engine,
                 finished: false,
                 partition,
                 counters,
                 baseline,
+                spec,
+                ordering,
+                truncate_sequences: seqs,
+                context,
             })
         };
         let stream = futures::stream::once(state)

@@ -522,6 +522,7 @@ pub async fn plan_update(
         (new_rows, new_truncates)
     };
 
+    let options = crate::config::autocdc_options(state.config());
     let fold_spec = FoldSpec {
         flow: flow.name.clone(),
         layout: resolved.layout.clone(),
@@ -529,6 +530,8 @@ pub async fn plan_update(
         tracked: resolved.tracked.clone(),
         new_wins_ties,
         partial: resolved.partial.clone(),
+        indexed_fold: options.indexed_fold,
+        indexed_fold_max_bytes: options.indexed_fold_max_bytes,
     };
     let fold = AutoCdcNode::try_new(fold_spec, event_plan, truncate_plan)?;
     let fold = LogicalPlan::Extension(Extension {

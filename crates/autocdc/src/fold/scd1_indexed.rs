@@ -1,0 +1,630 @@
+//! Indexed SCD type 1 fold: the result of [`super::Scd1Fold`] without
+//! sorting the events themselves.
+//!
+//! Sorting every column of every event by `(keys, seq, origin)` was most of
+//! an SCD 1 update's cost (DataFusion's sort moves whole rows, twice: into
+//! sorted runs and through the merge). When the keys and the sequence are
+//! fixed-width ([`IndexedScd1Fold::supports`]: integers, dates, timestamps,
+//! ... up to 16 bytes each in Arrow's row format), this kernel keeps the event
+//! batches where they are and sorts a compact index instead — one 48-byte
+//! entry per event holding the key and the sequence as order-preserving
+//! integers — then folds the index with the rules of the sorted fold and
+//! gathers only the rows it emits:
+//!
+//! ```text
+//!  push(batch)                 finish                   next_output
+//!  ┌─────────────┐  row format ┌──────────────────────┐ ┌──────────────────────┐
+//!  │ k1 seq 3 new│ ──────────► │ (key, seq, origin,   │ │ per key group: winner│
+//!  │ k2 seq 9 del│  as u128    │  kind, batch:row)    │►│ dups, conflicts, late│
+//!  │ k1 seq 7 new│             │ sort_unstable        │ │ → interleave winners │
+//!  └─────────────┘             └──────────────────────┘ │   + change feed rows │
+//!   retained as is                                      └──────────────────────┘
+//! ```
+//!
+//! The kernel holds every event of its partition: the operator accounts for
+//! [`IndexedScd1Fold::memory_size`] in the session's memory pool and, when the
+//! pool refuses, hands the retained batches ([`IndexedScd1Fold::into_batches`])
+//! and the rest of its input to a spilling sort and the sorted fold.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use arrow::array::{make_comparator, ArrayRef, AsArray, Int8Array, RecordBatch};
+use arrow::compute::{interleave_record_batch, SortOptions};
+use arrow::datatypes::{DataType, Int8Type, SchemaRef};
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::{DataFusionError, Result};
+
+use super::columns::{
+    all_nullable, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
+    CHANGE_PREIMAGE,
+};
+use super::errors::{check_event_nulls, conflict_error, first_null_value};
+use super::FoldCounts;
+
+/// Widest row-format encoding that fits an index entry (a `u128`).
+const MAX_ENCODED_BYTES: usize = 16;
+
+/// One event in the index: key and sequence as integers that order like
+/// their row-format bytes, then origin (stored first), kind and place.
+#[derive(Debug, Clone, Copy)]
+struct IndexEntry {
+    key: u128,
+    seq: u128,
+    origin: i8,
+    kind: i8,
+    batch: u32,
+    row: u32,
+}
+
+impl IndexEntry {
+    fn place(&self) -> (usize, usize) {
+        (self.batch as usize, self.row as usize)
+    }
+
+    fn stored(&self) -> bool {
+        self.origin == Origin::Stored as i8
+    }
+}
+
+/// Row `i` of `rows` (at most 16 bytes) as a big-endian integer: integers
+/// compare like the bytes since every row of a fixed-width encoding has the
+/// same length.
+fn encoded(rows: &Rows, i: usize) -> u128 {
+    let row = rows.row(i);
+    let bytes = row.as_ref();
+    let mut buf = [0u8; MAX_ENCODED_BYTES];
+    let n = bytes.len().min(MAX_ENCODED_BYTES);
+    buf[..n].copy_from_slice(&bytes[..n]);
+    u128::from_be_bytes(buf)
+}
+
+/// Row-format width of fixed-width `types` (1 null byte + the value each),
+/// if every type is fixed-width.
+fn encoded_width<'a>(types: impl IntoIterator<Item = &'a DataType>) -> Option<usize> {
+    types
+        .into_iter()
+        .map(|t| match t {
+            DataType::Boolean => Some(2),
+            t => t.primitive_width().map(|w| w + 1),
+        })
+        .sum()
+}
+
+/// Indexed SCD 1 fold of one partition (see the module docs).
+pub struct IndexedScd1Fold {
+    flow: String,
+    layout: EventLayout,
+    output_schema: SchemaRef,
+    new_wins_ties: bool,
+    key_converter: RowConverter,
+    seq_converter: RowConverter,
+    batches: Vec<RecordBatch>,
+    retained_bytes: usize,
+    index: Vec<IndexEntry>,
+    watermark: Option<u128>,
+    watermark_value: Option<ArrayRef>,
+    counts: FoldCounts,
+    /// Next index entry to fold, once finished.
+    cursor: Option<usize>,
+}
+
+impl std::fmt::Debug for IndexedScd1Fold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexedScd1Fold")
+            .field("flow", &self.flow)
+            .field("batches", &self.batches.len())
+            .field("events", &self.index.len())
+            .field("counts", &self.counts)
+            .finish()
+    }
+}
+
+impl IndexedScd1Fold {
+    /// Whether events of `input_schema` can be folded by this kernel: keys
+    /// and sequence fixed-width, each at most 16 bytes in row format.
+    pub fn supports(layout: &EventLayout, input_schema: &arrow::datatypes::Schema) -> bool {
+        let keys = encoded_width(
+            layout
+                .key_indices
+                .iter()
+                .map(|&i| input_schema.field(i).data_type()),
+        );
+        let seq = encoded_width([input_schema.field(layout.seq()).data_type()]);
+        keys.is_some_and(|w| w <= MAX_ENCODED_BYTES) && seq.is_some_and(|w| w <= MAX_ENCODED_BYTES)
+    }
+
+    /// Create a fold for events of `input_schema` (see [`EventLayout`]);
+    /// output rows have the input columns minus `__cdc_origin`.
+    pub fn try_new(
+        flow: &str,
+        layout: EventLayout,
+        input_schema: &SchemaRef,
+        new_wins_ties: bool,
+    ) -> Result<Self> {
+        if !Self::supports(&layout, input_schema) {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{flow}': keys or sequence too wide for the indexed fold"
+            )));
+        }
+        let key_fields = layout
+            .key_indices
+            .iter()
+            .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
+            .collect();
+        let seq_field = SortField::new(input_schema.field(layout.seq()).data_type().clone());
+        let output_schema =
+            all_nullable(&input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
+        Ok(Self {
+            flow: flow.to_string(),
+            key_converter: RowConverter::new(key_fields)?,
+            seq_converter: RowConverter::new(vec![seq_field])?,
+            layout,
+            output_schema,
+            new_wins_ties,
+            batches: Vec::new(),
+            retained_bytes: 0,
+            index: Vec::new(),
+            watermark: None,
+            watermark_value: None,
+            counts: FoldCounts::default(),
+            cursor: None,
+        })
+    }
+
+    /// Schema of the batches this fold produces.
+    pub fn output_schema(&self) -> &SchemaRef {
+        &self.output_schema
+    }
+
+    /// Counts so far (final once every output batch was taken).
+    pub fn counts(&self) -> FoldCounts {
+        self.counts
+    }
+
+    /// Raise the truncate watermark to the greatest of `sequences`; must be
+    /// called before [`Self::finish`]. NULLs are rejected.
+    pub fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        if first_null_value(sequences.as_ref()).is_some() {
+            return Err(DataFusionError::Execution(format!(
+                "flow '{}': SEQUENCE BY value is NULL in a TRUNCATE event; nothing was committed",
+                self.flow
+            )));
+        }
+        let rows = self
+            .seq_converter
+            .convert_columns(std::slice::from_ref(sequences))?;
+        for i in 0..rows.num_rows() {
+            let seq = encoded(&rows, i);
+            if self.watermark.is_none_or(|w| seq > w) {
+                self.watermark = Some(seq);
+                self.watermark_value = Some(sequences.slice(i, 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The truncate watermark as a one-element array, once observed.
+    pub fn watermark_value(&self) -> Option<&ArrayRef> {
+        self.watermark_value.as_ref()
+    }
+
+    /// Bytes held: the retained batches and the index.
+    pub fn memory_size(&self) -> usize {
+        self.retained_bytes + self.index.capacity() * std::mem::size_of::<IndexEntry>()
+    }
+
+    /// The retained event batches, in arrival order (to fold them another
+    /// way when memory runs short).
+    pub fn into_batches(self) -> Vec<RecordBatch> {
+        self.batches
+    }
+
+    /// Index one batch of events (stored rows and new events, any order).
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        check_event_nulls(&self.flow, &self.layout, batch)?;
+        let b = u32::try_from(self.batches.len()).map_err(|_| {
+            DataFusionError::ResourcesExhausted(format!(
+                "flow '{}': too many batches in one partition",
+                self.flow
+            ))
+        })?;
+        if u32::try_from(n).is_err() {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "flow '{}': batch of {n} rows",
+                self.flow
+            )));
+        }
+        let key_columns: Vec<ArrayRef> = self
+            .layout
+            .key_indices
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let keys = self.key_converter.convert_columns(&key_columns)?;
+        let seqs = self
+            .seq_converter
+            .convert_columns(&[Arc::clone(batch.column(self.layout.seq()))])?;
+        let origins = batch
+            .column(self.layout.origin())
+            .as_primitive::<Int8Type>()
+            .values();
+        let kinds = batch
+            .column(self.layout.kind())
+            .as_primitive::<Int8Type>()
+            .values();
+        self.index.reserve(n);
+        let mut new_events = 0;
+        for (i, (&origin, &kind)) in origins.iter().zip(kinds.iter()).enumerate() {
+            new_events += usize::from(origin != Origin::Stored as i8);
+            self.index.push(IndexEntry {
+                key: encoded(&keys, i),
+                seq: encoded(&seqs, i),
+                origin,
+                kind,
+                batch: b,
+                row: i as u32,
+            });
+        }
+        self.counts.input_rows += new_events;
+        self.retained_bytes += batch.get_array_memory_size();
+        self.batches.push(batch.clone());
+        Ok(())
+    }
+
+    /// Sort the index once every batch was pushed; then
+    /// [`Self::next_output`] folds it.
+    pub fn finish(&mut self) -> Result<()> {
+        self.index
+            .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        self.cursor = Some(0);
+        Ok(())
+    }
+
+    /// The next output batch of at most about `batch_size` rows: stored
+    /// rows and change feed rows of the next keys; `None` at the end.
+    pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
+        let Some(mut cursor) = self.cursor else {
+            return Err(DataFusionError::Internal(
+                "IndexedScd1Fold::next_output before finish".into(),
+            ));
+        };
+        let mut rows: Vec<(usize, usize)> = Vec::with_capacity(batch_size + 2);
+        let mut kinds: Vec<Option<i8>> = Vec::with_capacity(batch_size + 2);
+        while cursor < self.index.len() && rows.len() < batch_size {
+            let key = self.index[cursor].key;
+            let end = cursor
+                + self.index[cursor..]
+                    .iter()
+                    .position(|e| e.key != key)
+                    .unwrap_or(self.index.len() - cursor);
+            self.fold_group(cursor, end, &mut rows, &mut kinds)?;
+            cursor = end;
+        }
+        self.cursor = Some(cursor);
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let sources: Vec<&RecordBatch> = self.batches.iter().collect();
+        let gathered = interleave_record_batch(&sources, &rows)?;
+        let input_kinds = gathered
+            .column(self.layout.kind())
+            .as_primitive::<Int8Type>();
+        let kinds: Int8Array = kinds
+            .iter()
+            .zip(input_kinds.values().iter())
+            .map(|(o, k)| Some(o.unwrap_or(*k)))
+            .collect();
+        let mut columns = gathered.columns()[..self.layout.origin()].to_vec();
+        columns[self.layout.kind()] = Arc::new(kinds);
+        Ok(Some(RecordBatch::try_new(
+            Arc::clone(&self.output_schema),
+            columns,
+        )?))
+    }
+
+    /// Fold the events `start..end` of the sorted index (one key): check
+    /// equal-sequence events, count late and duplicate ones, and emit the
+    /// stored row and change feed rows, as [`super::Scd1Fold`] does.
+    fn fold_group(
+        &mut self,
+        start: usize,
+        end: usize,
+        rows: &mut Vec<(usize, usize)>,
+        kinds: &mut Vec<Option<i8>>,
+    ) -> Result<()> {
+        let group = &self.index[start..end];
+        let stored = group.iter().find(|e| e.stored()).copied();
+        let stored_seq = stored.map(|s| s.seq);
+        let (mut late, mut duplicates) = (0, 0);
+        let mut winner = group[0];
+        let mut i = 0;
+        while i < group.len() {
+            let seq = group[i].seq;
+            let mut j = i + 1;
+            while j < group.len() && group[j].seq == seq {
+                j += 1;
+            }
+            // at equal sequence the stored row sorts first
+            let news = &group[i + usize::from(group[i].stored())..j];
+            if stored_seq == Some(seq) && !self.new_wins_ties {
+                // the stored row wins: the new events are late
+                late += news.len();
+                winner = group[i];
+            } else {
+                if let Some(first) = news.first() {
+                    for other in &news[1..] {
+                        if !self.same_event(first, other)? {
+                            let (b, r) = other.place();
+                            return Err(conflict_error(
+                                &self.flow,
+                                &self.layout,
+                                &self.batches[b],
+                                r,
+                                false,
+                            ));
+                        }
+                    }
+                    duplicates += news.len() - 1;
+                    if stored_seq.is_some_and(|s| seq < s) {
+                        late += 1;
+                    }
+                }
+                winner = news.first().copied().unwrap_or(group[i]);
+            }
+            i = j;
+        }
+        self.counts.late += late;
+        self.counts.duplicates += duplicates;
+
+        let mut emit = |e: &IndexEntry, kind: Option<i8>| {
+            rows.push(e.place());
+            kinds.push(kind);
+        };
+        let live = stored.filter(|s| s.kind == Kind::Upsert as i8);
+        if self.watermark.is_some_and(|w| winner.seq <= w) {
+            if let Some(live) = &live {
+                self.counts.deleted += 1;
+                emit(live, Some(CHANGE_DELETE));
+            }
+            return Ok(());
+        }
+        if !winner.stored() {
+            if winner.kind == Kind::Delete as i8 {
+                self.counts.tombstones += 1;
+                if let Some(live) = &live {
+                    self.counts.deleted += 1;
+                    emit(live, Some(CHANGE_DELETE));
+                }
+            } else {
+                self.counts.upserted += 1;
+                match &live {
+                    None => emit(&winner, Some(CHANGE_INSERT)),
+                    Some(live) => {
+                        if !self.same_values(live, &winner)? {
+                            emit(live, Some(CHANGE_PREIMAGE));
+                            emit(&winner, Some(CHANGE_POSTIMAGE));
+                        }
+                    }
+                }
+            }
+        }
+        emit(&winner, None);
+        Ok(())
+    }
+
+    /// Whether `columns` of two retained rows hold equal values.
+    fn equal_in(
+        &self,
+        a: &IndexEntry,
+        b: &IndexEntry,
+        columns: impl Iterator<Item = usize>,
+    ) -> Result<bool> {
+        let ((ab, ai), (bb, bi)) = (a.place(), b.place());
+        let (left, right) = (&self.batches[ab], &self.batches[bb]);
+        for c in columns {
+            let cmp = make_comparator(
+                left.column(c).as_ref(),
+                right.column(c).as_ref(),
+                SortOptions::default(),
+            )?;
+            if cmp(ai, bi) != Ordering::Equal {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Same value in every target column (an update that changes nothing
+    /// visible has no change feed rows).
+    fn same_values(&self, a: &IndexEntry, b: &IndexEntry) -> Result<bool> {
+        self.equal_in(a, b, 0..self.layout.num_target())
+    }
+
+    /// Same kind and same value in every column but the sequence.
+    fn same_event(&self, a: &IndexEntry, b: &IndexEntry) -> Result<bool> {
+        let seq = self.layout.seq();
+        self.equal_in(a, b, (0..self.layout.origin()).filter(|c| *c != seq))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fold::Scd1Fold;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn layout() -> EventLayout {
+        EventLayout {
+            target_columns: vec!["id".into(), "v".into()],
+            key_indices: vec![0],
+            system_seq: false,
+            update_list: false,
+        }
+    }
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+            Field::new("__cdc_seq", DataType::Int64, true),
+            Field::new("__cdc_kind", DataType::Int8, false),
+            Field::new("__cdc_written_at", DataType::Int64, true),
+            Field::new("__cdc_origin", DataType::Int8, false),
+        ]))
+    }
+
+    /// (id, v, seq, kind, origin)
+    type Event = (i64, &'static str, i64, Kind, Origin);
+
+    fn batch(events: &[Event]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.0))),
+                Arc::new(StringArray::from_iter_values(events.iter().map(|e| e.1))),
+                Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.2))),
+                Arc::new(Int8Array::from_iter_values(
+                    events.iter().map(|e| e.3 as i8),
+                )),
+                Arc::new(Int64Array::from_iter_values(events.iter().map(|_| 0))),
+                Arc::new(Int8Array::from_iter_values(
+                    events.iter().map(|e| e.4 as i8),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn sorted(batch: &RecordBatch) -> RecordBatch {
+        let columns = [0, 2, 5]
+            .iter()
+            .map(|&c| SortColumn {
+                values: Arc::clone(batch.column(c)),
+                options: None,
+            })
+            .collect::<Vec<_>>();
+        let indices = lexsort_to_indices(&columns, None).unwrap();
+        take_record_batch(batch, &indices).unwrap()
+    }
+
+    /// Rows of a fold output as text, sorted (order is not part of the result).
+    fn rows(batches: &[RecordBatch]) -> Vec<String> {
+        let all = concat_batches(
+            &all_nullable(&schema().project(&[0, 1, 2, 3, 4]).unwrap()),
+            batches,
+        )
+        .unwrap();
+        let mut out: Vec<String> = (0..all.num_rows())
+            .map(|i| {
+                (0..all.num_columns())
+                    .map(|c| {
+                        datafusion::common::ScalarValue::try_from_array(all.column(c), i)
+                            .unwrap()
+                            .to_string()
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn run_hash(
+        events: &[Event],
+        ties: bool,
+        watermark: Option<i64>,
+    ) -> Result<(Vec<String>, FoldCounts)> {
+        let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(), ties)?;
+        if let Some(w) = watermark {
+            fold.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
+        }
+        // one event per batch: chains cross batches
+        for e in events {
+            fold.push(&batch(std::slice::from_ref(e)))?;
+        }
+        fold.finish()?;
+        let mut out = Vec::new();
+        while let Some(b) = fold.next_output(2)? {
+            out.push(b);
+        }
+        Ok((rows(&out), fold.counts()))
+    }
+
+    fn run_sorted(
+        events: &[Event],
+        ties: bool,
+        watermark: Option<i64>,
+    ) -> Result<(Vec<String>, FoldCounts)> {
+        let mut fold = Scd1Fold::try_new("f", layout(), &schema())?.with_new_wins_ties(ties);
+        if let Some(w) = watermark {
+            fold.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
+        }
+        let mut out = Vec::new();
+        if let Some(b) = fold.push(&sorted(&batch(events)))? {
+            out.push(b);
+        }
+        if let Some(b) = fold.finish_all()? {
+            out.push(b);
+        }
+        Ok((rows(&out), fold.counts()))
+    }
+
+    use Kind::{Delete as D, Upsert as U};
+    use Origin::{New as N, Stored as S};
+
+    #[test]
+    fn equals_the_sorted_fold() {
+        let cases: Vec<Vec<Event>> = vec![
+            // plain history, a delete, a replay
+            vec![
+                (1, "a", 1, U, N),
+                (1, "b", 3, U, N),
+                (2, "x", 2, U, N),
+                (2, "", 5, D, N),
+                (1, "b", 3, U, N),
+            ],
+            // stored row: late, equal (late), newer; tombstone stored
+            vec![
+                (1, "s", 5, U, S),
+                (1, "a", 3, U, N),
+                (1, "a", 3, U, N),
+                (1, "t", 5, U, N),
+                (1, "n", 7, U, N),
+                (2, "", 4, D, S),
+                (2, "y", 2, U, N),
+            ],
+            // update to the same values: no change feed rows
+            vec![(1, "s", 5, U, S), (1, "s", 6, U, N), (3, "z", 1, U, S)],
+            // delete of a live row
+            vec![(1, "s", 5, U, S), (1, "", 6, D, N)],
+        ];
+        for events in &cases {
+            for ties in [false, true] {
+                for wm in [None, Some(4)] {
+                    assert_eq!(
+                        run_hash(events, ties, wm).unwrap(),
+                        run_sorted(events, ties, wm).unwrap(),
+                        "{events:?} ties={ties} watermark={wm:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn conflicting_events_fail_at_any_sequence() {
+        // the conflict is below the winning sequence
+        let events = vec![(1, "a", 3, U, N), (1, "z", 9, U, N), (1, "b", 3, U, N)];
+        let err = run_hash(&events, false, None).unwrap_err().to_string();
+        assert!(err.contains("flow 'f'") && err.contains("id=1"), "{err}");
+        assert!(run_sorted(&events, false, None).is_err());
+    }
+}
