@@ -154,7 +154,7 @@ async fn explain_refresh_shows_the_operators() {
     for metric in [
         "AutoCdcExec",
         "num_upserted_rows=1",
-        "num_late_rows_dropped=5",
+        "num_late_rows_dropped=2",
         "num_input_rows=3",
         "CdcCommitExec",
         "commit_version=2",

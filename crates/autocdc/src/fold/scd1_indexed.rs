@@ -105,8 +105,24 @@ pub struct IndexedScd1Fold {
     watermark: Option<u128>,
     watermark_value: Option<ArrayRef>,
     counts: FoldCounts,
-    /// Next index entry to fold, once finished.
+    /// Rows to emit, ordered by source batch (once finished) ...
+    emits: Vec<Emit>,
+    /// ... those of batch `b` at `emit_offsets[b]..emit_offsets[b + 1]`.
+    emit_offsets: Vec<usize>,
+    /// Next batch to emit the rows of, once finished.
     cursor: Option<usize>,
+}
+
+/// [`Emit::kind`] of a row emitted with its own kind (a stored row).
+const KEEP_KIND: i8 = -1;
+
+/// A row to emit: its place and output kind (a change feed kind, or
+/// [`KEEP_KIND`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Emit {
+    batch: u32,
+    row: u32,
+    kind: i8,
 }
 
 impl std::fmt::Debug for IndexedScd1Fold {
@@ -168,6 +184,8 @@ impl IndexedScd1Fold {
             watermark: None,
             watermark_value: None,
             counts: FoldCounts::default(),
+            emits: Vec::new(),
+            emit_offsets: Vec::new(),
             cursor: None,
         })
     }
@@ -211,7 +229,9 @@ impl IndexedScd1Fold {
 
     /// Bytes held: the retained batches and the index.
     pub fn memory_size(&self) -> usize {
-        self.retained_bytes + self.index.capacity() * std::mem::size_of::<IndexEntry>()
+        self.retained_bytes
+            + self.index.capacity() * std::mem::size_of::<IndexEntry>()
+            + self.emits.capacity() * std::mem::size_of::<Emit>()
     }
 
     /// The retained event batches, in arrival order (to fold them another
@@ -276,48 +296,84 @@ impl IndexedScd1Fold {
         Ok(())
     }
 
-    /// Sort the index once every batch was pushed; then
-    /// [`Self::next_output`] folds it.
+    /// Fold the index once every batch was pushed: sort it, fold every key
+    /// group (errors — conflicting events — surface here, before any
+    /// output), and order the rows to emit by the batch they come from, so
+    /// that [`Self::next_output`] gathers them a few batches at a time.
     pub fn finish(&mut self) -> Result<()> {
         self.index
             .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        let mut emits = Vec::new();
+        let mut start = 0;
+        while start < self.index.len() {
+            let key = self.index[start].key;
+            let end = start
+                + self.index[start..]
+                    .iter()
+                    .position(|e| e.key != key)
+                    .unwrap_or(self.index.len() - start);
+            self.fold_group(start, end, &mut emits)?;
+            start = end;
+        }
+        // the index is no longer needed: free it before emitting
+        self.index = Vec::new();
+        // counting sort of the emitted rows by source batch
+        let mut offsets = vec![0usize; self.batches.len() + 1];
+        for e in &emits {
+            offsets[e.batch as usize + 1] += 1;
+        }
+        for b in 0..self.batches.len() {
+            offsets[b + 1] += offsets[b];
+        }
+        let mut next = offsets.clone();
+        let mut by_batch = vec![Emit::default(); emits.len()];
+        for e in emits {
+            let slot = &mut next[e.batch as usize];
+            by_batch[*slot] = e;
+            *slot += 1;
+        }
+        self.emits = by_batch;
+        self.emit_offsets = offsets;
         self.cursor = Some(0);
         Ok(())
     }
 
-    /// The next output batch of at most about `batch_size` rows: stored
-    /// rows and change feed rows of the next keys; `None` at the end.
+    /// The next output batch (about `batch_size` rows, gathered from a few
+    /// consecutive retained batches): stored rows and change feed rows;
+    /// `None` at the end.
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
-        let Some(mut cursor) = self.cursor else {
+        let Some(first) = self.cursor else {
             return Err(DataFusionError::Internal(
                 "IndexedScd1Fold::next_output before finish".into(),
             ));
         };
-        let mut rows: Vec<(usize, usize)> = Vec::with_capacity(batch_size + 2);
-        let mut kinds: Vec<Option<i8>> = Vec::with_capacity(batch_size + 2);
-        while cursor < self.index.len() && rows.len() < batch_size {
-            let key = self.index[cursor].key;
-            let end = cursor
-                + self.index[cursor..]
-                    .iter()
-                    .position(|e| e.key != key)
-                    .unwrap_or(self.index.len() - cursor);
-            self.fold_group(cursor, end, &mut rows, &mut kinds)?;
-            cursor = end;
-        }
-        self.cursor = Some(cursor);
-        if rows.is_empty() {
+        let batches = self.batches.len();
+        if first >= batches {
             return Ok(None);
         }
-        let sources: Vec<&RecordBatch> = self.batches.iter().collect();
-        let gathered = interleave_record_batch(&sources, &rows)?;
+        let start = self.emit_offsets[first];
+        let mut last = first + 1;
+        while last < batches && self.emit_offsets[last] - start < batch_size {
+            last += 1;
+        }
+        self.cursor = Some(last);
+        let emits = &self.emits[start..self.emit_offsets[last]];
+        if emits.is_empty() {
+            return self.next_output(batch_size);
+        }
+        let sources: Vec<&RecordBatch> = self.batches[first..last].iter().collect();
+        let places: Vec<(usize, usize)> = emits
+            .iter()
+            .map(|e| (e.batch as usize - first, e.row as usize))
+            .collect();
+        let gathered = interleave_record_batch(&sources, &places)?;
         let input_kinds = gathered
             .column(self.layout.kind())
             .as_primitive::<Int8Type>();
-        let kinds: Int8Array = kinds
+        let kinds: Int8Array = emits
             .iter()
             .zip(input_kinds.values().iter())
-            .map(|(o, k)| Some(o.unwrap_or(*k)))
+            .map(|(e, k)| Some(if e.kind == KEEP_KIND { *k } else { e.kind }))
             .collect();
         let mut columns = gathered.columns()[..self.layout.origin()].to_vec();
         columns[self.layout.kind()] = Arc::new(kinds);
@@ -330,13 +386,7 @@ impl IndexedScd1Fold {
     /// Fold the events `start..end` of the sorted index (one key): check
     /// equal-sequence events, count late and duplicate ones, and emit the
     /// stored row and change feed rows, as [`super::Scd1Fold`] does.
-    fn fold_group(
-        &mut self,
-        start: usize,
-        end: usize,
-        rows: &mut Vec<(usize, usize)>,
-        kinds: &mut Vec<Option<i8>>,
-    ) -> Result<()> {
+    fn fold_group(&mut self, start: usize, end: usize, emits: &mut Vec<Emit>) -> Result<()> {
         let group = &self.index[start..end];
         let stored = group.iter().find(|e| e.stored()).copied();
         let stored_seq = stored.map(|s| s.seq);
@@ -382,8 +432,11 @@ impl IndexedScd1Fold {
         self.counts.duplicates += duplicates;
 
         let mut emit = |e: &IndexEntry, kind: Option<i8>| {
-            rows.push(e.place());
-            kinds.push(kind);
+            emits.push(Emit {
+                batch: e.batch,
+                row: e.row,
+                kind: kind.unwrap_or(KEEP_KIND),
+            });
         };
         let live = stored.filter(|s| s.kind == Kind::Upsert as i8);
         if self.watermark.is_some_and(|w| winner.seq <= w) {

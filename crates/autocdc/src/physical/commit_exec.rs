@@ -152,6 +152,7 @@ impl ExecutionPlan for CdcCommitExec {
                 "CdcCommitExec has one partition, got {partition}"
             )));
         }
+        let writers = context.session_config().target_partitions();
         let input = self.input.execute(0, context)?;
         let request = Arc::clone(&self.request);
         let plan = Arc::clone(&self.input);
@@ -159,8 +160,10 @@ impl ExecutionPlan for CdcCommitExec {
         let commit_version = MetricBuilder::new(&self.metrics).gauge("commit_version", 0);
         let fut = async move {
             let fold = find_fold(&plan)?;
-            let outcome =
-                commit_state(&request, input, || (fold.counts(), fold.truncated())).await?;
+            let outcome = commit_state(&request, input, writers, || {
+                (fold.counts(), fold.truncated())
+            })
+            .await?;
             files_written.add(outcome.files_written);
             if let Some(v) = outcome.version {
                 commit_version.set(v as usize);

@@ -14,8 +14,10 @@ use std::ops::Not;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray};
-use arrow::compute::{filter, filter_record_batch};
+use arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray, UInt32Array,
+};
+use arrow::compute::{filter, filter_record_batch, take, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{Field, Int32Type, Int8Type, Schema};
 use datafusion::common::Column;
@@ -27,6 +29,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{
     cast, col, lit, when, Expr, Extension, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
 };
+use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::{Action, AddCDCFile, MetadataExt, StructType, Transaction};
@@ -168,12 +171,19 @@ pub fn checkpoint_app_id(flow: &str) -> String {
 pub async fn commit_state(
     request: &CommitRequest,
     input: SendableRecordBatchStream,
+    writers: usize,
     counts: impl FnOnce() -> (FoldCounts, bool),
 ) -> Result<CommitOutcome> {
     let table = request.table.delta();
     let store = table.object_store();
-    let (adds, change_files) =
-        write_rows(&store, input, &request.key_indices, request.buckets).await?;
+    let (adds, change_files) = write_rows(
+        &store,
+        input,
+        &request.key_indices,
+        request.buckets,
+        writers,
+    )
+    .await?;
     let (counts, truncated) = counts();
     let changed = counts.changed_state() || truncated;
 
@@ -251,69 +261,166 @@ pub async fn commit_state(
 /// Write the rows of a new state into bucketed data files and its change data
 /// feed rows (kinds ≥ [`CHANGE_INSERT`]) into `_change_data/` files; returns
 /// both file lists (nothing is committed).
+///
+/// Encoding and compressing Parquet is most of the work, so it runs on
+/// `writers` tasks, each owning the files of the buckets `b` with
+/// `b % writers` equal to its number (one file series per bucket, as with a
+/// single writer); this task only computes buckets and routes rows.
 pub async fn write_rows(
     store: &Arc<dyn object_store::ObjectStore>,
     mut input: SendableRecordBatchStream,
     key_indices: &[usize],
     bucket_count: i32,
+    writers: usize,
 ) -> Result<(
     Vec<deltalake_core::kernel::Add>,
     Vec<deltalake_core::kernel::Add>,
 )> {
-    let mut writer = BucketWriter::new(Arc::clone(store), input.schema());
-    let change_schema = change_data_schema(&input.schema());
-    let mut changes = BucketWriter::change_data(Arc::clone(store), Arc::clone(&change_schema));
-    let kind_index = input.schema().index_of(KIND_COL)?;
-    while let Some(batch) = input.next().await {
-        let batch = batch?;
-        if batch.num_rows() == 0 {
-            continue;
+    let schema = input.schema();
+    let change_schema = change_data_schema(&schema);
+    let kind_index = schema.index_of(KIND_COL)?;
+    let writers = writers.max(1);
+    let (mut routes, mut tasks) = (Vec::with_capacity(writers), Vec::with_capacity(writers));
+    for _ in 0..writers {
+        let (route, rows) = tokio::sync::mpsc::channel(2);
+        routes.push(route);
+        tasks.push(SpawnedTask::spawn(write_routed(
+            Arc::clone(store),
+            Arc::clone(&schema),
+            Arc::clone(&change_schema),
+            rows,
+        )));
+    }
+    let routed = async {
+        while let Some(batch) = input.next().await {
+            let batch = batch?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let keys: Vec<ArrayRef> = key_indices
+                .iter()
+                .map(|&i| Arc::clone(batch.column(i)))
+                .collect();
+            let buckets = bucket_array(&keys, batch.num_rows(), bucket_count)?;
+            let kinds = batch.column(kind_index).as_primitive::<Int8Type>();
+            let buckets: Int32Array = buckets
+                .values()
+                .iter()
+                .zip(kinds.values().iter())
+                .map(|(b, k)| {
+                    if *k == Kind::Truncate as i8 {
+                        WATERMARK_BUCKET
+                    } else {
+                        *b
+                    }
+                })
+                .collect();
+            // state rows (live, tombstones, hidden events, the watermark) and
+            // change data feed rows go to different files
+            let change_rows = BooleanArray::from_unary(kinds, |k| k >= CHANGE_INSERT);
+            if change_rows.true_count() > 0 {
+                let rows = filter_record_batch(&batch, &change_rows)?;
+                let rows = change_data_batch(&rows, &change_schema)?;
+                let row_buckets = filter(&buckets, &change_rows)?;
+                route(&routes, Routed::Change, rows, row_buckets.as_primitive()).await?;
+            }
+            let state_rows = BooleanArray::from_unary(kinds, |k| k < CHANGE_INSERT);
+            if state_rows.true_count() == batch.num_rows() {
+                route(&routes, Routed::State, batch, &buckets).await?;
+            } else if state_rows.true_count() > 0 {
+                let rows = filter_record_batch(&batch, &state_rows)?;
+                let row_buckets = filter(&buckets, &state_rows)?;
+                route(&routes, Routed::State, rows, row_buckets.as_primitive()).await?;
+            }
         }
-        let keys: Vec<ArrayRef> = key_indices
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        let buckets = bucket_array(&keys, batch.num_rows(), bucket_count)?;
-        let kinds = batch.column(kind_index).as_primitive::<Int8Type>().clone();
-        // state rows (live, tombstones, hidden events, the watermark) and
-        // change data feed rows go to different files
-        let is_change = BooleanArray::from_unary(&kinds, |k| k >= CHANGE_INSERT);
-        let state_rows = BooleanArray::from_unary(&kinds, |k| k < CHANGE_INSERT);
-        let buckets: Int32Array = buckets
-            .values()
-            .iter()
-            .zip(kinds.values().iter())
-            .map(|(b, k)| {
-                if *k == Kind::Truncate as i8 {
-                    WATERMARK_BUCKET
-                } else {
-                    *b
-                }
-            })
-            .collect();
-        if is_change.true_count() > 0 {
-            let rows = filter_record_batch(&batch, &is_change)?;
-            let row_buckets = filter(&buckets, &is_change)?;
-            changes
-                .write(
-                    &change_data_batch(&rows, &change_schema)?,
-                    row_buckets.as_primitive::<Int32Type>(),
-                )
-                .await?;
-        }
-        if state_rows.true_count() == batch.num_rows() {
-            writer.write(&batch, &buckets).await?;
-        } else if state_rows.true_count() > 0 {
-            let rows = filter_record_batch(&batch, &state_rows)?;
-            let row_buckets = filter(&buckets, &state_rows)?;
-            writer
-                .write(&rows, row_buckets.as_primitive::<Int32Type>())
-                .await?;
+        Ok::<_, DataFusionError>(())
+    }
+    .await;
+    drop(routes);
+    let (mut adds, mut change_files) = (Vec::new(), Vec::new());
+    let mut failure = routed.err();
+    for task in tasks {
+        match task.join().await {
+            Ok(Ok((a, c))) => {
+                adds.extend(a);
+                change_files.extend(c);
+            }
+            // a writer's own error explains a failed route best
+            Ok(Err(e)) => failure = Some(e),
+            Err(e) => failure = Some(DataFusionError::ExecutionJoin(Box::new(e))),
         }
     }
-    let adds = writer.finish().await?;
-    let change_files = changes.finish().await?;
-    Ok((adds, change_files))
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((adds, change_files)),
+    }
+}
+
+/// Which files routed rows belong in.
+#[derive(Debug, Clone, Copy)]
+enum Routed {
+    State,
+    Change,
+}
+
+/// Rows for one writer task, with their buckets.
+type RoutedRows = (Routed, RecordBatch, Int32Array);
+
+/// Send each row of `rows` to the writer task of its bucket.
+async fn route(
+    routes: &[tokio::sync::mpsc::Sender<RoutedRows>],
+    kind: Routed,
+    rows: RecordBatch,
+    buckets: &Int32Array,
+) -> Result<()> {
+    let closed = || DataFusionError::Execution("a file writer stopped".into());
+    let writers = routes.len() as i32;
+    let writer_of = |b: i32| b.rem_euclid(writers) as usize;
+    let first = buckets.values().first().map(|b| writer_of(*b));
+    if let Some(w) = first.filter(|&w| buckets.values().iter().all(|b| writer_of(*b) == w)) {
+        return routes[w]
+            .send((kind, rows, buckets.clone()))
+            .await
+            .map_err(|_| closed());
+    }
+    let mut picks: Vec<Vec<u32>> = vec![Vec::new(); routes.len()];
+    for (i, b) in buckets.values().iter().enumerate() {
+        picks[writer_of(*b)].push(i as u32);
+    }
+    for (w, pick) in picks.into_iter().enumerate() {
+        if pick.is_empty() {
+            continue;
+        }
+        let pick = UInt32Array::from(pick);
+        let part = take_record_batch(&rows, &pick)?;
+        let part_buckets = take(buckets, &pick, None)?;
+        routes[w]
+            .send((kind, part, part_buckets.as_primitive::<Int32Type>().clone()))
+            .await
+            .map_err(|_| closed())?;
+    }
+    Ok(())
+}
+
+/// One writer task of [`write_rows`]: writes the rows routed to it.
+async fn write_routed(
+    store: Arc<dyn object_store::ObjectStore>,
+    schema: SchemaRef,
+    change_schema: SchemaRef,
+    mut rows: tokio::sync::mpsc::Receiver<RoutedRows>,
+) -> Result<(
+    Vec<deltalake_core::kernel::Add>,
+    Vec<deltalake_core::kernel::Add>,
+)> {
+    let mut state = BucketWriter::new(Arc::clone(&store), schema);
+    let mut changes = BucketWriter::change_data(store, change_schema);
+    while let Some((kind, batch, buckets)) = rows.recv().await {
+        match kind {
+            Routed::State => state.write(&batch, &buckets).await?,
+            Routed::Change => changes.write(&batch, &buckets).await?,
+        }
+    }
+    Ok((state.finish().await?, changes.finish().await?))
 }
 
 /// Plan one run of `flow` into `table`: `CdcCommit(AutoCdc(events, truncates))`.

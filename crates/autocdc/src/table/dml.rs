@@ -242,7 +242,9 @@ async fn rewrite(
     let stream = execute_stream(physical, state.task_ctx())?;
     let delta = table.delta();
     let store = delta.object_store();
-    let (adds, change_files) = write_rows(&store, stream, &keys, table.meta().buckets).await?;
+    let writers = state.config().target_partitions();
+    let (adds, change_files) =
+        write_rows(&store, stream, &keys, table.meta().buckets, writers).await?;
     let snapshot = delta.snapshot().map_err(delta_err)?;
     let log_store = delta.log_store();
     let mut actions: Vec<Action> = snapshot
