@@ -20,6 +20,7 @@
 //! `num_sort_fallbacks`). Partition 0 also emits the truncate watermark row.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, Int8Array, RecordBatch};
@@ -27,7 +28,7 @@ use arrow::compute::{concat, SortOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{
@@ -63,6 +64,9 @@ pub struct AutoCdcExec {
     /// The truncate sequences, collected once for all partitions (an error
     /// too: the input must not be executed twice).
     truncate_sequences: Arc<OnceCell<std::result::Result<Option<ArrayRef>, Arc<DataFusionError>>>>,
+    /// Set when one partition's indexed fold ran out of memory: the others
+    /// then sort too, instead of holding memory the sorts need.
+    sorting: Arc<AtomicBool>,
 }
 
 /// Metric names reported by [`AutoCdcExec`].
@@ -104,6 +108,7 @@ impl AutoCdcExec {
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
             truncate_sequences: Arc::new(OnceCell::new()),
+            sorting: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -240,6 +245,10 @@ struct FoldState {
     ordering: LexOrdering,
     truncate_sequences: Option<ArrayRef>,
     context: Arc<TaskContext>,
+    /// Shared by the partitions, see [`AutoCdcExec`]'s field.
+    sorting: Arc<AtomicBool>,
+    /// Bytes the indexed fold may hold (0: no cap of its own).
+    indexed_cap: usize,
 }
 
 struct Counters {
@@ -315,8 +324,11 @@ impl FoldState {
                             let _timer = self.baseline.elapsed_compute().timer();
                             fold.push(&batch)?;
                             let size = fold.memory_size();
-                            let cap = self.spec.indexed_fold_max_bytes;
-                            if (cap > 0 && size > cap) || reservation.try_resize(size).is_err() {
+                            let cap = self.indexed_cap;
+                            if (cap > 0 && size > cap)
+                                || reservation.try_resize(size).is_err()
+                                || self.sorting.load(AtomicOrdering::Relaxed)
+                            {
                                 refused = true;
                                 break;
                             }
@@ -402,6 +414,7 @@ impl FoldState {
                 "AutoCdcExec: no indexed fold to fall back from".into(),
             ));
         };
+        self.sorting.store(true, AtomicOrdering::Relaxed);
         let schema = input.schema();
         let retained = fold.into_batches();
         // the sort accounts for the retained batches itself
@@ -577,6 +590,19 @@ impl ExecutionPlan for AutoCdcExec {
         let ordering = self
             .fold_ordering()
             .ok_or_else(|| DataFusionError::Internal("AutoCdcExec: flow without keys".into()))?;
+        // in a bounded pool, leave at least half of it to the other
+        // operators and to the sorts a fall-back needs
+        let partitions = self.properties.partitioning.partition_count().max(1);
+        let pool_share = match context.memory_pool().memory_limit() {
+            MemoryLimit::Finite(limit) => limit / 2 / partitions,
+            MemoryLimit::Infinite | MemoryLimit::Unknown => 0,
+        };
+        let indexed_cap = match (self.spec.indexed_fold_max_bytes, pool_share) {
+            (0, share) => share,
+            (cap, 0) => cap,
+            (cap, share) => cap.min(share),
+        };
+        let sorting = Arc::clone(&self.sorting);
         let spec = self.spec.clone();
         let truncates = Arc::clone(&self.truncates);
         let cell = Arc::clone(&self.truncate_sequences);
@@ -622,6 +648,8 @@ impl ExecutionPlan for AutoCdcExec {
                 ordering,
                 truncate_sequences: seqs,
                 context,
+                sorting,
+                indexed_cap,
             })
         };
         let stream = futures::stream::once(state)
