@@ -230,7 +230,7 @@ enum Engine {
         reservation: MemoryReservation,
         emitting: bool,
     },
-    /// Between two engines (never observed).
+    /// While switching engines, and once the partition is finished.
     Switching,
 }
 
