@@ -71,8 +71,8 @@ datafusion::common::extensions_options! {
     /// `SET autocdc.<name> = <value>` (or on the [`SessionConfig`] with
     /// `with_option_extension`).
     pub struct AutoCdcOptions {
-        /// Fold SCD type 1 updates (without partial updates, fixed-width keys
-        /// and sequence) by sorting a compact index of the events instead of
+        /// Fold SCD type 1 updates (without partial updates, with a
+        /// fixed-width sequence) by sorting a compact index of the events instead of
         /// the events; falls back to DataFusion's spilling sort when the
         /// memory pool refuses. `false` always sorts the events.
         pub indexed_fold: bool, default = true

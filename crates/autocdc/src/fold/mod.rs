@@ -65,7 +65,7 @@ impl FoldSpec {
     }
 
     /// Whether events of `input` are folded by an [`IndexedScd1Fold`] (SCD 1
-    /// without partial updates, fixed-width keys and sequence) rather than
+    /// without partial updates, a fixed-width sequence) rather than
     /// sorted by DataFusion and folded in order.
     pub fn uses_indexed_fold(&self, input: &Schema) -> bool {
         self.indexed_fold

@@ -3,13 +3,15 @@
 //!
 //! Sorting every column of every event by `(keys, seq, origin)` was most of
 //! an SCD 1 update's cost (DataFusion's sort moves whole rows, twice: into
-//! sorted runs and through the merge). When the keys and the sequence are
-//! fixed-width ([`IndexedScd1Fold::supports`]: integers, dates, timestamps,
-//! ... up to 16 bytes each in Arrow's row format), this kernel keeps the event
-//! batches where they are and sorts a compact index instead — one 48-byte
-//! entry per event holding the key and the sequence as order-preserving
-//! integers — then folds the index with the rules of the sorted fold and
-//! gathers only the rows it emits:
+//! sorted runs and through the merge). When the sequence is fixed-width
+//! ([`IndexedScd1Fold::supports`]: integers, dates, timestamps, ... up to 16
+//! bytes in Arrow's row format), this kernel keeps the event batches where
+//! they are and sorts a compact index instead — one 48-byte entry per event
+//! holding the sequence as an order-preserving integer and the key either
+//! likewise (fixed-width keys up to 16 bytes) or as a 64-bit hash (other
+//! keys: strings, wide composites; the row-format keys are kept, and keys
+//! whose hashes collide are told apart and folded one by one) — then folds the
+//! index with the rules of the sorted fold and gathers only the rows it emits:
 //!
 //! ```text
 //!  push(batch)                 finish                   next_output
@@ -27,6 +29,7 @@
 //! and the rest of its input to a spilling sort and the sorted fold.
 
 use std::cmp::Ordering;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use arrow::array::{make_comparator, ArrayRef, AsArray, Int8Array, RecordBatch};
@@ -99,6 +102,10 @@ pub struct IndexedScd1Fold {
     new_wins_ties: bool,
     key_converter: RowConverter,
     seq_converter: RowConverter,
+    /// Row-format keys of each retained batch, when keys are hashed.
+    key_rows: Option<Vec<Rows>>,
+    /// Mask applied to key hashes (all bits; fewer in tests, to collide).
+    key_hash_mask: u64,
     batches: Vec<RecordBatch>,
     retained_bytes: usize,
     index: Vec<IndexEntry>,
@@ -137,17 +144,30 @@ impl std::fmt::Debug for IndexedScd1Fold {
 }
 
 impl IndexedScd1Fold {
-    /// Whether events of `input_schema` can be folded by this kernel: keys
-    /// and sequence fixed-width, each at most 16 bytes in row format.
+    /// Whether events of `input_schema` can be folded by this kernel: a
+    /// fixed-width sequence of at most 16 bytes in row format (keys of any
+    /// orderable type).
     pub fn supports(layout: &EventLayout, input_schema: &arrow::datatypes::Schema) -> bool {
-        let keys = encoded_width(
+        let seq = encoded_width([input_schema.field(layout.seq()).data_type()]);
+        let keys: Vec<SortField> = layout
+            .key_indices
+            .iter()
+            .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
+            .collect();
+        seq.is_some_and(|w| w <= MAX_ENCODED_BYTES) && RowConverter::supports_fields(&keys)
+    }
+
+    /// Whether the keys fit an index entry as they are; otherwise the entry
+    /// holds a hash of the key and the row-format keys are kept to tell
+    /// colliding keys apart.
+    fn inline_keys(layout: &EventLayout, input_schema: &arrow::datatypes::Schema) -> bool {
+        encoded_width(
             layout
                 .key_indices
                 .iter()
                 .map(|&i| input_schema.field(i).data_type()),
-        );
-        let seq = encoded_width([input_schema.field(layout.seq()).data_type()]);
-        keys.is_some_and(|w| w <= MAX_ENCODED_BYTES) && seq.is_some_and(|w| w <= MAX_ENCODED_BYTES)
+        )
+        .is_some_and(|w| w <= MAX_ENCODED_BYTES)
     }
 
     /// Create a fold for events of `input_schema` (see [`EventLayout`]);
@@ -175,6 +195,8 @@ impl IndexedScd1Fold {
             flow: flow.to_string(),
             key_converter: RowConverter::new(key_fields)?,
             seq_converter: RowConverter::new(vec![seq_field])?,
+            key_rows: (!Self::inline_keys(&layout, input_schema)).then(Vec::new),
+            key_hash_mask: u64::MAX,
             layout,
             output_schema,
             new_wins_ties,
@@ -279,10 +301,17 @@ impl IndexedScd1Fold {
             .values();
         self.index.reserve(n);
         let mut new_events = 0;
+        let hashing = self.key_rows.is_some();
+        let hasher = datafusion::common::hash_utils::RandomState::default();
         for (i, (&origin, &kind)) in origins.iter().zip(kinds.iter()).enumerate() {
             new_events += usize::from(origin != Origin::Stored as i8);
+            let key = if hashing {
+                u128::from(hasher.hash_one(keys.row(i).as_ref()) & self.key_hash_mask)
+            } else {
+                encoded(&keys, i)
+            };
             self.index.push(IndexEntry {
-                key: encoded(&keys, i),
+                key,
                 seq: encoded(&seqs, i),
                 origin,
                 kind,
@@ -293,6 +322,10 @@ impl IndexedScd1Fold {
         self.counts.input_rows += new_events;
         self.retained_bytes += batch.get_array_memory_size();
         self.batches.push(batch.clone());
+        if let Some(key_rows) = &mut self.key_rows {
+            self.retained_bytes += keys.size();
+            key_rows.push(keys);
+        }
         Ok(())
     }
 
@@ -312,7 +345,7 @@ impl IndexedScd1Fold {
                     .iter()
                     .position(|e| e.key != key)
                     .unwrap_or(self.index.len() - start);
-            self.fold_group(start, end, &mut emits)?;
+            self.fold_key_run(start, end, &mut emits)?;
             start = end;
         }
         // the index is no longer needed: free it before emitting
@@ -381,6 +414,45 @@ impl IndexedScd1Fold {
             Arc::clone(&self.output_schema),
             columns,
         )?))
+    }
+
+    /// Fold the events `start..end` of the sorted index, which share their
+    /// index key: one key, or — hashed keys only — several whose hashes
+    /// collide, folded one by one after ordering the run by the keys.
+    fn fold_key_run(&mut self, start: usize, end: usize, emits: &mut Vec<Emit>) -> Result<()> {
+        let Some(key_rows) = &self.key_rows else {
+            return self.fold_group(start, end, emits);
+        };
+        let key_of = |e: &IndexEntry| key_rows[e.batch as usize].row(e.row as usize);
+        let first = key_of(&self.index[start]);
+        if self.index[start + 1..end]
+            .iter()
+            .all(|e| key_of(e) == first)
+        {
+            return self.fold_group(start, end, emits);
+        }
+        self.index[start..end].sort_unstable_by(|a, b| {
+            key_of(a)
+                .cmp(&key_of(b))
+                .then(a.seq.cmp(&b.seq))
+                .then(a.origin.cmp(&b.origin))
+        });
+        let mut groups = Vec::new();
+        let mut group = start;
+        while group < end {
+            let key = key_of(&self.index[group]);
+            let next = group
+                + self.index[group..end]
+                    .iter()
+                    .position(|e| key_of(e) != key)
+                    .unwrap_or(end - group);
+            groups.push((group, next));
+            group = next;
+        }
+        for (group, next) in groups {
+            self.fold_group(group, next, emits)?;
+        }
+        Ok(())
     }
 
     /// Fold the events `start..end` of the sorted index (one key): check
@@ -513,6 +585,14 @@ mod tests {
     use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
     use arrow::datatypes::{DataType, Field, Schema};
 
+    impl IndexedScd1Fold {
+        /// Keep only `mask`'s bits of key hashes, so that keys collide.
+        fn with_key_hash_mask(mut self, mask: u64) -> Self {
+            self.key_hash_mask = mask;
+            self
+        }
+    }
+
     fn layout() -> EventLayout {
         EventLayout {
             target_columns: vec!["id".into(), "v".into()],
@@ -522,9 +602,15 @@ mod tests {
         }
     }
 
-    fn schema() -> SchemaRef {
+    /// Keys are integers, or (`string_keys`) strings: hashed in the index.
+    fn schema(string_keys: bool) -> SchemaRef {
+        let key = if string_keys {
+            DataType::Utf8
+        } else {
+            DataType::Int64
+        };
         Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, true),
+            Field::new("id", key, true),
             Field::new("v", DataType::Utf8, true),
             Field::new("__cdc_seq", DataType::Int64, true),
             Field::new("__cdc_kind", DataType::Int8, false),
@@ -536,11 +622,18 @@ mod tests {
     /// (id, v, seq, kind, origin)
     type Event = (i64, &'static str, i64, Kind, Origin);
 
-    fn batch(events: &[Event]) -> RecordBatch {
+    fn batch(events: &[Event], string_keys: bool) -> RecordBatch {
+        let ids: ArrayRef = if string_keys {
+            Arc::new(StringArray::from_iter_values(
+                events.iter().map(|e| format!("key-{}", e.0)),
+            ))
+        } else {
+            Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.0)))
+        };
         RecordBatch::try_new(
-            schema(),
+            schema(string_keys),
             vec![
-                Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.0))),
+                ids,
                 Arc::new(StringArray::from_iter_values(events.iter().map(|e| e.1))),
                 Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.2))),
                 Arc::new(Int8Array::from_iter_values(
@@ -568,12 +661,9 @@ mod tests {
     }
 
     /// Rows of a fold output as text, sorted (order is not part of the result).
-    fn rows(batches: &[RecordBatch]) -> Vec<String> {
-        let all = concat_batches(
-            &all_nullable(&schema().project(&[0, 1, 2, 3, 4]).unwrap()),
-            batches,
-        )
-        .unwrap();
+    fn rows(batches: &[RecordBatch], string_keys: bool) -> Vec<String> {
+        let schema = all_nullable(&schema(string_keys).project(&[0, 1, 2, 3, 4]).unwrap());
+        let all = concat_batches(&schema, batches).unwrap();
         let mut out: Vec<String> = (0..all.num_rows())
             .map(|i| {
                 (0..all.num_columns())
@@ -590,52 +680,59 @@ mod tests {
         out
     }
 
-    fn run_hash(
+    type Folded = (Vec<String>, FoldCounts);
+
+    fn run_indexed(
         events: &[Event],
         ties: bool,
         watermark: Option<i64>,
-    ) -> Result<(Vec<String>, FoldCounts)> {
-        let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(), ties)?;
+        string_keys: bool,
+        key_hash_mask: u64,
+    ) -> Result<Folded> {
+        let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(string_keys), ties)?
+            .with_key_hash_mask(key_hash_mask);
+        assert_eq!(fold.key_rows.is_some(), string_keys);
         if let Some(w) = watermark {
             fold.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
         }
-        // one event per batch: chains cross batches
+        // one event per batch: key groups cross batches
         for e in events {
-            fold.push(&batch(std::slice::from_ref(e)))?;
+            fold.push(&batch(std::slice::from_ref(e), string_keys))?;
         }
         fold.finish()?;
         let mut out = Vec::new();
         while let Some(b) = fold.next_output(2)? {
             out.push(b);
         }
-        Ok((rows(&out), fold.counts()))
+        Ok((rows(&out, string_keys), fold.counts()))
     }
 
     fn run_sorted(
         events: &[Event],
         ties: bool,
         watermark: Option<i64>,
-    ) -> Result<(Vec<String>, FoldCounts)> {
-        let mut fold = Scd1Fold::try_new("f", layout(), &schema())?.with_new_wins_ties(ties);
+        string_keys: bool,
+    ) -> Result<Folded> {
+        let mut fold =
+            Scd1Fold::try_new("f", layout(), &schema(string_keys))?.with_new_wins_ties(ties);
         if let Some(w) = watermark {
             fold.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
         }
         let mut out = Vec::new();
-        if let Some(b) = fold.push(&sorted(&batch(events)))? {
+        if let Some(b) = fold.push(&sorted(&batch(events, string_keys)))? {
             out.push(b);
         }
         if let Some(b) = fold.finish_all()? {
             out.push(b);
         }
-        Ok((rows(&out), fold.counts()))
+        Ok((rows(&out, string_keys), fold.counts()))
     }
 
     use Kind::{Delete as D, Upsert as U};
     use Origin::{New as N, Stored as S};
 
-    #[test]
-    fn equals_the_sorted_fold() {
-        let cases: Vec<Vec<Event>> = vec![
+    fn cases() -> Vec<Vec<Event>> {
+        vec![
             // plain history, a delete, a replay
             vec![
                 (1, "a", 1, U, N),
@@ -658,15 +755,42 @@ mod tests {
             vec![(1, "s", 5, U, S), (1, "s", 6, U, N), (3, "z", 1, U, S)],
             // delete of a live row
             vec![(1, "s", 5, U, S), (1, "", 6, D, N)],
-        ];
-        for events in &cases {
+            // many keys, interleaved, for hash collisions
+            (0..12)
+                .flat_map(|k| {
+                    [
+                        (k, "old", 2, U, S),
+                        (k, "new", 1 + k % 3, U, N),
+                        (k + 20, "x", k, U, N),
+                    ]
+                })
+                .collect(),
+        ]
+    }
+
+    #[test]
+    fn equals_the_sorted_fold() {
+        for events in &cases() {
             for ties in [false, true] {
                 for wm in [None, Some(4)] {
-                    assert_eq!(
-                        run_hash(events, ties, wm).unwrap(),
-                        run_sorted(events, ties, wm).unwrap(),
-                        "{events:?} ties={ties} watermark={wm:?}"
-                    );
+                    let expected = run_sorted(events, ties, wm, false).unwrap();
+                    let got = run_indexed(events, ties, wm, false, u64::MAX).unwrap();
+                    assert_eq!(got, expected, "{events:?} ties={ties} watermark={wm:?}");
+                }
+            }
+        }
+    }
+
+    /// String keys are hashed into the index; colliding hashes (here: only
+    /// one or two hash values) still fold every key on its own.
+    #[test]
+    fn hashed_keys_equal_the_sorted_fold_even_when_hashes_collide() {
+        for events in &cases() {
+            for ties in [false, true] {
+                let expected = run_sorted(events, ties, Some(1), true).unwrap();
+                for mask in [u64::MAX, 1, 0] {
+                    let got = run_indexed(events, ties, Some(1), true, mask).unwrap();
+                    assert_eq!(got, expected, "{events:?} ties={ties} mask={mask}");
                 }
             }
         }
@@ -676,8 +800,12 @@ mod tests {
     fn conflicting_events_fail_at_any_sequence() {
         // the conflict is below the winning sequence
         let events = vec![(1, "a", 3, U, N), (1, "z", 9, U, N), (1, "b", 3, U, N)];
-        let err = run_hash(&events, false, None).unwrap_err().to_string();
-        assert!(err.contains("flow 'f'") && err.contains("id=1"), "{err}");
-        assert!(run_sorted(&events, false, None).is_err());
+        for string_keys in [false, true] {
+            let err = run_indexed(&events, false, None, string_keys, 0)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("flow 'f'") && err.contains("id="), "{err}");
+            assert!(run_sorted(&events, false, None, string_keys).is_err());
+        }
     }
 }

@@ -12,8 +12,8 @@
 //! The operator declares what it needs — key partitioning, and for the
 //! sorted kernels `(keys, seq, origin)` ordering on the events — and
 //! DataFusion inserts the repartitioning and (spilling) sorts, so it runs on
-//! all cores with memory bounded by the session's pool. SCD 1 flows with
-//! fixed-width keys and sequence use the [`IndexedScd1Fold`] instead (no sort
+//! all cores with memory bounded by the session's pool. SCD 1 flows with a
+//! fixed-width sequence use the [`IndexedScd1Fold`] instead (no sort
 //! below, `fold=indexed` in `EXPLAIN`): it reserves what it holds in the
 //! pool and, when refused, sorts the rest of its partition itself (a
 //! [`SortExec`] over what it retained and the remaining input, metric
