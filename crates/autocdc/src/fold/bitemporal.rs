@@ -42,6 +42,7 @@ use super::columns::{
 };
 use super::errors::{check_event_nulls, format_key};
 use super::kernel::{FoldKernel, GroupCarry};
+use super::rows::to_rows;
 use super::scd2::{fold_versions, Version};
 use super::FoldCounts;
 
@@ -284,14 +285,6 @@ impl BitemporalFold {
         })
     }
 
-    fn convert(converter: &RowConverter, batch: &RecordBatch, columns: &[usize]) -> Result<Rows> {
-        let arrays: Vec<ArrayRef> = columns
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        Ok(converter.convert_columns(&arrays)?)
-    }
-
     fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
         check_event_nulls(&self.flow, &self.layout, batch)?;
         let system = batch.column(self.system_index);
@@ -332,11 +325,11 @@ impl BitemporalFold {
         if end == 0 {
             return Ok(None);
         }
-        let keys = Self::convert(&self.key_converter, batch, &self.layout.key_indices)?;
-        let seqs = Self::convert(&self.seq_converter, batch, &[self.layout.seq()])?;
-        let systems = Self::convert(&self.system_converter, batch, &[self.system_index])?;
-        let values = Self::convert(&self.value_converter, batch, &self.value_columns)?;
-        let targets = Self::convert(
+        let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
+        let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
+        let systems = to_rows(&self.system_converter, batch, &[self.system_index])?;
+        let values = to_rows(&self.value_converter, batch, &self.value_columns)?;
+        let targets = to_rows(
             &self.target_converter,
             batch,
             &(0..self.layout.num_target()).collect::<Vec<_>>(),

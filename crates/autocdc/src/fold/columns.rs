@@ -101,6 +101,17 @@ pub enum Origin {
     New = 1,
 }
 
+/// Stored rows of an SCD 1 fold: the event columns but `__cdc_origin` and
+/// what follows it, every field nullable.
+pub fn scd1_output_schema(
+    layout: &EventLayout,
+    input: &arrow::datatypes::Schema,
+) -> datafusion::common::Result<arrow::datatypes::SchemaRef> {
+    Ok(all_nullable(
+        &input.project(&(0..layout.origin()).collect::<Vec<_>>())?,
+    ))
+}
+
 /// `schema` with every field nullable: stored state mixes live rows with
 /// tombstones and the keyless watermark row.
 pub fn all_nullable(schema: &arrow::datatypes::Schema) -> arrow::datatypes::SchemaRef {

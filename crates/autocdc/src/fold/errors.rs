@@ -64,6 +64,16 @@ pub fn check_event_nulls(
     Ok(())
 }
 
+/// Reject NULLs among TRUNCATE event sequences.
+pub fn check_truncate_sequences(flow: &str, sequences: &dyn Array) -> Result<(), DataFusionError> {
+    if first_null_value(sequences).is_some() {
+        return Err(DataFusionError::Execution(format!(
+            "flow '{flow}': SEQUENCE BY value is NULL in a TRUNCATE event; nothing was committed"
+        )));
+    }
+    Ok(())
+}
+
 /// Two events of one key with equal sequence but different content.
 pub fn conflict_error(
     flow: &str,

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{RowConverter, Rows};
 use datafusion::common::Result;
 
+use super::rows::{row_converter, to_rows};
 use super::FoldCounts;
 
 /// A streaming per-key fold over event batches sorted by
@@ -52,13 +53,9 @@ pub struct GroupCarry {
 impl GroupCarry {
     /// A carry for batches of `schema` keyed by the columns `key_indices`.
     pub fn try_new(schema: &SchemaRef, key_indices: &[usize]) -> Result<Self> {
-        let fields = key_indices
-            .iter()
-            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
-            .collect();
         Ok(Self {
             schema: Arc::clone(schema),
-            keys: RowConverter::new(fields)?,
+            keys: row_converter(schema, key_indices)?,
             key_indices: key_indices.to_vec(),
             carry: None,
         })
@@ -71,12 +68,7 @@ impl GroupCarry {
             Some(carry) => concat_batches(&self.schema, [&carry, batch])?,
             None => batch.clone(),
         };
-        let columns: Vec<ArrayRef> = self
-            .key_indices
-            .iter()
-            .map(|&i| Arc::clone(input.column(i)))
-            .collect();
-        let keys = self.keys.convert_columns(&columns)?;
+        let keys = to_rows(&self.keys, &input, &self.key_indices)?;
         let n = input.num_rows();
         let last = last_group_start(&keys, n);
         self.carry = Some(input.slice(last, n - last));

@@ -10,6 +10,7 @@ pub mod columns;
 pub mod errors;
 pub mod kernel;
 pub mod partial;
+pub mod rows;
 pub mod scd1;
 pub mod scd1_indexed;
 pub mod scd2;
@@ -56,9 +57,7 @@ impl FoldSpec {
     /// Schema of the stored rows produced from events of `input`.
     pub fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
         match self.stored_as {
-            ScdType::Type1 => Ok(columns::all_nullable(
-                &input.project(&(0..self.layout.origin()).collect::<Vec<_>>())?,
-            )),
+            ScdType::Type1 => columns::scd1_output_schema(&self.layout, input),
             ScdType::Type2 => Ok(scd2::scd2_output_schema(&self.layout, input)),
             ScdType::Bitemporal => Ok(bitemporal::output_schema(&self.layout, input)),
         }

@@ -27,19 +27,19 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use arrow::array::{
     make_comparator, Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array,
 };
 use arrow::compute::{cast, concat_batches, take, SortOptions};
 use arrow::datatypes::{DataType, Int8Type, SchemaRef};
-use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use arrow::row::{OwnedRow, RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{all_nullable, EventLayout, Kind, Origin};
 use super::errors::{conflict_error, format_key};
 use super::kernel::{FoldKernel, GroupCarry};
+use super::rows::{row_converter, to_rows};
 use super::scd1::{FoldCounts, Scd1Fold};
 
 /// Which partial-update option a flow uses.
@@ -301,12 +301,9 @@ impl MergingScd1Fold {
         input_schema: &SchemaRef,
         inner: Scd1Fold,
     ) -> Result<Self> {
-        let field = |i: usize| SortField::new(input_schema.field(i).data_type().clone());
         Ok(Self {
-            key_converter: RowConverter::new(
-                layout.key_indices.iter().map(|&i| field(i)).collect(),
-            )?,
-            seq_converter: RowConverter::new(vec![field(layout.seq())])?,
+            key_converter: row_converter(input_schema, &layout.key_indices)?,
+            seq_converter: row_converter(input_schema, &[layout.seq()])?,
             carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             merger: Merger::new(flow, layout, mode),
             inner,
@@ -319,15 +316,8 @@ impl MergingScd1Fold {
             return Ok(None);
         }
         let layout = &self.merger.layout;
-        let key_columns: Vec<ArrayRef> = layout
-            .key_indices
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        let keys = self.key_converter.convert_columns(&key_columns)?;
-        let seqs = self
-            .seq_converter
-            .convert_columns(&[Arc::clone(batch.column(layout.seq()))])?;
+        let keys = to_rows(&self.key_converter, batch, &layout.key_indices)?;
+        let seqs = to_rows(&self.seq_converter, batch, &[layout.seq()])?;
         let chain = Chain::Latest {
             watermark: self.watermark.as_ref().map(|w| w.row()),
         };

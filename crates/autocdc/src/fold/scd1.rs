@@ -35,15 +35,16 @@ use arrow::array::{
 };
 use arrow::compute::{concat_batches, take_record_batch, SortOptions};
 use arrow::datatypes::{Int8Type, SchemaRef};
-use arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
+use arrow::row::{OwnedRow, Row, RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{
-    all_nullable, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
+    scd1_output_schema, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
     CHANGE_PREIMAGE,
 };
-use super::errors::{check_event_nulls, conflict_error};
+use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
 use super::kernel::FoldKernel;
+use super::rows::{row_converter, to_rows};
 
 /// What one fold did; reported as operator metrics and by the update.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -130,20 +131,12 @@ impl Scd1Fold {
     /// Create a fold for events of `input_schema` (see [`EventLayout`]);
     /// output rows have the input columns minus `__cdc_origin`.
     pub fn try_new(flow: &str, layout: EventLayout, input_schema: &SchemaRef) -> Result<Self> {
-        let key_fields = layout
-            .key_indices
-            .iter()
-            .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
-            .collect();
-        let seq_field = SortField::new(input_schema.field(layout.seq()).data_type().clone());
-        let output_schema =
-            all_nullable(&input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
         Ok(Self {
             flow: flow.to_string(),
-            key_converter: RowConverter::new(key_fields)?,
-            seq_converter: RowConverter::new(vec![seq_field])?,
+            key_converter: row_converter(input_schema, &layout.key_indices)?,
+            seq_converter: row_converter(input_schema, &[layout.seq()])?,
+            output_schema: scd1_output_schema(&layout, input_schema)?,
             layout,
-            output_schema,
             watermark: None,
             watermark_value: None,
             group: None,
@@ -172,12 +165,7 @@ impl Scd1Fold {
     /// event sequences and the stored watermark). Must be called before
     /// [`Self::push`]. NULLs are rejected.
     pub fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
-        if super::errors::first_null_value(sequences.as_ref()).is_some() {
-            return Err(DataFusionError::Execution(format!(
-                "flow '{}': SEQUENCE BY value is NULL in a TRUNCATE event; nothing was committed",
-                self.flow
-            )));
-        }
+        check_truncate_sequences(&self.flow, sequences.as_ref())?;
         let rows = self
             .seq_converter
             .convert_columns(std::slice::from_ref(sequences))?;
@@ -202,16 +190,8 @@ impl Scd1Fold {
             return Ok(None);
         }
         self.check_nulls(batch)?;
-        let key_columns: Vec<ArrayRef> = self
-            .layout
-            .key_indices
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        let keys = self.key_converter.convert_columns(&key_columns)?;
-        let seqs = self
-            .seq_converter
-            .convert_columns(&[Arc::clone(batch.column(self.layout.seq()))])?;
+        let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
+        let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
         let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
         let origins = batch
             .column(self.layout.origin())

@@ -39,10 +39,11 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{
-    all_nullable, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
+    scd1_output_schema, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
     CHANGE_PREIMAGE,
 };
-use super::errors::{check_event_nulls, conflict_error, first_null_value};
+use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
+use super::rows::{row_converter, to_rows};
 use super::FoldCounts;
 
 /// Widest row-format encoding that fits an index entry (a `u128`).
@@ -183,22 +184,14 @@ impl IndexedScd1Fold {
                 "flow '{flow}': keys or sequence too wide for the indexed fold"
             )));
         }
-        let key_fields = layout
-            .key_indices
-            .iter()
-            .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
-            .collect();
-        let seq_field = SortField::new(input_schema.field(layout.seq()).data_type().clone());
-        let output_schema =
-            all_nullable(&input_schema.project(&(0..layout.origin()).collect::<Vec<_>>())?);
         Ok(Self {
             flow: flow.to_string(),
-            key_converter: RowConverter::new(key_fields)?,
-            seq_converter: RowConverter::new(vec![seq_field])?,
+            key_converter: row_converter(input_schema, &layout.key_indices)?,
+            seq_converter: row_converter(input_schema, &[layout.seq()])?,
+            output_schema: scd1_output_schema(&layout, input_schema)?,
             key_rows: (!Self::inline_keys(&layout, input_schema)).then(Vec::new),
             key_hash_mask: u64::MAX,
             layout,
-            output_schema,
             new_wins_ties,
             batches: Vec::new(),
             retained_bytes: 0,
@@ -225,12 +218,7 @@ impl IndexedScd1Fold {
     /// Raise the truncate watermark to the greatest of `sequences`; must be
     /// called before [`Self::finish`]. NULLs are rejected.
     pub fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
-        if first_null_value(sequences.as_ref()).is_some() {
-            return Err(DataFusionError::Execution(format!(
-                "flow '{}': SEQUENCE BY value is NULL in a TRUNCATE event; nothing was committed",
-                self.flow
-            )));
-        }
+        check_truncate_sequences(&self.flow, sequences.as_ref())?;
         let rows = self
             .seq_converter
             .convert_columns(std::slice::from_ref(sequences))?;
@@ -281,16 +269,8 @@ impl IndexedScd1Fold {
                 self.flow
             )));
         }
-        let key_columns: Vec<ArrayRef> = self
-            .layout
-            .key_indices
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        let keys = self.key_converter.convert_columns(&key_columns)?;
-        let seqs = self
-            .seq_converter
-            .convert_columns(&[Arc::clone(batch.column(self.layout.seq()))])?;
+        let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
+        let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
         let origins = batch
             .column(self.layout.origin())
             .as_primitive::<Int8Type>()
@@ -662,7 +642,7 @@ mod tests {
 
     /// Rows of a fold output as text, sorted (order is not part of the result).
     fn rows(batches: &[RecordBatch], string_keys: bool) -> Vec<String> {
-        let schema = all_nullable(&schema(string_keys).project(&[0, 1, 2, 3, 4]).unwrap());
+        let schema = scd1_output_schema(&layout(), &schema(string_keys)).unwrap();
         let all = concat_batches(&schema, batches).unwrap();
         let mut out: Vec<String> = (0..all.num_rows())
             .map(|i| {

@@ -38,6 +38,7 @@ use super::columns::{
 use super::errors::{check_event_nulls, conflict_error};
 use super::kernel::{FoldKernel, GroupCarry};
 use super::partial::{Chain, Merger, PartialUpdates};
+use super::rows::to_rows;
 use super::FoldCounts;
 
 /// Output schema of the SCD 2 fold for an event input schema.
@@ -226,14 +227,6 @@ impl Scd2Fold {
         })
     }
 
-    fn convert(converter: &RowConverter, batch: &RecordBatch, columns: &[usize]) -> Result<Rows> {
-        let arrays: Vec<ArrayRef> = columns
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        Ok(converter.convert_columns(&arrays)?)
-    }
-
     fn check_nulls(&self, batch: &RecordBatch) -> Result<()> {
         check_event_nulls(&self.flow, &self.layout, batch)
     }
@@ -243,9 +236,9 @@ impl Scd2Fold {
         if end == 0 {
             return Ok(None);
         }
-        let keys = Self::convert(&self.key_converter, batch, &self.layout.key_indices)?;
-        let seqs = Self::convert(&self.seq_converter, batch, &[self.layout.seq()])?;
-        let values = Self::convert(&self.value_converter, batch, &self.value_columns)?;
+        let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
+        let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
+        let values = to_rows(&self.value_converter, batch, &self.value_columns)?;
         // versions hold merged rows under partial updates (SPEC §2.6: the
         // merge happens before the tracked-column comparison)
         let merged = match &self.merger {
@@ -253,8 +246,8 @@ impl Scd2Fold {
             None => None,
         };
         let version_rows = merged.as_ref().unwrap_or(batch);
-        let tracked = Self::convert(&self.tracked_converter, version_rows, &self.tracked)?;
-        let targets = Self::convert(&self.target_converter, version_rows, &self.target_columns)?;
+        let tracked = to_rows(&self.tracked_converter, version_rows, &self.tracked)?;
+        let targets = to_rows(&self.target_converter, version_rows, &self.target_columns)?;
         let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
         let origins = batch
             .column(self.layout.origin())
