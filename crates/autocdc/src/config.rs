@@ -79,6 +79,15 @@ datafusion::common::extensions_options! {
         /// Bytes one partition's indexed fold may hold before it falls back
         /// to sorting, beside the memory pool's own limit; 0: only the pool.
         pub indexed_fold_max_bytes: usize, default = 0
+        /// New streaming tables take Delta deletion vectors, and updates of
+        /// tables that take them retire the stored rows of their keys with
+        /// deletion vectors instead of rewriting whole key buckets. `false`:
+        /// tables are created without the feature and updates always rewrite.
+        pub deletion_vectors: bool, default = true
+        /// An update uses deletion vectors when its distinct keys are at most
+        /// this fraction of the table's live stored rows; larger updates
+        /// rewrite the buckets they touch.
+        pub deletion_vector_max_fraction: f64, default = 0.1
     }
 }
 

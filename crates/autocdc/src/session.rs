@@ -30,7 +30,9 @@ use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
 use crate::pipeline::source::SOURCE_CHECKPOINT_PREFIX;
 use crate::pipeline::{delta_err, last_version_property, plan_update, UpdateSource};
-use crate::pipeline::{SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY};
+use crate::pipeline::{
+    DELETION_VECTORS_PROPERTY, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
+};
 use crate::spec::resolve::storage_type;
 use crate::spec::resolve::{plan_source, written_at_value};
 use crate::spec::FlowSpec;
@@ -303,6 +305,14 @@ impl CdcSession {
             "delta.enableChangeDataFeed".to_string(),
             Some("true".to_string()),
         ));
+        let deletion_vectors =
+            crate::config::autocdc_options(self.ctx.state().config()).deletion_vectors;
+        if deletion_vectors {
+            config.push((
+                DELETION_VECTORS_PROPERTY.to_string(),
+                Some("true".to_string()),
+            ));
+        }
         let table = self
             .warehouse
             .delta_builder(&c.name)?
@@ -313,7 +323,7 @@ impl CdcSession {
             .with_table_name(c.name.table.clone())
             .with_columns(kernel.fields().cloned())
             .with_partition_columns([BUCKET_COL])
-            .with_actions([Action::Protocol(table_protocol()?)])
+            .with_actions([Action::Protocol(table_protocol(deletion_vectors)?)])
             .with_configuration(config)
             .with_raise_if_key_not_exists(false)
             .await
@@ -878,12 +888,18 @@ impl CdcSession {
 /// with `timestampNtz`, so that flows can store `TIMESTAMP` (without time
 /// zone) columns and sequences whose types are fixed only by the first update,
 /// and `changeDataFeed` (SPEC §4).
-fn table_protocol() -> Result<deltalake_core::kernel::Protocol> {
+fn table_protocol(deletion_vectors: bool) -> Result<deltalake_core::kernel::Protocol> {
+    let mut readers = vec!["timestampNtz"];
+    let mut writers = vec!["timestampNtz", "changeDataFeed"];
+    if deletion_vectors {
+        readers.push("deletionVectors");
+        writers.push("deletionVectors");
+    }
     serde_json::from_value(serde_json::json!({
         "minReaderVersion": 3,
         "minWriterVersion": 7,
-        "readerFeatures": ["timestampNtz"],
-        "writerFeatures": ["timestampNtz", "changeDataFeed"],
+        "readerFeatures": readers,
+        "writerFeatures": writers,
     }))
     .map_err(delta_err)
 }

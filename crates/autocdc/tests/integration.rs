@@ -343,10 +343,12 @@ async fn explain_analyze_scd2_update() {
     );
 }
 
-/// An update reads and rewrites only the key buckets its events touch.
+/// Without deletion vectors, an update reads and rewrites only the key
+/// buckets its events touch.
 #[tokio::test]
 async fn updates_rewrite_only_touched_buckets() {
     let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(&s, "SET autocdc.deletion_vectors = false").await;
     exec(
         &s,
         "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 200)",
@@ -390,6 +392,166 @@ async fn updates_rewrite_only_touched_buckets() {
         )
         .await,
         ["| 200 | 1 |"]
+    );
+}
+
+/// (number of data files, number with a deletion vector, rows they delete)
+/// of a streaming table's current version.
+async fn deletion_vector_files(s: &CdcSession, name: &str) -> (usize, usize, i64) {
+    use futures::TryStreamExt;
+    let t = s
+        .streaming_table(&datafusion_autocdc::table::TableName::parse(name).unwrap())
+        .unwrap();
+    let delta = t.delta();
+    let log_store = delta.log_store();
+    let views: Vec<_> = delta
+        .snapshot()
+        .unwrap()
+        .snapshot()
+        .file_views(log_store.as_ref(), None)
+        .try_collect()
+        .await
+        .unwrap();
+    let vectors: Vec<i64> = views
+        .iter()
+        .filter_map(|v| v.deletion_vector_descriptor().map(|d| d.cardinality))
+        .collect();
+    (views.len(), vectors.len(), vectors.iter().sum())
+}
+
+/// A small update of a large table keeps the files it touches and retires
+/// the stored rows of its keys with deletion vectors; its new rows go to a
+/// new file. Our provider, the change feed and deltalake's own reader agree,
+/// vectors accumulate over updates and survive a restart, and a large update
+/// rewrites its buckets (files with vectors included).
+#[tokio::test]
+async fn small_updates_retire_rows_with_deletion_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().to_str().unwrap().to_string();
+    let s = CdcSession::open(AutoCdcConfig::new(&warehouse))
+        .await
+        .unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 'U' AS op, 1 AS seq FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '8')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op)",
+    )
+    .await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (8, 0, 0));
+
+    // two keys of 200: a vector on the files holding them, new files for their rows
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src (id BIGINT, v TEXT, op TEXT, seq BIGINT) AS VALUES (7, 'changed', 'U', 2), (9, NULL, 'D', 2)",
+    )
+    .await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    // (7 and 9 fall in two buckets: a new file in each)
+    assert!(analyzed.contains("num_files_written=2"), "{analyzed}");
+    assert!(analyzed.contains("num_upserted_rows=1"), "{analyzed}");
+    assert!(analyzed.contains("num_deleted_rows=1"), "{analyzed}");
+    assert_eq!(deletion_vector_files(&s, "t").await, (10, 2, 2));
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*), max(v) FILTER (WHERE id = 7), count(*) FILTER (WHERE id = 9) FROM t"
+        )
+        .await,
+        ["| 199 | changed | 0 |"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, v, _change_type FROM table_changes('t', 2) ORDER BY id, _change_type"
+        )
+        .await,
+        [
+            "| 7 | changed | update_postimage |",
+            "| 7 | v | update_preimage |",
+            "| 9 | v | delete |",
+        ]
+    );
+
+    // the same key again: the file of its last row held only that row and
+    // goes; the vectors of the first files stay as they were
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src (id BIGINT, v TEXT, op TEXT, seq BIGINT) AS VALUES (7, 'again', 'U', 3)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    let (files, _, deleted) = deletion_vector_files(&s, "t").await;
+    assert_eq!((files, deleted), (10, 2));
+    let expected = ["| 199 | again | 0 |"];
+    let query =
+        "SELECT count(*), max(v) FILTER (WHERE id = 7), count(*) FILTER (WHERE id = 9) FROM t";
+    assert_eq!(rows(&s, query).await, expected);
+
+    // deltalake's own reader applies the vectors: one stored row per key
+    // (the tombstone of 9 included)
+    let url = url::Url::from_directory_path(dir.path().join("public").join("t")).unwrap();
+    let table = deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .load()
+        .await
+        .unwrap();
+    let ctx = SessionContext::new();
+    ctx.register_table("raw", table.table_provider().await.unwrap())
+        .unwrap();
+    let batches = ctx
+        .sql("SELECT count(*), count(DISTINCT id), max(v) FILTER (WHERE id = 7), max(__cdc_kind) FILTER (WHERE id = 9) FROM raw WHERE __cdc_kind IN (0, 1)")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(lines(&batches), ["| 200 | 200 | again | 1 |"]);
+
+    // a new process reads the vectors back
+    drop(s);
+    let s = CdcSession::open(AutoCdcConfig::new(&warehouse))
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, query).await, expected);
+
+    // ten more keys: files that already have a vector get the union of old
+    // and new rows (the vectors are read back from storage)
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src AS SELECT value AS id, 'ten' AS v, 'U' AS op, 4 AS seq FROM generate_series(20, 29)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    let (_, with_vectors, deleted) = deletion_vector_files(&s, "t").await;
+    assert_eq!(deleted, 12);
+    assert!(with_vectors >= 2, "{with_vectors}");
+    assert_eq!(
+        rows(&s, "SELECT count(*), count(*) FILTER (WHERE v = 'ten'), max(v) FILTER (WHERE id = 7) FROM t").await,
+        ["| 199 | 10 | again |"]
+    );
+
+    // a large update rewrites its buckets: no vector is left
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src AS SELECT value AS id, 'all' AS v, 'U' AS op, 10 AS seq FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (8, 0, 0));
+    assert_eq!(
+        rows(&s, "SELECT count(*), min(v), max(v) FROM t").await,
+        ["| 200 | all | all |"]
     );
 }
 

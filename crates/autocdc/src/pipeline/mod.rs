@@ -23,18 +23,20 @@ use arrow::datatypes::{Field, Int32Type, Int8Type, Schema};
 use datafusion::common::Column;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::dataframe::DataFrame;
-use datafusion::datasource::provider_as_source;
+use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{
-    cast, col, lit, when, Expr, Extension, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
+    cast, col, lit, when, Expr, Extension, JoinType, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
 };
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::transaction::CommitBuilder;
-use deltalake_core::kernel::{Action, AddCDCFile, MetadataExt, StructType, Transaction};
+use deltalake_core::kernel::LogicalFileView;
+use deltalake_core::kernel::{Action, Add, AddCDCFile, MetadataExt, StructType, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
+use roaring::RoaringTreemap;
 
 use crate::fold::columns::{
     change_type_name, Kind, Origin, CHANGE_INSERT, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL,
@@ -49,6 +51,7 @@ use crate::spec::resolve::{
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
+use crate::table::deletion_vectors::{read_vector, superseded_rows, write_vectors, KeySet};
 use crate::table::writer::BucketWriter;
 use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
 
@@ -106,6 +109,12 @@ fn change_data_batch(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBat
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
+/// Table property that lets writers add deletion vectors (Delta protocol).
+pub const DELETION_VECTORS_PROPERTY: &str = "delta.enableDeletionVectors";
+
+/// Name of the stored target in update plans.
+const TARGET_SCAN: &str = "__cdc_target";
+
 /// Where the new events of an update come from.
 #[derive(Debug)]
 pub enum UpdateSource {
@@ -137,6 +146,10 @@ pub struct CommitRequest {
     pub run: i64,
     /// Buckets read and rewritten by this update (`None`: all).
     pub touched: Option<Vec<i32>>,
+    /// Keys of the update when it retires their stored rows with deletion
+    /// vectors instead of rewriting the touched buckets (the fold then reads
+    /// and writes only these keys).
+    pub superseded: Option<Arc<KeySet>>,
     /// Number of key buckets of the table.
     pub buckets: i32,
     /// Key column positions in the fold output.
@@ -198,6 +211,7 @@ pub async fn commit_state(
             .try_collect()
             .await
             .map_err(delta_err)?;
+        let mut marked = Vec::new();
         for view in views {
             let bucket = view
                 .partition_values_map()
@@ -209,9 +223,17 @@ pub async fn commit_state(
                 (None, _) | (_, None) => true,
                 (Some(touched), Some(b)) => b == WATERMARK_BUCKET || touched.contains(&b),
             };
-            if rewritten {
-                actions.push(Action::Remove(view.remove_action(true)));
+            match bucket {
+                // keep the file, less the stored rows of the update's keys
+                Some(b) if rewritten && b != WATERMARK_BUCKET && request.superseded.is_some() => {
+                    marked.push(view)
+                }
+                _ if rewritten => actions.push(Action::Remove(view.remove_action(true))),
+                _ => {}
             }
+        }
+        if let Some(keys) = &request.superseded {
+            actions.extend(retire_rows(&store, keys, marked, writers).await?);
         }
         actions.extend(adds.iter().cloned().map(Action::Add));
         actions.extend(change_files.into_iter().map(|f| {
@@ -256,6 +278,84 @@ pub async fn commit_state(
         version: Some(commit.version() as i64),
         files_written: if changed { adds.len() } else { 0 },
     })
+}
+
+/// Retire the stored rows of `keys` in the data files `views` with deletion
+/// vectors: for each file holding some, a `remove` of the file and an `add`
+/// of it with its old vector ∪ those rows (or only the `remove` when no row
+/// is left). `concurrency` files are read at once.
+async fn retire_rows(
+    store: &Arc<dyn object_store::ObjectStore>,
+    keys: &KeySet,
+    views: Vec<LogicalFileView>,
+    concurrency: usize,
+) -> Result<Vec<Action>> {
+    let marked: Vec<(LogicalFileView, RoaringTreemap)> = futures::stream::iter(views)
+        .map(|view| async move {
+            let rows = superseded_rows(
+                store,
+                &view.object_store_path(),
+                view.size().max(0) as u64,
+                keys,
+            )
+            .await?;
+            Ok::<_, DataFusionError>((view, rows))
+        })
+        .buffer_unordered(concurrency.max(1))
+        .try_filter(|(_, rows)| futures::future::ready(!rows.is_empty()))
+        .try_collect()
+        .await?;
+    let mut actions = Vec::with_capacity(2 * marked.len());
+    let (mut kept, mut vectors) = (Vec::new(), Vec::new());
+    for (view, mut rows) in marked {
+        if let Some(old) = view.deletion_vector_descriptor() {
+            let old = read_vector(store, &old).await?;
+            if rows.is_subset(&old) {
+                // retired by an earlier update already
+                continue;
+            }
+            rows |= old;
+        }
+        actions.push(Action::Remove(view.remove_action(true)));
+        if view.num_records().map(|n| n as u64) != Some(rows.len()) {
+            kept.push(view);
+            vectors.push(rows);
+        }
+    }
+    if vectors.is_empty() {
+        return Ok(actions);
+    }
+    let descriptors = write_vectors(store, &vectors).await?;
+    for (view, descriptor) in kept.into_iter().zip(descriptors) {
+        actions.push(Action::Add(Add {
+            path: view.path().to_string(),
+            partition_values: view.partition_values_map(),
+            size: view.size(),
+            modification_time: view.modification_time(),
+            data_change: true,
+            stats: view.stats().map(|s| wide_bounds(&s)),
+            tags: None,
+            deletion_vector: Some(descriptor),
+            base_row_id: None,
+            default_row_commit_version: None,
+            clustering_provider: None,
+        }));
+    }
+    Ok(actions)
+}
+
+/// File statistics marked as no longer tight (`tightBounds: false`): with
+/// rows deleted by a vector, the minima, maxima and null counts of the whole
+/// file only bound those of its live rows (`numRecords` stays the physical
+/// count, as the protocol requires).
+fn wide_bounds(stats: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(stats) {
+        Ok(serde_json::Value::Object(mut fields)) => {
+            fields.insert("tightBounds".into(), serde_json::Value::Bool(false));
+            serde_json::Value::Object(fields).to_string()
+        }
+        _ => stats.to_string(),
+    }
 }
 
 /// Write the rows of a new state into bucketed data files and its change data
@@ -439,12 +539,8 @@ pub async fn plan_update(
     let scd2 = flow.stored_as_scd_type != ScdType::Type1;
     let bitemporal = flow.stored_as_scd_type == ScdType::Bitemporal;
     let raw_target = || -> Result<LogicalPlan> {
-        LogicalPlanBuilder::scan(
-            "__cdc_target",
-            provider_as_source(table.raw_provider()),
-            None,
-        )?
-        .build()
+        LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(table.raw_provider()), None)?
+            .build()
     };
     let mut extra_config: Vec<(String, String)> = Vec::new();
     let (resolved, events, touched, new_wins_ties) = match source {
@@ -532,6 +628,14 @@ pub async fn plan_update(
         }
     };
     let seq_type = resolved.sequence_type.clone();
+    // a small update of a large table retires the stored rows of its keys
+    // with deletion vectors instead of rewriting whole buckets
+    let superseded = match &touched {
+        Some(_) if meta.sequence_type.is_some() => {
+            superseded_keys(state, &table, &resolved, &events).await?
+        }
+        _ => None,
+    };
 
     let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
     let new_rows = LogicalPlanBuilder::from(events.clone())
@@ -609,7 +713,12 @@ pub async fn plan_update(
             };
             stored.push(cast(list, update_list_type()).alias(UPDATE_LIST_COL));
         }
-        let stored_rows = LogicalPlanBuilder::from(raw.clone())
+        // with deletion vectors, only the stored rows of the update's keys
+        let raw_rows = match &superseded {
+            Some(keys) => semi_join_keys(raw.clone(), keys)?,
+            None => raw.clone(),
+        };
+        let stored_rows = LogicalPlanBuilder::from(raw_rows)
             .filter(stored_filter)?
             .project(stored)?
             .build()?;
@@ -708,6 +817,7 @@ pub async fn plan_update(
         metadata,
         run: last_run.unwrap_or(0) + 1,
         touched,
+        superseded,
         buckets: meta.buckets,
         key_indices: resolved.layout.key_indices.clone(),
     };
@@ -715,6 +825,105 @@ pub async fn plan_update(
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(commit),
     }))
+}
+
+/// Whether `table` takes deletion vectors: its protocol has the feature and
+/// its `delta.enableDeletionVectors` property is on.
+fn takes_deletion_vectors(table: &deltalake_core::DeltaTable) -> bool {
+    let Ok(snapshot) = table.snapshot() else {
+        return false;
+    };
+    let featured = snapshot
+        .protocol()
+        .writer_features()
+        .is_some_and(|f| f.iter().any(|f| f.to_string() == "deletionVectors"));
+    let enabled = snapshot
+        .metadata()
+        .configuration()
+        .get(DELETION_VECTORS_PROPERTY)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    featured && enabled
+}
+
+/// The distinct keys of an update's events when it should retire their
+/// stored rows with deletion vectors: the table takes them, the session
+/// allows them (`autocdc.deletion_vectors`), and the keys are at most
+/// `autocdc.deletion_vector_max_fraction` of the live stored rows (beyond
+/// that, rewriting the touched buckets costs less).
+async fn superseded_keys(
+    state: &SessionState,
+    table: &ScdTable,
+    resolved: &ResolvedFlow,
+    events: &LogicalPlan,
+) -> Result<Option<Arc<KeySet>>> {
+    let options = crate::config::autocdc_options(state.config());
+    let delta = table.delta();
+    if !options.deletion_vectors || !takes_deletion_vectors(&delta) {
+        return Ok(None);
+    }
+    let snapshot = delta.snapshot().map_err(delta_err)?;
+    let log_store = delta.log_store();
+    let views: Vec<_> = snapshot
+        .snapshot()
+        .file_views(log_store.as_ref(), None)
+        .try_collect()
+        .await
+        .map_err(delta_err)?;
+    let live: i64 = views
+        .iter()
+        .map(|v| {
+            v.num_records().unwrap_or(0) as i64
+                - v.deletion_vector_descriptor()
+                    .map_or(0, |dv| dv.cardinality)
+        })
+        .sum();
+    let max_keys = (live as f64 * options.deletion_vector_max_fraction).floor();
+    if max_keys < 1.0 {
+        return Ok(None);
+    }
+    let max_keys = max_keys.min(usize::MAX as f64 / 2.0) as usize;
+    let names: Vec<String> = resolved
+        .layout
+        .key_indices
+        .iter()
+        .map(|&i| resolved.layout.target_columns[i].clone())
+        .collect();
+    let plan = LogicalPlanBuilder::from(events.clone())
+        .project(
+            names
+                .iter()
+                .map(|n| Expr::Column(Column::new_unqualified(n))),
+        )?
+        .distinct()?
+        .limit(0, Some(max_keys + 1))?
+        .build()?;
+    let batches = DataFrame::new(state.clone(), plan).collect().await?;
+    let count: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if count == 0 || count > max_keys {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(KeySet::try_new(names, batches)?)))
+}
+
+/// The rows of `raw` (the stored target) whose key is one of `keys`.
+fn semi_join_keys(raw: LogicalPlan, keys: &KeySet) -> Result<LogicalPlan> {
+    const KEYS: &str = "__cdc_keys";
+    let table = MemTable::try_new(keys.schema(), vec![keys.batches().to_vec()])?;
+    let keys_plan =
+        LogicalPlanBuilder::scan(KEYS, provider_as_source(Arc::new(table)), None)?.build()?;
+    let (left, right): (Vec<Column>, Vec<Column>) = keys
+        .names()
+        .iter()
+        .map(|n| {
+            (
+                Column::new(Some(TARGET_SCAN), n),
+                Column::new(Some(KEYS), n),
+            )
+        })
+        .unzip();
+    LogicalPlanBuilder::from(raw)
+        .join(keys_plan, JoinType::LeftSemi, (left, right), None)?
+        .build()
 }
 
 /// The key buckets an update's new events fall in; `None` when it must

@@ -2,6 +2,7 @@
 //! that shows their live rows.
 
 pub mod bucket;
+pub mod deletion_vectors;
 mod dml;
 pub mod meta;
 pub(crate) mod provider;

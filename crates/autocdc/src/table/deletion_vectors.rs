@@ -1,0 +1,335 @@
+//! Deletion vectors: retiring the superseded rows of a data file without
+//! rewriting it.
+//!
+//! An update that touches a few keys of a large table writes its new rows to
+//! new files and marks the old rows of those keys as deleted in a *deletion
+//! vector* of each file that holds one (Delta protocol, "Deletion Vectors"):
+//!
+//! ```text
+//!  touched keys ─► KeySet ─┐
+//!                          ├─► superseded_rows(file) ─► ∪ old vector ─► write_vectors ─► remove + add(file, dv)
+//!  data file (key columns) ┘
+//! ```
+//!
+//! A vector is a set of row positions in the file's physical order. It is
+//! stored in a `deletion_vector_<uuid>.bin` file at the table root (one file
+//! holds the vectors of every data file an update touches), in the protocol's
+//! format: a version byte `1`, then per vector its size (u32, big endian),
+//! the `RoaringBitmapArray` magic (u32, little endian), the portable 64-bit
+//! Roaring serialisation, and a CRC-32 of magic and bitmap (big endian).
+//! Readers (delta-rs' scan, Spark, ...) skip the marked rows.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::SchemaRef;
+use arrow::row::RowConverter;
+use datafusion::common::{DataFusionError, Result};
+use deltalake_core::kernel::{DeletionVectorDescriptor, StorageType};
+#[allow(deprecated)]
+use deltalake_core::parquet::arrow::async_reader::ParquetObjectReader;
+use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use roaring::RoaringTreemap;
+
+use crate::fold::rows::row_converter;
+
+/// Magic number of the `RoaringBitmapArray` format.
+const MAGIC: u32 = 1_681_511_377;
+
+/// Length of a z85-encoded UUID in a `u` descriptor.
+const ENCODED_UUID_LEN: usize = 20;
+
+fn dv_error(what: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::Execution(format!("deletion vector: {what}"))
+}
+
+fn crc32() -> crc::Crc<u32> {
+    crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC)
+}
+
+/// The object path (relative to the table root) of a `u` descriptor's file.
+fn relative_file(descriptor: &DeletionVectorDescriptor) -> Result<Path> {
+    let encoded = &descriptor.path_or_inline_dv;
+    let split = encoded
+        .len()
+        .checked_sub(ENCODED_UUID_LEN)
+        .filter(|&s| encoded.is_char_boundary(s))
+        .ok_or_else(|| dv_error(format!("malformed path '{encoded}'")))?;
+    let (prefix, uuid) = encoded.split_at(split);
+    let bytes = z85::decode(uuid).map_err(|e| dv_error(format!("path '{encoded}': {e}")))?;
+    let uuid =
+        uuid::Uuid::from_slice(&bytes).map_err(|e| dv_error(format!("path '{encoded}': {e}")))?;
+    let name = format!("deletion_vector_{uuid}.bin");
+    Ok(if prefix.is_empty() {
+        Path::from(name)
+    } else {
+        Path::from(format!("{prefix}/{name}"))
+    })
+}
+
+/// Decode one serialised vector (magic + bitmap).
+fn decode(bytes: &[u8]) -> Result<RoaringTreemap> {
+    let magic = bytes
+        .get(..4)
+        .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]))
+        .ok_or_else(|| dv_error("truncated vector"))?;
+    if magic != MAGIC {
+        return Err(dv_error(format!("unknown format (magic {magic})")));
+    }
+    RoaringTreemap::deserialize_from(&bytes[4..]).map_err(|e| dv_error(e.to_string()))
+}
+
+/// The rows `descriptor` marks as deleted, read from the table's `store`
+/// (rooted at the table).
+pub async fn read_vector(
+    store: &Arc<dyn ObjectStore>,
+    descriptor: &DeletionVectorDescriptor,
+) -> Result<RoaringTreemap> {
+    match descriptor.storage_type {
+        StorageType::Inline => {
+            let bytes = z85::decode(&descriptor.path_or_inline_dv)
+                .map_err(|e| dv_error(format!("inline vector: {e}")))?;
+            decode(&bytes)
+        }
+        StorageType::AbsolutePath => Err(DataFusionError::NotImplemented(format!(
+            "deletion vector at an absolute path ('{}'): only vectors stored in the table are supported",
+            descriptor.path_or_inline_dv
+        ))),
+        StorageType::UuidRelativePath => {
+            let path = relative_file(descriptor)?;
+            let offset = descriptor.offset.unwrap_or(1).max(0) as u64;
+            let size = u64::try_from(descriptor.size_in_bytes)
+                .map_err(|_| dv_error(format!("negative size in '{path}'")))?;
+            // size prefix, magic + bitmap, CRC
+            let bytes = store.get_range(&path, offset..offset + 4 + size + 4).await?;
+            let stated = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as u64;
+            if stated != size {
+                return Err(dv_error(format!(
+                    "'{path}' at {offset}: size {stated}, descriptor says {size}"
+                )));
+            }
+            let body = &bytes[4..4 + size as usize];
+            let tail = &bytes[4 + size as usize..];
+            let checksum = u32::from_be_bytes([tail[0], tail[1], tail[2], tail[3]]);
+            if crc32().checksum(body) != checksum {
+                return Err(dv_error(format!("'{path}' at {offset}: checksum mismatch")));
+            }
+            decode(body)
+        }
+    }
+}
+
+/// Write `vectors` into one new deletion vector file at the table root;
+/// returns one descriptor per vector, in order.
+pub async fn write_vectors(
+    store: &Arc<dyn ObjectStore>,
+    vectors: &[RoaringTreemap],
+) -> Result<Vec<DeletionVectorDescriptor>> {
+    let uuid = uuid::Uuid::new_v4();
+    let encoded = z85::encode(uuid.as_bytes());
+    let mut file = vec![1u8];
+    let mut descriptors = Vec::with_capacity(vectors.len());
+    for vector in vectors {
+        let mut body = MAGIC.to_le_bytes().to_vec();
+        vector
+            .serialize_into(&mut body)
+            .map_err(|e| dv_error(e.to_string()))?;
+        let size = i32::try_from(body.len()).map_err(|_| dv_error("vector over 2 GiB"))?;
+        let offset = i32::try_from(file.len()).map_err(|_| dv_error("file over 2 GiB"))?;
+        file.extend_from_slice(&(size as u32).to_be_bytes());
+        file.extend_from_slice(&body);
+        file.extend_from_slice(&crc32().checksum(&body).to_be_bytes());
+        descriptors.push(DeletionVectorDescriptor {
+            storage_type: StorageType::UuidRelativePath,
+            path_or_inline_dv: encoded.clone(),
+            offset: Some(offset),
+            size_in_bytes: size,
+            cardinality: vector.len() as i64,
+        });
+    }
+    let path = Path::from(format!("deletion_vector_{uuid}.bin"));
+    store.put(&path, PutPayload::from(file)).await?;
+    Ok(descriptors)
+}
+
+/// A set of keys (any key columns), for probing the rows of data files.
+#[derive(Debug)]
+pub struct KeySet {
+    converter: RowConverter,
+    keys: HashSet<Box<[u8]>>,
+    names: Vec<String>,
+    batches: Vec<RecordBatch>,
+    schema: SchemaRef,
+}
+
+impl KeySet {
+    /// The keys of `batches`, whose columns are the key columns `names`.
+    pub fn try_new(names: Vec<String>, batches: Vec<RecordBatch>) -> Result<Self> {
+        let first = batches
+            .first()
+            .ok_or_else(|| DataFusionError::Internal("a key set needs a schema".into()))?;
+        let schema = first.schema();
+        let converter = row_converter(&schema, &(0..schema.fields().len()).collect::<Vec<_>>())?;
+        let mut keys = HashSet::new();
+        for batch in &batches {
+            let rows = converter.convert_columns(batch.columns())?;
+            keys.extend(rows.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
+        }
+        Ok(Self {
+            converter,
+            keys,
+            names,
+            batches,
+            schema,
+        })
+    }
+
+    /// Names of the key columns.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The keys as batches of the key columns.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// Schema of [`Self::batches`].
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// Number of distinct keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the set has no key.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Positions (offset by `first`) of the rows of `columns` whose key is in the set.
+    fn mark(&self, columns: &[ArrayRef], first: u64, marks: &mut RoaringTreemap) -> Result<()> {
+        let rows = self.converter.convert_columns(columns)?;
+        for (i, row) in rows.iter().enumerate() {
+            if self.keys.contains(row.as_ref()) {
+                marks.insert(first + i as u64);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An async Parquet reader of `path` in `store`. (`ParquetObjectReader` is
+/// deprecated in favour of engine-specific readers; DataFusion's own Parquet
+/// reader wraps it the same way, and this read is a plain sequential scan.)
+#[allow(deprecated)]
+fn object_reader(store: &Arc<dyn ObjectStore>, path: &Path, size: u64) -> ParquetObjectReader {
+    ParquetObjectReader::new(Arc::clone(store), path.clone()).with_file_size(size)
+}
+
+/// Positions of the rows of the Parquet data file `path` (`size` bytes) whose
+/// key is in `keys`, in the file's physical row order (deleted rows
+/// included).
+pub async fn superseded_rows(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    size: u64,
+    keys: &KeySet,
+) -> Result<RoaringTreemap> {
+    let builder = ParquetRecordBatchStreamBuilder::new(object_reader(store, path, size)).await?;
+    let mask = ProjectionMask::columns(
+        builder.parquet_schema(),
+        keys.names.iter().map(String::as_str),
+    );
+    let stream = builder.with_projection(mask).build()?;
+    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+    let mut marks = RoaringTreemap::new();
+    let mut first = 0u64;
+    for batch in batches {
+        // the projection keeps file order; put the columns in key order
+        let columns = keys
+            .names
+            .iter()
+            .map(|n| {
+                batch.column_by_name(n).cloned().ok_or_else(|| {
+                    DataFusionError::Execution(format!(
+                        "data file '{path}' has no key column '{n}'"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        keys.mark(&columns, first, &mut marks)?;
+        first += batch.num_rows() as u64;
+    }
+    Ok(marks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use object_store::memory::InMemory;
+
+    #[tokio::test]
+    async fn vectors_round_trip_through_one_file() -> Result<()> {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let a: RoaringTreemap = [0u64, 5, 7, 1 << 33].into_iter().collect();
+        let b: RoaringTreemap = (100u64..2000).collect();
+        let descriptors = write_vectors(&store, &[a.clone(), b.clone()]).await?;
+        assert_eq!(descriptors.len(), 2);
+        assert_eq!(descriptors[0].offset, Some(1));
+        assert_eq!(descriptors[0].cardinality, 4);
+        assert_eq!(descriptors[1].cardinality, 1900);
+        assert_eq!(descriptors[0].path_or_inline_dv.len(), ENCODED_UUID_LEN);
+        assert_eq!(read_vector(&store, &descriptors[0]).await?, a);
+        assert_eq!(read_vector(&store, &descriptors[1]).await?, b);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_vector_is_an_error() -> Result<()> {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let a: RoaringTreemap = [1u64, 2, 3].into_iter().collect();
+        let mut descriptor = write_vectors(&store, &[a]).await?.remove(0);
+        let path = relative_file(&descriptor)?;
+        let mut bytes = store.get(&path).await?.bytes().await?.to_vec();
+        let last = bytes.len() - 5;
+        bytes[last] ^= 0xff;
+        store.put(&path, PutPayload::from(bytes)).await?;
+        let err = read_vector(&store, &descriptor).await.unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        descriptor.size_in_bytes += 1;
+        assert!(read_vector(&store, &descriptor).await.is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn key_sets_mark_rows_of_any_key_type() -> Result<()> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, false),
+        ]));
+        let keys = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+            ],
+        )?;
+        let set = KeySet::try_new(vec!["id".into(), "name".into()], vec![keys])?;
+        assert_eq!(set.len(), 2);
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![1, 1, 2, 3]));
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "b", "a"]));
+        let mut marks = RoaringTreemap::new();
+        set.mark(&[ids, names], 10, &mut marks)?;
+        assert_eq!(marks.iter().collect::<Vec<_>>(), vec![10, 12]);
+        Ok(())
+    }
+}
