@@ -3,8 +3,10 @@
 # load EVENTS events over KEYS keys into a fresh local Delta target, then, in a
 # new process, refresh it with CHANGE new events (later sequences, random keys)
 # added to the source folder as a second file. The flow's Parquet-folder
-# source reads only that new file. Prints both times, the ratio, and the data
-# files the update rewrote out of the table's total.
+# source reads only that new file. Prints both times, the ratio, and what the
+# update did to the data files: new files written, old files kept with a
+# deletion vector (their superseded rows marked, nothing rewritten), old files
+# removed (rewritten), out of the table's total.
 #
 #   benches/incremental.sh [--events N] [--keys K] [--change C] [--reps R] [--no-build]
 #
@@ -70,7 +72,7 @@ timed() {
     echo "$seconds $rss"
 }
 
-printf '| rep | load s | update s | update / load | data files rewritten / total | update peak RSS MB |\n|---|---:|---:|---:|---:|---:|\n'
+printf '| rep | load s | update s | update / load | data files: new / kept with a deletion vector / removed / total before | update peak RSS MB |\n|---|---:|---:|---:|---:|---:|\n'
 for rep in $(seq 1 "$REPS"); do
     rm -rf "$WORK/src" "$WORK/wh"
     mkdir -p "$WORK/src"
@@ -82,9 +84,13 @@ for rep in $(seq 1 "$REPS"); do
     read -r update rss < <(timed "$AUTOCDC" --warehouse "$WORK/wh" -c "$events;
         EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
     written=$(grep -o 'num_files_written=[0-9]*' "$WORK/last.out" | head -1 | cut -d= -f2)
+    # the update's commit: files re-added with a deletion vector, files removed
+    commit=$(ls "$WORK/wh/public/t/_delta_log/"*.json | sort | tail -1)
+    vectors=$(grep -c '"deletionVector":{' "$commit" || true)
+    removed=$(( $(grep -c '"remove":' "$commit" || true) - vectors ))
     input=$(grep -o 'num_input_rows=[0-9.]* *[KM]*' "$WORK/last.out" | head -1)
     ratio=$(awk -v u="$update" -v l="$load" 'BEGIN { printf "%.2f", u / l }')
-    printf '| %s | %s | %s | %s | %s / %s | %s |\n' "$rep" "$load" "$update" "$ratio" \
-        "$written" "$total" "$((rss / 1024))"
+    printf '| %s | %s | %s | %s | %s / %s / %s / %s | %s |\n' "$rep" "$load" "$update" "$ratio" \
+        "$written" "$vectors" "$removed" "$total" "$((rss / 1024))"
     echo "rep $rep: update read $input" >&2
 done

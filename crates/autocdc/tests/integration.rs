@@ -555,6 +555,56 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
     );
 }
 
+/// A snapshot that differs from the target in few keys is applied like a
+/// small change feed: deletion vectors on the files holding those keys, new
+/// rows in new files; the target equals the snapshot and the change feed
+/// holds the diff.
+#[tokio::test]
+async fn small_snapshot_diffs_use_deletion_vectors() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE snap AS SELECT value AS id, 'v' AS v FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM snap) KEYS (id) STORED AS SCD TYPE 1",
+    )
+    .await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (4, 0, 0));
+    // 5 changed, 3 deleted, 2 new keys
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE snap AS
+           SELECT value AS id, CASE WHEN value <= 5 THEN 'changed' ELSE 'v' END AS v
+           FROM generate_series(1, 202) WHERE value NOT IN (10, 11, 12)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    let (files, with_vectors, deleted) = deletion_vector_files(&s, "t").await;
+    assert!(with_vectors > 0 && files > 4, "{files} {with_vectors}");
+    assert_eq!(deleted, 8);
+    assert_eq!(
+        rows(&s, "SELECT count(*) FROM ((SELECT id, v FROM t EXCEPT ALL SELECT id, v FROM snap) UNION ALL (SELECT id, v FROM snap EXCEPT ALL SELECT id, v FROM t))").await,
+        ["| 0 |"]
+    );
+    assert_eq!(
+        rows(&s, "SELECT _change_type, count(*) FROM table_changes('t', 2) GROUP BY _change_type ORDER BY _change_type").await,
+        [
+            "| delete | 3 |",
+            "| insert | 2 |",
+            "| update_postimage | 5 |",
+            "| update_preimage | 5 |",
+        ]
+    );
+}
+
 /// SPEC §2.3 retention: a tombstone blocks a late upsert until it expires
 /// (`pipelines.cdc.tombstoneGCThresholdInSeconds`, by the session clock).
 #[tokio::test]

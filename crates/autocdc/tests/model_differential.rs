@@ -106,7 +106,7 @@ async fn engine_with(
     // rows with deletion vectors on every update that can, the other half
     // rewrite the touched buckets
     let events: usize = updates.iter().map(Vec::len).sum();
-    let rewrite = if events % 2 == 0 {
+    let rewrite = if events.is_multiple_of(2) {
         "SET autocdc.deletion_vector_max_fraction = 1000"
     } else {
         "SET autocdc.deletion_vectors = false"

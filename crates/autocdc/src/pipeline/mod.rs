@@ -112,6 +112,9 @@ fn change_data_batch(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBat
 /// Table property that lets writers add deletion vectors (Delta protocol).
 pub const DELETION_VECTORS_PROPERTY: &str = "delta.enableDeletionVectors";
 
+/// Most keys an update retires with deletion vectors (they are held in memory).
+const MAX_DELETION_VECTOR_KEYS: usize = 10_000_000;
+
 /// Name of the stored target in update plans.
 const TARGET_SCAN: &str = "__cdc_target";
 
@@ -617,14 +620,20 @@ pub async fn plan_update(
             let text = scalar_to_text(&version)?;
             extra_config.push((SNAPSHOT_WATERMARK_PROPERTY.to_string(), text.clone()));
             extra_config.push((last_version_property(&flow.name), text));
-            (
-                resolved,
-                LogicalPlan::Extension(Extension {
-                    node: Arc::new(diff),
-                }),
-                None,
-                true,
-            )
+            let diff = LogicalPlan::Extension(Extension {
+                node: Arc::new(diff),
+            });
+            // a diff of few keys is kept in memory and applied like a small
+            // change feed (deletion vectors); a large one is streamed into a
+            // rewrite of every bucket
+            let (events, touched) = match small_diff(state, &table, &diff).await? {
+                Some(changes) => {
+                    let touched = touched_buckets(state, &resolved, &changes, meta.buckets).await?;
+                    (changes, touched)
+                }
+                None => (diff, None),
+            };
+            (resolved, events, touched, true)
         }
     };
     let seq_type = resolved.sequence_type.clone();
@@ -856,6 +865,70 @@ async fn superseded_keys(
     resolved: &ResolvedFlow,
     events: &LogicalPlan,
 ) -> Result<Option<Arc<KeySet>>> {
+    let Some(max_keys) = deletion_vector_budget(state, table).await? else {
+        return Ok(None);
+    };
+    let names: Vec<String> = resolved
+        .layout
+        .key_indices
+        .iter()
+        .map(|&i| resolved.layout.target_columns[i].clone())
+        .collect();
+    let plan = LogicalPlanBuilder::from(events.clone())
+        .project(
+            names
+                .iter()
+                .map(|n| Expr::Column(Column::new_unqualified(n))),
+        )?
+        .distinct()?
+        .limit(0, Some(max_keys + 1))?
+        .build()?;
+    let batches = DataFrame::new(state.clone(), plan).collect().await?;
+    let count: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if count == 0 || count > max_keys {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(KeySet::try_new(names, batches)?)))
+}
+
+/// The change events of a snapshot `diff`, in memory, when there are few
+/// enough for deletion vectors (see [`superseded_keys`]); `None` otherwise
+/// (the diff is then planned again, streaming).
+async fn small_diff(
+    state: &SessionState,
+    table: &ScdTable,
+    diff: &LogicalPlan,
+) -> Result<Option<LogicalPlan>> {
+    if table.meta().sequence_type.is_none() {
+        return Ok(None);
+    }
+    let Some(max_rows) = deletion_vector_budget(state, table).await? else {
+        return Ok(None);
+    };
+    let limited = LogicalPlanBuilder::from(diff.clone())
+        .limit(0, Some(max_rows + 1))?
+        .build()?;
+    let batches = DataFrame::new(state.clone(), limited).collect().await?;
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if rows > max_rows {
+        return Ok(None);
+    }
+    let changes = MemTable::try_new(Arc::clone(diff.schema().inner()), vec![batches])?;
+    Ok(Some(
+        LogicalPlanBuilder::scan(
+            "__cdc_snapshot_changes",
+            provider_as_source(Arc::new(changes)),
+            None,
+        )?
+        .build()?,
+    ))
+}
+
+/// How many keys an update of `table` may touch and still retire their
+/// stored rows with deletion vectors: `autocdc.deletion_vector_max_fraction`
+/// of the live stored rows. `None` when the session or the table does not
+/// take deletion vectors, or the table is (nearly) empty.
+async fn deletion_vector_budget(state: &SessionState, table: &ScdTable) -> Result<Option<usize>> {
     let options = crate::config::autocdc_options(state.config());
     let delta = table.delta();
     if !options.deletion_vectors || !takes_deletion_vectors(&delta) {
@@ -881,28 +954,8 @@ async fn superseded_keys(
     if max_keys < 1.0 {
         return Ok(None);
     }
-    let max_keys = max_keys.min(usize::MAX as f64 / 2.0) as usize;
-    let names: Vec<String> = resolved
-        .layout
-        .key_indices
-        .iter()
-        .map(|&i| resolved.layout.target_columns[i].clone())
-        .collect();
-    let plan = LogicalPlanBuilder::from(events.clone())
-        .project(
-            names
-                .iter()
-                .map(|n| Expr::Column(Column::new_unqualified(n))),
-        )?
-        .distinct()?
-        .limit(0, Some(max_keys + 1))?
-        .build()?;
-    let batches = DataFrame::new(state.clone(), plan).collect().await?;
-    let count: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    if count == 0 || count > max_keys {
-        return Ok(None);
-    }
-    Ok(Some(Arc::new(KeySet::try_new(names, batches)?)))
+    // (bounded: the keys are held in memory)
+    Ok(Some(max_keys.min(MAX_DELETION_VECTOR_KEYS as f64) as usize))
 }
 
 /// The rows of `raw` (the stored target) whose key is one of `keys`.
