@@ -289,22 +289,23 @@ pub async fn commit_state(
 /// is left). `concurrency` files are read at once.
 async fn retire_rows(
     store: &Arc<dyn object_store::ObjectStore>,
-    keys: &KeySet,
+    keys: &Arc<KeySet>,
     views: Vec<LogicalFileView>,
     concurrency: usize,
 ) -> Result<Vec<Action>> {
     let marked: Vec<(LogicalFileView, RoaringTreemap)> = futures::stream::iter(views)
-        .map(|view| async move {
-            let rows = superseded_rows(
-                store,
-                &view.object_store_path(),
-                view.size().max(0) as u64,
-                keys,
-            )
-            .await?;
-            Ok::<_, DataFusionError>((view, rows))
+        .map(|view| {
+            // (a task per file: decoding and probing keys is CPU work)
+            let (store, keys) = (Arc::clone(store), Arc::clone(keys));
+            SpawnedTask::spawn(async move {
+                let path = view.object_store_path();
+                let rows = superseded_rows(&store, &path, view.size().max(0) as u64, &keys).await?;
+                Ok::<_, DataFusionError>((view, rows))
+            })
+            .join()
         })
         .buffer_unordered(concurrency.max(1))
+        .map(|joined| joined.map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?)
         .try_filter(|(_, rows)| futures::future::ready(!rows.is_empty()))
         .try_collect()
         .await?;

@@ -19,13 +19,12 @@
 //! Roaring serialisation, and a CRC-32 of magic and bitmap (big endian).
 //! Readers (delta-rs' scan, Spark, ...) skip the marked rows.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::RowConverter;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, HashSet, Result};
 use deltalake_core::kernel::{DeletionVectorDescriptor, StorageType};
 #[allow(deprecated)]
 use deltalake_core::parquet::arrow::async_reader::ParquetObjectReader;
@@ -174,7 +173,7 @@ impl KeySet {
             .ok_or_else(|| DataFusionError::Internal("a key set needs a schema".into()))?;
         let schema = first.schema();
         let converter = row_converter(&schema, &(0..schema.fields().len()).collect::<Vec<_>>())?;
-        let mut keys = HashSet::new();
+        let mut keys = HashSet::default();
         for batch in &batches {
             let rows = converter.convert_columns(batch.columns())?;
             keys.extend(rows.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
