@@ -22,6 +22,7 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::cast;
 use arrow::datatypes::SchemaRef;
 use arrow::row::RowConverter;
 use datafusion::common::{DataFusionError, HashSet, Result};
@@ -246,21 +247,27 @@ pub async fn superseded_rows(
         builder.parquet_schema(),
         keys.names.iter().map(String::as_str),
     );
-    let stream = builder.with_projection(mask).build()?;
-    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+    let mut stream = builder.with_projection(mask).build()?;
     let mut marks = RoaringTreemap::new();
     let mut first = 0u64;
-    for batch in batches {
-        // the projection keeps file order; put the columns in key order
+    while let Some(batch) = stream.try_next().await? {
+        // the projection keeps file order: put the columns in key order, as
+        // the key set's types (the row format compares bytes)
         let columns = keys
             .names
             .iter()
-            .map(|n| {
-                batch.column_by_name(n).cloned().ok_or_else(|| {
+            .zip(keys.schema.fields())
+            .map(|(n, field)| {
+                let column = batch.column_by_name(n).ok_or_else(|| {
                     DataFusionError::Execution(format!(
                         "data file '{path}' has no key column '{n}'"
                     ))
-                })
+                })?;
+                if column.data_type() == field.data_type() {
+                    Ok(Arc::clone(column))
+                } else {
+                    Ok(cast(column, field.data_type())?)
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         keys.mark(&columns, first, &mut marks)?;
@@ -306,6 +313,46 @@ mod tests {
         assert!(err.to_string().contains("checksum"), "{err}");
         descriptor.size_in_bytes += 1;
         assert!(read_vector(&store, &descriptor).await.is_err());
+        Ok(())
+    }
+
+    /// Rows are found by key in a Parquet file across batches, in physical
+    /// order, even when the file stores the key as another type.
+    #[tokio::test]
+    async fn superseded_rows_of_a_parquet_file() -> Result<()> {
+        use arrow::array::Int32Array;
+        use deltalake_core::parquet::arrow::ArrowWriter;
+        use deltalake_core::parquet::file::properties::WriterProperties;
+
+        let file_schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Utf8, true),
+            Field::new("id", DataType::Int32, false),
+        ]));
+        let mut bytes = Vec::new();
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(3))
+            .build();
+        let mut writer =
+            ArrowWriter::try_new(&mut bytes, Arc::clone(&file_schema), Some(properties))?;
+        writer.write(&RecordBatch::try_new(
+            file_schema,
+            vec![
+                Arc::new(StringArray::from(vec!["a"; 8])),
+                Arc::new(Int32Array::from(vec![5, 1, 4, 2, 3, 2, 9, 1])),
+            ],
+        )?)?;
+        writer.close()?;
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from("part-0.parquet");
+        let size = bytes.len() as u64;
+        store.put(&path, PutPayload::from(bytes)).await?;
+
+        let key_schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let keys =
+            RecordBatch::try_new(key_schema, vec![Arc::new(Int64Array::from(vec![1, 2, 7]))])?;
+        let set = KeySet::try_new(vec!["id".into()], vec![keys])?;
+        let marks = superseded_rows(&store, &path, size, &set).await?;
+        assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1, 3, 5, 7]);
         Ok(())
     }
 
