@@ -8,6 +8,16 @@
 //! The stored state of the target takes part in every update (SCD 1 keeps
 //! one row per key), so an update may re-read its whole source: replays are
 //! dropped as late by the fold.
+//!
+//! What an update reads and replaces of the target:
+//! * by default, the key buckets its events touch: their stored rows are
+//!   folded with the events and the buckets' files replaced by the output;
+//! * when its distinct keys are few (`autocdc.deletion_vector_max_fraction`
+//!   of the live rows) and the table takes deletion vectors, only the stored
+//!   rows of those keys (a semi-join with them): the output goes to new files
+//!   and the replaced rows are marked in deletion vectors of the files that
+//!   hold them ([`crate::table::deletion_vectors`]); nothing is rewritten;
+//! * after a TRUNCATE, everything.
 
 use std::ops::Not;
 
