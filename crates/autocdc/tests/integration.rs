@@ -605,6 +605,48 @@ async fn small_snapshot_diffs_use_deletion_vectors() {
     );
 }
 
+/// The indexed snapshot diff hands its rows to a sort when it may not hold
+/// them, with the same result.
+#[tokio::test]
+async fn indexed_snapshot_diff_falls_back_to_sorting() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM snap) KEYS (id)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'B'), (4, 'd')",
+    )
+    .await;
+    exec(&s, "SET autocdc.indexed_fold_max_bytes = 1").await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    let diff = analyzed
+        .lines()
+        .find(|l| l.contains("SnapshotDiffExec"))
+        .expect(&analyzed);
+    assert!(diff.contains("diff=indexed"), "{diff}");
+    assert!(!diff.contains("num_sort_fallbacks=0"), "{diff}");
+    assert!(diff.contains("num_sort_fallbacks="), "{diff}");
+    assert!(
+        diff.contains("num_upserts=2") && diff.contains("num_deletes=1"),
+        "{diff}"
+    );
+    assert_eq!(
+        rows(&s, "SELECT id, v FROM t ORDER BY id").await,
+        ["| 1 | a |", "| 2 | B |", "| 4 | d |"]
+    );
+}
+
 /// SPEC §2.3 retention: a tombstone blocks a late upsert until it expires
 /// (`pipelines.cdc.tombstoneGCThresholdInSeconds`, by the session clock).
 #[tokio::test]
@@ -713,8 +755,17 @@ async fn explain_snapshot_flow_shows_snapshot_diff() {
     for op in [
         "AutoCdcExec",
         "SnapshotDiffExec: flow=f, keys=[id]",
-        "SortExec",
+        "diff=indexed",
     ] {
+        assert!(plan.contains(op), "missing {op} in\n{plan}");
+    }
+    // the indexed diff (integer keys) needs no sort
+    assert!(!plan.contains("SortExec"), "{plan}");
+    exec(&s, "SET autocdc.indexed_fold = false").await;
+    let plan = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    for op in ["diff=sorted", "SortExec"] {
         assert!(plan.contains(op), "missing {op} in\n{plan}");
     }
 }

@@ -15,6 +15,7 @@ pub mod scd1;
 pub mod scd1_indexed;
 pub mod scd2;
 pub mod snapshot_diff;
+pub mod snapshot_diff_indexed;
 
 pub use columns::{EventLayout, Kind, Origin};
 pub use kernel::FoldKernel;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::Schema;
+use arrow::datatypes::{DataType, Schema};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::Result;
 
@@ -25,4 +25,31 @@ pub fn to_rows(converter: &RowConverter, batch: &RecordBatch, columns: &[usize])
         .map(|&i| Arc::clone(batch.column(i)))
         .collect();
     Ok(converter.convert_columns(&arrays)?)
+}
+
+/// Widest row-format encoding that fits an index entry (a `u128`).
+pub const MAX_ENCODED_BYTES: usize = 16;
+
+/// Row `i` of `rows` (at most 16 bytes) as a big-endian integer: integers
+/// compare like the bytes since every row of a fixed-width encoding has the
+/// same length.
+pub fn encoded(rows: &Rows, i: usize) -> u128 {
+    let row = rows.row(i);
+    let bytes = row.as_ref();
+    let mut buf = [0u8; MAX_ENCODED_BYTES];
+    let n = bytes.len().min(MAX_ENCODED_BYTES);
+    buf[..n].copy_from_slice(&bytes[..n]);
+    u128::from_be_bytes(buf)
+}
+
+/// Row-format width of fixed-width `types` (1 null byte + the value each),
+/// if every type is fixed-width.
+pub fn encoded_width<'a>(types: impl IntoIterator<Item = &'a DataType>) -> Option<usize> {
+    types
+        .into_iter()
+        .map(|t| match t {
+            DataType::Boolean => Some(2),
+            t => t.primitive_width().map(|w| w + 1),
+        })
+        .sum()
 }

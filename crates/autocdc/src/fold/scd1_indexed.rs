@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use arrow::array::{make_comparator, ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::compute::{interleave_record_batch, SortOptions};
-use arrow::datatypes::{DataType, Int8Type, SchemaRef};
+use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
@@ -43,11 +43,8 @@ use super::columns::{
     CHANGE_PREIMAGE,
 };
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
-use super::rows::{row_converter, to_rows};
+use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 use super::FoldCounts;
-
-/// Widest row-format encoding that fits an index entry (a `u128`).
-const MAX_ENCODED_BYTES: usize = 16;
 
 /// One event in the index: key and sequence as integers that order like
 /// their row-format bytes, then origin (stored first), kind and place.
@@ -69,30 +66,6 @@ impl IndexEntry {
     fn stored(&self) -> bool {
         self.origin == Origin::Stored as i8
     }
-}
-
-/// Row `i` of `rows` (at most 16 bytes) as a big-endian integer: integers
-/// compare like the bytes since every row of a fixed-width encoding has the
-/// same length.
-fn encoded(rows: &Rows, i: usize) -> u128 {
-    let row = rows.row(i);
-    let bytes = row.as_ref();
-    let mut buf = [0u8; MAX_ENCODED_BYTES];
-    let n = bytes.len().min(MAX_ENCODED_BYTES);
-    buf[..n].copy_from_slice(&bytes[..n]);
-    u128::from_be_bytes(buf)
-}
-
-/// Row-format width of fixed-width `types` (1 null byte + the value each),
-/// if every type is fixed-width.
-fn encoded_width<'a>(types: impl IntoIterator<Item = &'a DataType>) -> Option<usize> {
-    types
-        .into_iter()
-        .map(|t| match t {
-            DataType::Boolean => Some(2),
-            t => t.primitive_width().map(|w| w + 1),
-        })
-        .sum()
 }
 
 /// Indexed SCD 1 fold of one partition (see the module docs).

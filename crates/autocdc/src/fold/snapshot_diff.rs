@@ -178,12 +178,11 @@ impl SnapshotDiff {
                 if sides.value(i) == SIDE_LIVE {
                     live = Some(i);
                 } else if snap.replace(i).is_some() {
-                    return Err(DataFusionError::Execution(format!(
-                        "flow '{}': duplicate key ({}) in the snapshot at version {}; nothing was committed",
-                        self.flow,
-                        self.format_key(batch, i),
-                        self.version
-                    )));
+                    return Err(duplicate_key_error(
+                        &self.flow,
+                        &self.format_key(batch, i),
+                        &self.version,
+                    ));
                 }
             }
             match (live, snap) {
@@ -209,25 +208,46 @@ impl SnapshotDiff {
         if rows.is_empty() {
             return Ok(None);
         }
-        let len = rows.len();
         let indices = UInt32Array::from(rows);
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(n + 4);
-        for i in 0..n {
-            columns.push(take(batch.column(i).as_ref(), &indices, None)?);
-        }
-        columns.push(self.version.to_array_of_size(len)?);
-        columns.push(Arc::new(Int8Array::from(kinds)));
-        columns.push(if self.written_at.is_null() {
-            new_null_array(&self.written_at.data_type(), len)
-        } else {
-            self.written_at.to_array_of_size(len)?
-        });
-        columns.push(Arc::new(Int8Array::from(vec![Origin::New as i8; len])));
-        Ok(Some(RecordBatch::try_new(
-            Arc::clone(&self.output_schema),
+        let columns = (0..n)
+            .map(|i| Ok(take(batch.column(i).as_ref(), &indices, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(diff_events(
+            &self.output_schema,
             columns,
+            kinds,
+            &self.version,
+            &self.written_at,
         )?))
     }
+}
+
+/// The error for a key found twice in a snapshot.
+pub(crate) fn duplicate_key_error(flow: &str, key: &str, version: &ScalarValue) -> DataFusionError {
+    DataFusionError::Execution(format!(
+        "flow '{flow}': duplicate key ({key}) in the snapshot at version {version}; nothing was committed"
+    ))
+}
+
+/// Change events (`output_schema`) of the diff: the target `columns` of the
+/// chosen rows, of `kinds`, at `version`, stamped `written_at`.
+pub(crate) fn diff_events(
+    output_schema: &SchemaRef,
+    mut columns: Vec<ArrayRef>,
+    kinds: Vec<i8>,
+    version: &ScalarValue,
+    written_at: &ScalarValue,
+) -> Result<RecordBatch> {
+    let len = kinds.len();
+    columns.push(version.to_array_of_size(len)?);
+    columns.push(Arc::new(Int8Array::from(kinds)));
+    columns.push(if written_at.is_null() {
+        new_null_array(&written_at.data_type(), len)
+    } else {
+        written_at.to_array_of_size(len)?
+    });
+    columns.push(Arc::new(Int8Array::from(vec![Origin::New as i8; len])));
+    Ok(RecordBatch::try_new(Arc::clone(output_schema), columns)?)
 }
 
 #[cfg(test)]

@@ -39,9 +39,7 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
-use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{
     collect, DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
     Partitioning, PlanProperties,
@@ -49,6 +47,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
+use super::one_shot::sort_retained_and_rest;
 use crate::fold::columns::{KIND_COL, SEQ_COL};
 use crate::fold::{FoldCounts, FoldKernel, FoldSpec, IndexedScd1Fold, Kind};
 
@@ -415,23 +414,15 @@ impl FoldState {
             ));
         };
         self.sorting.store(true, AtomicOrdering::Relaxed);
-        let schema = input.schema();
         let retained = fold.into_batches();
         // the sort accounts for the retained batches itself
         reservation.free();
-        let events = futures::stream::iter(retained.into_iter().map(Ok)).chain(input);
-        let events: SendableRecordBatchStream =
-            Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), events));
-        let source = StreamingTableExec::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(OneShotPartition::new(schema, events))],
-            None,
-            Vec::<LexOrdering>::new(),
-            false,
-            None,
+        let sorted = sort_retained_and_rest(
+            retained,
+            input,
+            self.ordering.clone(),
+            Arc::clone(&self.context),
         )?;
-        let sort = SortExec::new(self.ordering.clone(), Arc::new(source));
-        let sorted = sort.execute(0, Arc::clone(&self.context))?;
         let mut kernel = self.spec.kernel(&sorted.schema())?;
         if let Some(seqs) = &self.truncate_sequences {
             kernel.observe_watermark(seqs)?;
@@ -442,48 +433,6 @@ impl FoldState {
             input: sorted,
         };
         Ok(())
-    }
-}
-
-/// A stream handed to a plan once (the rest of a partition's input).
-struct OneShotPartition {
-    schema: SchemaRef,
-    stream: std::sync::Mutex<Option<SendableRecordBatchStream>>,
-}
-
-impl OneShotPartition {
-    fn new(schema: SchemaRef, stream: SendableRecordBatchStream) -> Self {
-        Self {
-            schema,
-            stream: std::sync::Mutex::new(Some(stream)),
-        }
-    }
-}
-
-impl fmt::Debug for OneShotPartition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("OneShotPartition")
-    }
-}
-
-impl PartitionStream for OneShotPartition {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let taken = self.stream.lock().ok().and_then(|mut s| s.take());
-        match taken {
-            Some(stream) => stream,
-            None => Box::pin(RecordBatchStreamAdapter::new(
-                Arc::clone(&self.schema),
-                futures::stream::once(async {
-                    Err(DataFusionError::Internal(
-                        "AutoCdcExec: fall-back input executed twice".into(),
-                    ))
-                }),
-            )),
-        }
     }
 }
 

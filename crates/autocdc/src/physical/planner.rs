@@ -26,7 +26,7 @@ impl ExtensionPlanner for CdcExtensionPlanner {
         node: &dyn UserDefinedLogicalNode,
         _logical_inputs: &[&LogicalPlan],
         physical_inputs: &[Arc<dyn ExecutionPlan>],
-        _session_state: &dyn Session,
+        session_state: &dyn Session,
         _planning_ctx: &PhysicalPlanningContext,
     ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         if let Some(n) = node.as_any().downcast_ref::<AutoCdcNode>() {
@@ -56,12 +56,15 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                     "SnapshotDiff needs one input".into(),
                 ));
             };
+            let options = crate::config::autocdc_options(session_state.config());
             return Ok(Some(Arc::new(SnapshotDiffExec::new(
                 n.flow.clone(),
                 n.key_indices.clone(),
                 n.version.clone(),
                 n.written_at.clone(),
                 Arc::clone(input),
+                options.indexed_fold,
+                options.indexed_fold_max_bytes,
             ))));
         }
         Ok(None)

@@ -6,16 +6,29 @@
 //!        ▲ partitioned by keys, sorted by (keys, side)
 //!   Union(live rows tagged 0, snapshot rows tagged 1)
 //! ```
-//! Like a sort-merge join: DataFusion repartitions and sorts (spilling) the
-//! input; the operator keeps at most one key group across batches.
+//! Two engines, shown as `diff=` in `EXPLAIN`:
+//! * `indexed` (keys of at most 16 bytes in Arrow's row format, setting
+//!   `autocdc.indexed_fold`): no ordering is required; each partition keeps
+//!   its rows and sorts a compact index of them
+//!   ([`crate::fold::snapshot_diff_indexed`]). Its memory is reserved in the
+//!   session's pool; when the pool refuses (or `autocdc.indexed_fold_max_bytes`
+//!   is exceeded, or another partition already gave up) the partition hands
+//!   what it kept and the rest of its input to DataFusion's spilling sort and
+//!   goes on like `sorted` (metric `num_sort_fallbacks`).
+//! * `sorted`: like a sort-merge join: DataFusion repartitions and sorts
+//!   (spilling) the input by `(keys, side)`; the operator keeps at most one
+//!   key group across batches.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{
@@ -24,7 +37,7 @@ use datafusion::physical_expr::{
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
-    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -33,7 +46,9 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use super::one_shot::sort_retained_and_rest;
 use crate::fold::snapshot_diff::{diff_output_schema, SnapshotDiff};
+use crate::fold::snapshot_diff_indexed::IndexedSnapshotDiff;
 
 /// Diffs a snapshot against the target's live rows.
 #[derive(Debug)]
@@ -46,17 +61,30 @@ pub struct SnapshotDiffExec {
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// Diff by a sorted index of the rows instead of sorted rows.
+    indexed: bool,
+    /// Bytes one partition's indexed diff may hold (0: only the pool decides).
+    indexed_cap: usize,
+    /// Set once a partition's indexed diff fell back to sorting: the others
+    /// then fall back too, leaving the pool to the sorts.
+    sorting: Arc<AtomicBool>,
 }
 
 impl SnapshotDiffExec {
-    /// Create the operator.
+    /// Create the operator; `indexed` asks for the indexed engine (used when
+    /// the keys fit it), `indexed_cap` bounds it per partition (0: no bound
+    /// of its own).
     pub fn new(
         flow: String,
         key_indices: Vec<usize>,
         version: ScalarValue,
         written_at: ScalarValue,
         input: Arc<dyn ExecutionPlan>,
+        indexed: bool,
+        indexed_cap: usize,
     ) -> Self {
+        let indexed =
+            indexed && IndexedSnapshotDiff::supports(&key_indices, input.schema().as_ref());
         let schema = diff_output_schema(
             input.schema().as_ref(),
             &version.data_type(),
@@ -77,6 +105,37 @@ impl SnapshotDiffExec {
             schema,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
+            indexed,
+            indexed_cap,
+            sorting: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The order the sorted engine needs: `(keys, side)`.
+    fn diff_ordering(&self) -> Option<LexOrdering> {
+        let schema = self.input.schema();
+        let asc = SortOptions {
+            descending: false,
+            nulls_first: true,
+        };
+        let side = schema.fields().len() - 1;
+        let mut sort: Vec<PhysicalSortExpr> = self
+            .key_exprs()
+            .into_iter()
+            .map(|e| PhysicalSortExpr::new(e, asc))
+            .collect();
+        sort.push(PhysicalSortExpr::new(
+            Arc::new(Column::new(schema.field(side).name(), side)),
+            asc,
+        ));
+        LexOrdering::new(sort)
+    }
+
+    fn engine_name(&self) -> &'static str {
+        if self.indexed {
+            "indexed"
+        } else {
+            "sorted"
         }
     }
 
@@ -102,14 +161,16 @@ impl DisplayAs for SnapshotDiffExec {
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => write!(
                 f,
-                "SnapshotDiffExec: flow={}, keys=[{}], version={}",
+                "SnapshotDiffExec: flow={}, keys=[{}], version={}, diff={}",
                 self.flow,
                 self.key_names().join(", "),
-                self.version
+                self.version,
+                self.engine_name()
             ),
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.flow)?;
-                write!(f, "version={}", self.version)
+                writeln!(f, "version={}", self.version)?;
+                write!(f, "diff={}", self.engine_name())
             }
         }
     }
@@ -129,22 +190,10 @@ impl ExecutionPlan for SnapshotDiffExec {
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
-        let schema = self.input.schema();
-        let asc = SortOptions {
-            descending: false,
-            nulls_first: true,
-        };
-        let side = schema.fields().len() - 1;
-        let mut sort: Vec<PhysicalSortExpr> = self
-            .key_exprs()
-            .into_iter()
-            .map(|e| PhysicalSortExpr::new(e, asc))
-            .collect();
-        sort.push(PhysicalSortExpr::new(
-            Arc::new(Column::new(schema.field(side).name(), side)),
-            asc,
-        ));
-        vec![LexOrdering::new(sort).map(OrderingRequirements::from)]
+        if self.indexed {
+            return vec![None];
+        }
+        vec![self.diff_ordering().map(OrderingRequirements::from)]
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
@@ -175,6 +224,8 @@ impl ExecutionPlan for SnapshotDiffExec {
             self.version.clone(),
             self.written_at.clone(),
             input,
+            self.indexed,
+            self.indexed_cap,
         )))
     }
 
@@ -183,44 +234,44 @@ impl ExecutionPlan for SnapshotDiffExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, context)?;
-        let diff = SnapshotDiff::try_new(
-            &self.flow,
-            self.key_indices.clone(),
-            self.version.clone(),
-            self.written_at.clone(),
-            &input.schema(),
-        )?;
-        let baseline = BaselineMetrics::new(&self.metrics, partition);
-        let upserts = MetricBuilder::new(&self.metrics).counter("num_upserts", partition);
-        let deletes = MetricBuilder::new(&self.metrics).counter("num_deletes", partition);
-        let state = (diff, input, false);
-        let stream = futures::stream::try_unfold(state, move |(mut diff, mut input, done)| {
-            let baseline = baseline.clone();
-            let (upserts, deletes) = (upserts.clone(), deletes.clone());
-            async move {
-                if done {
-                    return Ok(None);
-                }
-                while let Some(batch) = input.next().await {
-                    let batch = batch?;
-                    let _timer = baseline.elapsed_compute().timer();
-                    if let Some(out) = diff.push(&batch)? {
-                        baseline.record_output(out.num_rows());
-                        return Ok(Some((out, (diff, input, false))));
-                    }
-                }
-                let last = diff.finish()?;
-                upserts.add(diff.counts.0);
-                deletes.add(diff.counts.1);
-                match last {
-                    Some(out) => {
-                        baseline.record_output(out.num_rows());
-                        Ok(Some((out, (diff, input, true))))
-                    }
-                    None => Ok(None),
-                }
+        let input = self.input.execute(partition, Arc::clone(&context))?;
+        let schema = input.schema();
+        let engine = if self.indexed {
+            DiffEngine::Indexed {
+                diff: Box::new(IndexedSnapshotDiff::try_new(
+                    &self.flow,
+                    self.key_indices.clone(),
+                    self.version.clone(),
+                    self.written_at.clone(),
+                    &schema,
+                )?),
+                input,
+                reservation: MemoryConsumer::new(format!("SnapshotDiffExec[{partition}]"))
+                    .register(context.memory_pool()),
+                emitting: false,
             }
+        } else {
+            DiffEngine::Sorted {
+                diff: Box::new(self.sorted_kernel(&schema)?),
+                input,
+            }
+        };
+        let metric =
+            |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let state = DiffState {
+            engine,
+            baseline: BaselineMetrics::new(&self.metrics, partition),
+            upserts: metric("num_upserts"),
+            deletes: metric("num_deletes"),
+            sort_fallbacks: metric("num_sort_fallbacks"),
+            sorted_kernel: Some(self.sorted_kernel(&schema)?),
+            ordering: self.diff_ordering(),
+            context,
+            sorting: Arc::clone(&self.sorting),
+            indexed_cap: self.indexed_cap,
+        };
+        let stream = futures::stream::try_unfold(state, |mut state| async move {
+            Ok(state.next().await?.map(|batch| (batch, state)))
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
@@ -230,5 +281,156 @@ impl ExecutionPlan for SnapshotDiffExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+impl SnapshotDiffExec {
+    fn sorted_kernel(&self, schema: &SchemaRef) -> Result<SnapshotDiff> {
+        SnapshotDiff::try_new(
+            &self.flow,
+            self.key_indices.clone(),
+            self.version.clone(),
+            self.written_at.clone(),
+            schema,
+        )
+    }
+}
+
+/// How one partition diffs.
+enum DiffEngine {
+    /// Over rows sorted by `(keys, side)`.
+    Sorted {
+        diff: Box<SnapshotDiff>,
+        input: SendableRecordBatchStream,
+    },
+    /// Over a sorted index of the retained rows; `emitting` once the input is
+    /// consumed and the index sorted.
+    Indexed {
+        diff: Box<IndexedSnapshotDiff>,
+        input: SendableRecordBatchStream,
+        reservation: MemoryReservation,
+        emitting: bool,
+    },
+    /// While switching engines, and once the partition is finished.
+    Done,
+}
+
+/// One partition's diff as it runs.
+struct DiffState {
+    engine: DiffEngine,
+    baseline: BaselineMetrics,
+    upserts: Count,
+    deletes: Count,
+    sort_fallbacks: Count,
+    /// The kernel a fall-back to sorting continues with.
+    sorted_kernel: Option<SnapshotDiff>,
+    ordering: Option<LexOrdering>,
+    context: Arc<TaskContext>,
+    sorting: Arc<AtomicBool>,
+    indexed_cap: usize,
+}
+
+impl DiffState {
+    /// Next batch of change events, or `None` at the end.
+    async fn next(&mut self) -> Result<Option<RecordBatch>> {
+        let batch_size = self.context.session_config().batch_size();
+        loop {
+            match &mut self.engine {
+                DiffEngine::Sorted { diff, input } => {
+                    while let Some(batch) = input.next().await {
+                        let batch = batch?;
+                        let _timer = self.baseline.elapsed_compute().timer();
+                        if let Some(out) = diff.push(&batch)? {
+                            self.baseline.record_output(out.num_rows());
+                            return Ok(Some(out));
+                        }
+                    }
+                    let last = diff.finish()?;
+                    self.upserts.add(diff.counts.0);
+                    self.deletes.add(diff.counts.1);
+                    self.engine = DiffEngine::Done;
+                    if let Some(out) = &last {
+                        self.baseline.record_output(out.num_rows());
+                    }
+                    return Ok(last);
+                }
+                DiffEngine::Indexed {
+                    diff,
+                    input,
+                    reservation,
+                    emitting,
+                } => {
+                    if !*emitting {
+                        let mut refused = false;
+                        while let Some(batch) = input.next().await {
+                            let batch = batch?;
+                            let _timer = self.baseline.elapsed_compute().timer();
+                            diff.push(&batch)?;
+                            let size = diff.memory_size();
+                            let cap = self.indexed_cap;
+                            if (cap > 0 && size > cap)
+                                || reservation.try_resize(size).is_err()
+                                || self.sorting.load(AtomicOrdering::Relaxed)
+                            {
+                                refused = true;
+                                break;
+                            }
+                        }
+                        if refused {
+                            self.fall_back_to_sort()?;
+                            continue;
+                        }
+                        let _timer = self.baseline.elapsed_compute().timer();
+                        diff.finish()?;
+                        *emitting = true;
+                    }
+                    let _timer = self.baseline.elapsed_compute().timer();
+                    if let Some(out) = diff.next_output(batch_size)? {
+                        self.baseline.record_output(out.num_rows());
+                        return Ok(Some(out));
+                    }
+                    self.upserts.add(diff.counts.0);
+                    self.deletes.add(diff.counts.1);
+                    reservation.free();
+                    self.engine = DiffEngine::Done;
+                    return Ok(None);
+                }
+                DiffEngine::Done => return Ok(None),
+            }
+        }
+    }
+
+    /// The pool refused the indexed diff more memory: sort what it retained
+    /// and the rest of the input (spilling as the pool requires) and go on
+    /// with the sorted kernel.
+    fn fall_back_to_sort(&mut self) -> Result<()> {
+        let DiffEngine::Indexed {
+            diff,
+            input,
+            reservation,
+            ..
+        } = std::mem::replace(&mut self.engine, DiffEngine::Done)
+        else {
+            return Err(DataFusionError::Internal(
+                "SnapshotDiffExec: no indexed diff to fall back from".into(),
+            ));
+        };
+        let ordering = self.ordering.clone().ok_or_else(|| {
+            DataFusionError::Internal("SnapshotDiffExec: no ordering to sort by".into())
+        })?;
+        self.sorting.store(true, AtomicOrdering::Relaxed);
+        let retained = diff.into_batches();
+        // the sort accounts for the retained batches itself
+        reservation.free();
+        let sorted = sort_retained_and_rest(retained, input, ordering, Arc::clone(&self.context))?;
+        self.sort_fallbacks.add(1);
+        let kernel = self.sorted_kernel.take().ok_or_else(|| {
+            DataFusionError::Internal("SnapshotDiffExec: fell back to sorting twice".into())
+        })?;
+        self.engine = DiffEngine::Sorted {
+            diff: Box::new(kernel),
+            input: sorted,
+        };
+        Ok(())
     }
 }
