@@ -9,7 +9,7 @@
 //! ```text
 //!  push(batch) ─► retain batch, its values in row format
 //!              └► index += (key as u128, side, batch, row)
-//!  finish()    ─► sort index by (key, side) ─► per key: live / snapshot / both
+//!  finish()    ─► sort index by key ─► per key: live / snapshot / both
 //!              └► changed rows (values compared as row-format bytes), by batch
 //!  next_output ─► gather the changed rows, a few source batches at a time
 //! ```
@@ -64,6 +64,8 @@ pub struct IndexedSnapshotDiff {
     /// Row-format values (every target column) of each retained batch.
     values: Vec<Rows>,
     index: Vec<Entry>,
+    /// Bytes of `batches` and `values`.
+    retained_bytes: usize,
     emits: Vec<Emit>,
     emit_offsets: Vec<usize>,
     cursor: Option<usize>,
@@ -115,6 +117,7 @@ impl IndexedSnapshotDiff {
             batches: Vec::new(),
             values: Vec::new(),
             index: Vec::new(),
+            retained_bytes: 0,
             emits: Vec::new(),
             emit_offsets: Vec::new(),
             cursor: None,
@@ -129,12 +132,7 @@ impl IndexedSnapshotDiff {
 
     /// Bytes held: the retained batches, their row-format values and the index.
     pub fn memory_size(&self) -> usize {
-        self.batches
-            .iter()
-            .map(RecordBatch::get_array_memory_size)
-            .sum::<usize>()
-            + self.values.iter().map(Rows::size).sum::<usize>()
-            + self.index.capacity() * std::mem::size_of::<Entry>()
+        self.retained_bytes + self.index.capacity() * std::mem::size_of::<Entry>()
     }
 
     /// The retained input batches (for a fall-back to the sorted diff).
@@ -162,6 +160,7 @@ impl IndexedSnapshotDiff {
                 row: row as u32,
             });
         }
+        self.retained_bytes += batch.get_array_memory_size() + values.size();
         self.batches.push(batch.clone());
         self.values.push(values);
         Ok(())
@@ -170,8 +169,8 @@ impl IndexedSnapshotDiff {
     /// Sort the index and decide every key; errors (a key twice in the
     /// snapshot) surface here, before any output.
     pub fn finish(&mut self) -> Result<()> {
-        self.index.sort_unstable_by_key(|e| (e.key, e.side));
-        let mut emits = Vec::new();
+        self.index.sort_unstable_by_key(|e| e.key);
+        let (mut emits, mut pairs) = (Vec::new(), Vec::new());
         let mut start = 0;
         while start < self.index.len() {
             let key = self.index[start].key;
@@ -179,10 +178,25 @@ impl IndexedSnapshotDiff {
             while end < self.index.len() && self.index[end].key == key {
                 end += 1;
             }
-            self.diff_key(start, end, &mut emits)?;
+            self.diff_key(start, end, &mut emits, &mut pairs)?;
             start = end;
         }
         self.index = Vec::new();
+        // keys on both sides: compare the values (row format) walking the
+        // live rows in place order, so that one side is read sequentially
+        pairs.sort_unstable_by_key(|[batch, row, ..]| (*batch, *row));
+        for [live_batch, live_row, batch, row] in pairs {
+            let old = self.values[live_batch as usize].row(live_row as usize);
+            let new = self.values[batch as usize].row(row as usize);
+            if old != new {
+                emits.push(Emit {
+                    batch,
+                    row,
+                    kind: Kind::Upsert as i8,
+                });
+                self.counts.0 += 1;
+            }
+        }
         // counting sort of the emitted rows by source batch
         let mut offsets = vec![0usize; self.batches.len() + 1];
         for e in &emits {
@@ -205,9 +219,16 @@ impl IndexedSnapshotDiff {
         Ok(())
     }
 
-    /// The rows `start..end` of the sorted index share one key (live rows
-    /// first): at most one live and one snapshot row.
-    fn diff_key(&mut self, start: usize, end: usize, emits: &mut Vec<Emit>) -> Result<()> {
+    /// The rows `start..end` of the sorted index share one key: at most one
+    /// live and one snapshot row. A key on both sides goes to `pairs` as
+    /// `[live batch, live row, snapshot batch, snapshot row]`.
+    fn diff_key(
+        &mut self,
+        start: usize,
+        end: usize,
+        emits: &mut Vec<Emit>,
+        pairs: &mut Vec<[u32; 4]>,
+    ) -> Result<()> {
         let entries = &self.index[start..end];
         let live = entries.iter().find(|e| e.side == SIDE_LIVE);
         let mut snapshots = entries.iter().filter(|e| e.side == SIDE_SNAPSHOT);
@@ -236,14 +257,8 @@ impl IndexedSnapshotDiff {
                 emits.push(emit(s, Kind::Upsert));
                 self.counts.0 += 1;
             }
-            (Some(l), Some(s)) => {
-                let old = self.values[l.batch as usize].row(l.row as usize);
-                let new = self.values[s.batch as usize].row(s.row as usize);
-                if old != new {
-                    emits.push(emit(s, Kind::Upsert));
-                    self.counts.0 += 1;
-                }
-            }
+            // compared later, in the live rows' order
+            (Some(l), Some(s)) => pairs.push([l.batch, l.row, s.batch, s.row]),
             (None, None) => {}
         }
         Ok(())
