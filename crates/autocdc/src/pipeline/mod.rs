@@ -246,7 +246,15 @@ pub async fn commit_state(
             }
         }
         if let Some(keys) = &request.superseded {
-            actions.extend(retire_rows(&store, keys, marked, writers).await?);
+            let retired = retire_rows(&store, keys, marked, writers)
+                .await
+                .map_err(|e| {
+                    e.context(format!(
+                        "flow '{}': marking the replaced rows of '{}'; nothing of this update was committed",
+                        request.flow.name, request.target
+                    ))
+                })?;
+            actions.extend(retired);
         }
         actions.extend(adds.iter().cloned().map(Action::Add));
         actions.extend(change_files.into_iter().map(|f| {
