@@ -33,7 +33,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use arrow::array::{make_comparator, ArrayRef, AsArray, Int8Array, RecordBatch};
-use arrow::compute::{interleave_record_batch, SortOptions};
+use arrow::compute::SortOptions;
 use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
@@ -42,6 +42,7 @@ use super::columns::{
     scd1_output_schema, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
     CHANGE_PREIMAGE,
 };
+use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 use super::FoldCounts;
@@ -86,25 +87,13 @@ pub struct IndexedScd1Fold {
     watermark: Option<u128>,
     watermark_value: Option<ArrayRef>,
     counts: FoldCounts,
-    /// Rows to emit, ordered by source batch (once finished) ...
-    emits: Vec<Emit>,
-    /// ... those of batch `b` at `emit_offsets[b]..emit_offsets[b + 1]`.
-    emit_offsets: Vec<usize>,
-    /// Next batch to emit the rows of, once finished.
-    cursor: Option<usize>,
+    /// Rows to emit, once finished.
+    emits: Option<EmitQueue>,
 }
 
-/// [`Emit::kind`] of a row emitted with its own kind (a stored row).
+/// [`Emit::kind`] of a row emitted with its own kind (a stored row); other
+/// emits carry a change feed kind.
 const KEEP_KIND: i8 = -1;
-
-/// A row to emit: its place and output kind (a change feed kind, or
-/// [`KEEP_KIND`]).
-#[derive(Debug, Clone, Copy, Default)]
-struct Emit {
-    batch: u32,
-    row: u32,
-    kind: i8,
-}
 
 impl std::fmt::Debug for IndexedScd1Fold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -172,9 +161,7 @@ impl IndexedScd1Fold {
             watermark: None,
             watermark_value: None,
             counts: FoldCounts::default(),
-            emits: Vec::new(),
-            emit_offsets: Vec::new(),
-            cursor: None,
+            emits: None,
         })
     }
 
@@ -214,7 +201,7 @@ impl IndexedScd1Fold {
     pub fn memory_size(&self) -> usize {
         self.retained_bytes
             + self.index.capacity() * std::mem::size_of::<IndexEntry>()
-            + self.emits.capacity() * std::mem::size_of::<Emit>()
+            + self.emits.as_ref().map_or(0, EmitQueue::memory_size)
     }
 
     /// The retained event batches, in arrival order (to fold them another
@@ -303,24 +290,7 @@ impl IndexedScd1Fold {
         }
         // the index is no longer needed: free it before emitting
         self.index = Vec::new();
-        // counting sort of the emitted rows by source batch
-        let mut offsets = vec![0usize; self.batches.len() + 1];
-        for e in &emits {
-            offsets[e.batch as usize + 1] += 1;
-        }
-        for b in 0..self.batches.len() {
-            offsets[b + 1] += offsets[b];
-        }
-        let mut next = offsets.clone();
-        let mut by_batch = vec![Emit::default(); emits.len()];
-        for e in emits {
-            let slot = &mut next[e.batch as usize];
-            by_batch[*slot] = e;
-            *slot += 1;
-        }
-        self.emits = by_batch;
-        self.emit_offsets = offsets;
-        self.cursor = Some(0);
+        self.emits = Some(EmitQueue::new(emits, self.batches.len()));
         Ok(())
     }
 
@@ -328,31 +298,14 @@ impl IndexedScd1Fold {
     /// consecutive retained batches): stored rows and change feed rows;
     /// `None` at the end.
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
-        let Some(first) = self.cursor else {
+        let Some(queue) = self.emits.as_mut() else {
             return Err(DataFusionError::Internal(
                 "IndexedScd1Fold::next_output before finish".into(),
             ));
         };
-        let batches = self.batches.len();
-        if first >= batches {
+        let Some((gathered, emits)) = queue.next_window(&self.batches, batch_size)? else {
             return Ok(None);
-        }
-        let start = self.emit_offsets[first];
-        let mut last = first + 1;
-        while last < batches && self.emit_offsets[last] - start < batch_size {
-            last += 1;
-        }
-        self.cursor = Some(last);
-        let emits = &self.emits[start..self.emit_offsets[last]];
-        if emits.is_empty() {
-            return self.next_output(batch_size);
-        }
-        let sources: Vec<&RecordBatch> = self.batches[first..last].iter().collect();
-        let places: Vec<(usize, usize)> = emits
-            .iter()
-            .map(|e| (e.batch as usize - first, e.row as usize))
-            .collect();
-        let gathered = interleave_record_batch(&sources, &places)?;
+        };
         let input_kinds = gathered
             .column(self.layout.kind())
             .as_primitive::<Int8Type>();

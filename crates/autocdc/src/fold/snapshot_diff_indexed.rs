@@ -20,12 +20,12 @@
 //! and falls back to the sorted diff when the pool refuses).
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::interleave_record_batch;
 use arrow::datatypes::{Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::Kind;
+use super::emits::{Emit, EmitQueue};
 use super::errors::format_key;
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 use super::snapshot_diff::{
@@ -39,14 +39,6 @@ struct Entry {
     side: i8,
     batch: u32,
     row: u32,
-}
-
-/// A row to emit: its place and the event kind.
-#[derive(Debug, Clone, Copy, Default)]
-struct Emit {
-    batch: u32,
-    row: u32,
-    kind: i8,
 }
 
 /// Indexed snapshot diff of one partition (see the module docs).
@@ -66,9 +58,8 @@ pub struct IndexedSnapshotDiff {
     index: Vec<Entry>,
     /// Bytes of `batches` and `values`.
     retained_bytes: usize,
-    emits: Vec<Emit>,
-    emit_offsets: Vec<usize>,
-    cursor: Option<usize>,
+    /// Change events to emit (their kinds), once finished.
+    emits: Option<EmitQueue>,
     /// Events produced: upserts, deletes.
     pub counts: (usize, usize),
 }
@@ -118,9 +109,7 @@ impl IndexedSnapshotDiff {
             values: Vec::new(),
             index: Vec::new(),
             retained_bytes: 0,
-            emits: Vec::new(),
-            emit_offsets: Vec::new(),
-            cursor: None,
+            emits: None,
             counts: (0, 0),
         })
     }
@@ -197,25 +186,8 @@ impl IndexedSnapshotDiff {
                 self.counts.0 += 1;
             }
         }
-        // counting sort of the emitted rows by source batch
-        let mut offsets = vec![0usize; self.batches.len() + 1];
-        for e in &emits {
-            offsets[e.batch as usize + 1] += 1;
-        }
-        for b in 0..self.batches.len() {
-            offsets[b + 1] += offsets[b];
-        }
-        let mut next = offsets.clone();
-        let mut by_batch = vec![Emit::default(); emits.len()];
-        for e in emits {
-            let slot = &mut next[e.batch as usize];
-            by_batch[*slot] = e;
-            *slot += 1;
-        }
-        self.emits = by_batch;
-        self.emit_offsets = offsets;
         self.values = Vec::new();
-        self.cursor = Some(0);
+        self.emits = Some(EmitQueue::new(emits, self.batches.len()));
         Ok(())
     }
 
@@ -267,45 +239,24 @@ impl IndexedSnapshotDiff {
     /// The next batch of change events (about `batch_size` rows, gathered
     /// from a few consecutive retained batches); `None` at the end.
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
-        let Some(mut first) = self.cursor else {
+        let Some(queue) = self.emits.as_mut() else {
             return Err(DataFusionError::Internal(
                 "IndexedSnapshotDiff::next_output before finish".into(),
             ));
         };
-        let batches = self.batches.len();
-        loop {
-            if first >= batches {
-                self.cursor = Some(first);
-                return Ok(None);
-            }
-            let start = self.emit_offsets[first];
-            let mut last = first + 1;
-            while last < batches && self.emit_offsets[last] - start < batch_size {
-                last += 1;
-            }
-            let emits = &self.emits[start..self.emit_offsets[last]];
-            if emits.is_empty() {
-                first = last;
-                continue;
-            }
-            self.cursor = Some(last);
-            let sources: Vec<&RecordBatch> = self.batches[first..last].iter().collect();
-            let places: Vec<(usize, usize)> = emits
-                .iter()
-                .map(|e| (e.batch as usize - first, e.row as usize))
-                .collect();
-            let gathered = interleave_record_batch(&sources, &places)?;
-            let n = gathered.num_columns() - 1;
-            let columns = gathered.columns()[..n].to_vec();
-            let kinds = emits.iter().map(|e| e.kind).collect();
-            return Ok(Some(diff_events(
-                &self.output_schema,
-                columns,
-                kinds,
-                &self.version,
-                &self.written_at,
-            )?));
-        }
+        let Some((gathered, emits)) = queue.next_window(&self.batches, batch_size)? else {
+            return Ok(None);
+        };
+        let n = gathered.num_columns() - 1;
+        let columns = gathered.columns()[..n].to_vec();
+        let kinds = emits.iter().map(|e| e.kind).collect();
+        Ok(Some(diff_events(
+            &self.output_schema,
+            columns,
+            kinds,
+            &self.version,
+            &self.written_at,
+        )?))
     }
 }
 

@@ -47,7 +47,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
-use super::one_shot::sort_retained_and_rest;
+use super::one_shot::{must_fall_back, sort_retained_and_rest};
 use crate::fold::columns::{KIND_COL, SEQ_COL};
 use crate::fold::{FoldCounts, FoldKernel, FoldSpec, IndexedScd1Fold, Kind};
 
@@ -322,12 +322,12 @@ impl FoldState {
                             let batch = batch?;
                             let _timer = self.baseline.elapsed_compute().timer();
                             fold.push(&batch)?;
-                            let size = fold.memory_size();
-                            let cap = self.indexed_cap;
-                            if (cap > 0 && size > cap)
-                                || reservation.try_resize(size).is_err()
-                                || self.sorting.load(AtomicOrdering::Relaxed)
-                            {
+                            if must_fall_back(
+                                fold.memory_size(),
+                                self.indexed_cap,
+                                reservation,
+                                &self.sorting,
+                            ) {
                                 refused = true;
                                 break;
                             }

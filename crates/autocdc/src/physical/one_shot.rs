@@ -1,12 +1,15 @@
-//! `OneShotPartition`: hands an already-running stream to a plan once — how
-//! an operator that gave up on its in-memory path feeds what it retained
-//! plus the rest of its input to DataFusion's spilling `SortExec`.
+//! Falling back from an in-memory engine to DataFusion's spilling sort:
+//! when to ([`must_fall_back`]) and how (`OneShotPartition` hands an
+//! already-running stream to a plan once, so what the engine retained plus
+//! the rest of its input feed a `SortExec`).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::sorts::sort::SortExec;
@@ -14,6 +17,20 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
+
+/// Whether an in-memory (indexed) engine holding `size` bytes must give up
+/// and sort: over its own `cap` (0: none), refused by the memory pool, or
+/// another partition of its operator already `sorting`.
+pub(crate) fn must_fall_back(
+    size: usize,
+    cap: usize,
+    reservation: &mut MemoryReservation,
+    sorting: &AtomicBool,
+) -> bool {
+    (cap > 0 && size > cap)
+        || reservation.try_resize(size).is_err()
+        || sorting.load(Ordering::Relaxed)
+}
 
 /// A stream handed to a plan once (the rest of a partition's input).
 pub(crate) struct OneShotPartition {

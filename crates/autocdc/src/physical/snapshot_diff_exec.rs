@@ -46,7 +46,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::one_shot::sort_retained_and_rest;
+use super::one_shot::{must_fall_back, sort_retained_and_rest};
 use crate::fold::snapshot_diff::{diff_output_schema, SnapshotDiff};
 use crate::fold::snapshot_diff_indexed::IndexedSnapshotDiff;
 
@@ -366,12 +366,12 @@ impl DiffState {
                             let batch = batch?;
                             let _timer = self.baseline.elapsed_compute().timer();
                             diff.push(&batch)?;
-                            let size = diff.memory_size();
-                            let cap = self.indexed_cap;
-                            if (cap > 0 && size > cap)
-                                || reservation.try_resize(size).is_err()
-                                || self.sorting.load(AtomicOrdering::Relaxed)
-                            {
+                            if must_fall_back(
+                                diff.memory_size(),
+                                self.indexed_cap,
+                                reservation,
+                                &self.sorting,
+                            ) {
                                 refused = true;
                                 break;
                             }

@@ -218,12 +218,7 @@ pub async fn commit_state(
     let mut actions = Vec::new();
     if changed {
         // replace exactly the buckets this update read
-        let views: Vec<_> = snapshot
-            .snapshot()
-            .file_views(log_store.as_ref(), None)
-            .try_collect()
-            .await
-            .map_err(delta_err)?;
+        let views = data_files(&table).await?;
         let mut marked = Vec::new();
         for view in views {
             let bucket = view
@@ -299,6 +294,17 @@ pub async fn commit_state(
         version: Some(commit.version() as i64),
         files_written: if changed { adds.len() } else { 0 },
     })
+}
+
+/// The data files of `table`'s loaded version.
+async fn data_files(table: &deltalake_core::DeltaTable) -> Result<Vec<LogicalFileView>> {
+    let snapshot = table.snapshot().map_err(delta_err)?;
+    snapshot
+        .snapshot()
+        .file_views(table.log_store().as_ref(), None)
+        .try_collect()
+        .await
+        .map_err(delta_err)
 }
 
 /// Retire the stored rows of `keys` in the data files `views` with deletion
@@ -953,15 +959,8 @@ async fn deletion_vector_budget(state: &SessionState, table: &ScdTable) -> Resul
     if !options.deletion_vectors || !takes_deletion_vectors(&delta) {
         return Ok(None);
     }
-    let snapshot = delta.snapshot().map_err(delta_err)?;
-    let log_store = delta.log_store();
-    let views: Vec<_> = snapshot
-        .snapshot()
-        .file_views(log_store.as_ref(), None)
-        .try_collect()
-        .await
-        .map_err(delta_err)?;
-    let live: i64 = views
+    let live: i64 = data_files(&delta)
+        .await?
         .iter()
         .map(|v| {
             v.num_records().unwrap_or(0) as i64
