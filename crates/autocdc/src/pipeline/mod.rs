@@ -14,9 +14,11 @@
 //!   folded with the events and the buckets' files replaced by the output;
 //! * when its distinct keys are few (`autocdc.deletion_vector_max_fraction`
 //!   of the live rows) and the table takes deletion vectors, only the stored
-//!   rows of those keys (a semi-join with them): the output goes to new files
-//!   and the replaced rows are marked in deletion vectors of the files that
-//!   hold them ([`crate::table::deletion_vectors`]); nothing is rewritten;
+//!   rows of those keys, found while planning by probing the key columns of
+//!   the touched buckets' files and read by position
+//!   ([`crate::table::superseded`]): the output goes to new files and those
+//!   rows are marked in deletion vectors of the files that hold them
+//!   ([`crate::table::deletion_vectors`]); nothing is rewritten;
 //! * after a TRUNCATE, everything.
 
 use std::ops::Not;
@@ -37,16 +39,15 @@ use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{
-    cast, col, lit, when, Expr, Extension, JoinType, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
+    cast, col, lit, when, Expr, Extension, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
 };
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::LogicalFileView;
-use deltalake_core::kernel::{Action, Add, AddCDCFile, MetadataExt, StructType, Transaction};
+use deltalake_core::kernel::{Action, AddCDCFile, MetadataExt, StructType, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
-use roaring::RoaringTreemap;
 
 use crate::fold::columns::{
     change_type_name, Kind, Origin, CHANGE_INSERT, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL,
@@ -61,7 +62,8 @@ use crate::spec::resolve::{
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
-use crate::table::deletion_vectors::{read_vector, superseded_rows, write_vectors, KeySet};
+use crate::table::deletion_vectors::KeySet;
+use crate::table::superseded::Superseded;
 use crate::table::writer::BucketWriter;
 use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
 
@@ -159,10 +161,10 @@ pub struct CommitRequest {
     pub run: i64,
     /// Buckets read and rewritten by this update (`None`: all).
     pub touched: Option<Vec<i32>>,
-    /// Keys of the update when it retires their stored rows with deletion
-    /// vectors instead of rewriting the touched buckets (the fold then reads
-    /// and writes only these keys).
-    pub superseded: Option<Arc<KeySet>>,
+    /// The stored rows of the update's keys when it retires them with
+    /// deletion vectors instead of rewriting the touched buckets (the fold
+    /// then reads and writes only these keys).
+    pub superseded: Option<Arc<Superseded>>,
     /// Number of key buckets of the table.
     pub buckets: i32,
     /// Key column positions in the fold output.
@@ -219,36 +221,26 @@ pub async fn commit_state(
     if changed {
         // replace exactly the buckets this update read
         let views = data_files(&table).await?;
-        let mut marked = Vec::new();
-        for view in views {
-            let bucket = view
-                .partition_values_map()
-                .get(BUCKET_COL)
-                .cloned()
-                .flatten()
-                .and_then(|b| b.parse::<i32>().ok());
+        for view in &views {
+            let bucket = bucket_of(view);
             let rewritten = match (&request.touched, bucket) {
                 (None, _) | (_, None) => true,
                 (Some(touched), Some(b)) => b == WATERMARK_BUCKET || touched.contains(&b),
             };
-            match bucket {
-                // keep the file, less the stored rows of the update's keys
-                Some(b) if rewritten && b != WATERMARK_BUCKET && request.superseded.is_some() => {
-                    marked.push(view)
-                }
-                _ if rewritten => actions.push(Action::Remove(view.remove_action(true))),
-                _ => {}
+            // with deletion vectors, the files of the touched buckets stay,
+            // less the stored rows of the update's keys
+            let kept = request.superseded.is_some() && bucket != Some(WATERMARK_BUCKET);
+            if rewritten && !kept {
+                actions.push(Action::Remove(view.remove_action(true)));
             }
         }
-        if let Some(keys) = &request.superseded {
-            let retired = retire_rows(&store, keys, marked, writers)
-                .await
-                .map_err(|e| {
-                    e.context(format!(
-                        "flow '{}': marking the replaced rows of '{}'; nothing of this update was committed",
-                        request.flow.name, request.target
-                    ))
-                })?;
+        if let Some(superseded) = &request.superseded {
+            let retired = superseded.retire(&store, &views).await.map_err(|e| {
+                e.context(format!(
+                    "flow '{}': marking the replaced rows of '{}'; nothing of this update was committed",
+                    request.flow.name, request.target
+                ))
+            })?;
             actions.extend(retired);
         }
         actions.extend(adds.iter().cloned().map(Action::Add));
@@ -307,83 +299,13 @@ async fn data_files(table: &deltalake_core::DeltaTable) -> Result<Vec<LogicalFil
         .map_err(delta_err)
 }
 
-/// Retire the stored rows of `keys` in the data files `views` with deletion
-/// vectors: for each file holding some, a `remove` of the file and an `add`
-/// of it with its old vector ∪ those rows (or only the `remove` when no row
-/// is left). `concurrency` files are read at once.
-async fn retire_rows(
-    store: &Arc<dyn object_store::ObjectStore>,
-    keys: &Arc<KeySet>,
-    views: Vec<LogicalFileView>,
-    concurrency: usize,
-) -> Result<Vec<Action>> {
-    let marked: Vec<(LogicalFileView, RoaringTreemap)> = futures::stream::iter(views)
-        .map(|view| {
-            // (a task per file: decoding and probing keys is CPU work)
-            let (store, keys) = (Arc::clone(store), Arc::clone(keys));
-            SpawnedTask::spawn(async move {
-                let path = view.object_store_path();
-                let rows = superseded_rows(&store, &path, view.size().max(0) as u64, &keys).await?;
-                Ok::<_, DataFusionError>((view, rows))
-            })
-            .join()
-        })
-        .buffer_unordered(concurrency.max(1))
-        .map(|joined| joined.map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?)
-        .try_filter(|(_, rows)| futures::future::ready(!rows.is_empty()))
-        .try_collect()
-        .await?;
-    let mut actions = Vec::with_capacity(2 * marked.len());
-    let (mut kept, mut vectors) = (Vec::new(), Vec::new());
-    for (view, mut rows) in marked {
-        if let Some(old) = view.deletion_vector_descriptor() {
-            let old = read_vector(store, &old).await?;
-            if rows.is_subset(&old) {
-                // retired by an earlier update already
-                continue;
-            }
-            rows |= old;
-        }
-        actions.push(Action::Remove(view.remove_action(true)));
-        if view.num_records().map(|n| n as u64) != Some(rows.len()) {
-            kept.push(view);
-            vectors.push(rows);
-        }
-    }
-    if vectors.is_empty() {
-        return Ok(actions);
-    }
-    let descriptors = write_vectors(store, &vectors).await?;
-    for (view, descriptor) in kept.into_iter().zip(descriptors) {
-        actions.push(Action::Add(Add {
-            path: view.path().to_string(),
-            partition_values: view.partition_values_map(),
-            size: view.size(),
-            modification_time: view.modification_time(),
-            data_change: true,
-            stats: view.stats().map(|s| wide_bounds(&s)),
-            tags: None,
-            deletion_vector: Some(descriptor),
-            base_row_id: None,
-            default_row_commit_version: None,
-            clustering_provider: None,
-        }));
-    }
-    Ok(actions)
-}
-
-/// File statistics marked as no longer tight (`tightBounds: false`): with
-/// rows deleted by a vector, the minima, maxima and null counts of the whole
-/// file only bound those of its live rows (`numRecords` stays the physical
-/// count, as the protocol requires).
-fn wide_bounds(stats: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(stats) {
-        Ok(serde_json::Value::Object(mut fields)) => {
-            fields.insert("tightBounds".into(), serde_json::Value::Bool(false));
-            serde_json::Value::Object(fields).to_string()
-        }
-        _ => stats.to_string(),
-    }
+/// The key bucket of a data file (`None`: not partitioned by bucket).
+fn bucket_of(view: &LogicalFileView) -> Option<i32> {
+    view.partition_values_map()
+        .get(BUCKET_COL)
+        .cloned()
+        .flatten()
+        .and_then(|b| b.parse::<i32>().ok())
 }
 
 /// Write the rows of a new state into bucketed data files and its change data
@@ -665,8 +587,21 @@ pub async fn plan_update(
     // a small update of a large table retires the stored rows of its keys
     // with deletion vectors instead of rewriting whole buckets
     let superseded = match &touched {
-        Some(_) if meta.sequence_type.is_some() => {
-            superseded_keys(state, &table, &resolved, &events).await?
+        Some(buckets) if meta.sequence_type.is_some() => {
+            match superseded_keys(state, &table, &resolved, &events).await? {
+                Some(keys) => Some(Arc::new(
+                    find_superseded(state, &table, keys, buckets)
+                        .await
+                        .map_err(|e| {
+                            e.context(format!(
+                                "flow '{}': finding the stored rows of the update's keys in '{}'",
+                                flow.name,
+                                table.name()
+                            ))
+                        })?,
+                )),
+                None => None,
+            }
         }
         _ => None,
     };
@@ -749,7 +684,14 @@ pub async fn plan_update(
         }
         // with deletion vectors, only the stored rows of the update's keys
         let raw_rows = match &superseded {
-            Some(keys) => semi_join_keys(raw.clone(), keys)?,
+            Some(superseded) => {
+                let rows = superseded.provider(
+                    &table.delta().object_store(),
+                    table.raw_provider().schema(),
+                    state.config().target_partitions(),
+                )?;
+                LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?
+            }
             None => raw.clone(),
         };
         let stored_rows = LogicalPlanBuilder::from(raw_rows)
@@ -916,6 +858,28 @@ async fn superseded_keys(
     Ok(Some(Arc::new(KeySet::try_new(names, batches)?)))
 }
 
+/// The stored rows of `keys` in the data files of the buckets `touched`.
+async fn find_superseded(
+    state: &SessionState,
+    table: &ScdTable,
+    keys: Arc<KeySet>,
+    touched: &[i32],
+) -> Result<Superseded> {
+    let delta = table.delta();
+    let views = data_files(&delta)
+        .await?
+        .into_iter()
+        .filter(|v| bucket_of(v).is_some_and(|b| b != WATERMARK_BUCKET && touched.contains(&b)))
+        .collect();
+    Superseded::find(
+        &delta.object_store(),
+        keys,
+        views,
+        state.config().target_partitions(),
+    )
+    .await
+}
+
 /// The change events of a snapshot `diff`, in memory, when there are few
 /// enough for deletion vectors (see [`superseded_keys`]); `None` otherwise
 /// (the diff is then planned again, streaming).
@@ -974,27 +938,6 @@ async fn deletion_vector_budget(state: &SessionState, table: &ScdTable) -> Resul
     }
     // (bounded: the keys are held in memory)
     Ok(Some(max_keys.min(MAX_DELETION_VECTOR_KEYS as f64) as usize))
-}
-
-/// The rows of `raw` (the stored target) whose key is one of `keys`.
-fn semi_join_keys(raw: LogicalPlan, keys: &KeySet) -> Result<LogicalPlan> {
-    const KEYS: &str = "__cdc_keys";
-    let table = MemTable::try_new(keys.schema(), vec![keys.batches().to_vec()])?;
-    let keys_plan =
-        LogicalPlanBuilder::scan(KEYS, provider_as_source(Arc::new(table)), None)?.build()?;
-    let (left, right): (Vec<Column>, Vec<Column>) = keys
-        .names()
-        .iter()
-        .map(|n| {
-            (
-                Column::new(Some(TARGET_SCAN), n),
-                Column::new(Some(KEYS), n),
-            )
-        })
-        .unzip();
-    LogicalPlanBuilder::from(raw)
-        .join(keys_plan, JoinType::LeftSemi, (left, right), None)?
-        .build()
 }
 
 /// The key buckets an update's new events fall in; `None` when it must

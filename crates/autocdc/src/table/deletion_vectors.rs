@@ -229,7 +229,11 @@ impl KeySet {
 /// deprecated in favour of engine-specific readers; DataFusion's own Parquet
 /// reader wraps it the same way, and this read is a plain sequential scan.)
 #[allow(deprecated)]
-fn object_reader(store: &Arc<dyn ObjectStore>, path: &Path, size: u64) -> ParquetObjectReader {
+pub(crate) fn object_reader(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    size: u64,
+) -> ParquetObjectReader {
     ParquetObjectReader::new(Arc::clone(store), path.clone()).with_file_size(size)
 }
 
