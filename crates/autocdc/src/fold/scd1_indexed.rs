@@ -32,7 +32,8 @@ use std::cmp::Ordering;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{make_comparator, ArrayRef, AsArray, Int8Array, RecordBatch};
+use arrow::array::{make_comparator, Array, ArrayRef, AsArray, Int8Array, RecordBatch};
+use arrow::compute::interleave;
 use arrow::compute::SortOptions;
 use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
@@ -60,10 +61,6 @@ struct IndexEntry {
 }
 
 impl IndexEntry {
-    fn place(&self) -> (usize, usize) {
-        (self.batch as usize, self.row as usize)
-    }
-
     fn stored(&self) -> bool {
         self.origin == Origin::Stored as i8
     }
@@ -276,7 +273,7 @@ impl IndexedScd1Fold {
     pub fn finish(&mut self) -> Result<()> {
         self.index
             .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
-        let mut emits = Vec::new();
+        let (mut emits, mut checks) = (Vec::new(), Checks::default());
         let mut start = 0;
         while start < self.index.len() {
             let key = self.index[start].key;
@@ -285,11 +282,12 @@ impl IndexedScd1Fold {
                     .iter()
                     .position(|e| e.key != key)
                     .unwrap_or(self.index.len() - start);
-            self.fold_key_run(start, end, &mut emits)?;
+            self.fold_key_run(start, end, &mut emits, &mut checks)?;
             start = end;
         }
         // the index is no longer needed: free it before emitting
         self.index = Vec::new();
+        self.run_checks(checks, &mut emits)?;
         self.emits = Some(EmitQueue::new(emits, self.batches.len()));
         Ok(())
     }
@@ -325,9 +323,15 @@ impl IndexedScd1Fold {
     /// Fold the events `start..end` of the sorted index, which share their
     /// index key: one key, or — hashed keys only — several whose hashes
     /// collide, folded one by one after ordering the run by the keys.
-    fn fold_key_run(&mut self, start: usize, end: usize, emits: &mut Vec<Emit>) -> Result<()> {
+    fn fold_key_run(
+        &mut self,
+        start: usize,
+        end: usize,
+        emits: &mut Vec<Emit>,
+        checks: &mut Checks,
+    ) -> Result<()> {
         let Some(key_rows) = &self.key_rows else {
-            return self.fold_group(start, end, emits);
+            return self.fold_group(start, end, emits, checks);
         };
         let key_of = |e: &IndexEntry| key_rows[e.batch as usize].row(e.row as usize);
         let first = key_of(&self.index[start]);
@@ -335,7 +339,7 @@ impl IndexedScd1Fold {
             .iter()
             .all(|e| key_of(e) == first)
         {
-            return self.fold_group(start, end, emits);
+            return self.fold_group(start, end, emits, checks);
         }
         self.index[start..end].sort_unstable_by(|a, b| {
             key_of(a)
@@ -356,7 +360,7 @@ impl IndexedScd1Fold {
             group = next;
         }
         for (group, next) in groups {
-            self.fold_group(group, next, emits)?;
+            self.fold_group(group, next, emits, checks)?;
         }
         Ok(())
     }
@@ -364,7 +368,13 @@ impl IndexedScd1Fold {
     /// Fold the events `start..end` of the sorted index (one key): check
     /// equal-sequence events, count late and duplicate ones, and emit the
     /// stored row and change feed rows, as [`super::Scd1Fold`] does.
-    fn fold_group(&mut self, start: usize, end: usize, emits: &mut Vec<Emit>) -> Result<()> {
+    fn fold_group(
+        &mut self,
+        start: usize,
+        end: usize,
+        emits: &mut Vec<Emit>,
+        checks: &mut Checks,
+    ) -> Result<()> {
         let group = &self.index[start..end];
         let stored = group.iter().find(|e| e.stored()).copied();
         let stored_seq = stored.map(|s| s.seq);
@@ -385,17 +395,9 @@ impl IndexedScd1Fold {
                 winner = group[i];
             } else {
                 if let Some(first) = news.first() {
+                    // (must be the same event: checked with all others at the end)
                     for other in &news[1..] {
-                        if !self.same_event(first, other)? {
-                            let (b, r) = other.place();
-                            return Err(conflict_error(
-                                &self.flow,
-                                &self.layout,
-                                &self.batches[b],
-                                r,
-                                false,
-                            ));
-                        }
+                        checks.events.push(pair(first, other));
                     }
                     duplicates += news.len() - 1;
                     if stored_seq.is_some_and(|s| seq < s) {
@@ -435,12 +437,9 @@ impl IndexedScd1Fold {
                 self.counts.upserted += 1;
                 match &live {
                     None => emit(&winner, Some(CHANGE_INSERT)),
-                    Some(live) => {
-                        if !self.same_values(live, &winner)? {
-                            emit(live, Some(CHANGE_PREIMAGE));
-                            emit(&winner, Some(CHANGE_POSTIMAGE));
-                        }
-                    }
+                    // change feed rows unless nothing visible changes
+                    // (compared with all others at the end)
+                    Some(live) => checks.values.push(pair(live, &winner)),
                 }
             }
         }
@@ -448,39 +447,85 @@ impl IndexedScd1Fold {
         Ok(())
     }
 
-    /// Whether `columns` of two retained rows hold equal values.
-    fn equal_in(
-        &self,
-        a: &IndexEntry,
-        b: &IndexEntry,
-        columns: impl Iterator<Item = usize>,
-    ) -> Result<bool> {
-        let ((ab, ai), (bb, bi)) = (a.place(), b.place());
-        let (left, right) = (&self.batches[ab], &self.batches[bb]);
-        for c in columns {
-            let cmp = make_comparator(
-                left.column(c).as_ref(),
-                right.column(c).as_ref(),
-                SortOptions::default(),
-            )?;
-            if cmp(ai, bi) != Ordering::Equal {
-                return Ok(false);
+    /// Run the deferred equality checks: a replay that differs from its
+    /// first copy fails the fold (the first in key order is reported); an
+    /// update that changes a visible column emits its pre- and post-image.
+    fn run_checks(&self, checks: Checks, emits: &mut Vec<Emit>) -> Result<()> {
+        let seq = self.layout.seq();
+        let event_columns: Vec<usize> = (0..self.layout.origin()).filter(|c| *c != seq).collect();
+        let same = self.equal_pairs(&checks.events, &event_columns)?;
+        if let Some(i) = same.iter().position(|same| !same) {
+            let [_, _, b, r] = checks.events[i];
+            return Err(conflict_error(
+                &self.flow,
+                &self.layout,
+                &self.batches[b as usize],
+                r as usize,
+                false,
+            ));
+        }
+        let target_columns: Vec<usize> = (0..self.layout.num_target()).collect();
+        let same = self.equal_pairs(&checks.values, &target_columns)?;
+        for ([live_batch, live_row, batch, row], same) in checks.values.into_iter().zip(same) {
+            if !same {
+                emits.push(Emit {
+                    batch: live_batch,
+                    row: live_row,
+                    kind: CHANGE_PREIMAGE,
+                });
+                emits.push(Emit {
+                    batch,
+                    row,
+                    kind: CHANGE_POSTIMAGE,
+                });
             }
         }
-        Ok(true)
+        Ok(())
     }
 
-    /// Same value in every target column (an update that changes nothing
-    /// visible has no change feed rows).
-    fn same_values(&self, a: &IndexEntry, b: &IndexEntry) -> Result<bool> {
-        self.equal_in(a, b, 0..self.layout.num_target())
+    /// Whether the two retained rows of each pair hold equal values (NULLs
+    /// equal) in `columns`: both sides of a window of pairs are gathered,
+    /// then compared column by column with one comparator per column.
+    fn equal_pairs(&self, pairs: &[[u32; 4]], columns: &[usize]) -> Result<Vec<bool>> {
+        const WINDOW: usize = 8192;
+        let mut equal = vec![true; pairs.len()];
+        for (window, equal) in pairs.chunks(WINDOW).zip(equal.chunks_mut(WINDOW)) {
+            let left: Vec<(usize, usize)> = window
+                .iter()
+                .map(|p| (p[0] as usize, p[1] as usize))
+                .collect();
+            let right: Vec<(usize, usize)> = window
+                .iter()
+                .map(|p| (p[2] as usize, p[3] as usize))
+                .collect();
+            for &c in columns {
+                let arrays: Vec<&dyn Array> =
+                    self.batches.iter().map(|b| b.column(c).as_ref()).collect();
+                let (l, r) = (interleave(&arrays, &left)?, interleave(&arrays, &right)?);
+                let cmp = make_comparator(l.as_ref(), r.as_ref(), SortOptions::default())?;
+                for (i, equal) in equal.iter_mut().enumerate() {
+                    *equal = *equal && cmp(i, i) == Ordering::Equal;
+                }
+            }
+        }
+        Ok(equal)
     }
+}
 
-    /// Same kind and same value in every column but the sequence.
-    fn same_event(&self, a: &IndexEntry, b: &IndexEntry) -> Result<bool> {
-        let seq = self.layout.seq();
-        self.equal_in(a, b, (0..self.layout.origin()).filter(|c| *c != seq))
-    }
+/// Equality checks found while folding, run at the end over all pairs at
+/// once ([`IndexedScd1Fold::equal_pairs`]): building a comparator per pair
+/// and column was ~4 % of a 10 M-event load with 1 % replays.
+#[derive(Debug, Default)]
+struct Checks {
+    /// (first copy, other copy) of events of one key and sequence.
+    events: Vec<[u32; 4]>,
+    /// (live stored row, new winning event) of an update.
+    values: Vec<[u32; 4]>,
+}
+
+/// The places of two index entries, as a check pair.
+fn pair(a: &IndexEntry, b: &IndexEntry) -> [u32; 4] {
+    [a.batch, a.row, b.batch, b.row]
 }
 
 #[cfg(test)]
