@@ -9,7 +9,6 @@ pub mod bitemporal;
 pub mod columns;
 pub mod emits;
 pub mod errors;
-pub mod index_sort;
 pub mod kernel;
 pub mod partial;
 pub mod rows;

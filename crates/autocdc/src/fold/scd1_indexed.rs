@@ -45,7 +45,6 @@ use super::columns::{
 };
 use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
-use super::index_sort::sort_packed;
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 use super::FoldCounts;
 
@@ -272,14 +271,8 @@ impl IndexedScd1Fold {
     /// output), and order the rows to emit by the batch they come from, so
     /// that [`Self::next_output`] gathers them a few batches at a time.
     pub fn finish(&mut self) -> Result<()> {
-        // (origin as an unsigned byte that orders like the i8)
-        let sorted = sort_packed(&mut self.index, |e| {
-            [e.key, e.seq, u128::from(e.origin as u8 ^ 0x80)]
-        });
-        if !sorted {
-            self.index
-                .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
-        }
+        self.index
+            .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
         let (mut emits, mut checks) = (Vec::new(), Checks::default());
         let mut start = 0;
         while start < self.index.len() {

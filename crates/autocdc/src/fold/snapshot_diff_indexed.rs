@@ -27,7 +27,6 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 use super::columns::Kind;
 use super::emits::{Emit, EmitQueue};
 use super::errors::format_key;
-use super::index_sort::sort_packed;
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 use super::snapshot_diff::{
     diff_events, diff_output_schema, duplicate_key_error, SIDE_LIVE, SIDE_SNAPSHOT,
@@ -159,9 +158,7 @@ impl IndexedSnapshotDiff {
     /// Sort the index and decide every key; errors (a key twice in the
     /// snapshot) surface here, before any output.
     pub fn finish(&mut self) -> Result<()> {
-        if !sort_packed(&mut self.index, |e| [e.key]) {
-            self.index.sort_unstable_by_key(|e| e.key);
-        }
+        self.index.sort_unstable_by_key(|e| e.key);
         let (mut emits, mut pairs) = (Vec::new(), Vec::new());
         let mut start = 0;
         while start < self.index.len() {
