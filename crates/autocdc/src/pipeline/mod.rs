@@ -26,10 +26,8 @@ use std::ops::Not;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray, UInt32Array,
-};
-use arrow::compute::{filter, filter_record_batch, take, take_record_batch};
+use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray};
+use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{Field, Int32Type, Int8Type, Schema};
 use datafusion::common::Column;
@@ -64,7 +62,7 @@ use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::superseded::Superseded;
-use crate::table::writer::BucketWriter;
+use crate::table::writer::{group_by_bucket, BucketWriter};
 use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
 
 /// Table property: the greatest snapshot version applied; change events at
@@ -433,21 +431,22 @@ async fn route(
             .await
             .map_err(|_| closed());
     }
-    let mut picks: Vec<Vec<u32>> = vec![Vec::new(); routes.len()];
-    for (i, b) in buckets.values().iter().enumerate() {
-        picks[writer_of(*b)].push(i as u32);
-    }
-    for (w, pick) in picks.into_iter().enumerate() {
-        if pick.is_empty() {
-            continue;
-        }
-        let pick = UInt32Array::from(pick);
-        let part = take_record_batch(&rows, &pick)?;
-        let part_buckets = take(buckets, &pick, None)?;
+    // one copy grouping the rows by writer, then bucket: each writer gets
+    // a slice, already grouped for its files
+    let (rows, buckets) = group_by_bucket(&rows, buckets, |b| writer_of(b) as i32)?;
+    let values = buckets.values();
+    let mut start = 0;
+    while start < values.len() {
+        let w = writer_of(values[start]);
+        let len = values[start..]
+            .iter()
+            .position(|b| writer_of(*b) != w)
+            .unwrap_or(values.len() - start);
         routes[w]
-            .send((kind, part, part_buckets.as_primitive::<Int32Type>().clone()))
+            .send((kind, rows.slice(start, len), buckets.slice(start, len)))
             .await
             .map_err(|_| closed())?;
+        start += len;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! table schema that commits together with them.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Int32Array, RecordBatch, UInt32Array};
@@ -66,6 +67,44 @@ impl std::fmt::Debug for BucketWriter {
     }
 }
 
+/// Whether equal buckets are adjacent (non-decreasing: runs of one bucket).
+fn is_grouped(buckets: &[i32]) -> bool {
+    buckets.windows(2).all(|w| w[0] <= w[1])
+}
+
+/// The rows of `batch` and their `buckets`, reordered (one copy, stable) so
+/// that rows of equal `group(bucket)`, then of equal bucket, are adjacent.
+pub fn group_by_bucket(
+    batch: &RecordBatch,
+    buckets: &Int32Array,
+    group: impl Fn(i32) -> i32,
+) -> Result<(RecordBatch, Int32Array)> {
+    let values = buckets.values();
+    let mut order: Vec<u32> = (0..values.len() as u32).collect();
+    order.sort_by_key(|&i| {
+        let b = values[i as usize];
+        (group(b), b)
+    });
+    let grouped = Int32Array::from_iter_values(order.iter().map(|&i| values[i as usize]));
+    let order = UInt32Array::from(order);
+    Ok((take_record_batch(batch, &order)?, grouped))
+}
+
+/// The runs of equal values of grouped `buckets`: (bucket, row range).
+fn bucket_runs(buckets: &[i32]) -> impl Iterator<Item = (i32, Range<usize>)> + '_ {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let bucket = *buckets.get(start)?;
+        let len = buckets[start..]
+            .iter()
+            .position(|b| *b != bucket)
+            .unwrap_or(buckets.len() - start);
+        let run = (bucket, start..start + len);
+        start += len;
+        Some(run)
+    })
+}
+
 impl BucketWriter {
     /// A writer of `schema` rows into the table rooted at `store`.
     pub fn new(store: Arc<dyn ObjectStore>, schema: SchemaRef) -> Self {
@@ -106,20 +145,20 @@ impl BucketWriter {
     }
 
     /// Write `batch`, whose row `i` belongs to bucket `buckets[i]`.
+    ///
+    /// Rows already grouped by bucket (as [`group_by_bucket`] leaves them)
+    /// are written as slices; others are grouped first, with one copy.
     pub async fn write(&mut self, batch: &RecordBatch, buckets: &Int32Array) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let mut groups: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
-        for (i, b) in buckets.values().iter().enumerate() {
-            groups.entry(*b).or_default().push(i as u32);
-        }
-        for (bucket, rows) in groups {
-            let part = if rows.len() == batch.num_rows() {
-                batch.clone()
-            } else {
-                take_record_batch(batch, &UInt32Array::from(rows))?
-            };
+        let (batch, buckets) = if is_grouped(buckets.values()) {
+            (batch.clone(), buckets.clone())
+        } else {
+            group_by_bucket(batch, buckets, |b| b)?
+        };
+        for (bucket, range) in bucket_runs(buckets.values()) {
+            let part = batch.slice(range.start, range.len());
             let part = RecordBatch::try_new(Arc::clone(&self.schema), part.columns().to_vec())?;
             if !self.open.contains_key(&bucket) {
                 let path = Path::from(format!(
@@ -194,6 +233,37 @@ impl BucketWriter {
                 .await
                 .map_err(io_err)?;
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    /// Rows are grouped by (group, bucket), stably, and the runs of each
+    /// bucket found.
+    #[test]
+    fn rows_are_grouped_by_bucket() -> Result<()> {
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![10, 11, 12, 13, 14, 15]))],
+        )?;
+        let buckets = Int32Array::from(vec![3, 0, 2, 0, 3, 1]);
+        assert!(!is_grouped(buckets.values()));
+        // group: bucket parity (odd buckets first), then bucket
+        let (rows, grouped) = group_by_bucket(&batch, &buckets, |b| 1 - b % 2)?;
+        assert_eq!(grouped.values().to_vec(), vec![1, 3, 3, 0, 0, 2]);
+        assert_eq!(
+            rows.column(0).as_primitive::<Int64Type>().values().to_vec(),
+            vec![15, 10, 14, 11, 13, 12]
+        );
+        let runs: Vec<_> = bucket_runs(grouped.values()).collect();
+        assert_eq!(runs, vec![(1, 0..1), (3, 1..3), (0, 3..5), (2, 5..6)]);
+        let (_, grouped) = group_by_bucket(&batch, &buckets, |b| b)?;
+        assert!(is_grouped(grouped.values()));
         Ok(())
     }
 }
