@@ -854,7 +854,7 @@ async fn superseded_keys(
     if count == 0 || count > max_keys {
         return Ok(None);
     }
-    Ok(Some(Arc::new(KeySet::try_new(names, batches)?)))
+    Ok(Some(Arc::new(KeySet::try_new(names, &batches)?)))
 }
 
 /// The stored rows of `keys` in the data files of the buckets `touched`.

@@ -162,20 +162,21 @@ pub struct KeySet {
     converter: RowConverter,
     keys: HashSet<Box<[u8]>>,
     names: Vec<String>,
-    batches: Vec<RecordBatch>,
+    /// Types of the key columns (the row format compares bytes: probed
+    /// columns are cast to them).
     schema: SchemaRef,
 }
 
 impl KeySet {
     /// The keys of `batches`, whose columns are the key columns `names`.
-    pub fn try_new(names: Vec<String>, batches: Vec<RecordBatch>) -> Result<Self> {
+    pub fn try_new(names: Vec<String>, batches: &[RecordBatch]) -> Result<Self> {
         let first = batches
             .first()
             .ok_or_else(|| DataFusionError::Internal("a key set needs a schema".into()))?;
         let schema = first.schema();
         let converter = row_converter(&schema, &(0..schema.fields().len()).collect::<Vec<_>>())?;
         let mut keys = HashSet::default();
-        for batch in &batches {
+        for batch in batches {
             let rows = converter.convert_columns(batch.columns())?;
             keys.extend(rows.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
         }
@@ -183,24 +184,8 @@ impl KeySet {
             converter,
             keys,
             names,
-            batches,
             schema,
         })
-    }
-
-    /// Names of the key columns.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-
-    /// The keys as batches of the key columns.
-    pub fn batches(&self) -> &[RecordBatch] {
-        &self.batches
-    }
-
-    /// Schema of [`Self::batches`].
-    pub fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
     }
 
     /// Number of distinct keys.
@@ -354,7 +339,7 @@ mod tests {
         let key_schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
         let keys =
             RecordBatch::try_new(key_schema, vec![Arc::new(Int64Array::from(vec![1, 2, 7]))])?;
-        let set = KeySet::try_new(vec!["id".into()], vec![keys])?;
+        let set = KeySet::try_new(vec!["id".into()], &[keys])?;
         let marks = superseded_rows(&store, &path, size, &set).await?;
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1, 3, 5, 7]);
         Ok(())
@@ -373,7 +358,7 @@ mod tests {
                 Arc::new(StringArray::from(vec!["a", "b"])),
             ],
         )?;
-        let set = KeySet::try_new(vec!["id".into(), "name".into()], vec![keys])?;
+        let set = KeySet::try_new(vec!["id".into(), "name".into()], &[keys])?;
         assert_eq!(set.len(), 2);
         let ids: ArrayRef = Arc::new(Int64Array::from(vec![1, 1, 2, 3]));
         let names: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "b", "a"]));

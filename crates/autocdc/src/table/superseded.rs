@@ -96,24 +96,9 @@ impl Superseded {
         Ok(Self { keys, files })
     }
 
-    /// The update's keys.
-    pub fn keys(&self) -> &Arc<KeySet> {
-        &self.keys
-    }
-
     /// Number of stored rows found.
     pub fn num_rows(&self) -> u64 {
         self.files.iter().map(|f| f.rows.len()).sum()
-    }
-
-    /// Number of data files holding some.
-    pub fn num_files(&self) -> usize {
-        self.files.len()
-    }
-
-    /// Whether the data file at `path` (relative to the table) holds some.
-    pub fn holds(&self, path: &str) -> bool {
-        self.files.iter().any(|f| f.view.path() == path)
     }
 
     /// A provider of the rows found, in `schema` (the raw table's: columns
