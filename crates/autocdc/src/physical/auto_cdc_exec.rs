@@ -47,7 +47,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
-use super::one_shot::{must_fall_back, sort_retained_and_rest};
+use super::one_shot::{must_fall_back, sort_retained_and_rest, sort_share};
 use crate::fold::columns::{KIND_COL, SEQ_COL};
 use crate::fold::{FoldCounts, FoldKernel, FoldSpec, IndexedScd1Fold, Kind};
 
@@ -248,6 +248,8 @@ struct FoldState {
     sorting: Arc<AtomicBool>,
     /// Bytes the indexed fold may hold (0: no cap of its own).
     indexed_cap: usize,
+    /// The operator's partitions, which share the pool's room for sorts.
+    partitions: usize,
 }
 
 struct Counters {
@@ -415,13 +417,14 @@ impl FoldState {
         };
         self.sorting.store(true, AtomicOrdering::Relaxed);
         let retained = fold.into_batches();
-        // the sort accounts for the retained batches itself
-        reservation.free();
+        let share = sort_share(&self.context, self.partitions);
         let sorted = sort_retained_and_rest(
             retained,
             input,
             self.ordering.clone(),
             Arc::clone(&self.context),
+            reservation,
+            share,
         )?;
         let mut kernel = self.spec.kernel(&sorted.schema())?;
         if let Some(seqs) = &self.truncate_sequences {
@@ -599,6 +602,7 @@ impl ExecutionPlan for AutoCdcExec {
                 context,
                 sorting,
                 indexed_cap,
+                partitions,
             })
         };
         let stream = futures::stream::once(state)

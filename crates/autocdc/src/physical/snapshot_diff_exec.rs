@@ -46,7 +46,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::one_shot::{must_fall_back, sort_retained_and_rest};
+use super::one_shot::{must_fall_back, sort_retained_and_rest, sort_share};
 use crate::fold::snapshot_diff::{diff_output_schema, SnapshotDiff};
 use crate::fold::snapshot_diff_indexed::IndexedSnapshotDiff;
 
@@ -269,6 +269,7 @@ impl ExecutionPlan for SnapshotDiffExec {
             context,
             sorting: Arc::clone(&self.sorting),
             indexed_cap: self.indexed_cap,
+            partitions: self.properties.partitioning.partition_count(),
         };
         let stream = futures::stream::try_unfold(state, |mut state| async move {
             Ok(state.next().await?.map(|batch| (batch, state)))
@@ -328,6 +329,8 @@ struct DiffState {
     context: Arc<TaskContext>,
     sorting: Arc<AtomicBool>,
     indexed_cap: usize,
+    /// The operator's partitions, which share the pool's room for sorts.
+    partitions: usize,
 }
 
 impl DiffState {
@@ -420,9 +423,15 @@ impl DiffState {
         })?;
         self.sorting.store(true, AtomicOrdering::Relaxed);
         let retained = diff.into_batches();
-        // the sort accounts for the retained batches itself
-        reservation.free();
-        let sorted = sort_retained_and_rest(retained, input, ordering, Arc::clone(&self.context))?;
+        let share = sort_share(&self.context, self.partitions);
+        let sorted = sort_retained_and_rest(
+            retained,
+            input,
+            ordering,
+            Arc::clone(&self.context),
+            reservation,
+            share,
+        )?;
         self.sort_fallbacks.add(1);
         let kernel = self.sorted_kernel.take().ok_or_else(|| {
             DataFusionError::Internal("SnapshotDiffExec: fell back to sorting twice".into())
