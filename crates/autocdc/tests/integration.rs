@@ -567,6 +567,79 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
     );
 }
 
+/// Stored rows found while an update is planned are retired at commit only
+/// if their files are still as they were: when another commit has given a
+/// probed file a new vector in between, the positions could be wrong and
+/// the retirement is refused (the update must run again).
+#[tokio::test]
+async fn rows_found_before_another_commit_are_not_retired() {
+    use datafusion_autocdc::table::deletion_vectors::KeySet;
+    use datafusion_autocdc::table::superseded::Superseded;
+    use futures::TryStreamExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
+        .await
+        .unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let t = s
+        .streaming_table(&datafusion_autocdc::table::TableName::parse("t").unwrap())
+        .unwrap();
+    let files = |delta: deltalake_core::DeltaTable| async move {
+        let snapshot = delta.snapshot().unwrap().snapshot().clone();
+        snapshot
+            .file_views(delta.log_store().as_ref(), None)
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+    };
+
+    // an update of key 7 is planned: its stored row is found
+    let key = RecordBatch::try_from_iter([(
+        "id",
+        std::sync::Arc::new(datafusion::arrow::array::Int64Array::from(vec![7]))
+            as datafusion::arrow::array::ArrayRef,
+    )])
+    .unwrap();
+    let keys = std::sync::Arc::new(KeySet::try_new(vec!["id".into()], &[key]).unwrap());
+    let store = t.delta().object_store();
+    let planned = files(t.delta()).await;
+    let found = Superseded::find(&store, keys, planned.clone(), 2)
+        .await
+        .unwrap();
+    // (retiring it against the table as planned is fine: a remove and an add)
+    assert_eq!(found.retire(&store, &planned).await.unwrap().len(), 2);
+
+    // meanwhile another update of key 7 commits a vector on that file
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src AS SELECT 7 AS id, 'other' AS v, 2 AS seq",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    t.refresh().await.unwrap();
+    let now = files(t.delta()).await;
+    let err = found.retire(&store, &now).await.unwrap_err().to_string();
+    assert!(
+        err.contains("changed after the update was planned") && err.contains("run it again"),
+        "{err}"
+    );
+}
+
 /// A damaged deletion vector stops the update that needs it with an error
 /// naming the vector file; nothing is committed.
 #[tokio::test]
