@@ -6,6 +6,7 @@ pub mod deletion_vectors;
 mod dml;
 pub mod meta;
 pub(crate) mod provider;
+pub mod stored_rows;
 pub mod superseded;
 mod warehouse;
 pub mod writer;

@@ -29,12 +29,8 @@ use std::sync::Arc;
 use arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::cast;
 use arrow::datatypes::SchemaRef;
-use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, HashMap, Result, ScalarValue};
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::{Action, Add, LogicalFileView};
 use deltalake_core::parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection};
@@ -45,15 +41,16 @@ use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 
 use super::deletion_vectors::{object_reader, read_vector, superseded_rows, write_vectors, KeySet};
+use super::stored_rows::StoredRowsTable;
 
 /// One data file holding stored rows of the update's keys.
 #[derive(Clone)]
-struct SupersededFile {
+pub(super) struct SupersededFile {
     view: LogicalFileView,
     /// Rows deleted by the file's vector before this update.
     deleted: Option<RoaringTreemap>,
     /// Live rows whose key is one of the update's.
-    rows: RoaringTreemap,
+    pub(super) rows: RoaringTreemap,
 }
 
 /// The stored rows of an update's keys, by data file: what the fold reads
@@ -125,17 +122,11 @@ impl Superseded {
             loads[lightest] += file.rows.len();
             groups[lightest].push(file);
         }
-        let streams = groups
-            .into_iter()
-            .map(|files| {
-                Arc::new(StoredRows {
-                    store: Arc::clone(store),
-                    schema: Arc::clone(&schema),
-                    files,
-                }) as Arc<dyn PartitionStream>
-            })
-            .collect();
-        Ok(Arc::new(StreamingTable::try_new(schema, streams)?))
+        Ok(Arc::new(StoredRowsTable::new(
+            Arc::clone(store),
+            schema,
+            groups,
+        )))
     }
 
     /// The actions retiring the rows found: for each file, a `remove` and an
@@ -237,45 +228,8 @@ fn wide_bounds(stats: &str) -> String {
     }
 }
 
-/// One partition of [`Superseded::provider`]: the found rows of some files,
-/// a file at a time.
-struct StoredRows {
-    store: Arc<dyn ObjectStore>,
-    schema: SchemaRef,
-    files: Vec<SupersededFile>,
-}
-
-impl fmt::Debug for StoredRows {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoredRows")
-            .field("files", &self.files.len())
-            .finish()
-    }
-}
-
-impl PartitionStream for StoredRows {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    fn execute(&self, ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let batch_size = ctx.session_config().batch_size();
-        let (store, schema) = (Arc::clone(&self.store), Arc::clone(&self.schema));
-        let stream = futures::stream::iter(self.files.clone())
-            .then(move |file| {
-                let (store, schema) = (Arc::clone(&store), Arc::clone(&schema));
-                async move { read_rows(store, schema, file, batch_size).await }
-            })
-            .try_flatten();
-        Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.schema),
-            stream,
-        ))
-    }
-}
-
 /// The rows `file.rows` of one data file, conformed to `schema`.
-async fn read_rows(
+pub(super) async fn read_rows(
     store: Arc<dyn ObjectStore>,
     schema: SchemaRef,
     file: SupersededFile,
