@@ -168,6 +168,76 @@ async fn explain_refresh_shows_the_operators() {
     );
 }
 
+/// In a bounded pool far smaller than the events, both partitions' indexed
+/// folds fall back to sorting, each sort in its own share of the pool: the
+/// update completes with the same rows in a comfortable and in a tight pool.
+#[tokio::test]
+async fn both_partitions_fall_back_within_a_bounded_pool() {
+    for limit in ["64M", "12M"] {
+        let config = datafusion::prelude::SessionConfig::new()
+            .with_target_partitions(2)
+            .with_batch_size(1024);
+        let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
+            .await
+            .unwrap();
+        exec(
+            &s,
+            &format!("SET datafusion.runtime.memory_limit = '{limit}'"),
+        )
+        .await;
+        if limit == "12M" {
+            exec(
+                &s,
+                "SET datafusion.execution.sort_spill_reservation_bytes = 0",
+            )
+            .await;
+        }
+        // 200 k events over 50 k keys, in descending sequence order per key
+        // (the latest event of key k has seq 3 and value 'v{k}-3')
+        exec(
+            &s,
+            "CREATE TABLE src AS SELECT value % 50000 AS id, 4 - value / 50000 AS seq, \
+             concat('v', CAST(value % 50000 AS VARCHAR), '-', CAST(4 - value / 50000 AS VARCHAR), \
+             repeat('x', 40)) AS v FROM generate_series(0, 199999)",
+        )
+        .await;
+        exec(&s, "CREATE STREAMING TABLE t").await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        )
+        .await;
+        exec(&s, "SET autocdc.indexed_fold_max_bytes = 1").await;
+        exec(
+            &s,
+            "INSERT INTO src VALUES (7, 9, 'seven'), (50001, 1, 'new')",
+        )
+        .await;
+        let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+            .await
+            .join("\n");
+        let fold = analyzed
+            .lines()
+            .find(|l| l.contains("AutoCdcExec"))
+            .expect(&analyzed);
+        assert!(fold.contains("num_sort_fallbacks=2,"), "{limit}: {fold}");
+        assert!(fold.contains("num_upserted_rows=2]"), "{limit}: {fold}");
+        assert_eq!(
+            rows(
+                &s,
+                "SELECT count(*), max(v) FILTER (WHERE id = 7), max(v) FILTER (WHERE id = 8), \
+                 max(v) FILTER (WHERE id = 50001), min(seq) FROM t"
+            )
+            .await,
+            [format!(
+                "| 50001 | seven | v8-4{} | new | 1 |",
+                "x".repeat(40)
+            )],
+            "{limit}"
+        );
+    }
+}
+
 /// A failed first run leaves no flow behind and the target unchanged.
 /// When the memory pool refuses the indexed SCD 1 fold, the partition falls
 /// back to DataFusion's spilling sort with the events it already holds: same

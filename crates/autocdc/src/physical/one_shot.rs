@@ -103,14 +103,20 @@ pub(crate) fn sort_share(context: &TaskContext, partitions: usize) -> usize {
 /// beside it).
 const MIN_SORT_POOL: usize = 32 * 1024 * 1024;
 
+/// Below this (or twice `sort_spill_reservation_bytes`) a share is not
+/// carved out and the sort uses the session's pool, as without a share.
+const MIN_VIABLE_SORT_POOL: usize = 1024 * 1024;
+
 /// `retained` batches followed by the rest of `input`, sorted by `ordering`
 /// with DataFusion's `SortExec` (spilling as the memory pool requires).
 ///
 /// `reservation` is the engine's reservation in the session's pool; with a
 /// `share` (bounded pool, see [`sort_share`]) it is grown to the share (or
 /// kept at what the pool allows) and the sort runs in a pool of that size,
-/// the reservation living as long as the sort's output. Without a share the
-/// reservation is freed and the sort uses the session's pool.
+/// the reservation living as long as the sort's output. Without a share, or
+/// when the pool cannot give one large enough for DataFusion's sort (twice
+/// `sort_spill_reservation_bytes`, at least 1 MiB), the reservation is freed
+/// and the sort uses the session's pool.
 pub(crate) fn sort_retained_and_rest(
     retained: Vec<arrow::array::RecordBatch>,
     input: SendableRecordBatchStream,
@@ -129,7 +135,19 @@ pub(crate) fn sort_retained_and_rest(
                 break;
             }
         }
-        carved_context(&context, reservation.size())?
+        // a share too small for the sort's merge reservation and a batch
+        // beside it would fail the sort: it then uses the session's pool
+        let merge = context
+            .session_config()
+            .options()
+            .execution
+            .sort_spill_reservation_bytes;
+        if reservation.size() < (2 * merge).max(MIN_VIABLE_SORT_POOL) {
+            reservation.free();
+            context
+        } else {
+            carved_context(&context, reservation.size())?
+        }
     };
     let schema = input.schema();
     let rows = futures::stream::iter(retained.into_iter().map(Ok)).chain(input);
@@ -144,7 +162,7 @@ pub(crate) fn sort_retained_and_rest(
         None,
     )?;
     let sorted = SortExec::new(ordering, Arc::new(source)).execute(0, context)?;
-    if share == 0 {
+    if reservation.size() == 0 {
         return Ok(sorted);
     }
     // the carved-out share is held until the sorted stream is dropped
@@ -266,6 +284,54 @@ mod tests {
         assert_eq!(rows, 512 * 1024 + 4 * 1024 * 1024);
         drop(sorted);
         assert_eq!(pool.reserved(), 0);
+    }
+
+    /// A share too small to carve out (under 1 MiB here) is given back: the
+    /// sort runs in the session's pool, as without a share.
+    #[tokio::test]
+    async fn a_share_too_small_is_not_carved_out() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(2 * MB));
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::clone(&pool))
+            .build_arc()
+            .expect("runtime");
+        let mut config = datafusion::prelude::SessionConfig::new();
+        config.options_mut().execution.sort_spill_reservation_bytes = 0;
+        let context = Arc::new(
+            TaskContext::default()
+                .with_session_config(config)
+                .with_runtime(runtime),
+        );
+        let share = sort_share(&context, 2);
+        assert_eq!(share, MB / 2);
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let reservation = MemoryConsumer::new("engine").register(&pool);
+        reservation.try_grow(1024).expect("grow");
+        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&schema),
+            futures::stream::iter(batches(&schema, 16, 4).into_iter().map(Ok)),
+        ));
+        let ordering = LexOrdering::new(vec![PhysicalSortExpr::new_default(
+            col("k", &schema).expect("column"),
+        )])
+        .expect("ordering");
+        let sorted =
+            sort_retained_and_rest(Vec::new(), input, ordering, context, reservation, share)
+                .expect("sort");
+        assert_eq!(pool.reserved(), 0, "nothing held for a share");
+        let out: Vec<RecordBatch> = sorted.map(|b| b.expect("batch")).collect().await;
+        let keys: Vec<i64> = out
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .expect("keys")
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(keys, (1..=16).collect::<Vec<i64>>());
     }
 
     /// Without a share (unbounded pool) the engine's reservation is freed
