@@ -636,17 +636,9 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
     );
 }
 
-/// Stored rows found while an update is planned are retired at commit only
-/// if their files are still as they were: when another commit has given a
-/// probed file a new vector in between, the positions could be wrong and
-/// the retirement is refused (the update must run again).
-#[tokio::test]
-async fn rows_found_before_another_commit_are_not_retired() {
-    use datafusion_autocdc::table::deletion_vectors::KeySet;
-    use datafusion_autocdc::table::superseded::Superseded;
-    use futures::TryStreamExt;
-
-    let dir = tempfile::tempdir().unwrap();
+/// A session on a warehouse in `dir` whose SCD 1 target `t` (4 buckets) holds
+/// keys 1..=200 from flow `f` over the memory table `src`.
+async fn two_hundred_keys_in_four_buckets(dir: &tempfile::TempDir) -> CdcSession {
     let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
         .await
         .unwrap();
@@ -665,6 +657,21 @@ async fn rows_found_before_another_commit_are_not_retired() {
         "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
     )
     .await;
+    s
+}
+
+/// Stored rows found while an update is planned are retired at commit only
+/// if their files are still as they were: when another commit has given a
+/// probed file a new vector in between, the positions could be wrong and
+/// the retirement is refused (the update must run again).
+#[tokio::test]
+async fn rows_found_before_another_commit_are_not_retired() {
+    use datafusion_autocdc::table::deletion_vectors::KeySet;
+    use datafusion_autocdc::table::superseded::Superseded;
+    use futures::TryStreamExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_hundred_keys_in_four_buckets(&dir).await;
     let t = s
         .streaming_table(&datafusion_autocdc::table::TableName::parse("t").unwrap())
         .unwrap();
@@ -714,24 +721,7 @@ async fn rows_found_before_another_commit_are_not_retired() {
 #[tokio::test]
 async fn a_damaged_deletion_vector_fails_the_update_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
-        .await
-        .unwrap();
-    exec(
-        &s,
-        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 200)",
-    )
-    .await;
-    exec(
-        &s,
-        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4')",
-    )
-    .await;
-    exec(
-        &s,
-        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
-    )
-    .await;
+    let s = two_hundred_keys_in_four_buckets(&dir).await;
     exec(
         &s,
         "CREATE OR REPLACE TABLE src AS SELECT 7 AS id, 'changed' AS v, 2 AS seq",

@@ -225,6 +225,20 @@ mod tests {
             .collect()
     }
 
+    fn stream_of(schema: &SchemaRef, batches: Vec<RecordBatch>) -> SendableRecordBatchStream {
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(schema),
+            futures::stream::iter(batches.into_iter().map(Ok)),
+        ))
+    }
+
+    fn by_k(schema: &SchemaRef) -> LexOrdering {
+        LexOrdering::new(vec![PhysicalSortExpr::new_default(
+            col("k", schema).expect("column"),
+        )])
+        .expect("ordering")
+    }
+
     /// The fall-back sort runs in a share carved out of a bounded pool: the
     /// session's pool holds exactly the share while the sorted stream lives
     /// (whatever the sort itself uses, spilling inside it) and nothing once
@@ -244,16 +258,10 @@ mod tests {
         // 4 MB retained, 32 MB more to come: twice the share, so it spills
         let retained = batches(&schema, 512 * 1024, 8192);
         let rest = batches(&schema, 4 * 1024 * 1024, 8192);
-        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&schema),
-            futures::stream::iter(rest.into_iter().map(Ok)),
-        ));
+        let input = stream_of(&schema, rest);
         let reservation = MemoryConsumer::new("engine").register(&pool);
         reservation.try_grow(4 * MB).expect("grow");
-        let ordering = LexOrdering::new(vec![PhysicalSortExpr::new_default(
-            col("k", &schema).expect("column"),
-        )])
-        .expect("ordering");
+        let ordering = by_k(&schema);
         let mut sorted = sort_retained_and_rest(
             retained,
             input,
@@ -307,14 +315,8 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
         let reservation = MemoryConsumer::new("engine").register(&pool);
         reservation.try_grow(1024).expect("grow");
-        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&schema),
-            futures::stream::iter(batches(&schema, 16, 4).into_iter().map(Ok)),
-        ));
-        let ordering = LexOrdering::new(vec![PhysicalSortExpr::new_default(
-            col("k", &schema).expect("column"),
-        )])
-        .expect("ordering");
+        let input = stream_of(&schema, batches(&schema, 16, 4));
+        let ordering = by_k(&schema);
         let sorted =
             sort_retained_and_rest(Vec::new(), input, ordering, context, reservation, share)
                 .expect("sort");
@@ -343,14 +345,8 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
         let reservation = MemoryConsumer::new("engine").register(context.memory_pool());
         reservation.grow(1024);
-        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&schema),
-            futures::stream::iter(batches(&schema, 16, 4).into_iter().map(Ok)),
-        ));
-        let ordering = LexOrdering::new(vec![PhysicalSortExpr::new_default(
-            col("k", &schema).expect("column"),
-        )])
-        .expect("ordering");
+        let input = stream_of(&schema, batches(&schema, 16, 4));
+        let ordering = by_k(&schema);
         let sorted = sort_retained_and_rest(Vec::new(), input, ordering, context, reservation, 0)
             .expect("sort");
         let out: Vec<RecordBatch> = sorted.map(|b| b.expect("batch")).collect().await;

@@ -43,7 +43,8 @@ use super::superseded::{read_rows, SupersededFile};
 pub struct StoredRowsTable {
     store: Arc<dyn ObjectStore>,
     schema: SchemaRef,
-    groups: Vec<Vec<SupersededFile>>,
+    /// (shared with every scan's exec)
+    groups: Arc<Vec<Vec<SupersededFile>>>,
 }
 
 impl fmt::Debug for StoredRowsTable {
@@ -63,7 +64,7 @@ impl StoredRowsTable {
         Self {
             store,
             schema,
-            groups,
+            groups: Arc::new(groups),
         }
     }
 }
@@ -92,7 +93,7 @@ impl TableProvider for StoredRowsTable {
         Ok(Arc::new(StoredRowsExec::new(
             Arc::clone(&self.store),
             schema,
-            self.groups.clone(),
+            Arc::clone(&self.groups),
         )))
     }
 }
@@ -102,7 +103,7 @@ impl TableProvider for StoredRowsTable {
 /// (and the page index, so pages without a selected row are skipped).
 pub struct StoredRowsExec {
     store: Arc<dyn ObjectStore>,
-    groups: Vec<Vec<SupersededFile>>,
+    groups: Arc<Vec<Vec<SupersededFile>>>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -120,7 +121,7 @@ impl StoredRowsExec {
     fn new(
         store: Arc<dyn ObjectStore>,
         schema: SchemaRef,
-        groups: Vec<Vec<SupersededFile>>,
+        groups: Arc<Vec<Vec<SupersededFile>>>,
     ) -> Self {
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema),

@@ -9,9 +9,9 @@
 //! ```text
 //!  update's keys ─► KeySet ─► probe key columns of each data file ─► positions of live rows
 //!                                                                     │    (old vector excluded)
-//!    events ─┐                                                        │
-//!            ├─► AutoCdc ─► new files ─► commit: each probed file ◄───┤
-//!  StoredRows┘                            gets old vector ∪ positions │
+//!    events ─────┐                                                    │
+//!                ├─► AutoCdc ─► new files ─► commit: each probed file ◄┤
+//!  StoredRowsExec┘                        gets old vector ∪ positions │
 //!    ▲                                                                │
 //!    └──── Parquet read of only those positions (row selection) ◄─────┘
 //! ```
@@ -100,7 +100,8 @@ impl Superseded {
 
     /// A provider of the rows found, in `schema` (the raw table's: columns
     /// missing from a file are NULL, partition columns come from the file's
-    /// partition values), read from `store` in `partitions` streams.
+    /// partition values), read from `store` in `partitions` streams by a
+    /// [`StoredRowsExec`](super::stored_rows::StoredRowsExec).
     pub fn provider(
         &self,
         store: &Arc<dyn ObjectStore>,
