@@ -538,7 +538,11 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
         .find(|l| l.contains("StoredRowsExec"))
         .unwrap_or_else(|| panic!("no read of the stored rows by position: {analyzed}"));
     assert!(
-        scan.contains("StoredRowsExec: files=2, rows=2,") && scan.contains("output_rows=2,"),
+        scan.contains("StoredRowsExec: files=2, rows=2,")
+            && scan.contains("output_rows=2,")
+            && scan.contains("output_batches=2]")
+            && !scan.contains("elapsed_compute=2ns")
+            && !scan.contains("output_bytes=0.0 B"),
         "{analyzed}"
     );
     assert!(!analyzed.contains("HashJoinExec"), "{analyzed}");

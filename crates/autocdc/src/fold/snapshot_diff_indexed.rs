@@ -15,8 +15,8 @@
 //! ```
 //!
 //! Keys must encode to at most 16 bytes of Arrow's row format (integers,
-//! dates, timestamps, ... and short composites of them): [`Self::supports`].
-//! Memory grows with the input (the caller reserves [`Self::memory_size`]
+//! dates, timestamps, ... and short composites of them): [`IndexedSnapshotDiff::supports`].
+//! Memory grows with the input (the caller reserves [`IndexedSnapshotDiff::memory_size`]
 //! and falls back to the sorted diff when the pool refuses).
 
 use arrow::array::{AsArray, RecordBatch};

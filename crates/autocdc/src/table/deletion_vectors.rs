@@ -21,10 +21,11 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
-use arrow::compute::cast;
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::compute::{cast, take};
 use arrow::datatypes::SchemaRef;
 use arrow::row::RowConverter;
+use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::{DataFusionError, HashSet, Result};
 use deltalake_core::kernel::{DeletionVectorDescriptor, StorageType};
 #[allow(deprecated)]
@@ -157,10 +158,20 @@ pub async fn write_vectors(
 }
 
 /// A set of keys (any key columns), for probing the rows of data files.
+///
+/// Probing is vectorised: a probed batch's keys are hashed column-wise
+/// (DataFusion's `create_hashes`) and looked up by hash; only the rows whose
+/// hash is a key's (the members, and rare collisions) are converted to the
+/// row format and compared exactly. Most rows of a data file are not in
+/// the set, so most never leave their columns.
 #[derive(Debug)]
 pub struct KeySet {
     converter: RowConverter,
+    /// The keys in the row format: exact membership.
     keys: HashSet<Box<[u8]>>,
+    /// The keys' hashes (`hash_state`): the first, cheap test.
+    hashes: HashSet<u64>,
+    hash_state: RandomState,
     names: Vec<String>,
     /// Types of the key columns (the row format compares bytes: probed
     /// columns are cast to them).
@@ -175,14 +186,19 @@ impl KeySet {
             .ok_or_else(|| DataFusionError::Internal("a key set needs a schema".into()))?;
         let schema = first.schema();
         let converter = row_converter(&schema, &(0..schema.fields().len()).collect::<Vec<_>>())?;
-        let mut keys = HashSet::default();
+        let hash_state = RandomState::default();
+        let (mut keys, mut hashes) = (HashSet::default(), HashSet::default());
+        let mut buffer = Vec::new();
         for batch in batches {
             let rows = converter.convert_columns(batch.columns())?;
             keys.extend(rows.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
+            hashes.extend(hash_rows(batch.columns(), &hash_state, &mut buffer)?.iter());
         }
         Ok(Self {
             converter,
             keys,
+            hashes,
+            hash_state,
             names,
             schema,
         })
@@ -198,16 +214,53 @@ impl KeySet {
         self.keys.is_empty()
     }
 
-    /// Positions (offset by `first`) of the rows of `columns` whose key is in the set.
-    fn mark(&self, columns: &[ArrayRef], first: u64, marks: &mut RoaringTreemap) -> Result<()> {
-        let rows = self.converter.convert_columns(columns)?;
-        for (i, row) in rows.iter().enumerate() {
-            if self.keys.contains(row.as_ref()) {
-                marks.insert(first + i as u64);
-            }
+    /// Positions (offset by `first`) of the rows of `columns` whose key is in
+    /// the set; `hashes` is a scratch buffer reused across calls.
+    fn mark(
+        &self,
+        columns: &[ArrayRef],
+        first: u64,
+        hashes: &mut Vec<u64>,
+        marks: &mut RoaringTreemap,
+    ) -> Result<()> {
+        let hashes = hash_rows(columns, &self.hash_state, hashes)?;
+        let candidates: UInt32Array = hashes
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| self.hashes.contains(*h))
+            .map(|(i, _)| i as u32)
+            .collect();
+        if candidates.is_empty() {
+            return Ok(());
         }
+        let columns = columns
+            .iter()
+            .map(|c| take(c.as_ref(), &candidates, None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let rows = self.converter.convert_columns(&columns)?;
+        let found = rows
+            .iter()
+            .zip(candidates.values())
+            .filter(|(row, _)| self.keys.contains(row.as_ref()))
+            .map(|(_, &i)| first + u64::from(i));
+        // candidates ascend, so the positions can be appended in order
+        marks
+            .append(found)
+            .map_err(|e| DataFusionError::Internal(format!("row positions out of order: {e}")))?;
         Ok(())
     }
+}
+
+/// The hashes of the rows of `columns`, in `buffer`.
+fn hash_rows<'a>(
+    columns: &[ArrayRef],
+    state: &RandomState,
+    buffer: &'a mut Vec<u64>,
+) -> Result<&'a [u64]> {
+    let n = columns.first().map_or(0, |c| c.len());
+    buffer.clear();
+    buffer.resize(n, 0);
+    Ok(create_hashes(columns, state, buffer)?)
 }
 
 /// An async Parquet reader of `path` in `store`. (`ParquetObjectReader` is
@@ -239,6 +292,7 @@ pub async fn superseded_rows(
     let mut stream = builder.with_projection(mask).build()?;
     let mut marks = RoaringTreemap::new();
     let mut first = 0u64;
+    let mut hashes = Vec::new();
     while let Some(batch) = stream.try_next().await? {
         // the projection keeps file order: put the columns in key order, as
         // the key set's types (the row format compares bytes)
@@ -259,7 +313,7 @@ pub async fn superseded_rows(
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        keys.mark(&columns, first, &mut marks)?;
+        keys.mark(&columns, first, &mut hashes, &mut marks)?;
         first += batch.num_rows() as u64;
     }
     Ok(marks)
@@ -363,8 +417,60 @@ mod tests {
         let ids: ArrayRef = Arc::new(Int64Array::from(vec![1, 1, 2, 3]));
         let names: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "b", "a"]));
         let mut marks = RoaringTreemap::new();
-        set.mark(&[ids, names], 10, &mut marks)?;
+        set.mark(&[ids, names], 10, &mut Vec::new(), &mut marks)?;
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![10, 12]);
+        Ok(())
+    }
+
+    /// The hash test only preselects: across batches (one scratch buffer),
+    /// exactly the members are marked, NULL and -0.0 included, and a value
+    /// equal to a member in one column only is not.
+    #[test]
+    fn key_sets_mark_exactly_the_members_across_batches() -> Result<()> {
+        use arrow::array::Float64Array;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Float64, true),
+            Field::new("n", DataType::Int64, false),
+        ]));
+        let members: Vec<(Option<f64>, i64)> = vec![
+            (Some(-0.0), 1),
+            (None, 2),
+            (Some(3.5), 3),
+            (Some(f64::NAN), 4),
+        ];
+        let keys = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(members.iter().map(|m| m.0).collect::<Float64Array>()),
+                Arc::new(members.iter().map(|m| m.1).collect::<Int64Array>()),
+            ],
+        )?;
+        let set = KeySet::try_new(vec!["k".into(), "n".into()], &[keys])?;
+        // 3 batches of 1000 rows: the members among many non-members
+        let probe = |i: i64| -> (Option<f64>, i64) {
+            match i % 250 {
+                7 => (Some(-0.0), 1),
+                8 => (Some(0.0), 1),
+                9 => (None, 2),
+                10 => (None, 3),
+                11 => (Some(3.5), 3),
+                12 => (Some(f64::NAN), 4),
+                _ => (Some(i as f64), i),
+            }
+        };
+        let (mut marks, mut scratch) = (RoaringTreemap::new(), Vec::new());
+        for b in 0..3i64 {
+            let rows: Vec<_> = (b * 1000..(b + 1) * 1000).map(probe).collect();
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(rows.iter().map(|r| r.0).collect::<Float64Array>()),
+                Arc::new(rows.iter().map(|r| r.1).collect::<Int64Array>()),
+            ];
+            set.mark(&columns, (b * 1000) as u64, &mut scratch, &mut marks)?;
+        }
+        let expected: Vec<u64> = (0..3000u64)
+            .filter(|i| [7, 9, 11, 12].contains(&(i % 250)))
+            .collect();
+        assert_eq!(marks.iter().collect::<Vec<_>>(), expected);
         Ok(())
     }
 }

@@ -16,8 +16,11 @@
 //! `FilterExec` above.
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
@@ -33,7 +36,8 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
-use futures::{StreamExt, TryStreamExt};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 
 use super::superseded::{read_rows, SupersededFile};
@@ -224,11 +228,35 @@ impl ExecutionPlan for StoredRowsExec {
                 async move { read_rows(store, schema, file, batch_size).await }
             })
             .try_flatten()
-            .inspect_ok(move |batch| baseline.record_output(batch.num_rows()));
+            .boxed();
+        let stream = Timed {
+            inner: stream,
+            baseline,
+        };
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+/// A stream of stored rows recording the exec's baseline metrics: the time
+/// spent decoding (`elapsed_compute`: polls of the reader, waits for the
+/// object store excluded) and the rows, batches and bytes produced.
+struct Timed {
+    inner: BoxStream<'static, Result<RecordBatch>>,
+    baseline: BaselineMetrics,
+}
+
+impl Stream for Timed {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let timer = this.baseline.elapsed_compute().timer();
+        let poll = this.inner.poll_next_unpin(cx);
+        timer.done();
+        this.baseline.record_poll(poll)
     }
 }
