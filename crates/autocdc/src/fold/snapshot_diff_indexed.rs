@@ -19,9 +19,12 @@
 //! Memory grows with the input (the caller reserves [`IndexedSnapshotDiff::memory_size`]
 //! and falls back to the sorted diff when the pool refuses).
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::interleave;
+use arrow::compute::kernels::cmp::distinct;
 use arrow::datatypes::{Int8Type, Schema, SchemaRef};
-use arrow::row::{RowConverter, Rows};
+use arrow::row::{RowConverter, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::Kind;
@@ -31,6 +34,9 @@ use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BY
 use super::snapshot_diff::{
     diff_events, diff_output_schema, duplicate_key_error, SIDE_LIVE, SIDE_SNAPSHOT,
 };
+
+/// Pairs of rows compared at once (the gathered columns of one chunk).
+const COMPARE_CHUNK: usize = 8192;
 
 /// One input row in the index.
 #[derive(Debug, Clone, Copy)]
@@ -51,12 +57,9 @@ pub struct IndexedSnapshotDiff {
     written_at: ScalarValue,
     output_schema: SchemaRef,
     key_converter: RowConverter,
-    value_converter: RowConverter,
     batches: Vec<RecordBatch>,
-    /// Row-format values (every target column) of each retained batch.
-    values: Vec<Rows>,
     index: Vec<Entry>,
-    /// Bytes of `batches` and `values`.
+    /// Bytes of `batches`.
     retained_bytes: usize,
     /// Change events to emit (their kinds), once finished.
     emits: Option<EmitQueue>,
@@ -93,7 +96,6 @@ impl IndexedSnapshotDiff {
         Ok(Self {
             flow: flow.to_string(),
             key_converter: row_converter(input_schema, &key_indices)?,
-            value_converter: row_converter(input_schema, &(0..n).collect::<Vec<_>>())?,
             target_columns: (0..n)
                 .map(|i| input_schema.field(i).name().clone())
                 .collect(),
@@ -106,7 +108,6 @@ impl IndexedSnapshotDiff {
             version,
             written_at,
             batches: Vec::new(),
-            values: Vec::new(),
             index: Vec::new(),
             retained_bytes: 0,
             emits: None,
@@ -119,7 +120,7 @@ impl IndexedSnapshotDiff {
         &self.output_schema
     }
 
-    /// Bytes held: the retained batches, their row-format values and the index.
+    /// Bytes held: the retained batches and the index.
     pub fn memory_size(&self) -> usize {
         self.retained_bytes + self.index.capacity() * std::mem::size_of::<Entry>()
     }
@@ -138,7 +139,6 @@ impl IndexedSnapshotDiff {
             .map_err(|_| DataFusionError::Internal("too many batches in one diff".into()))?;
         let n = batch.num_columns() - 1;
         let keys = to_rows(&self.key_converter, batch, &self.key_indices)?;
-        let values = to_rows(&self.value_converter, batch, &(0..n).collect::<Vec<_>>())?;
         let sides = batch.column(n).as_primitive::<Int8Type>();
         self.index.reserve(batch.num_rows());
         for (row, side) in sides.values().iter().enumerate() {
@@ -149,9 +149,8 @@ impl IndexedSnapshotDiff {
                 row: row as u32,
             });
         }
-        self.retained_bytes += batch.get_array_memory_size() + values.size();
+        self.retained_bytes += batch.get_array_memory_size();
         self.batches.push(batch.clone());
-        self.values.push(values);
         Ok(())
     }
 
@@ -171,24 +170,66 @@ impl IndexedSnapshotDiff {
             start = end;
         }
         self.index = Vec::new();
-        // keys on both sides: compare the values (row format) walking the
-        // live rows in place order, so that one side is read sequentially
+        // keys on both sides: compare the values walking the live rows in
+        // place order, so that one side is read sequentially
         pairs.sort_unstable_by_key(|[batch, row, ..]| (*batch, *row));
-        for [live_batch, live_row, batch, row] in pairs {
-            let old = self.values[live_batch as usize].row(live_row as usize);
-            let new = self.values[batch as usize].row(row as usize);
-            if old != new {
-                emits.push(Emit {
-                    batch,
-                    row,
-                    kind: Kind::Upsert as i8,
-                });
-                self.counts.0 += 1;
+        for chunk in pairs.chunks(COMPARE_CHUNK) {
+            let changed = self.changed_pairs(chunk)?;
+            for ([_, _, batch, row], changed) in chunk.iter().zip(changed.iter()) {
+                if changed {
+                    emits.push(Emit {
+                        batch: *batch,
+                        row: *row,
+                        kind: Kind::Upsert as i8,
+                    });
+                    self.counts.0 += 1;
+                }
             }
         }
-        self.values = Vec::new();
         self.emits = Some(EmitQueue::new(emits, self.batches.len()));
         Ok(())
+    }
+
+    /// Which of the `[live batch, live row, snapshot batch, snapshot row]`
+    /// pairs differ in a value: each non-key column of both sides is
+    /// gathered for the chunk and compared column-wise (`IS DISTINCT FROM`:
+    /// NULLs equal, floats by their bits, like the sorted diff's row-format
+    /// comparison); nested columns are compared in the row format.
+    fn changed_pairs(&self, pairs: &[[u32; 4]]) -> Result<BooleanBuffer> {
+        let live: Vec<(usize, usize)> = pairs
+            .iter()
+            .map(|p| (p[0] as usize, p[1] as usize))
+            .collect();
+        let snapshot: Vec<(usize, usize)> = pairs
+            .iter()
+            .map(|p| (p[2] as usize, p[3] as usize))
+            .collect();
+        let mut changed = BooleanBuffer::new_unset(pairs.len());
+        for column in 0..self.target_columns.len() {
+            // equal keys encode equally: only the other columns can differ
+            if self.key_indices.contains(&column) {
+                continue;
+            }
+            let arrays: Vec<&dyn Array> = self
+                .batches
+                .iter()
+                .map(|b| b.column(column).as_ref())
+                .collect();
+            let old = interleave(&arrays, &live)?;
+            let new = interleave(&arrays, &snapshot)?;
+            let differs = if old.data_type().is_nested() {
+                let converter = RowConverter::new(vec![SortField::new(old.data_type().clone())])?;
+                let (old, new) = (
+                    converter.convert_columns(&[old])?,
+                    converter.convert_columns(&[new])?,
+                );
+                BooleanBuffer::collect_bool(pairs.len(), |i| old.row(i) != new.row(i))
+            } else {
+                distinct(&old, &new)?.values().clone()
+            };
+            changed = &changed | &differs;
+        }
+        Ok(changed)
     }
 
     /// The rows `start..end` of the sorted index share one key: at most one
@@ -268,7 +309,9 @@ mod tests {
     use super::*;
     use arrow::array::{Array, Int64Array, Int8Array, StringArray};
     use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
-    use arrow::datatypes::{DataType, Field};
+    use arrow::datatypes::{DataType, Field, Int64Type};
+
+    use crate::fold::columns::KIND_COL;
 
     fn input(ids: &[i64], vs: &[Option<&str>], sides: &[i8]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
@@ -375,6 +418,130 @@ mod tests {
         ];
         assert_eq!(indexed(&batches)?, expected);
         assert_eq!(sorted(&batches)?, expected);
+        Ok(())
+    }
+
+    /// (id, kind) of the events of both diffs over batches of any schema
+    /// (`id` first, the side last).
+    fn both_diffs(batches: &[RecordBatch]) -> Result<[Vec<(i64, i8)>; 2]> {
+        let ids_kinds = |out: Vec<RecordBatch>| {
+            let mut v: Vec<(i64, i8)> = out
+                .iter()
+                .flat_map(|b| {
+                    let ids = b.column(0).as_primitive::<Int64Type>().clone();
+                    let kind = b.schema().index_of(KIND_COL).unwrap();
+                    let ks = b.column(kind).as_primitive::<Int8Type>().clone();
+                    (0..b.num_rows()).map(move |i| (ids.value(i), ks.value(i)))
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let schema = batches[0].schema();
+        let side = schema.fields().len() - 1;
+        let mut d = IndexedSnapshotDiff::try_new(
+            "f",
+            vec![0],
+            ScalarValue::Int64(Some(7)),
+            ScalarValue::Int64(None),
+            &schema,
+        )?;
+        for b in batches {
+            d.push(b)?;
+        }
+        d.finish()?;
+        let mut indexed = Vec::new();
+        while let Some(b) = d.next_output(1000)? {
+            indexed.push(b);
+        }
+        let all = concat_batches(&schema, batches)?;
+        let order = lexsort_to_indices(
+            &[
+                SortColumn {
+                    values: Arc::clone(all.column(0)),
+                    options: None,
+                },
+                SortColumn {
+                    values: Arc::clone(all.column(side)),
+                    options: None,
+                },
+            ],
+            None,
+        )?;
+        let all = take_record_batch(&all, &order)?;
+        let mut d = SnapshotDiff::try_new(
+            "f",
+            vec![0],
+            ScalarValue::Int64(Some(7)),
+            ScalarValue::Int64(None),
+            &schema,
+        )?;
+        let mut sorted = Vec::new();
+        sorted.extend(d.push(&all)?);
+        sorted.extend(d.finish()?);
+        Ok([ids_kinds(indexed), ids_kinds(sorted)])
+    }
+
+    /// Values are compared column-wise in chunks with the sorted diff's
+    /// (row format) equality: -0.0 differs from 0.0, NaN equals NaN, NULL
+    /// equals NULL, and nested values are compared whole; across more
+    /// pairs than one chunk, only the changed keys are upserts.
+    #[test]
+    fn values_compare_like_the_sorted_diff() -> Result<()> {
+        use arrow::array::{Float64Array, ListArray};
+        use arrow::datatypes::Int32Type;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("f", DataType::Float64, true),
+            Field::new(
+                "l",
+                DataType::List(Arc::new(Field::new_list_field(DataType::Int32, true))),
+                true,
+            ),
+            Field::new(SIDE_COL, DataType::Int8, false),
+        ]));
+        type Row = (i64, Option<f64>, Option<Vec<Option<i32>>>);
+        let side_batch = |rows: &[Row], side: i8| -> Result<RecordBatch> {
+            Ok(RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(rows.iter().map(|r| r.0).collect::<Int64Array>()),
+                    Arc::new(rows.iter().map(|r| r.1).collect::<Float64Array>()),
+                    Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(
+                        rows.iter().map(|r| r.2.clone()),
+                    )),
+                    Arc::new(Int8Array::from(vec![side; rows.len()])),
+                ],
+            )?)
+        };
+        let n = 3 * COMPARE_CHUNK as i64;
+        let live: Vec<Row> = (0..n)
+            .map(|i| match i {
+                1 => (i, Some(-0.0), None),
+                2 => (i, Some(f64::NAN), None),
+                3 => (i, None, None),
+                4 | 5 => (i, Some(1.0), Some(vec![Some(1), Some(2)])),
+                6 => (i, Some(1.0), None),
+                _ => (i, Some(i as f64), Some(vec![Some(i as i32)])),
+            })
+            .collect();
+        let mut snapshot = live.clone();
+        snapshot[1].1 = Some(0.0);
+        snapshot[5].2 = Some(vec![Some(1), Some(3)]);
+        snapshot[6].2 = Some(vec![]);
+        let far = n as usize - 7;
+        snapshot[far].1 = None;
+        snapshot.reverse();
+        let batches: Vec<RecordBatch> = live
+            .chunks(1000)
+            .map(|c| side_batch(c, SIDE_LIVE))
+            .chain(snapshot.chunks(700).map(|c| side_batch(c, SIDE_SNAPSHOT)))
+            .collect::<Result<_>>()?;
+        let upsert = Kind::Upsert as i8;
+        let expected = vec![(1, upsert), (5, upsert), (6, upsert), (far as i64, upsert)];
+        let [indexed, sorted] = both_diffs(&batches)?;
+        assert_eq!(indexed, expected);
+        assert_eq!(sorted, expected);
         Ok(())
     }
 
