@@ -7,12 +7,19 @@
 //! 32-byte entry per row instead:
 //!
 //! ```text
-//!  push(batch) ─► retain batch, its values in row format
+//!  push(batch) ─► retain batch
 //!              └► index += (key as u128, side, batch, row)
 //!  finish()    ─► sort index by key ─► per key: live / snapshot / both
-//!              └► changed rows (values compared as row-format bytes), by batch
+//!              └► keys on both sides: gather their non-key columns, 8 192
+//!                 pairs at a time, compare column-wise ─► changed rows
 //!  next_output ─► gather the changed rows, a few source batches at a time
 //! ```
+//!
+//! Values are never converted to the row format as a whole (that
+//! conversion, and the memory it took, was a fifth of a 2 M-row diff):
+//! `IS DISTINCT FROM` over the gathered columns gives the row format's
+//! equality (NULLs equal, floats by their bits); nested columns are
+//! compared in the row format, chunk by chunk.
 //!
 //! Keys must encode to at most 16 bytes of Arrow's row format (integers,
 //! dates, timestamps, ... and short composites of them): [`IndexedSnapshotDiff::supports`].
