@@ -668,6 +668,76 @@ async fn two_hundred_keys_in_four_buckets(dir: &tempfile::TempDir) -> CdcSession
 /// if their files are still as they were: when another commit has given a
 /// probed file a new vector in between, the positions could be wrong and
 /// the retirement is refused (the update must run again).
+/// Small updates add a file to each bucket they touch; once a bucket holds
+/// more than `autocdc.deletion_vector_max_files_per_bucket` files, the next
+/// update rewrites the buckets it touches instead: one file each, no
+/// vectors, the same rows and an exact change feed.
+#[tokio::test]
+async fn small_updates_compact_buckets_past_the_file_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
+        .await
+        .unwrap();
+    exec(&s, "SET autocdc.deletion_vector_max_files_per_bucket = 2").await;
+    exec(
+        &s,
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 'U' AS op, 1 AS seq FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '2')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op)",
+    )
+    .await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (2, 0, 0));
+    let update = |first: i64, seq: i64| {
+        format!(
+            "CREATE OR REPLACE TABLE src AS SELECT value AS id, 'u{seq}' AS v, 'U' AS op, {seq} AS seq FROM generate_series({first}, {})",
+            first + 7
+        )
+    };
+    // two small updates of 8 keys each (both buckets): vectors on the first
+    // files, 2 then 3 files a bucket
+    exec(&s, &update(1, 2)).await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (4, 2, 8));
+    exec(&s, &update(11, 3)).await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (6, 2, 16));
+    // the next one finds 3 files in a bucket: it rewrites both buckets
+    exec(&s, &update(21, 4)).await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    assert!(!analyzed.contains("StoredRowsExec"), "{analyzed}");
+    assert_eq!(deletion_vector_files(&s, "t").await, (2, 0, 0));
+    assert_eq!(
+        rows(&s, "SELECT v, count(*) FROM t GROUP BY v ORDER BY v").await,
+        ["| u2 | 8 |", "| u3 | 8 |", "| u4 | 8 |", "| v | 176 |"]
+    );
+    let feed = rows(
+        &s,
+        "SELECT _change_type, count(*), min(id), max(id), min(v), max(v) FROM table_changes('t', 4) GROUP BY _change_type ORDER BY _change_type",
+    )
+    .await;
+    assert_eq!(
+        feed,
+        [
+            "| update_postimage | 8 | 21 | 28 | u4 | u4 |",
+            "| update_preimage | 8 | 21 | 28 | v | v |"
+        ]
+    );
+    // and small updates use vectors again
+    exec(&s, &update(31, 5)).await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (4, 2, 8));
+}
+
 #[tokio::test]
 async fn rows_found_before_another_commit_are_not_retired() {
     use datafusion_autocdc::table::deletion_vectors::KeySet;

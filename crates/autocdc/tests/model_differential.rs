@@ -103,16 +103,23 @@ async fn engine_with(
         Fold::IndexedOutOfMemory => Some("SET autocdc.indexed_fold_max_bytes = 1"),
     };
     // half the cases (by the parity of their event count) retire stored
-    // rows with deletion vectors on every update that can, the other half
-    // rewrite the touched buckets
+    // rows with deletion vectors on every update that can, until a bucket
+    // holds more than 1 to 3 files (then an update compacts the buckets it
+    // touches); the other half rewrite the touched buckets
     let events: usize = updates.iter().map(Vec::len).sum();
     let rewrite = if events.is_multiple_of(2) {
-        "SET autocdc.deletion_vector_max_fraction = 1000"
+        vec![
+            "SET autocdc.deletion_vector_max_fraction = 1000".to_string(),
+            format!(
+                "SET autocdc.deletion_vector_max_files_per_bucket = {}",
+                1 + events % 3
+            ),
+        ]
     } else {
-        "SET autocdc.deletion_vectors = false"
+        vec!["SET autocdc.deletion_vectors = false".to_string()]
     };
-    for setting in setting.into_iter().chain([rewrite]) {
-        s.sql(setting).await.unwrap().collect().await.unwrap();
+    for setting in setting.map(str::to_string).into_iter().chain(rewrite) {
+        s.sql(&setting).await.unwrap().collect().await.unwrap();
     }
     s.sql(&format!(
         "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}')",

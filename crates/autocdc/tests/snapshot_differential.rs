@@ -4,7 +4,8 @@
 //! snapshot after every refresh, with a change feed that holds exactly the
 //! difference of consecutive snapshots — whichever diff engine runs
 //! (indexed, sorted, indexed falling back to sorting) and whether the update
-//! rewrites buckets or uses deletion vectors.
+//! rewrites buckets or uses deletion vectors (compacting a bucket once it
+//! holds more than two files).
 //!
 //! ```text
 //! AUTOCDC_MODEL_CASES=2000 cargo test --release -p datafusion-autocdc --test snapshot_differential
@@ -129,12 +130,13 @@ async fn run(snapshots: &[Snapshot], engine: Engine, vectors: bool, partitions: 
             exec("SET autocdc.indexed_fold_max_bytes = 1".into()).await;
         }
     }
-    exec(if vectors {
-        "SET autocdc.deletion_vector_max_fraction = 1000".into()
+    if vectors {
+        exec("SET autocdc.deletion_vector_max_fraction = 1000".into()).await;
+        // past 2 files in a bucket, an update compacts the buckets it touches
+        exec("SET autocdc.deletion_vector_max_files_per_bucket = 2".into()).await;
     } else {
-        "SET autocdc.deletion_vectors = false".into()
-    })
-    .await;
+        exec("SET autocdc.deletion_vectors = false".into()).await;
+    }
     exec("CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '3')".into()).await;
     let mut previous = Snapshot::new();
     let mut feed_rows = 0;

@@ -915,15 +915,30 @@ async fn small_diff(
 /// How many keys an update of `table` may touch and still retire their
 /// stored rows with deletion vectors: `autocdc.deletion_vector_max_fraction`
 /// of the live stored rows. `None` when the session or the table does not
-/// take deletion vectors, or the table is (nearly) empty.
+/// take deletion vectors, the table is (nearly) empty, or a key bucket holds
+/// more than `autocdc.deletion_vector_max_files_per_bucket` data files (the
+/// update then rewrites the buckets it touches, compacting them).
 async fn deletion_vector_budget(state: &SessionState, table: &ScdTable) -> Result<Option<usize>> {
     let options = crate::config::autocdc_options(state.config());
     let delta = table.delta();
     if !options.deletion_vectors || !takes_deletion_vectors(&delta) {
         return Ok(None);
     }
-    let live: i64 = data_files(&delta)
-        .await?
+    let files = data_files(&delta).await?;
+    let limit = options.deletion_vector_max_files_per_bucket;
+    if limit > 0 {
+        // small updates add files: past the limit, rewrite (and so compact)
+        let mut per_bucket: datafusion::common::HashMap<i32, usize> = Default::default();
+        for bucket in files.iter().filter_map(bucket_of) {
+            if bucket != WATERMARK_BUCKET {
+                *per_bucket.entry(bucket).or_default() += 1;
+            }
+        }
+        if per_bucket.values().any(|&n| n > limit) {
+            return Ok(None);
+        }
+    }
+    let live: i64 = files
         .iter()
         .map(|v| {
             v.num_records().unwrap_or(0) as i64
