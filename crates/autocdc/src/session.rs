@@ -13,7 +13,6 @@ use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{DataFrame, SessionContext};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::Action;
 use deltalake_core::kernel::StructType;
 use deltalake_core::protocol::DeltaOperation;
@@ -611,7 +610,7 @@ impl CdcSession {
             .clone()
             .add_config_key(format!("{FLOW_KEY_PREFIX}{}", spec.name), json)
             .map_err(delta_err)?;
-        CommitBuilder::default()
+        crate::table::commit_builder()
             .with_actions(vec![Action::Metadata(md)])
             .build(
                 Some(snapshot),
@@ -817,7 +816,7 @@ impl CdcSession {
             }
             actions.push(Action::Metadata(metadata));
         }
-        CommitBuilder::default()
+        crate::table::commit_builder()
             .with_actions(actions)
             .build(
                 Some(snapshot),

@@ -738,6 +738,99 @@ async fn small_updates_compact_buckets_past_the_file_limit() {
     assert_eq!(deletion_vector_files(&s, "t").await, (4, 2, 8));
 }
 
+/// Commits write a Delta checkpoint every `delta.checkpointInterval`
+/// versions, so a table opens from its last checkpoint instead of
+/// replaying every commit. The checkpoint keeps the deletion vectors, the
+/// flow definitions and the flows' checkpoints; the older commits stay, for
+/// the change feed.
+#[tokio::test]
+async fn commits_write_delta_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().to_str().unwrap().to_string();
+    let s = CdcSession::open(AutoCdcConfig::new(&warehouse))
+        .await
+        .unwrap();
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('delta.checkpointInterval' = '3', 'autocdc.buckets' = '4')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE TABLE src AS SELECT value AS id, 'a' AS v, 1 AS seq FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    // small updates of two keys: deletion vectors
+    for seq in 2..=6 {
+        exec(
+            &s,
+            &format!("CREATE OR REPLACE TABLE src (id BIGINT, v TEXT, seq BIGINT) AS VALUES (1, 'v{seq}', {seq}), ({seq}, 'new', {seq})"),
+        )
+        .await;
+        exec(&s, "REFRESH STREAMING TABLE t").await;
+    }
+    let log = dir.path().join("public").join("t").join("_delta_log");
+    let mut checkpoints: Vec<String> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".checkpoint"))
+        .collect();
+    checkpoints.sort();
+    let versions = rows(&s, "SELECT max(_commit_version) FROM table_changes('t', 0)").await;
+    assert_eq!(versions, ["| 6 |"]);
+    // versions 2 and 5 end a run of 3 commits
+    assert_eq!(
+        checkpoints,
+        [
+            "00000000000000000002.checkpoint.parquet",
+            "00000000000000000005.checkpoint.parquet"
+        ]
+    );
+    assert!(log.join("_last_checkpoint").exists());
+    assert!(log.join("00000000000000000000.json").exists());
+    let files = deletion_vector_files(&s, "t").await;
+    assert!(files.1 > 0, "{files:?}");
+    let query =
+        "SELECT count(*), count(*) FILTER (WHERE v = 'a'), max(v) FILTER (WHERE id = 1) FROM t";
+    let expected = ["| 200 | 194 | v6 |"];
+    assert_eq!(rows(&s, query).await, expected);
+
+    // a new process opens the table from the checkpoint: the same rows and
+    // vectors, the change feed still reaches the first commits, and the
+    // flow goes on
+    drop(s);
+    let s = CdcSession::open(AutoCdcConfig::new(&warehouse))
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, query).await, expected);
+    assert_eq!(deletion_vector_files(&s, "t").await, files);
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, v, _change_type FROM table_changes('t', 2, 2) ORDER BY id, _change_type"
+        )
+        .await,
+        [
+            "| 1 | v2 | update_postimage |",
+            "| 1 | a | update_preimage |",
+            "| 2 | new | update_postimage |",
+            "| 2 | a | update_preimage |"
+        ]
+    );
+    exec(
+        &s,
+        "CREATE TABLE src (id BIGINT, v TEXT, seq BIGINT) AS VALUES (1, 'v7', 7)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(rows(&s, query).await, ["| 200 | 194 | v7 |"]);
+}
+
 #[tokio::test]
 async fn rows_found_before_another_commit_are_not_retired() {
     use datafusion_autocdc::table::deletion_vectors::KeySet;

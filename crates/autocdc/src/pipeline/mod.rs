@@ -41,7 +41,6 @@ use datafusion::logical_expr::{
 };
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::LogicalFileView;
 use deltalake_core::kernel::{Action, AddCDCFile, MetadataExt, StructType, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
@@ -268,7 +267,7 @@ pub async fn commit_state(
         partition_by: None,
         predicate: None,
     };
-    let commit = CommitBuilder::default()
+    let commit = crate::table::commit_builder()
         .with_actions(actions)
         .build(Some(snapshot), log_store, operation)
         .await

@@ -34,7 +34,6 @@ use datafusion::physical_plan::{
     collect, execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
     PlanProperties,
 };
-use deltalake_core::kernel::transaction::CommitBuilder;
 use deltalake_core::kernel::{Action, AddCDCFile};
 use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
@@ -264,7 +263,7 @@ async fn rewrite(
             tags: None,
         })
     }));
-    CommitBuilder::default()
+    crate::table::commit_builder()
         .with_actions(actions)
         .build(Some(snapshot), log_store, operation)
         .await

@@ -14,3 +14,18 @@ pub mod writer;
 pub use meta::{TableMeta, FLOW_KEY_PREFIX, TABLE_KEY};
 pub use provider::ScdTable;
 pub use warehouse::{TableName, Warehouse};
+
+use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+
+/// The builder of every commit to a streaming table. After a commit whose
+/// version is a multiple of `delta.checkpointInterval` (100 by default), it
+/// writes a Delta checkpoint, so opening a table replays at most that many
+/// JSON commits however many updates it has seen. Expired log files are
+/// kept, so that time travel and `table_changes` reach every version.
+pub(crate) fn commit_builder() -> CommitBuilder {
+    CommitBuilder::from(
+        CommitProperties::default()
+            .with_create_checkpoint(true)
+            .with_cleanup_expired_logs(Some(false)),
+    )
+}
