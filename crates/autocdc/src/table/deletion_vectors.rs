@@ -28,9 +28,11 @@ use arrow::row::RowConverter;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::{DataFusionError, HashSet, Result};
 use deltalake_core::kernel::{DeletionVectorDescriptor, StorageType};
+use deltalake_core::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 #[allow(deprecated)]
 use deltalake_core::parquet::arrow::async_reader::ParquetObjectReader;
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use deltalake_core::parquet::file::metadata::PageIndexPolicy;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -278,13 +280,20 @@ pub(crate) fn object_reader(
 /// Positions of the rows of the Parquet data file `path` (`size` bytes) whose
 /// key is in `keys`, in the file's physical row order (deleted rows
 /// included).
+///
+/// Also returns the file's Parquet metadata, page index included when the
+/// file has one, so that reading rows of the file later need not load it
+/// again.
 pub async fn superseded_rows(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     size: u64,
     keys: &KeySet,
-) -> Result<RoaringTreemap> {
-    let builder = ParquetRecordBatchStreamBuilder::new(object_reader(store, path, size)).await?;
+) -> Result<(RoaringTreemap, ArrowReaderMetadata)> {
+    let mut reader = object_reader(store, path, size);
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await?;
+    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
     let mask = ProjectionMask::columns(
         builder.parquet_schema(),
         keys.names.iter().map(String::as_str),
@@ -316,7 +325,7 @@ pub async fn superseded_rows(
         keys.mark(&columns, first, &mut hashes, &mut marks)?;
         first += batch.num_rows() as u64;
     }
-    Ok(marks)
+    Ok((marks, metadata))
 }
 
 #[cfg(test)]
@@ -394,7 +403,8 @@ mod tests {
         let keys =
             RecordBatch::try_new(key_schema, vec![Arc::new(Int64Array::from(vec![1, 2, 7]))])?;
         let set = KeySet::try_new(vec!["id".into()], &[keys])?;
-        let marks = superseded_rows(&store, &path, size, &set).await?;
+        let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
+        assert_eq!(metadata.metadata().file_metadata().num_rows(), 8);
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1, 3, 5, 7]);
         Ok(())
     }

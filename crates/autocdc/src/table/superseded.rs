@@ -33,9 +33,8 @@ use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, HashMap, Result, ScalarValue};
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::{Action, Add, LogicalFileView};
-use deltalake_core::parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection};
+use deltalake_core::parquet::arrow::arrow_reader::{ArrowReaderMetadata, RowSelection};
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
-use deltalake_core::parquet::file::metadata::PageIndexPolicy;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use roaring::RoaringTreemap;
@@ -47,6 +46,8 @@ use super::stored_rows::StoredRowsTable;
 #[derive(Clone)]
 pub(super) struct SupersededFile {
     view: LogicalFileView,
+    /// The file's Parquet metadata, loaded by the probe.
+    metadata: ArrowReaderMetadata,
     /// Rows deleted by the file's vector before this update.
     deleted: Option<RoaringTreemap>,
     /// Live rows whose key is one of the update's.
@@ -199,7 +200,8 @@ async fn probe(
     view: LogicalFileView,
 ) -> Result<Option<SupersededFile>> {
     let path = view.object_store_path();
-    let mut rows = superseded_rows(store, &path, view.size().max(0) as u64, keys).await?;
+    let (mut rows, metadata) =
+        superseded_rows(store, &path, view.size().max(0) as u64, keys).await?;
     let deleted = match view.deletion_vector_descriptor() {
         Some(descriptor) => {
             let deleted = read_vector(store, &descriptor).await?;
@@ -210,6 +212,7 @@ async fn probe(
     };
     Ok((!rows.is_empty()).then_some(SupersededFile {
         view,
+        metadata,
         deleted,
         rows,
     }))
@@ -238,9 +241,9 @@ pub(super) async fn read_rows(
 ) -> Result<impl futures::Stream<Item = Result<RecordBatch>>> {
     let path = file.view.object_store_path();
     let reader = object_reader(&store, &path, file.view.size().max(0) as u64);
-    // the page index lets the reader skip pages holding none of the rows
-    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-    let builder = ParquetRecordBatchStreamBuilder::new_with_options(reader, options).await?;
+    // (the probe's metadata: the page index lets the reader skip pages
+    // holding none of the rows)
+    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.metadata.clone());
     let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
     let names: Vec<&str> = schema
         .fields()
