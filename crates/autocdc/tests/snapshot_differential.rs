@@ -4,8 +4,9 @@
 //! snapshot after every refresh, with a change feed that holds exactly the
 //! difference of consecutive snapshots — whichever diff engine runs
 //! (indexed, sorted, indexed falling back to sorting) and whether the update
-//! rewrites buckets or uses deletion vectors (compacting a bucket once it
-//! holds more than two files).
+//! rewrites buckets, uses deletion vectors (compacting a bucket once it
+//! holds more than two files), or decides by the diff's size (a diff too
+//! large for vectors is resumed by the rewrite, not run again).
 //!
 //! ```text
 //! AUTOCDC_MODEL_CASES=2000 cargo test --release -p datafusion-autocdc --test snapshot_differential
@@ -103,7 +104,28 @@ fn expected_changes(old: &Snapshot, new: &Snapshot) -> Vec<(i32, Option<i32>, St
     out
 }
 
-async fn run(snapshots: &[Snapshot], engine: Engine, vectors: bool, partitions: usize) {
+/// How updates retire stored rows.
+#[derive(Debug, Clone, Copy)]
+enum Vectors {
+    /// Always rewrite the touched buckets.
+    Never,
+    /// Deletion vectors whenever the table takes them (compacting past 2
+    /// files a bucket).
+    Always,
+    /// By the diff's size: vectors for at most a fifth of the live rows,
+    /// else a rewrite that reads the diff already run.
+    BySize,
+}
+
+fn vectors() -> impl Strategy<Value = Vectors> {
+    prop_oneof![
+        Just(Vectors::Never),
+        Just(Vectors::Always),
+        Just(Vectors::BySize)
+    ]
+}
+
+async fn run(snapshots: &[Snapshot], engine: Engine, vectors: Vectors, partitions: usize) {
     let config = SessionConfig::new()
         .with_batch_size(2)
         .with_target_partitions(partitions);
@@ -130,12 +152,18 @@ async fn run(snapshots: &[Snapshot], engine: Engine, vectors: bool, partitions: 
             exec("SET autocdc.indexed_fold_max_bytes = 1".into()).await;
         }
     }
-    if vectors {
-        exec("SET autocdc.deletion_vector_max_fraction = 1000".into()).await;
-        // past 2 files in a bucket, an update compacts the buckets it touches
-        exec("SET autocdc.deletion_vector_max_files_per_bucket = 2".into()).await;
-    } else {
-        exec("SET autocdc.deletion_vectors = false".into()).await;
+    match vectors {
+        Vectors::Always => {
+            exec("SET autocdc.deletion_vector_max_fraction = 1000".into()).await;
+            // past 2 files in a bucket, an update compacts the buckets it touches
+            exec("SET autocdc.deletion_vector_max_files_per_bucket = 2".into()).await;
+        }
+        Vectors::BySize => {
+            exec("SET autocdc.deletion_vector_max_fraction = 0.2".into()).await;
+        }
+        Vectors::Never => {
+            exec("SET autocdc.deletion_vectors = false".into()).await;
+        }
     }
     exec("CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '3')".into()).await;
     let mut previous = Snapshot::new();
@@ -207,7 +235,7 @@ proptest! {
     fn snapshots_equal_the_model(
         snapshots in prop::collection::vec(snapshot(), 1..5),
         engine in engine(),
-        vectors in any::<bool>(),
+        vectors in vectors(),
         partitions in 1usize..3,
     ) {
         tokio::runtime::Builder::new_multi_thread()

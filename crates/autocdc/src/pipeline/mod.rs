@@ -180,6 +180,7 @@ pub struct CommitOutcome {
 }
 
 pub mod source;
+pub mod started;
 
 pub(crate) fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -570,13 +571,14 @@ pub async fn plan_update(
             });
             // a diff of few keys is kept in memory and applied like a small
             // change feed (deletion vectors); a large one is streamed into a
-            // rewrite of every bucket
-            let (events, touched) = match small_diff(state, &table, &diff).await? {
-                Some(changes) => {
+            // rewrite of every bucket (from the run started here, if any)
+            let (events, touched) = match small_diff(state, &table, &flow.name, &diff).await? {
+                PlannedDiff::Small(changes) => {
                     let touched = touched_buckets(state, &resolved, &changes, meta.buckets).await?;
                     (changes, touched)
                 }
-                None => (diff, None),
+                PlannedDiff::Large(changes) => (changes, None),
+                PlannedDiff::NotRun => (diff, None),
             };
             (resolved, events, touched, true)
         }
@@ -878,37 +880,60 @@ async fn find_superseded(
     .await
 }
 
-/// The change events of a snapshot `diff`, in memory, when there are few
-/// enough for deletion vectors (see [`superseded_keys`]); `None` otherwise
-/// (the diff is then planned again, streaming).
+/// Run a snapshot's `diff` while planning when the update could use
+/// deletion vectors: its change events in memory when there are few enough
+/// for them (see [`superseded_keys`]); otherwise the same run, resumed by
+/// the update's rewrite ([`started::StartedDiff`]), so the diff runs once.
 async fn small_diff(
     state: &SessionState,
     table: &ScdTable,
+    flow: &str,
     diff: &LogicalPlan,
-) -> Result<Option<LogicalPlan>> {
+) -> Result<PlannedDiff> {
     if table.meta().sequence_type.is_none() {
-        return Ok(None);
+        return Ok(PlannedDiff::NotRun);
     }
     let Some(max_rows) = deletion_vector_budget(state, table).await? else {
-        return Ok(None);
+        return Ok(PlannedDiff::NotRun);
     };
-    let limited = LogicalPlanBuilder::from(diff.clone())
-        .limit(0, Some(max_rows + 1))?
-        .build()?;
-    let batches = DataFrame::new(state.clone(), limited).collect().await?;
-    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    if rows > max_rows {
-        return Ok(None);
+    let mut stream = DataFrame::new(state.clone(), diff.clone())
+        .execute_stream()
+        .await?;
+    let (mut pulled, mut rows) = (Vec::new(), 0);
+    while rows <= max_rows {
+        match stream.next().await {
+            Some(batch) => {
+                let batch = batch?;
+                rows += batch.num_rows();
+                pulled.push(batch);
+            }
+            None => break,
+        }
     }
-    let changes = MemTable::try_new(Arc::clone(diff.schema().inner()), vec![batches])?;
-    Ok(Some(
-        LogicalPlanBuilder::scan(
-            "__cdc_snapshot_changes",
-            provider_as_source(Arc::new(changes)),
-            None,
-        )?
-        .build()?,
-    ))
+    let (name, provider): (&str, Arc<dyn datafusion::catalog::TableProvider>) = if rows > max_rows {
+        // too many for vectors: the rewrite reads the rest of this run
+        let started = started::StartedDiff::new(flow, pulled, stream);
+        ("__cdc_snapshot_diff", started.into_provider()?)
+    } else {
+        let changes = MemTable::try_new(Arc::clone(diff.schema().inner()), vec![pulled])?;
+        ("__cdc_snapshot_changes", Arc::new(changes))
+    };
+    let plan = LogicalPlanBuilder::scan(name, provider_as_source(provider), None)?.build()?;
+    Ok(if rows > max_rows {
+        PlannedDiff::Large(plan)
+    } else {
+        PlannedDiff::Small(plan)
+    })
+}
+
+/// What running a snapshot's diff while planning gave.
+enum PlannedDiff {
+    /// Not run: the update cannot use deletion vectors.
+    NotRun,
+    /// Few enough changes for deletion vectors, in memory.
+    Small(LogicalPlan),
+    /// Too many: the changes pulled and the rest of the same run.
+    Large(LogicalPlan),
 }
 
 /// How many keys an update of `table` may touch and still retire their
