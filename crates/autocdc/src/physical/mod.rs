@@ -2,7 +2,7 @@
 
 mod auto_cdc_exec;
 pub mod commit_exec;
-mod one_shot;
+pub(crate) mod one_shot;
 mod planner;
 mod snapshot_diff_exec;
 

@@ -45,16 +45,19 @@ pub(crate) fn must_fall_back(
         || sorting.load(Ordering::Relaxed)
 }
 
-/// A stream handed to a plan once (the rest of a partition's input).
+/// A stream handed to a plan once (the rest of a partition's input, or of
+/// a run started earlier); executing it again is an error naming `what`.
 pub(crate) struct OneShotPartition {
     schema: SchemaRef,
+    what: String,
     stream: Mutex<Option<SendableRecordBatchStream>>,
 }
 
 impl OneShotPartition {
-    pub(crate) fn new(schema: SchemaRef, stream: SendableRecordBatchStream) -> Self {
+    pub(crate) fn new(what: impl Into<String>, stream: SendableRecordBatchStream) -> Self {
         Self {
-            schema,
+            schema: stream.schema(),
+            what: what.into(),
             stream: Mutex::new(Some(stream)),
         }
     }
@@ -62,7 +65,9 @@ impl OneShotPartition {
 
 impl fmt::Debug for OneShotPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("OneShotPartition")
+        f.debug_struct("OneShotPartition")
+            .field("what", &self.what)
+            .finish()
     }
 }
 
@@ -75,14 +80,16 @@ impl PartitionStream for OneShotPartition {
         let taken = self.stream.lock().ok().and_then(|mut s| s.take());
         match taken {
             Some(stream) => stream,
-            None => Box::pin(RecordBatchStreamAdapter::new(
-                Arc::clone(&self.schema),
-                futures::stream::once(async {
-                    Err(DataFusionError::Internal(
-                        "fall-back input executed twice".into(),
-                    ))
-                }),
-            )),
+            None => {
+                let error = DataFusionError::Execution(format!(
+                    "{} was already read: it can be executed once",
+                    self.what
+                ));
+                Box::pin(RecordBatchStreamAdapter::new(
+                    Arc::clone(&self.schema),
+                    futures::stream::once(async move { Err(error) }),
+                ))
+            }
         }
     }
 }
@@ -155,7 +162,10 @@ pub(crate) fn sort_retained_and_rest(
         Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), rows));
     let source = StreamingTableExec::try_new(
         Arc::clone(&schema),
-        vec![Arc::new(OneShotPartition::new(Arc::clone(&schema), rows))],
+        vec![Arc::new(OneShotPartition::new(
+            "the fall-back sort's input",
+            rows,
+        ))],
         None,
         Vec::<LexOrdering>::new(),
         false,

@@ -883,7 +883,7 @@ async fn find_superseded(
 /// Run a snapshot's `diff` while planning when the update could use
 /// deletion vectors: its change events in memory when there are few enough
 /// for them (see [`superseded_keys`]); otherwise the same run, resumed by
-/// the update's rewrite ([`started::StartedDiff`]), so the diff runs once.
+/// the update's rewrite ([`started::resume_diff`]), so the diff runs once.
 async fn small_diff(
     state: &SessionState,
     table: &ScdTable,
@@ -912,8 +912,10 @@ async fn small_diff(
     }
     let (name, provider): (&str, Arc<dyn datafusion::catalog::TableProvider>) = if rows > max_rows {
         // too many for vectors: the rewrite reads the rest of this run
-        let started = started::StartedDiff::new(flow, pulled, stream);
-        ("__cdc_snapshot_diff", started.into_provider()?)
+        (
+            "__cdc_snapshot_diff",
+            started::resume_diff(flow, pulled, stream)?,
+        )
     } else {
         let changes = MemTable::try_new(Arc::clone(diff.schema().inner()), vec![pulled])?;
         ("__cdc_snapshot_changes", Arc::new(changes))

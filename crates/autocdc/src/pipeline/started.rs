@@ -11,93 +11,47 @@
 //! ```text
 //!  planning: SnapshotDiff ─► pull up to the budget + 1 ─► over budget
 //!                                                         │
-//!  update:   StartedDiff (one partition) = pulled batches ++ rest of the stream ─► AutoCdc
+//!  update:   one partition = pulled batches ++ rest of the stream ─► AutoCdc
 //! ```
 
-use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::TableProvider;
-use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::common::Result;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::PartitionStream;
 use futures::StreamExt;
 
-/// The changes of a running diff: what was pulled, and the rest. It can be
-/// executed once.
-pub struct StartedDiff {
-    flow: String,
-    schema: SchemaRef,
-    state: Mutex<Option<(Vec<RecordBatch>, SendableRecordBatchStream)>>,
-}
+use crate::physical::one_shot::OneShotPartition;
 
-impl fmt::Debug for StartedDiff {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StartedDiff")
-            .field("flow", &self.flow)
-            .finish()
-    }
-}
-
-impl StartedDiff {
-    /// The changes of `flow`'s diff: `pulled`, then what `rest` yields.
-    pub fn new(flow: &str, pulled: Vec<RecordBatch>, rest: SendableRecordBatchStream) -> Self {
-        Self {
-            flow: flow.to_string(),
-            schema: rest.schema(),
-            state: Mutex::new(Some((pulled, rest))),
-        }
-    }
-
-    /// A one-partition table of the changes.
-    pub fn into_provider(self) -> Result<Arc<dyn TableProvider>> {
-        let schema = Arc::clone(&self.schema);
-        Ok(Arc::new(StreamingTable::try_new(
-            schema,
-            vec![Arc::new(self)],
-        )?))
-    }
-}
-
-impl PartitionStream for StartedDiff {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let taken = match self.state.lock() {
-            Ok(mut state) => state.take(),
-            Err(_) => None,
-        };
-        let schema = Arc::clone(&self.schema);
-        match taken {
-            Some((pulled, rest)) => Box::pin(RecordBatchStreamAdapter::new(
-                schema,
-                futures::stream::iter(pulled.into_iter().map(Ok)).chain(rest),
-            )),
-            None => {
-                let error = DataFusionError::Execution(format!(
-                    "flow '{}': the snapshot diff started while planning was already read; plan the update again",
-                    self.flow
-                ));
-                Box::pin(RecordBatchStreamAdapter::new(
-                    schema,
-                    futures::stream::once(async move { Err(error) }),
-                ))
-            }
-        }
-    }
+/// The changes of `flow`'s running diff as a one-partition table that can
+/// be read once: `pulled`, then what `rest` yields.
+pub fn resume_diff(
+    flow: &str,
+    pulled: Vec<RecordBatch>,
+    rest: SendableRecordBatchStream,
+) -> Result<Arc<dyn TableProvider>> {
+    let schema = rest.schema();
+    let rows = futures::stream::iter(pulled.into_iter().map(Ok)).chain(rest);
+    let rows: SendableRecordBatchStream =
+        Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), rows));
+    let partition = OneShotPartition::new(
+        format!("flow '{flow}': the snapshot diff started while planning"),
+        rows,
+    );
+    Ok(Arc::new(StreamingTable::try_new(
+        schema,
+        vec![Arc::new(partition)],
+    )?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use arrow::array::{AsArray, Int64Array};
-    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
     use datafusion::prelude::SessionContext;
 
     fn batch(schema: &SchemaRef, values: Vec<i64>) -> RecordBatch {
@@ -116,9 +70,9 @@ mod tests {
                 Ok(batch(&schema, vec![4, 5])),
             ]),
         );
-        let started = StartedDiff::new("f", vec![batch(&schema, vec![1, 2])], Box::pin(rest));
+        let changes = resume_diff("f", vec![batch(&schema, vec![1, 2])], Box::pin(rest))?;
         let ctx = SessionContext::new();
-        ctx.register_table("changes", started.into_provider()?)?;
+        ctx.register_table("changes", changes)?;
         let batches = ctx.sql("SELECT id FROM changes").await?.collect().await?;
         let ids: Vec<i64> = batches
             .iter()
