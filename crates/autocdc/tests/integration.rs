@@ -640,9 +640,10 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
     );
 }
 
-/// A session on a warehouse in `dir` whose SCD 1 target `t` (4 buckets) holds
-/// keys 1..=200 from flow `f` over the memory table `src`.
-async fn two_hundred_keys_in_four_buckets(dir: &tempfile::TempDir) -> CdcSession {
+/// A session on a warehouse in `dir` whose SCD 1 target `t` (table
+/// properties `properties`, e.g. `'autocdc.buckets' = '4'`) holds keys
+/// 1..=200 (`v` = 'v') from flow `f` over the memory table `src`.
+async fn two_hundred_keys(dir: &tempfile::TempDir, properties: &str) -> CdcSession {
     let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
         .await
         .unwrap();
@@ -653,7 +654,7 @@ async fn two_hundred_keys_in_four_buckets(dir: &tempfile::TempDir) -> CdcSession
     .await;
     exec(
         &s,
-        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4')",
+        &format!("CREATE STREAMING TABLE t TBLPROPERTIES ({properties})"),
     )
     .await;
     exec(
@@ -664,10 +665,6 @@ async fn two_hundred_keys_in_four_buckets(dir: &tempfile::TempDir) -> CdcSession
     s
 }
 
-/// Stored rows found while an update is planned are retired at commit only
-/// if their files are still as they were: when another commit has given a
-/// probed file a new vector in between, the positions could be wrong and
-/// the retirement is refused (the update must run again).
 /// Small updates add a file to each bucket they touch; once a bucket holds
 /// more than `autocdc.deletion_vector_max_files_per_bucket` files, the next
 /// update rewrites the buckets it touches instead: one file each, no
@@ -675,29 +672,12 @@ async fn two_hundred_keys_in_four_buckets(dir: &tempfile::TempDir) -> CdcSession
 #[tokio::test]
 async fn small_updates_compact_buckets_past_the_file_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
-        .await
-        .unwrap();
+    let s = two_hundred_keys(&dir, "'autocdc.buckets' = '2'").await;
     exec(&s, "SET autocdc.deletion_vector_max_files_per_bucket = 2").await;
-    exec(
-        &s,
-        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 'U' AS op, 1 AS seq FROM generate_series(1, 200)",
-    )
-    .await;
-    exec(
-        &s,
-        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '2')",
-    )
-    .await;
-    exec(
-        &s,
-        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op)",
-    )
-    .await;
     assert_eq!(deletion_vector_files(&s, "t").await, (2, 0, 0));
     let update = |first: i64, seq: i64| {
         format!(
-            "CREATE OR REPLACE TABLE src AS SELECT value AS id, 'u{seq}' AS v, 'U' AS op, {seq} AS seq FROM generate_series({first}, {})",
+            "CREATE OR REPLACE TABLE src AS SELECT value AS id, 'u{seq}' AS v, {seq} AS seq FROM generate_series({first}, {})",
             first + 7
         )
     };
@@ -747,22 +727,9 @@ async fn small_updates_compact_buckets_past_the_file_limit() {
 async fn commits_write_delta_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let warehouse = dir.path().to_str().unwrap().to_string();
-    let s = CdcSession::open(AutoCdcConfig::new(&warehouse))
-        .await
-        .unwrap();
-    exec(
-        &s,
-        "CREATE STREAMING TABLE t TBLPROPERTIES ('delta.checkpointInterval' = '3', 'autocdc.buckets' = '4')",
-    )
-    .await;
-    exec(
-        &s,
-        "CREATE TABLE src AS SELECT value AS id, 'a' AS v, 1 AS seq FROM generate_series(1, 200)",
-    )
-    .await;
-    exec(
-        &s,
-        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    let s = two_hundred_keys(
+        &dir,
+        "'delta.checkpointInterval' = '3', 'autocdc.buckets' = '4'",
     )
     .await;
     // small updates of two keys: deletion vectors
@@ -796,7 +763,7 @@ async fn commits_write_delta_checkpoints() {
     let files = deletion_vector_files(&s, "t").await;
     assert!(files.1 > 0, "{files:?}");
     let query =
-        "SELECT count(*), count(*) FILTER (WHERE v = 'a'), max(v) FILTER (WHERE id = 1) FROM t";
+        "SELECT count(*), count(*) FILTER (WHERE v = 'v'), max(v) FILTER (WHERE id = 1) FROM t";
     let expected = ["| 200 | 194 | v6 |"];
     assert_eq!(rows(&s, query).await, expected);
 
@@ -817,9 +784,9 @@ async fn commits_write_delta_checkpoints() {
         .await,
         [
             "| 1 | v2 | update_postimage |",
-            "| 1 | a | update_preimage |",
+            "| 1 | v | update_preimage |",
             "| 2 | new | update_postimage |",
-            "| 2 | a | update_preimage |"
+            "| 2 | v | update_preimage |"
         ]
     );
     exec(
@@ -831,6 +798,10 @@ async fn commits_write_delta_checkpoints() {
     assert_eq!(rows(&s, query).await, ["| 200 | 194 | v7 |"]);
 }
 
+/// Stored rows found while an update is planned are retired at commit only
+/// if their files are still as they were: when another commit has given a
+/// probed file a new vector in between, the positions could be wrong and
+/// the retirement is refused (the update must run again).
 #[tokio::test]
 async fn rows_found_before_another_commit_are_not_retired() {
     use datafusion_autocdc::table::deletion_vectors::KeySet;
@@ -838,7 +809,7 @@ async fn rows_found_before_another_commit_are_not_retired() {
     use futures::TryStreamExt;
 
     let dir = tempfile::tempdir().unwrap();
-    let s = two_hundred_keys_in_four_buckets(&dir).await;
+    let s = two_hundred_keys(&dir, "'autocdc.buckets' = '4'").await;
     let t = s
         .streaming_table(&datafusion_autocdc::table::TableName::parse("t").unwrap())
         .unwrap();
@@ -888,7 +859,7 @@ async fn rows_found_before_another_commit_are_not_retired() {
 #[tokio::test]
 async fn a_damaged_deletion_vector_fails_the_update_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let s = two_hundred_keys_in_four_buckets(&dir).await;
+    let s = two_hundred_keys(&dir, "'autocdc.buckets' = '4'").await;
     exec(
         &s,
         "CREATE OR REPLACE TABLE src AS SELECT 7 AS id, 'changed' AS v, 2 AS seq",

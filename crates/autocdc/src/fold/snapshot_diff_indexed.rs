@@ -180,8 +180,11 @@ impl IndexedSnapshotDiff {
         // keys on both sides: compare the values walking the live rows in
         // place order, so that one side is read sequentially
         pairs.sort_unstable_by_key(|[batch, row, ..]| (*batch, *row));
+        let values =
+            ValueColumns::try_new(&self.batches, &self.key_indices, self.target_columns.len())?;
+        let mut upserts = 0;
         for chunk in pairs.chunks(COMPARE_CHUNK) {
-            let changed = self.changed_pairs(chunk)?;
+            let changed = values.changed_pairs(chunk)?;
             for ([_, _, batch, row], changed) in chunk.iter().zip(changed.iter()) {
                 if changed {
                     emits.push(Emit {
@@ -189,54 +192,13 @@ impl IndexedSnapshotDiff {
                         row: *row,
                         kind: Kind::Upsert as i8,
                     });
-                    self.counts.0 += 1;
+                    upserts += 1;
                 }
             }
         }
+        self.counts.0 += upserts;
         self.emits = Some(EmitQueue::new(emits, self.batches.len()));
         Ok(())
-    }
-
-    /// Which of the `[live batch, live row, snapshot batch, snapshot row]`
-    /// pairs differ in a value: each non-key column of both sides is
-    /// gathered for the chunk and compared column-wise (`IS DISTINCT FROM`:
-    /// NULLs equal, floats by their bits, like the sorted diff's row-format
-    /// comparison); nested columns are compared in the row format.
-    fn changed_pairs(&self, pairs: &[[u32; 4]]) -> Result<BooleanBuffer> {
-        let live: Vec<(usize, usize)> = pairs
-            .iter()
-            .map(|p| (p[0] as usize, p[1] as usize))
-            .collect();
-        let snapshot: Vec<(usize, usize)> = pairs
-            .iter()
-            .map(|p| (p[2] as usize, p[3] as usize))
-            .collect();
-        let mut changed = BooleanBuffer::new_unset(pairs.len());
-        for column in 0..self.target_columns.len() {
-            // equal keys encode equally: only the other columns can differ
-            if self.key_indices.contains(&column) {
-                continue;
-            }
-            let arrays: Vec<&dyn Array> = self
-                .batches
-                .iter()
-                .map(|b| b.column(column).as_ref())
-                .collect();
-            let old = interleave(&arrays, &live)?;
-            let new = interleave(&arrays, &snapshot)?;
-            let differs = if old.data_type().is_nested() {
-                let converter = RowConverter::new(vec![SortField::new(old.data_type().clone())])?;
-                let (old, new) = (
-                    converter.convert_columns(&[old])?,
-                    converter.convert_columns(&[new])?,
-                );
-                BooleanBuffer::collect_bool(pairs.len(), |i| old.row(i) != new.row(i))
-            } else {
-                distinct(&old, &new)?.values().clone()
-            };
-            changed = &changed | &differs;
-        }
-        Ok(changed)
     }
 
     /// The rows `start..end` of the sorted index share one key: at most one
@@ -308,6 +270,67 @@ impl IndexedSnapshotDiff {
     }
 }
 
+/// The non-key columns of the retained batches, for comparing the values of
+/// pairs of rows (the arrays of each column, once for the whole diff).
+struct ValueColumns<'a> {
+    /// Per column: its array in every batch, and a row converter when the
+    /// column is nested.
+    columns: Vec<(Vec<&'a dyn Array>, Option<RowConverter>)>,
+}
+
+impl<'a> ValueColumns<'a> {
+    /// Columns `0..n` of `batches` but the keys (equal keys encode equally:
+    /// only the other columns can differ).
+    fn try_new(batches: &'a [RecordBatch], key_indices: &[usize], n: usize) -> Result<Self> {
+        let mut columns = Vec::new();
+        for column in (0..n).filter(|c| !key_indices.contains(c)) {
+            let arrays: Vec<&dyn Array> =
+                batches.iter().map(|b| b.column(column).as_ref()).collect();
+            let converter = match arrays.first().map(|a| a.data_type()) {
+                Some(t) if t.is_nested() => {
+                    Some(RowConverter::new(vec![SortField::new(t.clone())])?)
+                }
+                _ => None,
+            };
+            columns.push((arrays, converter));
+        }
+        Ok(Self { columns })
+    }
+
+    /// Which of the `[live batch, live row, snapshot batch, snapshot row]`
+    /// pairs differ in a value: each column of both sides is gathered for
+    /// the chunk and compared column-wise (`IS DISTINCT FROM`: NULLs equal,
+    /// floats by their bits, like the sorted diff's row-format comparison);
+    /// nested columns are compared in the row format.
+    fn changed_pairs(&self, pairs: &[[u32; 4]]) -> Result<BooleanBuffer> {
+        let live: Vec<(usize, usize)> = pairs
+            .iter()
+            .map(|p| (p[0] as usize, p[1] as usize))
+            .collect();
+        let snapshot: Vec<(usize, usize)> = pairs
+            .iter()
+            .map(|p| (p[2] as usize, p[3] as usize))
+            .collect();
+        let mut changed = BooleanBuffer::new_unset(pairs.len());
+        for (arrays, converter) in &self.columns {
+            let old = interleave(arrays, &live)?;
+            let new = interleave(arrays, &snapshot)?;
+            let differs = match converter {
+                Some(converter) => {
+                    let (old, new) = (
+                        converter.convert_columns(&[old])?,
+                        converter.convert_columns(&[new])?,
+                    );
+                    BooleanBuffer::collect_bool(pairs.len(), |i| old.row(i) != new.row(i))
+                }
+                None => distinct(&old, &new)?.values().clone(),
+            };
+            changed = &changed | &differs;
+        }
+        Ok(changed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -358,7 +381,9 @@ mod tests {
         out
     }
 
-    fn indexed(batches: &[RecordBatch]) -> Result<Vec<(i64, Option<String>, i8)>> {
+    /// The indexed diff's events over `batches` (id first, the side last),
+    /// produced `batch_size` rows at a time.
+    fn indexed_batches(batches: &[RecordBatch], batch_size: usize) -> Result<Vec<RecordBatch>> {
         let mut d = IndexedSnapshotDiff::try_new(
             "f",
             vec![0],
@@ -371,15 +396,16 @@ mod tests {
         }
         d.finish()?;
         let mut out = Vec::new();
-        while let Some(b) = d.next_output(2)? {
+        while let Some(b) = d.next_output(batch_size)? {
             out.push(b);
         }
-        Ok(events(&out))
+        Ok(out)
     }
 
-    /// The sorted diff over the same rows, sorted by (key, side).
-    fn sorted(batches: &[RecordBatch]) -> Result<Vec<(i64, Option<String>, i8)>> {
-        let all = concat_batches(&batches[0].schema(), batches)?;
+    /// The sorted diff's events over the same rows, sorted by (key, side).
+    fn sorted_batches(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+        let schema = batches[0].schema();
+        let all = concat_batches(&schema, batches)?;
         let order = lexsort_to_indices(
             &[
                 SortColumn {
@@ -387,7 +413,7 @@ mod tests {
                     options: None,
                 },
                 SortColumn {
-                    values: Arc::clone(all.column(2)),
+                    values: Arc::clone(all.column(schema.fields().len() - 1)),
                     options: None,
                 },
             ],
@@ -399,12 +425,20 @@ mod tests {
             vec![0],
             ScalarValue::Int64(Some(7)),
             ScalarValue::Int64(None),
-            &all.schema(),
+            &schema,
         )?;
         let mut out = Vec::new();
         out.extend(d.push(&all)?);
         out.extend(d.finish()?);
-        Ok(events(&out))
+        Ok(out)
+    }
+
+    fn indexed(batches: &[RecordBatch]) -> Result<Vec<(i64, Option<String>, i8)>> {
+        Ok(events(&indexed_batches(batches, 2)?))
+    }
+
+    fn sorted(batches: &[RecordBatch]) -> Result<Vec<(i64, Option<String>, i8)>> {
+        Ok(events(&sorted_batches(batches)?))
     }
 
     #[test]
@@ -444,48 +478,8 @@ mod tests {
             v.sort();
             v
         };
-        let schema = batches[0].schema();
-        let side = schema.fields().len() - 1;
-        let mut d = IndexedSnapshotDiff::try_new(
-            "f",
-            vec![0],
-            ScalarValue::Int64(Some(7)),
-            ScalarValue::Int64(None),
-            &schema,
-        )?;
-        for b in batches {
-            d.push(b)?;
-        }
-        d.finish()?;
-        let mut indexed = Vec::new();
-        while let Some(b) = d.next_output(1000)? {
-            indexed.push(b);
-        }
-        let all = concat_batches(&schema, batches)?;
-        let order = lexsort_to_indices(
-            &[
-                SortColumn {
-                    values: Arc::clone(all.column(0)),
-                    options: None,
-                },
-                SortColumn {
-                    values: Arc::clone(all.column(side)),
-                    options: None,
-                },
-            ],
-            None,
-        )?;
-        let all = take_record_batch(&all, &order)?;
-        let mut d = SnapshotDiff::try_new(
-            "f",
-            vec![0],
-            ScalarValue::Int64(Some(7)),
-            ScalarValue::Int64(None),
-            &schema,
-        )?;
-        let mut sorted = Vec::new();
-        sorted.extend(d.push(&all)?);
-        sorted.extend(d.finish()?);
+        let indexed = indexed_batches(batches, 1000)?;
+        let sorted = sorted_batches(batches)?;
         Ok([ids_kinds(indexed), ids_kinds(sorted)])
     }
 
