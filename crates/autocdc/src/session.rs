@@ -34,8 +34,9 @@ use crate::pipeline::{
 };
 use crate::spec::resolve::storage_type;
 use crate::spec::resolve::{plan_source, written_at_value};
+use crate::spec::shared_target::check_joins_target;
+use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
-use crate::spec::{FlowSource, ScdType};
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
 use crate::table::bucket::{bucket_field, BUCKETS_PROPERTY, BUCKET_COL, DEFAULT_BUCKETS};
 use crate::table::meta::TableDecl;
@@ -351,48 +352,13 @@ impl CdcSession {
             DataFusionError::Plan(format!("flow '{}': INTO: {msg}", spec.name))
         })?;
         let meta = table.meta();
-        if meta.flows.contains_key(&spec.name) {
-            return Err(DataFusionError::Plan(format!(
-                "flow '{}': a flow of that name already exists on target '{target}'",
-                spec.name
-            )));
-        }
-        let snapshot_flows = meta
-            .flows
-            .values()
-            .filter(|f| f.source.is_snapshot())
-            .count();
-        let cdc_flows = meta.flows.len() - snapshot_flows;
-        if spec.source.is_snapshot() && snapshot_flows > 0 {
-            return Err(DataFusionError::Plan(format!(
-                "flow '{}': target '{target}' already has a snapshot flow; a target takes at most one",
-                spec.name
-            )));
-        }
-        let mixing = if spec.source.is_snapshot() {
-            cdc_flows > 0
-        } else {
-            snapshot_flows > 0
-        };
-        if mixing && (spec.stored_as_scd_type != ScdType::Type1) {
-            return Err(DataFusionError::Plan(format!(
-                "flow '{}': snapshot and change-feed flows can share only an SCD TYPE 1 target",
-                spec.name
-            )));
-        }
-        // SCD 2 re-merges every stored event under the running flow's
-        // partial-update option: all flows of the target must share it
-        if spec.stored_as_scd_type == ScdType::Type2 {
-            if let Some(other) = meta.flows.values().find(|f| {
-                f.ignore_null_updates != spec.ignore_null_updates
-                    || f.columns_to_update.is_some() != spec.columns_to_update.is_some()
-            }) {
-                return Err(DataFusionError::Plan(format!(
-                    "flow '{}': IGNORE NULL UPDATES / COLUMNS TO UPDATE must be the same for every flow of {} target '{target}' (flow '{}' differs)",
-                    spec.name, spec.stored_as_scd_type, other.name
-                )));
-            }
-        }
+        let target_columns: Vec<String> = meta
+            .user_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        check_joins_target(&spec, meta.flows.values(), &target, &target_columns)?;
         self.run_flow(&table, &spec, true).await
     }
 

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::{
@@ -42,7 +42,7 @@ use super::columns::{
 };
 use super::errors::{check_event_nulls, format_key};
 use super::kernel::{FoldKernel, GroupCarry};
-use super::rows::to_rows;
+use super::rows::{row_converter, to_rows};
 use super::scd2::{fold_versions, Version};
 use super::FoldCounts;
 
@@ -264,17 +264,16 @@ impl BitemporalFold {
         let system_index = layout.system_seq().ok_or_else(|| {
             DataFusionError::Internal("BITEMPORAL fold without a system sequence".into())
         })?;
-        let field = |i: usize| SortField::new(input_schema.field(i).data_type().clone());
         let value_columns: Vec<usize> = (0..layout.num_target()).chain([layout.kind()]).collect();
+        let converter = |columns: &[usize]| row_converter(input_schema, columns);
+        let target_columns: Vec<usize> = (0..layout.num_target()).collect();
         Ok(Self {
             flow: flow.to_string(),
-            key_converter: RowConverter::new(
-                layout.key_indices.iter().map(|&i| field(i)).collect(),
-            )?,
-            seq_converter: RowConverter::new(vec![field(layout.seq())])?,
-            system_converter: RowConverter::new(vec![field(system_index)])?,
-            value_converter: RowConverter::new(value_columns.iter().map(|&i| field(i)).collect())?,
-            target_converter: RowConverter::new((0..layout.num_target()).map(field).collect())?,
+            key_converter: converter(&layout.key_indices)?,
+            seq_converter: converter(&[layout.seq()])?,
+            system_converter: converter(&[system_index])?,
+            value_converter: converter(&value_columns)?,
+            target_converter: converter(&target_columns)?,
             value_columns,
             output_schema: output_schema(&layout, input_schema),
             carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,

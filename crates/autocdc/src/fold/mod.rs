@@ -121,3 +121,6 @@ impl FoldSpec {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod keys_only_tests;

@@ -1,15 +1,27 @@
 //! Arrow row format of event columns: the folds compare keys and sequences
 //! as byte strings.
+//!
+//! Both helpers are total over an empty column set. Arrow's converter of no
+//! column produces no row at all (it takes the row count from the first
+//! column), so a kernel indexing such `Rows` by input row would panic; here
+//! an empty set is encoded as one all-NULL column instead, which gives every
+//! row the same (empty) value. That is what an empty tracked set (SCD 2
+//! flows whose every non-key column is untracked) and a keys-only source
+//! mean: nothing to compare, every row equal.
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Schema};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::Result;
 
-/// A converter of `columns` of `schema` to the row format.
+/// A converter of `columns` of `schema` to the row format (of a NULL column
+/// when `columns` is empty, see the module docs).
 pub fn row_converter(schema: &Schema, columns: &[usize]) -> Result<RowConverter> {
+    if columns.is_empty() {
+        return Ok(RowConverter::new(vec![SortField::new(DataType::Null)])?);
+    }
     Ok(RowConverter::new(
         columns
             .iter()
@@ -18,8 +30,14 @@ pub fn row_converter(schema: &Schema, columns: &[usize]) -> Result<RowConverter>
     )?)
 }
 
-/// `columns` of `batch` in row format (one allocation per batch).
+/// `columns` of `batch` in row format (one allocation per batch), made by a
+/// [`row_converter`] of the same columns: one row per row of `batch`, even
+/// when `columns` is empty.
 pub fn to_rows(converter: &RowConverter, batch: &RecordBatch, columns: &[usize]) -> Result<Rows> {
+    if columns.is_empty() {
+        let nulls = new_null_array(&DataType::Null, batch.num_rows());
+        return Ok(converter.convert_columns(&[nulls])?);
+    }
     let arrays: Vec<ArrayRef> = columns
         .iter()
         .map(|&i| Arc::clone(batch.column(i)))

@@ -28,7 +28,7 @@ use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatc
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::take;
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{
@@ -38,7 +38,7 @@ use super::columns::{
 use super::errors::{check_event_nulls, conflict_error};
 use super::kernel::{FoldKernel, GroupCarry};
 use super::partial::{Chain, Merger, PartialUpdates};
-use super::rows::to_rows;
+use super::rows::{row_converter, to_rows};
 use super::FoldCounts;
 
 /// Output schema of the SCD 2 fold for an event input schema.
@@ -201,21 +201,22 @@ impl Scd2Fold {
         partial: Option<PartialUpdates>,
         input_schema: &SchemaRef,
     ) -> Result<Self> {
-        let field = |i: usize| SortField::new(input_schema.field(i).data_type().clone());
         let value_columns: Vec<usize> = (0..layout.num_target())
             .chain([layout.kind()])
             .chain(layout.update_list())
             .collect();
+        let target_columns: Vec<usize> = (0..layout.num_target()).collect();
+        let converter = |columns: &[usize]| row_converter(input_schema, columns);
         Ok(Self {
             flow: flow.to_string(),
-            key_converter: RowConverter::new(
-                layout.key_indices.iter().map(|&i| field(i)).collect(),
-            )?,
-            seq_converter: RowConverter::new(vec![field(layout.seq())])?,
-            value_converter: RowConverter::new(value_columns.iter().map(|&i| field(i)).collect())?,
-            tracked_converter: RowConverter::new(tracked.iter().map(|&i| field(i)).collect())?,
-            target_converter: RowConverter::new((0..layout.num_target()).map(field).collect())?,
-            target_columns: (0..layout.num_target()).collect(),
+            key_converter: converter(&layout.key_indices)?,
+            seq_converter: converter(&[layout.seq()])?,
+            value_converter: converter(&value_columns)?,
+            // empty when no column is tracked: every upsert continues the
+            // current version
+            tracked_converter: converter(&tracked)?,
+            target_converter: converter(&target_columns)?,
+            target_columns,
             output_schema: scd2_output_schema(&layout, input_schema),
             carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             value_columns,

@@ -17,11 +17,12 @@ use std::sync::Arc;
 use arrow::array::{new_null_array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take};
 use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::{Kind, Origin, KIND_COL, ORIGIN_COL, SEQ_COL, WRITTEN_AT_COL};
 use super::errors::format_key;
+use super::rows::{row_converter, to_rows};
 
 /// Side tag column of the diff input.
 pub const SIDE_COL: &str = "__cdc_side";
@@ -60,6 +61,8 @@ pub struct SnapshotDiff {
     output_schema: SchemaRef,
     key_converter: RowConverter,
     value_converter: RowConverter,
+    /// Every column but the side: a row's identity.
+    value_columns: Vec<usize>,
     carry: Option<RecordBatch>,
     /// Events produced: upserts, deletes.
     pub counts: (usize, usize),
@@ -75,11 +78,12 @@ impl SnapshotDiff {
         input_schema: &SchemaRef,
     ) -> Result<Self> {
         let n = input_schema.fields().len() - 1;
-        let field = |i: usize| SortField::new(input_schema.field(i).data_type().clone());
+        let value_columns: Vec<usize> = (0..n).collect();
         Ok(Self {
             flow: flow.to_string(),
-            key_converter: RowConverter::new(key_indices.iter().map(|&i| field(i)).collect())?,
-            value_converter: RowConverter::new((0..n).map(field).collect())?,
+            key_converter: row_converter(input_schema, &key_indices)?,
+            value_converter: row_converter(input_schema, &value_columns)?,
+            value_columns,
             target_columns: (0..n)
                 .map(|i| input_schema.field(i).name().clone())
                 .collect(),
@@ -102,15 +106,6 @@ impl SnapshotDiff {
         &self.output_schema
     }
 
-    fn convert(
-        converter: &RowConverter,
-        batch: &RecordBatch,
-        columns: impl Iterator<Item = usize>,
-    ) -> Result<Rows> {
-        let arrays: Vec<ArrayRef> = columns.map(|i| Arc::clone(batch.column(i))).collect();
-        Ok(converter.convert_columns(&arrays)?)
-    }
-
     fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
         format_key(&self.target_columns, &self.key_indices, batch, row)
     }
@@ -124,11 +119,7 @@ impl SnapshotDiff {
             Some(carry) => concat_batches(&self.input_schema, [&carry, batch])?,
             None => batch.clone(),
         };
-        let keys = Self::convert(
-            &self.key_converter,
-            &input,
-            self.key_indices.iter().copied(),
-        )?;
+        let keys = to_rows(&self.key_converter, &input, &self.key_indices)?;
         let n = input.num_rows();
         let mut last_start = n - 1;
         while last_start > 0 && keys.row(last_start - 1) == keys.row(n - 1) {
@@ -143,11 +134,7 @@ impl SnapshotDiff {
         let Some(carry) = self.carry.take() else {
             return Ok(None);
         };
-        let keys = Self::convert(
-            &self.key_converter,
-            &carry,
-            self.key_indices.iter().copied(),
-        )?;
+        let keys = to_rows(&self.key_converter, &carry, &self.key_indices)?;
         let n = carry.num_rows();
         self.diff(&carry, &keys, n)
     }
@@ -162,7 +149,7 @@ impl SnapshotDiff {
             return Ok(None);
         }
         let n = batch.num_columns() - 1;
-        let values = Self::convert(&self.value_converter, batch, 0..n)?;
+        let values = to_rows(&self.value_converter, batch, &self.value_columns)?;
         let sides = batch.column(n).as_primitive::<Int8Type>();
         let mut rows: Vec<u32> = Vec::new();
         let mut kinds: Vec<i8> = Vec::new();

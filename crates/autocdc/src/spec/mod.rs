@@ -8,6 +8,7 @@
 //! and produces a [`ResolvedFlow`].
 
 pub mod resolve;
+pub mod shared_target;
 
 use serde::{Deserialize, Serialize};
 

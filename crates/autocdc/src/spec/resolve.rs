@@ -621,7 +621,10 @@ pub fn resolve(
             _ => {}
         }
     }
-    let key_indices: Vec<usize> = key_indices
+    // Keys are a set of columns (SPEC §2.8): `KEYS (a, b)` and `KEYS (b, a)`
+    // name the same key, so every flow of a target hashes, buckets, sorts
+    // and compares its keys in the target's column order.
+    let mut key_indices: Vec<usize> = key_indices
         .iter()
         .map(|&i| {
             target_names
@@ -630,6 +633,8 @@ pub fn resolve(
                 .unwrap_or(i)
         })
         .collect();
+    key_indices.sort_unstable();
+    key_indices.dedup();
 
     // Event kind: TRUNCATE, else DELETE, else UPSERT (NULL conditions are false).
     let condition = |clause: &str, text: &Option<String>| -> Result<Option<Expr>> {

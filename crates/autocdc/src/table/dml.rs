@@ -170,9 +170,12 @@ fn keyed_flow(table: &ScdTable, statement: &str) -> Result<FlowSpec> {
     })
 }
 
+/// Positions of the table's key columns, in the table's column order (the
+/// order every flow buckets and compares them in, whatever its KEYS order).
 fn key_positions(table: &ScdTable, flow: &FlowSpec) -> Result<Vec<usize>> {
     let schema = table.meta().user_schema;
-    flow.keys
+    let mut positions = flow
+        .keys
         .iter()
         .map(|k| {
             schema
@@ -186,7 +189,10 @@ fn key_positions(table: &ScdTable, flow: &FlowSpec) -> Result<Vec<usize>> {
                     ))
                 })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    positions.sort_unstable();
+    positions.dedup();
+    Ok(positions)
 }
 
 fn require(table: &ScdTable, scd: ScdType, statement: &str) -> Result<()> {
