@@ -19,11 +19,26 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers (see `DESIGN.md`): [`sql`] and [`api`] produce a [`spec::FlowSpec`];
-//! [`pipeline`] plans an update as `CdcCommit(AutoCdc(events, truncates))`
-//! ([`logical`]), planned into [`physical`] operators that run the pure
-//! [`fold`] kernels; [`table`] holds the Delta storage and the
-//! `TableProvider` of targets.
+//! ## Layers
+//!
+//! Each module uses only those below it (no cycles among the top-level
+//! modules):
+//!
+//! ```text
+//!  api, session          statements: the Rust builder, SQL dispatch
+//!  pipeline              plans one update: CdcCommit(AutoCdc(events, ...)); DML
+//!  physical              the execs and the extension planner
+//!  logical, functions,   plan nodes; table functions (table_changes, ...);
+//!  sql                   the statement parser
+//!  table                 Delta storage: warehouse, target TableProvider,
+//!                        writing and committing an update, deletion vectors
+//!  spec, config          flow definitions and their validation; settings
+//!  fold, clock           pure per-key kernels (no I/O); the session clock
+//! ```
+//!
+//! DML on a target is planned by [`pipeline`] and reaches the target's
+//! `TableProvider` through [`table::TargetDml`], which the session hands to
+//! every table it registers, so storage never calls up into planning.
 
 pub mod api;
 pub mod clock;

@@ -27,8 +27,9 @@ use crate::functions::{
 };
 use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
+use crate::pipeline::dml::PipelineDml;
 use crate::pipeline::source::SOURCE_CHECKPOINT_PREFIX;
-use crate::pipeline::{delta_err, last_version_property, plan_update, UpdateSource};
+use crate::pipeline::{last_version_property, plan_update, Planning, UpdateSource};
 use crate::pipeline::{
     DELETION_VECTORS_PROPERTY, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
@@ -39,6 +40,7 @@ use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
 use crate::table::bucket::{bucket_field, BUCKETS_PROPERTY, BUCKET_COL, DEFAULT_BUCKETS};
+use crate::table::delta_err;
 use crate::table::meta::TableDecl;
 use crate::table::FLOW_KEY_PREFIX;
 use crate::table::{ScdTable, TableName, Warehouse, TABLE_KEY};
@@ -196,7 +198,7 @@ impl CdcSession {
     async fn attach(&self, name: TableName) -> Result<Arc<ScdTable>> {
         let table = ScdTable::load(&self.warehouse, name.clone())
             .await?
-            .into_shared();
+            .into_shared(Arc::new(PipelineDml));
         let catalog_name = self
             .ctx
             .state()
@@ -442,6 +444,7 @@ impl CdcSession {
                     plan: Box::new(plan),
                     version,
                 },
+                Planning::Adaptive,
             )
             .await?;
             out.extend(
@@ -516,11 +519,15 @@ impl CdcSession {
         }
     }
 
-    /// The update plan of a flow's next run (its next snapshot, for snapshot flows).
+    /// The update plan of a flow's next run (its next snapshot, for snapshot
+    /// flows). With [`Planning::ReadNothing`] no data is read: a versioned
+    /// snapshot flow's version query is planned, not run, and the snapshot
+    /// planned at a NULL version of its type.
     async fn plan_flow_for_explain(
         &self,
         table: &Arc<ScdTable>,
         flow: &FlowSpec,
+        planning: Planning,
     ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let now = self.clock.now();
@@ -532,6 +539,7 @@ impl CdcSession {
                 false,
                 now,
                 UpdateSource::Changes,
+                planning,
             )
             .await;
         }
@@ -543,15 +551,35 @@ impl CdcSession {
             (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
             _ => None,
         };
-        let (plan, version) = self
-            .next_snapshot(table, flow, last, meta.sequence_type.clone(), now)
-            .await?
-            .ok_or_else(|| {
-                DataFusionError::Plan(format!(
-                    "flow '{}': no newer snapshot version to explain",
-                    flow.name
-                ))
-            })?;
+        let next = match (planning, &flow.source) {
+            (
+                Planning::ReadNothing,
+                FlowSource::Snapshot {
+                    query,
+                    version_query: Some(version_query),
+                },
+            ) => {
+                let (_, plan) = self
+                    .plan_version_query(flow, version_query, last, meta.sequence_type.clone())
+                    .await?;
+                let field = plan.schema().field(0);
+                let version = ScalarValue::try_from(field.data_type())?;
+                let snapshot = self
+                    .plan_snapshot_query(flow, query, field.name(), &version)
+                    .await?;
+                Some((snapshot, version))
+            }
+            _ => {
+                self.next_snapshot(table, flow, last, meta.sequence_type.clone(), now)
+                    .await?
+            }
+        };
+        let (plan, version) = next.ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "flow '{}': no newer snapshot version to explain",
+                flow.name
+            ))
+        })?;
         plan_update(
             &state,
             Arc::clone(table),
@@ -562,6 +590,7 @@ impl CdcSession {
                 plan: Box::new(plan),
                 version,
             },
+            planning,
         )
         .await
     }
@@ -602,6 +631,46 @@ impl CdcSession {
         let context = |e: DataFusionError| {
             DataFusionError::Plan(format!("flow '{}': WITH VERSION: {e}", spec.name))
         };
+        let (state, plan) = self
+            .plan_version_query(spec, version_query, last, sequence_type)
+            .await?;
+        let column = plan.schema().field(0).name().clone();
+        let batches = DataFrame::new(state, plan)
+            .collect()
+            .await
+            .map_err(context)?;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        match rows {
+            0 => Ok(None),
+            1 => {
+                let batch = batches
+                    .iter()
+                    .find(|b| b.num_rows() == 1)
+                    .ok_or_else(|| DataFusionError::Internal("lost row".into()))?;
+                let version = ScalarValue::try_from_array(batch.column(0), 0)?;
+                if version.is_null() {
+                    return Ok(None);
+                }
+                Ok(Some((column, version)))
+            }
+            n => Err(context(DataFusionError::Plan(format!(
+                "the version query returned {n} rows; it must return at most one"
+            )))),
+        }
+    }
+
+    /// Plan (not run) a flow's version query, with `last_snapshot_version()`
+    /// bound to `last`; the plan has one column.
+    async fn plan_version_query(
+        &self,
+        spec: &FlowSpec,
+        version_query: &str,
+        last: Option<ScalarValue>,
+        sequence_type: Option<DataType>,
+    ) -> Result<(SessionState, LogicalPlan)> {
+        let context = |e: DataFusionError| {
+            DataFusionError::Plan(format!("flow '{}': WITH VERSION: {e}", spec.name))
+        };
         // the function's column takes the name and type of the query's output:
         // plan once with a guess, again with what the query produced
         let mut column = (
@@ -637,35 +706,17 @@ impl CdcSession {
             }
         }
         let Some((state, plan)) = plan else {
-            return Ok(None);
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}': the version query was not planned",
+                spec.name
+            )));
         };
         if plan.schema().fields().len() != 1 {
             return Err(context(DataFusionError::Plan(
                 "the version query must return one column".into(),
             )));
         }
-        let batches = DataFrame::new(state, plan)
-            .collect()
-            .await
-            .map_err(context)?;
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        match rows {
-            0 => Ok(None),
-            1 => {
-                let batch = batches
-                    .iter()
-                    .find(|b| b.num_rows() == 1)
-                    .ok_or_else(|| DataFusionError::Internal("lost row".into()))?;
-                let version = ScalarValue::try_from_array(batch.column(0), 0)?;
-                if version.is_null() {
-                    return Ok(None);
-                }
-                Ok(Some((column.0, version)))
-            }
-            n => Err(context(DataFusionError::Plan(format!(
-                "the version query returned {n} rows; it must return at most one"
-            )))),
-        }
+        Ok((state, plan))
     }
 
     /// Plan the snapshot query with `current_snapshot_version()` bound.
@@ -691,7 +742,30 @@ impl CdcSession {
             .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM SNAPSHOT: {e}", spec.name)))
     }
 
+    /// Run one update of `spec`; an error that does not say which flow
+    /// failed (a source that cannot be read, say) is given that context.
     async fn run_flow(
+        &self,
+        table: &Arc<ScdTable>,
+        spec: &FlowSpec,
+        register: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        let named = format!("flow '{}'", spec.name);
+        self.run_flow_unnamed(table, spec, register)
+            .await
+            .map_err(|e| {
+                if e.to_string().contains(&named) {
+                    e
+                } else {
+                    e.context(format!(
+                        "{named}: the update of '{}' failed; nothing was committed",
+                        table.name()
+                    ))
+                }
+            })
+    }
+
+    async fn run_flow_unnamed(
         &self,
         table: &Arc<ScdTable>,
         spec: &FlowSpec,
@@ -708,6 +782,7 @@ impl CdcSession {
             register,
             self.clock.now(),
             UpdateSource::Changes,
+            Planning::Adaptive,
         )
         .await?;
         let batches: Vec<RecordBatch> = DataFrame::new(state, plan)
@@ -834,7 +909,13 @@ impl CdcSession {
         let state = self.ctx.state();
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
-            let plan = self.plan_flow_for_explain(&table, &flow).await?;
+            // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
+            let planning = if analyze {
+                Planning::Adaptive
+            } else {
+                Planning::ReadNothing
+            };
+            let plan = self.plan_flow_for_explain(&table, &flow, planning).await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain(verbose, analyze)?
                 .build()?;

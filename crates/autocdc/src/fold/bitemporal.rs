@@ -542,3 +542,6 @@ impl FoldKernel for BitemporalFold {
         &self.output_schema
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,8 +20,8 @@ use super::columns::{
 };
 use super::snapshot_diff::{SnapshotDiff, SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use super::snapshot_diff_indexed::IndexedSnapshotDiff;
+use super::ScdType;
 use super::{FoldSpec, PartialUpdates};
-use crate::spec::ScdType;
 
 /// (key a, key b, seq, kind, origin)
 type Event = (i64, i64, i64, Kind, Origin);

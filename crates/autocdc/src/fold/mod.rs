@@ -27,8 +27,29 @@ pub use scd2::Scd2Fold;
 
 use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::Result;
+use serde::{Deserialize, Serialize};
 
-use crate::spec::ScdType;
+/// How the target stores history (`STORED AS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Serialize, Deserialize, Default)]
+pub enum ScdType {
+    /// `SCD TYPE 1`: latest row per key.
+    #[default]
+    Type1,
+    /// `SCD TYPE 2`: versions with `__start_at` / `__end_at`.
+    Type2,
+    /// `BITEMPORAL`: business time × system time.
+    Bitemporal,
+}
+
+impl std::fmt::Display for ScdType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Type1 => write!(f, "SCD TYPE 1"),
+            Self::Type2 => write!(f, "SCD TYPE 2"),
+            Self::Bitemporal => write!(f, "BITEMPORAL"),
+        }
+    }
+}
 
 /// What an `AutoCdc` operator folds: shared by the logical node, the exec
 /// and the kernels.
@@ -124,3 +145,5 @@ impl FoldSpec {
 
 #[cfg(test)]
 mod keys_only_tests;
+#[cfg(test)]
+mod test_support;

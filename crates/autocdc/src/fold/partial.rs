@@ -371,3 +371,6 @@ impl FoldKernel for MergingScd1Fold {
         self.inner.output_schema()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -516,3 +516,6 @@ fn carry(batch: &RecordBatch, seqs: &Rows, slot: &Slot) -> Slot {
         carried => carried.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -475,3 +475,6 @@ impl FoldKernel for Scd2Fold {
         &self.output_schema
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DFSchema, DFSchemaRef, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
-use crate::pipeline::CommitRequest;
+use crate::table::commit::CommitRequest;
 
 /// Columns of the row an update returns (one row per flow run).
 pub const UPDATE_RESULT_COLUMNS: [(&str, DataType); 6] = [

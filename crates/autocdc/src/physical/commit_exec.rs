@@ -33,7 +33,7 @@ use futures::StreamExt;
 use super::AutoCdcExec;
 use crate::fold::FoldCounts;
 use crate::logical::UPDATE_RESULT_COLUMNS;
-use crate::pipeline::{commit_state, CommitRequest};
+use crate::table::commit::{commit_state, CommitRequest};
 
 /// Commits the new state of a target (see the module docs).
 #[derive(Debug)]

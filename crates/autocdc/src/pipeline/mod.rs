@@ -26,43 +26,37 @@ use std::ops::Not;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray};
-use arrow::compute::{filter, filter_record_batch};
-use arrow::datatypes::SchemaRef;
-use arrow::datatypes::{Field, Int32Type, Int8Type, Schema};
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Field, Int32Type, Schema};
 use datafusion::common::Column;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
-use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{
     cast, col, lit, when, Expr, Extension, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
 };
-use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::LogicalFileView;
-use deltalake_core::kernel::{Action, AddCDCFile, MetadataExt, StructType, Transaction};
-use deltalake_core::protocol::{DeltaOperation, SaveMode};
-use futures::{StreamExt, TryStreamExt};
+use deltalake_core::kernel::{MetadataExt, StructType};
+use futures::StreamExt;
 
 use crate::fold::columns::{
-    change_type_name, Kind, Origin, CHANGE_INSERT, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL,
-    START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT, SYSTEM_END_AT_COL, SYSTEM_SEQ_COL,
-    SYSTEM_START_AT_COL, UPDATE_LIST_COL, WRITTEN_AT_COL,
+    Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
+    STORED_UPSERT_EVENT, SYSTEM_END_AT_COL, SYSTEM_SEQ_COL, SYSTEM_START_AT_COL, UPDATE_LIST_COL,
+    WRITTEN_AT_COL,
 };
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
-use crate::fold::{FoldCounts, FoldSpec};
+use crate::fold::FoldSpec;
 use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
 use crate::spec::resolve::{
     resolve, target_projection, update_list_type, written_at_type, written_at_value, ResolvedFlow,
 };
 use crate::spec::{FlowSpec, ScdType};
-use crate::table::bucket::{bucket_array, bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
+use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
+use crate::table::commit::{bucket_of, checkpoint_app_id, data_files, CommitRequest};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::superseded::Superseded;
-use crate::table::writer::{group_by_bucket, BucketWriter};
-use crate::table::{ScdTable, TableName, FLOW_KEY_PREFIX};
+use crate::table::{delta_err, ScdTable, FLOW_KEY_PREFIX};
 
 /// Table property: the greatest snapshot version applied; change events at
 /// or below it are dropped (SPEC §3).
@@ -86,36 +80,6 @@ pub fn scalar_to_text(value: &ScalarValue) -> Result<String> {
             "cannot store version {other} as text"
         ))),
     }
-}
-
-/// Column of the change data feed files holding the change type.
-pub const CHANGE_TYPE_COL: &str = "_change_type";
-
-/// Schema of the change data feed files: the data file columns (the fold
-/// output; readers expect every table column) plus `_change_type`.
-fn change_data_schema(output: &Schema) -> SchemaRef {
-    let mut fields: Vec<Field> = output.fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.push(Field::new(
-        CHANGE_TYPE_COL,
-        arrow::datatypes::DataType::Utf8,
-        false,
-    ));
-    Arc::new(Schema::new(fields))
-}
-
-/// Change data feed rows of the fold output in the change file layout.
-fn change_data_batch(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let kinds = rows
-        .column(rows.schema().index_of(KIND_COL)?)
-        .as_primitive::<Int8Type>();
-    let change_types: StringArray = kinds
-        .values()
-        .iter()
-        .map(|k| change_type_name(*k))
-        .collect();
-    let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
-    columns.push(Arc::new(change_types));
-    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 /// Table property that lets writers add deletion vectors (Delta protocol).
@@ -143,337 +107,26 @@ pub enum UpdateSource {
     },
 }
 
-/// Everything the commit of one flow run needs.
-#[derive(Debug)]
-pub struct CommitRequest {
-    /// Target name.
-    pub target: TableName,
-    /// Target table.
-    pub table: Arc<ScdTable>,
-    /// The flow being run.
-    pub flow: FlowSpec,
-    /// New table metadata (flow definition, schema) to commit, if it changes.
-    pub metadata: Option<deltalake_core::kernel::Metadata>,
-    /// Checkpoint: the flow's run number recorded as a Delta `txn` action.
-    pub run: i64,
-    /// Buckets read and rewritten by this update (`None`: all).
-    pub touched: Option<Vec<i32>>,
-    /// The stored rows of the update's keys when it retires them with
-    /// deletion vectors instead of rewriting the touched buckets (the fold
-    /// then reads and writes only these keys).
-    pub superseded: Option<Arc<Superseded>>,
-    /// Number of key buckets of the table.
-    pub buckets: i32,
-    /// Key column positions in the fold output.
-    pub key_indices: Vec<usize>,
+/// How far planning an update may look at its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planning {
+    /// Fit the plan to the update's events: planning runs them to find the
+    /// key buckets they touch and whether they are few enough for deletion
+    /// vectors (a snapshot's diff runs for the same reason).
+    Adaptive,
+    /// Read no data (`EXPLAIN` without `ANALYZE`): the plan of an update that
+    /// reads and rewrites every bucket. A snapshot version that was not
+    /// evaluated (a NULL version) is recorded nowhere.
+    ReadNothing,
 }
 
-/// Result of a commit.
-#[derive(Debug, Clone, Copy)]
-pub struct CommitOutcome {
-    /// What the fold did.
-    pub counts: FoldCounts,
-    /// Delta version committed.
-    pub version: Option<i64>,
-    /// Data files added.
-    pub files_written: usize,
-}
-
+pub mod dml;
 pub mod source;
 pub mod started;
 
-pub(crate) fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
-}
-
-/// Delta `txn` application id of a flow's checkpoint.
-pub fn checkpoint_app_id(flow: &str) -> String {
-    format!("autocdc.flow.{flow}")
-}
-
-/// Write the new state streamed by `input` and commit it atomically with the
-/// request's metadata and checkpoint. `counts` is read after the input is
-/// exhausted.
-pub async fn commit_state(
-    request: &CommitRequest,
-    input: SendableRecordBatchStream,
-    writers: usize,
-    counts: impl FnOnce() -> (FoldCounts, bool),
-) -> Result<CommitOutcome> {
-    let table = request.table.delta();
-    let store = table.object_store();
-    let (adds, change_files) = write_rows(
-        &store,
-        input,
-        &request.key_indices,
-        request.buckets,
-        writers,
-    )
-    .await?;
-    let (counts, truncated) = counts();
-    let changed = counts.changed_state() || truncated;
-
-    let snapshot = table.snapshot().map_err(delta_err)?;
-    let log_store = table.log_store();
-    let mut actions = Vec::new();
-    if changed {
-        // replace exactly the buckets this update read
-        let views = data_files(&table).await?;
-        for view in &views {
-            let bucket = bucket_of(view);
-            let rewritten = match (&request.touched, bucket) {
-                (None, _) | (_, None) => true,
-                (Some(touched), Some(b)) => b == WATERMARK_BUCKET || touched.contains(&b),
-            };
-            // with deletion vectors, the files of the touched buckets stay,
-            // less the stored rows of the update's keys
-            let kept = request.superseded.is_some() && bucket != Some(WATERMARK_BUCKET);
-            if rewritten && !kept {
-                actions.push(Action::Remove(view.remove_action(true)));
-            }
-        }
-        if let Some(superseded) = &request.superseded {
-            let retired = superseded.retire(&store, &views).await.map_err(|e| {
-                e.context(format!(
-                    "flow '{}': marking the replaced rows of '{}'; nothing of this update was committed",
-                    request.flow.name, request.target
-                ))
-            })?;
-            actions.extend(retired);
-        }
-        actions.extend(adds.iter().cloned().map(Action::Add));
-        actions.extend(change_files.into_iter().map(|f| {
-            Action::Cdc(AddCDCFile {
-                path: f.path,
-                size: f.size,
-                partition_values: f.partition_values,
-                data_change: false,
-                tags: None,
-            })
-        }));
-    } else {
-        // nothing changed: keep the current files, discard the rewritten ones
-        BucketWriter::discard(&store, &adds).await?;
-        BucketWriter::discard(&store, &change_files).await?;
-    }
-    if let Some(md) = &request.metadata {
-        actions.push(Action::Metadata(md.clone()));
-    }
-    actions.push(Action::Txn(Transaction::new(
-        checkpoint_app_id(&request.flow.name),
-        request.run,
-    )));
-    let operation = DeltaOperation::Write {
-        mode: SaveMode::Overwrite,
-        partition_by: None,
-        predicate: None,
-    };
-    let commit = crate::table::commit_builder()
-        .with_actions(actions)
-        .build(Some(snapshot), log_store, operation)
-        .await
-        .map_err(|e| {
-            DataFusionError::Execution(format!(
-                "flow '{}': commit to '{}' failed: {e}; nothing of this update was committed (another writer may have committed first): run it again",
-                request.flow.name, request.target
-            ))
-        })?;
-    request.table.refresh().await?;
-    Ok(CommitOutcome {
-        counts,
-        version: Some(commit.version() as i64),
-        files_written: if changed { adds.len() } else { 0 },
-    })
-}
-
-/// The data files of `table`'s loaded version.
-async fn data_files(table: &deltalake_core::DeltaTable) -> Result<Vec<LogicalFileView>> {
-    let snapshot = table.snapshot().map_err(delta_err)?;
-    snapshot
-        .snapshot()
-        .file_views(table.log_store().as_ref(), None)
-        .try_collect()
-        .await
-        .map_err(delta_err)
-}
-
-/// The key bucket of a data file (`None`: not partitioned by bucket).
-fn bucket_of(view: &LogicalFileView) -> Option<i32> {
-    view.partition_values_map()
-        .get(BUCKET_COL)
-        .cloned()
-        .flatten()
-        .and_then(|b| b.parse::<i32>().ok())
-}
-
-/// Write the rows of a new state into bucketed data files and its change data
-/// feed rows (kinds ≥ [`CHANGE_INSERT`]) into `_change_data/` files; returns
-/// both file lists (nothing is committed).
-///
-/// Encoding and compressing Parquet is most of the work, so it runs on
-/// `writers` tasks, each owning the files of the buckets `b` with
-/// `b % writers` equal to its number (one file series per bucket, as with a
-/// single writer); this task only computes buckets and routes rows.
-pub async fn write_rows(
-    store: &Arc<dyn object_store::ObjectStore>,
-    mut input: SendableRecordBatchStream,
-    key_indices: &[usize],
-    bucket_count: i32,
-    writers: usize,
-) -> Result<(
-    Vec<deltalake_core::kernel::Add>,
-    Vec<deltalake_core::kernel::Add>,
-)> {
-    let schema = input.schema();
-    let change_schema = change_data_schema(&schema);
-    let kind_index = schema.index_of(KIND_COL)?;
-    let writers = writers.max(1);
-    let (mut routes, mut tasks) = (Vec::with_capacity(writers), Vec::with_capacity(writers));
-    for _ in 0..writers {
-        let (route, rows) = tokio::sync::mpsc::channel(2);
-        routes.push(route);
-        tasks.push(SpawnedTask::spawn(write_routed(
-            Arc::clone(store),
-            Arc::clone(&schema),
-            Arc::clone(&change_schema),
-            rows,
-        )));
-    }
-    let routed = async {
-        while let Some(batch) = input.next().await {
-            let batch = batch?;
-            if batch.num_rows() == 0 {
-                continue;
-            }
-            let keys: Vec<ArrayRef> = key_indices
-                .iter()
-                .map(|&i| Arc::clone(batch.column(i)))
-                .collect();
-            let buckets = bucket_array(&keys, batch.num_rows(), bucket_count)?;
-            let kinds = batch.column(kind_index).as_primitive::<Int8Type>();
-            let buckets: Int32Array = buckets
-                .values()
-                .iter()
-                .zip(kinds.values().iter())
-                .map(|(b, k)| {
-                    if *k == Kind::Truncate as i8 {
-                        WATERMARK_BUCKET
-                    } else {
-                        *b
-                    }
-                })
-                .collect();
-            // state rows (live, tombstones, hidden events, the watermark) and
-            // change data feed rows go to different files
-            let change_rows = BooleanArray::from_unary(kinds, |k| k >= CHANGE_INSERT);
-            if change_rows.true_count() > 0 {
-                let rows = filter_record_batch(&batch, &change_rows)?;
-                let rows = change_data_batch(&rows, &change_schema)?;
-                let row_buckets = filter(&buckets, &change_rows)?;
-                route(&routes, Routed::Change, rows, row_buckets.as_primitive()).await?;
-            }
-            let state_rows = BooleanArray::from_unary(kinds, |k| k < CHANGE_INSERT);
-            if state_rows.true_count() == batch.num_rows() {
-                route(&routes, Routed::State, batch, &buckets).await?;
-            } else if state_rows.true_count() > 0 {
-                let rows = filter_record_batch(&batch, &state_rows)?;
-                let row_buckets = filter(&buckets, &state_rows)?;
-                route(&routes, Routed::State, rows, row_buckets.as_primitive()).await?;
-            }
-        }
-        Ok::<_, DataFusionError>(())
-    }
-    .await;
-    drop(routes);
-    let (mut adds, mut change_files) = (Vec::new(), Vec::new());
-    let mut failure = routed.err();
-    for task in tasks {
-        match task.join().await {
-            Ok(Ok((a, c))) => {
-                adds.extend(a);
-                change_files.extend(c);
-            }
-            // a writer's own error explains a failed route best
-            Ok(Err(e)) => failure = Some(e),
-            Err(e) => failure = Some(DataFusionError::ExecutionJoin(Box::new(e))),
-        }
-    }
-    match failure {
-        Some(e) => Err(e),
-        None => Ok((adds, change_files)),
-    }
-}
-
-/// Which files routed rows belong in.
-#[derive(Debug, Clone, Copy)]
-enum Routed {
-    State,
-    Change,
-}
-
-/// Rows for one writer task, with their buckets.
-type RoutedRows = (Routed, RecordBatch, Int32Array);
-
-/// Send each row of `rows` to the writer task of its bucket.
-async fn route(
-    routes: &[tokio::sync::mpsc::Sender<RoutedRows>],
-    kind: Routed,
-    rows: RecordBatch,
-    buckets: &Int32Array,
-) -> Result<()> {
-    let closed = || DataFusionError::Execution("a file writer stopped".into());
-    let writers = routes.len() as i32;
-    let writer_of = |b: i32| b.rem_euclid(writers) as usize;
-    let first = buckets.values().first().map(|b| writer_of(*b));
-    if let Some(w) = first.filter(|&w| buckets.values().iter().all(|b| writer_of(*b) == w)) {
-        return routes[w]
-            .send((kind, rows, buckets.clone()))
-            .await
-            .map_err(|_| closed());
-    }
-    // one copy grouping the rows by writer, then bucket: each writer gets
-    // a slice, already grouped for its files
-    let (rows, buckets) = group_by_bucket(&rows, buckets, |b| writer_of(b) as i32)?;
-    let values = buckets.values();
-    let mut start = 0;
-    while start < values.len() {
-        let w = writer_of(values[start]);
-        let len = values[start..]
-            .iter()
-            .position(|b| writer_of(*b) != w)
-            .unwrap_or(values.len() - start);
-        routes[w]
-            .send((kind, rows.slice(start, len), buckets.slice(start, len)))
-            .await
-            .map_err(|_| closed())?;
-        start += len;
-    }
-    Ok(())
-}
-
-/// One writer task of [`write_rows`]: writes the rows routed to it.
-async fn write_routed(
-    store: Arc<dyn object_store::ObjectStore>,
-    schema: SchemaRef,
-    change_schema: SchemaRef,
-    mut rows: tokio::sync::mpsc::Receiver<RoutedRows>,
-) -> Result<(
-    Vec<deltalake_core::kernel::Add>,
-    Vec<deltalake_core::kernel::Add>,
-)> {
-    let mut state = BucketWriter::new(Arc::clone(&store), schema);
-    let mut changes = BucketWriter::change_data(store, change_schema);
-    while let Some((kind, batch, buckets)) = rows.recv().await {
-        match kind {
-            Routed::State => state.write(&batch, &buckets).await?,
-            Routed::Change => changes.write(&batch, &buckets).await?,
-        }
-    }
-    Ok((state.finish().await?, changes.finish().await?))
-}
-
 /// Plan one run of `flow` into `table`: `CdcCommit(AutoCdc(events, truncates))`.
-/// `register` writes the flow definition into the table with the run.
+/// `register` writes the flow definition into the table with the run;
+/// `planning` says whether planning may read the update's data.
 pub async fn plan_update(
     state: &SessionState,
     table: Arc<ScdTable>,
@@ -481,6 +134,7 @@ pub async fn plan_update(
     register: bool,
     now: DateTime<Utc>,
     source: UpdateSource,
+    planning: Planning,
 ) -> Result<LogicalPlan> {
     let meta = table.meta();
     let now_micros = now.timestamp_micros();
@@ -521,7 +175,12 @@ pub async fn plan_update(
                     )?
                     .build()?;
             }
-            let touched = touched_buckets(state, &resolved, &events, meta.buckets).await?;
+            let touched = match planning {
+                Planning::Adaptive => {
+                    touched_buckets(state, &resolved, &events, meta.buckets).await?
+                }
+                Planning::ReadNothing => None,
+            };
             (resolved, events, touched, false)
         }
         UpdateSource::Snapshot { plan, version } => {
@@ -563,16 +222,22 @@ pub async fn plan_update(
                 written_at_value(now_micros),
                 tagged,
             )?;
-            let text = scalar_to_text(&version)?;
-            extra_config.push((SNAPSHOT_WATERMARK_PROPERTY.to_string(), text.clone()));
-            extra_config.push((last_version_property(&flow.name), text));
+            if !version.is_null() {
+                let text = scalar_to_text(&version)?;
+                extra_config.push((SNAPSHOT_WATERMARK_PROPERTY.to_string(), text.clone()));
+                extra_config.push((last_version_property(&flow.name), text));
+            }
             let diff = LogicalPlan::Extension(Extension {
                 node: Arc::new(diff),
             });
             // a diff of few keys is kept in memory and applied like a small
             // change feed (deletion vectors); a large one is streamed into a
             // rewrite of every bucket (from the run started here, if any)
-            let (events, touched) = match small_diff(state, &table, &flow.name, &diff).await? {
+            let planned = match planning {
+                Planning::Adaptive => small_diff(state, &table, &flow.name, &diff).await?,
+                Planning::ReadNothing => PlannedDiff::NotRun,
+            };
+            let (events, touched) = match planned {
                 PlannedDiff::Small(changes) => {
                     let touched = touched_buckets(state, &resolved, &changes, meta.buckets).await?;
                     (changes, touched)

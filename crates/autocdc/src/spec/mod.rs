@@ -12,6 +12,7 @@ pub mod shared_target;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::fold::ScdType;
 pub use resolve::{ResolvedFlow, SequenceKind};
 
 /// Where a flow reads its change events from.
@@ -72,28 +73,6 @@ impl ColumnSelection {
         match self {
             Self::All => &[],
             Self::Only(c) | Self::Except(c) => c,
-        }
-    }
-}
-
-/// How the target stores history (`STORED AS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Serialize, Deserialize, Default)]
-pub enum ScdType {
-    /// `SCD TYPE 1`: latest row per key.
-    #[default]
-    Type1,
-    /// `SCD TYPE 2`: versions with `__start_at` / `__end_at`.
-    Type2,
-    /// `BITEMPORAL`: business time × system time.
-    Bitemporal,
-}
-
-impl std::fmt::Display for ScdType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Type1 => write!(f, "SCD TYPE 1"),
-            Self::Type2 => write!(f, "SCD TYPE 2"),
-            Self::Bitemporal => write!(f, "BITEMPORAL"),
         }
     }
 }

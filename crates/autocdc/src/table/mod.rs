@@ -2,20 +2,26 @@
 //! that shows their live rows.
 
 pub mod bucket;
+pub mod commit;
 pub mod deletion_vectors;
-mod dml;
 pub mod meta;
-pub(crate) mod provider;
+pub mod provider;
 pub mod stored_rows;
 pub mod superseded;
 mod warehouse;
 pub mod writer;
 
 pub use meta::{TableMeta, FLOW_KEY_PREFIX, TABLE_KEY};
-pub use provider::ScdTable;
+pub use provider::{ScdTable, TargetDml};
 pub use warehouse::{TableName, Warehouse};
 
+use datafusion::common::DataFusionError;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+
+/// A deltalake (or object store) error as a DataFusion error.
+pub(crate) fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
 
 /// The builder of every commit to a streaming table. After a commit whose
 /// version is a multiple of `delta.checkpointInterval` (100 by default), it

@@ -5,6 +5,7 @@
 //! bookkeeping columns. Projections and filters are pushed into the Delta
 //! scan by planning the read as an ordinary DataFusion plan.
 
+use std::fmt;
 use std::sync::{Arc, RwLock, Weak};
 
 use arrow::datatypes::{Schema, SchemaRef};
@@ -20,6 +21,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake_core::DeltaTable;
 
+use super::delta_err;
 use super::meta::TableMeta;
 use super::warehouse::{TableName, Warehouse};
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
@@ -32,6 +34,38 @@ struct Loaded {
     schema: SchemaRef,
 }
 
+/// DML on a streaming table (`INSERT`, `DELETE`, `UPDATE`).
+///
+/// Storage reads a table but does not plan updates of it: DML is an update,
+/// planned by the update pipeline, which sits above storage. The session
+/// hands its implementation to every table it registers
+/// ([`ScdTable::into_shared`]); a table without one (time travel) is
+/// read-only.
+pub trait TargetDml: Send + Sync + fmt::Debug {
+    /// `INSERT INTO table ...` of the rows of `input`.
+    fn insert(
+        &self,
+        table: Arc<ScdTable>,
+        state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Result<Arc<dyn ExecutionPlan>>;
+    /// `DELETE FROM table [WHERE filters]`.
+    fn delete(
+        &self,
+        table: Arc<ScdTable>,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>>;
+    /// `UPDATE table SET assignments [WHERE filters]`.
+    fn update(
+        &self,
+        table: Arc<ScdTable>,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>>;
+}
+
 /// A streaming table: live rows of an AUTO CDC target.
 #[derive(Debug)]
 pub struct ScdTable {
@@ -39,10 +73,8 @@ pub struct ScdTable {
     loaded: RwLock<Loaded>,
     /// The `Arc` this table lives in (DML statements outlive the call).
     this: Weak<ScdTable>,
-}
-
-fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
+    /// How DML on it is planned (`None`: read-only).
+    dml: Option<Arc<dyn TargetDml>>,
 }
 
 impl ScdTable {
@@ -58,6 +90,7 @@ impl ScdTable {
             name,
             loaded: RwLock::new(loaded),
             this: Weak::new(),
+            dml: None,
         })
     }
 
@@ -93,24 +126,28 @@ impl ScdTable {
             name: self.name.clone(),
             loaded: RwLock::new(loaded),
             this: Weak::new(),
+            dml: None,
         })
     }
 
-    /// Put the table in an `Arc` that it knows (needed by DML).
-    pub fn into_shared(self) -> Arc<Self> {
+    /// Put the table in an `Arc` that it knows, taking DML planned by `dml`.
+    pub fn into_shared(self, dml: Arc<dyn TargetDml>) -> Arc<Self> {
         Arc::new_cyclic(|this| Self {
             this: this.clone(),
+            dml: Some(dml),
             ..self
         })
     }
 
-    fn shared(&self, statement: &str) -> Result<Arc<Self>> {
-        self.this.upgrade().ok_or_else(|| {
-            DataFusionError::NotImplemented(format!(
+    /// This table's `Arc` and DML planner, for a DML `statement`.
+    fn writable(&self, statement: &str) -> Result<(Arc<Self>, &Arc<dyn TargetDml>)> {
+        match (self.this.upgrade(), &self.dml) {
+            (Some(this), Some(dml)) => Ok((this, dml)),
+            _ => Err(DataFusionError::NotImplemented(format!(
                 "{statement} on '{}': this handle of the table is read-only",
                 self.name
-            ))
-        })
+            ))),
+        }
     }
 
     /// Re-read the latest committed version.
@@ -209,7 +246,8 @@ impl TableProvider for ScdTable {
         input: Arc<dyn ExecutionPlan>,
         _op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.shared("INSERT")?.plan_insert(state, input)
+        let (table, dml) = self.writable("INSERT")?;
+        dml.insert(table, state, input)
     }
 
     async fn delete_from(
@@ -217,7 +255,8 @@ impl TableProvider for ScdTable {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.shared("DELETE")?.plan_delete(state, filters)
+        let (table, dml) = self.writable("DELETE")?;
+        dml.delete(table, state, filters)
     }
 
     async fn update(
@@ -226,8 +265,8 @@ impl TableProvider for ScdTable {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.shared("UPDATE")?
-            .plan_update_rows(state, assignments, filters)
+        let (table, dml) = self.writable("UPDATE")?;
+        dml.update(table, state, assignments, filters)
     }
 }
 

@@ -16,16 +16,18 @@
 //! `FilterExec` above.
 
 use std::fmt;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use arrow::array::RecordBatch;
+use arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::compute::cast;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::TableType;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
@@ -36,11 +38,28 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
+use deltalake_core::kernel::LogicalFileView;
+use deltalake_core::parquet::arrow::arrow_reader::{ArrowReaderMetadata, RowSelection};
+use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::ObjectStore;
+use roaring::RoaringTreemap;
 
-use super::superseded::{read_rows, SupersededFile};
+use super::deletion_vectors::object_reader;
+
+/// One data file holding stored rows of an update's keys (found by
+/// [`Superseded`](super::superseded::Superseded)'s probe).
+#[derive(Clone)]
+pub(super) struct SupersededFile {
+    pub(super) view: LogicalFileView,
+    /// The file's Parquet metadata, loaded by the probe.
+    pub(super) metadata: ArrowReaderMetadata,
+    /// Rows deleted by the file's vector before this update.
+    pub(super) deleted: Option<RoaringTreemap>,
+    /// Live rows whose key is one of the update's.
+    pub(super) rows: RoaringTreemap,
+}
 
 /// The stored rows of an update's keys as a table: groups of data files
 /// with the positions to read in each.
@@ -258,5 +277,140 @@ impl Stream for Timed {
         let poll = this.inner.poll_next_unpin(cx);
         timer.done();
         this.baseline.record_poll(poll)
+    }
+}
+
+/// The rows `file.rows` of one data file, conformed to `schema`.
+async fn read_rows(
+    store: Arc<dyn ObjectStore>,
+    schema: SchemaRef,
+    file: SupersededFile,
+    batch_size: usize,
+) -> Result<impl futures::Stream<Item = Result<RecordBatch>>> {
+    let path = file.view.object_store_path();
+    let reader = object_reader(&store, &path, file.view.size().max(0) as u64);
+    // (the probe's metadata: the page index lets the reader skip pages
+    // holding none of the rows)
+    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.metadata.clone());
+    let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
+    let names: Vec<&str> = schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .filter(|n| builder.schema().field_with_name(n).is_ok())
+        .collect();
+    let mask = ProjectionMask::columns(builder.parquet_schema(), names);
+    let stream = builder
+        .with_projection(mask)
+        .with_row_selection(selection(&file.rows, total))
+        .with_batch_size(batch_size)
+        .build()?;
+    let partition = file.view.partition_values_map();
+    Ok(stream.map(move |batch| conform(&batch?, &schema, &partition)))
+}
+
+/// A Parquet row selection of the positions `rows` out of `total`.
+fn selection(rows: &RoaringTreemap, total: usize) -> RowSelection {
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    for row in rows.iter() {
+        let row = row as usize;
+        match ranges.last_mut() {
+            Some(last) if last.end == row => last.end += 1,
+            _ => ranges.push(row..row + 1),
+        }
+    }
+    RowSelection::from_consecutive_ranges(ranges.into_iter(), total)
+}
+
+/// `batch` (columns of a data file) in `schema`: columns by name, cast when
+/// the file stores another type; a partition column from the file's
+/// partition values; a column the file lacks (added later) NULL.
+fn conform(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+    partition: &std::collections::HashMap<String, Option<String>>,
+) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| -> Result<ArrayRef> {
+            if let Some(column) = batch.column_by_name(field.name()) {
+                return Ok(if column.data_type() == field.data_type() {
+                    Arc::clone(column)
+                } else {
+                    cast(column, field.data_type())?
+                });
+            }
+            match partition.get(field.name()) {
+                Some(Some(value)) => {
+                    ScalarValue::try_from_string(value.clone(), field.data_type())?
+                        .to_array_of_size(n)
+                }
+                Some(None) => ScalarValue::try_from(field.data_type())?.to_array_of_size(n),
+                None => Ok(new_null_array(field.data_type(), n)),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray, Int32Array, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema};
+
+    /// A data file's batch in the table's schema: the key stored as another
+    /// type is cast, the bucket comes from the partition values, a column
+    /// added after the file was written is NULL.
+    #[test]
+    fn batches_are_conformed_to_the_table_schema() -> Result<()> {
+        let file = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)])),
+            vec![Arc::new(Int32Array::from(vec![3, 4]))],
+        )?;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("added", DataType::Utf8, true),
+            Field::new("__cdc_bucket", DataType::Int32, true),
+        ]));
+        let partition = [("__cdc_bucket".to_string(), Some("5".to_string()))].into();
+        let batch = conform(&file, &schema, &partition)?;
+        assert_eq!(batch.schema(), schema);
+        assert_eq!(
+            batch.column(0).as_primitive::<Int64Type>(),
+            &Int64Array::from(vec![3, 4])
+        );
+        assert_eq!(batch.column(1).null_count(), 2);
+        assert_eq!(
+            batch.column(2).as_primitive::<Int32Type>(),
+            &Int32Array::from(vec![5, 5])
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn selections_coalesce_consecutive_rows() {
+        let rows: RoaringTreemap = [0u64, 1, 2, 7, 9, 10].into_iter().collect();
+        let selection = selection(&rows, 12);
+        assert_eq!(selection.row_count(), 6);
+        assert_eq!(selection.skipped_row_count(), 6);
+        let ranges: Vec<_> = selection.iter().map(|s| (s.skip, s.row_count)).collect();
+        assert_eq!(
+            ranges,
+            vec![
+                (false, 3),
+                (true, 4),
+                (false, 1),
+                (true, 1),
+                (false, 2),
+                (true, 1)
+            ]
+        );
     }
 }

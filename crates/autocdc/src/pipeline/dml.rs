@@ -39,15 +39,17 @@ use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
 
-use super::bucket::BUCKET_COL;
-use super::ScdTable;
+use super::{plan_update, Planning, UpdateSource};
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, END_AT_COL, KIND_COL, START_AT_COL,
     WRITTEN_AT_COL,
 };
-use crate::pipeline::{delta_err, plan_update, write_rows, UpdateSource};
 use crate::spec::resolve::written_at_value;
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+use crate::table::bucket::BUCKET_COL;
+use crate::table::commit::write_rows;
+use crate::table::provider::TargetDml;
+use crate::table::{delta_err, ScdTable};
 
 /// Runs one DML statement when executed; yields its `count` row.
 pub struct DmlExec {
@@ -315,20 +317,25 @@ fn raw_plan(table: &ScdTable) -> Result<LogicalPlanBuilder> {
     )
 }
 
-impl ScdTable {
+/// The update pipeline's DML: what [`ScdTable`]'s `TableProvider` hooks call.
+#[derive(Debug, Default)]
+pub struct PipelineDml;
+
+impl TargetDml for PipelineDml {
     /// `DELETE FROM t [WHERE ...]` (SCD 1): live rows become tombstones.
-    pub(crate) fn plan_delete(
-        self: Arc<Self>,
+    fn delete(
+        &self,
+        table: Arc<ScdTable>,
         state: &dyn datafusion::catalog::Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        require(&self, ScdType::Type1, "DELETE")?;
-        keyed_flow(&self, "DELETE")?;
+        require(&table, ScdType::Type1, "DELETE")?;
+        keyed_flow(&table, "DELETE")?;
         let state = session_state(state)?;
         let now = written_at_value(chrono::Utc::now().timestamp_micros());
         let job = async move {
             let hit = matching(filters);
-            let columns = file_columns(&self);
+            let columns = file_columns(&table);
             let state_rows: Vec<Expr> = columns
                 .iter()
                 .map(|c| match c.as_str() {
@@ -352,7 +359,7 @@ impl ScdTable {
                 })
                 .collect();
             rewrite_rows(
-                self,
+                table,
                 state,
                 state_rows,
                 hit,
@@ -365,29 +372,30 @@ impl ScdTable {
     }
 
     /// `UPDATE t SET ... [WHERE ...]` (SCD 1): live rows change in place.
-    pub(crate) fn plan_update_rows(
-        self: Arc<Self>,
+    fn update(
+        &self,
+        table: Arc<ScdTable>,
         state: &dyn datafusion::catalog::Session,
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        require(&self, ScdType::Type1, "UPDATE")?;
-        let flow = keyed_flow(&self, "UPDATE")?;
-        let keys = key_positions(&self, &flow)?;
-        let user = self.meta().user_schema;
+        require(&table, ScdType::Type1, "UPDATE")?;
+        let flow = keyed_flow(&table, "UPDATE")?;
+        let keys = key_positions(&table, &flow)?;
+        let user = table.meta().user_schema;
         for (name, _) in &assignments {
             if keys.iter().any(|&k| user.field(k).name() == name) {
                 return Err(DataFusionError::Plan(format!(
                     "UPDATE of streaming table '{}': key column '{name}' cannot be assigned",
-                    self.name()
+                    table.name()
                 )));
             }
         }
         let state = session_state(state)?;
         let job = async move {
             let hit = matching(filters);
-            let columns = file_columns(&self);
-            let raw_schema = self.raw_provider().schema();
+            let columns = file_columns(&table);
+            let raw_schema = table.raw_provider().schema();
             let assigned = |c: &str| {
                 assignments
                     .iter()
@@ -428,7 +436,7 @@ impl ScdTable {
                 image(CHANGE_POSTIMAGE, true)?,
             ];
             rewrite_rows(
-                self,
+                table,
                 state,
                 state_rows,
                 hit,
@@ -441,13 +449,14 @@ impl ScdTable {
     }
 
     /// `INSERT INTO t ...` (SCD 2): rows become events folded into history.
-    pub(crate) fn plan_insert(
-        self: Arc<Self>,
+    fn insert(
+        &self,
+        table: Arc<ScdTable>,
         state: &dyn datafusion::catalog::Session,
         input: Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        require(&self, ScdType::Type2, "INSERT")?;
-        let flow = keyed_flow(&self, "INSERT")?;
+        require(&table, ScdType::Type2, "INSERT")?;
+        let flow = keyed_flow(&table, "INSERT")?;
         let state = session_state(state)?;
         let job = async move {
             let schema = input.schema();
@@ -459,7 +468,7 @@ impl ScdTable {
                 None,
             )?
             .build()?;
-            let user: Vec<String> = self
+            let user: Vec<String> = table
                 .meta()
                 .user_schema
                 .fields()
@@ -494,11 +503,12 @@ impl ScdTable {
             spec.track_history = flow.track_history.clone();
             let plan = plan_update(
                 &state,
-                Arc::clone(&self),
+                Arc::clone(&table),
                 &spec,
                 false,
                 chrono::Utc::now(),
                 UpdateSource::Events(Box::new(events)),
+                Planning::Adaptive,
             )
             .await?;
             collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;

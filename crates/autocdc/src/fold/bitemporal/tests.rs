@@ -1,0 +1,42 @@
+//! The BITEMPORAL fold on a hand-made history, every split of the input.
+
+use super::super::columns::Kind;
+use super::super::test_support::{fold, rows, spec, up};
+use super::super::ScdType;
+
+/// Business time 10: `a`, known at 10, corrected to `b` at 20; business
+/// time 30: `c`, known at 25. The beliefs: at 10 `a` from 10 on; at 20 `b`
+/// from 10 on; from 25 `b` over [10, 30) and `c` from 30 on.
+#[test]
+fn rows_carry_the_system_intervals_they_were_believed_over() {
+    let events = [
+        up(1, "a", 10).at(10),
+        up(1, "b", 10).at(20),
+        up(1, "c", 30).at(25),
+    ];
+    let mut first = None;
+    for split in 1..=events.len() {
+        let spec = spec(ScdType::Bitemporal, vec![], None);
+        let (out, counts) = fold(&spec, &events, None, split).expect("fold");
+        // [id, v, __start_at, __end_at, __system_start_at, __system_end_at]
+        let table: Vec<String> = rows(&out, &[Kind::Upsert as i8])
+            .iter()
+            .map(|r| r.split(' ').take(6).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(
+            table,
+            [
+                "id=1 v=a start_at=10 end_at=NULL system_start_at=10 system_end_at=20",
+                "id=1 v=b start_at=10 end_at=30 system_start_at=25 system_end_at=NULL",
+                "id=1 v=b start_at=10 end_at=NULL system_start_at=20 system_end_at=25",
+                "id=1 v=c start_at=30 end_at=NULL system_start_at=25 system_end_at=NULL",
+            ],
+            "batches of {split}"
+        );
+        assert_eq!(counts.input_rows, 3);
+        match &first {
+            None => first = Some(table),
+            Some(f) => assert_eq!(f, &table),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The SCD 1 fold's rules on hand-made batches, every split of the input.
+
+use super::super::columns::{
+    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
+};
+use super::super::test_support::{del, fold, rows, spec, up, up_null, Ev};
+use super::super::{FoldCounts, ScdType};
+
+const LIVE: i8 = Kind::Upsert as i8;
+const TOMBSTONE: i8 = Kind::Delete as i8;
+
+fn scd1() -> super::super::FoldSpec {
+    spec(ScdType::Type1, vec![], None)
+}
+
+/// Runs `events` in every split; all must agree. Returns the stored rows
+/// (live, tombstones), the change rows, and the counts.
+fn run(events: &[Ev], watermark: Option<i64>) -> (Vec<String>, Vec<String>, FoldCounts) {
+    let mut result = None;
+    for split in 1..=events.len().max(1) {
+        let (out, counts) = fold(&scd1(), events, watermark, split).expect("fold");
+        let got = (
+            rows(&out, &[LIVE, TOMBSTONE]),
+            rows(
+                &out,
+                &[
+                    CHANGE_INSERT,
+                    CHANGE_PREIMAGE,
+                    CHANGE_POSTIMAGE,
+                    CHANGE_DELETE,
+                ],
+            ),
+            counts,
+        );
+        match &result {
+            None => result = Some(got),
+            Some(first) => assert_eq!(first, &got, "batches of {split}"),
+        }
+    }
+    result.expect("at least one run")
+}
+
+/// | key | events (stored first at equal seq)    | result                    |
+/// |-----|---------------------------------------|---------------------------|
+/// | 1   | new b@3, stored a@5, new c@7          | c@7; b@3 late             |
+/// | 2   | new delete@9                          | tombstone @9              |
+/// | 3   | stored x@4, new x@4 (a replay)        | x@4 unchanged, late       |
+/// | 4   | new p@1, new q@2, new NULL@6          | NULL@6 (inserted)         |
+#[test]
+fn the_greatest_sequence_wins_and_late_events_are_dropped() {
+    let (state, changes, counts) = run(
+        &[
+            up(1, "b", 3),
+            up(1, "a", 5).stored(),
+            up(1, "c", 7),
+            del(2, 9),
+            up(3, "x", 4).stored(),
+            up(3, "x", 4),
+            up(4, "p", 1),
+            up(4, "q", 2),
+            up_null(4, 6),
+        ],
+        None,
+    );
+    assert_eq!(
+        state,
+        [
+            "id=1 v=c cdc_seq=7",
+            "id=2 v=NULL cdc_seq=9",
+            "id=3 v=x cdc_seq=4",
+            "id=4 v=NULL cdc_seq=6",
+        ]
+    );
+    // key 1 updated, key 4 inserted; key 2 was never visible, key 3 unchanged
+    assert_eq!(
+        changes,
+        [
+            "id=1 v=a cdc_seq=5",
+            "id=1 v=c cdc_seq=7",
+            "id=4 v=NULL cdc_seq=6",
+        ]
+    );
+    assert_eq!(
+        counts,
+        FoldCounts {
+            input_rows: 7,
+            upserted: 2,
+            deleted: 0,
+            tombstones: 1,
+            late: 2,
+            duplicates: 0,
+            events_added: 0,
+        }
+    );
+}
+
+/// A delete of a live key leaves a tombstone, and a later-arriving older
+/// upsert of the key stays dropped.
+#[test]
+fn deletes_leave_tombstones_that_keep_late_upserts_out() {
+    let (state, changes, counts) = run(&[up(1, "a", 2).stored(), del(1, 5), up(1, "z", 4)], None);
+    assert_eq!(state, ["id=1 v=NULL cdc_seq=5"]);
+    assert_eq!(changes, ["id=1 v=a cdc_seq=2"]);
+    assert_eq!(
+        (counts.deleted, counts.tombstones, counts.upserted),
+        (1, 1, 0)
+    );
+
+    let (state, _, counts) = run(&[del(1, 5).stored(), up(1, "z", 4)], None);
+    assert_eq!(state, ["id=1 v=NULL cdc_seq=5"]);
+    assert_eq!(counts.late, 1);
+}
+
+/// A key whose winning sequence is at or below the truncate watermark
+/// disappears without a tombstone; newer keys stay.
+#[test]
+fn truncate_removes_keys_at_or_below_the_watermark() {
+    let (state, changes, counts) = run(
+        &[
+            up(1, "a", 2).stored(),
+            up(2, "b", 3),
+            up(3, "c", 8).stored(),
+            up(4, "d", 9),
+        ],
+        Some(3),
+    );
+    assert_eq!(state, ["id=3 v=c cdc_seq=8", "id=4 v=d cdc_seq=9"]);
+    assert_eq!(changes, ["id=1 v=a cdc_seq=2", "id=4 v=d cdc_seq=9"]);
+    assert_eq!((counts.deleted, counts.upserted), (1, 1));
+}
+
+/// Two new events of one key at one sequence: the same event is a
+/// duplicate; different ones fail the fold, naming flow, key and sequence.
+#[test]
+fn equal_sequences_are_duplicates_or_conflicts() {
+    let (state, _, counts) = run(&[up(1, "a", 1), up(1, "a", 1)], None);
+    assert_eq!(state, ["id=1 v=a cdc_seq=1"]);
+    assert_eq!(counts.duplicates, 1);
+
+    let err = fold(&scd1(), &[up(1, "a", 1), up(1, "b", 1)], None, 2)
+        .expect_err("a conflict")
+        .to_string();
+    assert!(
+        err.contains("flow 'f': conflicting events for key (id=1) at SEQUENCE BY value 1"),
+        "{err}"
+    );
+}
+
+/// NULL keys and sequences are refused, naming the flow and the column.
+#[test]
+fn null_keys_and_sequences_are_errors() {
+    let input = super::super::test_support::batch(&scd1().layout, &[up(1, "a", 1)]);
+    let mut kernel = scd1().kernel(&input.schema()).expect("kernel");
+    let nulls = arrow::compute::nullif(
+        input.column(0),
+        &arrow::array::BooleanArray::from(vec![true]),
+    )
+    .expect("nullif");
+    let mut columns = input.columns().to_vec();
+    columns[0] = nulls;
+    let null_key = arrow::array::RecordBatch::try_new(input.schema(), columns).expect("batch");
+    let err = kernel.push(&null_key).expect_err("a NULL key").to_string();
+    assert!(err.contains("flow 'f': KEYS column 'id' is NULL"), "{err}");
+}

@@ -1,0 +1,188 @@
+//! The SCD 2 fold's rules on hand-made batches, every split of the input.
+
+use super::super::columns::{
+    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, STORED_DELETE_EVENT,
+    STORED_UPSERT_EVENT,
+};
+use super::super::test_support::{del, fold, rows, spec, up, up_null, Ev};
+use super::super::{FoldCounts, FoldSpec, PartialUpdates, ScdType};
+
+const VERSION: i8 = Kind::Upsert as i8;
+const CHANGES: [i8; 4] = [
+    CHANGE_INSERT,
+    CHANGE_PREIMAGE,
+    CHANGE_POSTIMAGE,
+    CHANGE_DELETE,
+];
+
+/// Tracks `v` (column 1) unless `tracked` says otherwise.
+fn scd2(tracked: Vec<usize>, partial: Option<PartialUpdates>) -> FoldSpec {
+    spec(ScdType::Type2, tracked, partial)
+}
+
+/// Runs `events` in every split; all must agree. Returns the versions, the
+/// hidden events, the change rows, and the counts.
+fn run(spec: &FoldSpec, events: &[Ev]) -> (Vec<String>, Vec<String>, Vec<String>, FoldCounts) {
+    let mut result = None;
+    for split in 1..=events.len() {
+        let (out, counts) = fold(spec, events, None, split).expect("fold");
+        let got = (
+            rows(&out, &[VERSION]),
+            rows(&out, &[STORED_UPSERT_EVENT, STORED_DELETE_EVENT]),
+            rows(&out, &CHANGES),
+            counts,
+        );
+        match &result {
+            None => result = Some(got),
+            Some(first) => assert_eq!(first, &got, "batches of {split}"),
+        }
+    }
+    result.expect("at least one run")
+}
+
+/// | seq | event      | history (tracked: v)                 |
+/// |-----|------------|--------------------------------------|
+/// | 1   | a          | opens [1, …) with a                  |
+/// | 2   | a          | same tracked value: continues it     |
+/// | 3   | b          | closes it at 3, opens [3, …)         |
+/// | 5   | delete     | closes it at 5                       |
+/// | 7   | c          | opens [7, NULL)                      |
+#[test]
+fn versions_open_on_tracked_changes_and_close_on_deletes() {
+    let (versions, events, changes, counts) = run(
+        &scd2(vec![1], None),
+        &[
+            up(1, "a", 1),
+            up(1, "a", 2),
+            up(1, "b", 3),
+            del(1, 5),
+            up(1, "c", 7),
+        ],
+    );
+    assert_eq!(
+        versions,
+        [
+            "id=1 v=a start_at=1 end_at=3 cdc_seq=2",
+            "id=1 v=b start_at=3 end_at=5 cdc_seq=3",
+            "id=1 v=c start_at=7 end_at=NULL cdc_seq=7",
+        ]
+    );
+    // every event is kept, hidden, with its own values
+    assert_eq!(
+        events,
+        [
+            "id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=5",
+            "id=1 v=a start_at=NULL end_at=NULL cdc_seq=1",
+            "id=1 v=a start_at=NULL end_at=NULL cdc_seq=2",
+            "id=1 v=b start_at=NULL end_at=NULL cdc_seq=3",
+            "id=1 v=c start_at=NULL end_at=NULL cdc_seq=7",
+        ]
+    );
+    // a new key: every version is an insert
+    assert_eq!(changes, versions);
+    assert_eq!(
+        counts,
+        FoldCounts {
+            input_rows: 5,
+            upserted: 4,
+            deleted: 1,
+            tombstones: 0,
+            late: 0,
+            duplicates: 0,
+            events_added: 5,
+        }
+    );
+}
+
+/// With no tracked column, an upsert updates the current version in place.
+#[test]
+fn untracked_changes_update_the_current_version() {
+    let (versions, _, _, _) = run(&scd2(vec![], None), &[up(1, "a", 1), up(1, "b", 2)]);
+    assert_eq!(versions, ["id=1 v=b start_at=1 end_at=NULL cdc_seq=2"]);
+}
+
+/// A late event splits the stored history where it belongs: the version it
+/// cuts short is an update (pre- and post-image), its own an insert.
+#[test]
+fn a_late_event_splits_a_version() {
+    let (versions, _, changes, counts) = run(
+        &scd2(vec![1], None),
+        &[
+            up(1, "a", 1).stored(),
+            up(1, "c", 5).stored(),
+            up(1, "b", 3),
+        ],
+    );
+    assert_eq!(
+        versions,
+        [
+            "id=1 v=a start_at=1 end_at=3 cdc_seq=1",
+            "id=1 v=b start_at=3 end_at=5 cdc_seq=3",
+            "id=1 v=c start_at=5 end_at=NULL cdc_seq=5",
+        ]
+    );
+    assert_eq!(
+        changes,
+        [
+            "id=1 v=a start_at=1 end_at=3 cdc_seq=1",
+            "id=1 v=a start_at=1 end_at=5 cdc_seq=1",
+            "id=1 v=b start_at=3 end_at=5 cdc_seq=3",
+        ]
+    );
+    assert_eq!((counts.input_rows, counts.events_added), (1, 1));
+}
+
+/// A delete stored before the upserts it follows closes them when they come.
+#[test]
+fn an_early_delete_closes_later_arriving_upserts() {
+    let (versions, _, changes, _) = run(&scd2(vec![1], None), &[del(1, 2).stored(), up(1, "a", 1)]);
+    assert_eq!(versions, ["id=1 v=a start_at=1 end_at=2 cdc_seq=1"]);
+    assert_eq!(changes, versions);
+}
+
+/// A replay of a stored event changes nothing; a different event at a
+/// stored sequence is a conflict naming the flow, key and sequence.
+#[test]
+fn replays_change_nothing_and_conflicts_fail() {
+    let (versions, _, changes, counts) = run(
+        &scd2(vec![1], None),
+        &[up(1, "a", 1).stored(), up(1, "a", 1)],
+    );
+    assert_eq!(versions, ["id=1 v=a start_at=1 end_at=NULL cdc_seq=1"]);
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!((counts.duplicates, counts.events_added), (1, 0));
+
+    let err = fold(
+        &scd2(vec![1], None),
+        &[up(1, "a", 1).stored(), up(1, "b", 1)],
+        None,
+        2,
+    )
+    .expect_err("a conflict")
+    .to_string();
+    assert!(
+        err.contains("flow 'f': conflicting events for key (id=1) at SEQUENCE BY value 1 (against a stored event)"),
+        "{err}"
+    );
+}
+
+/// Under IGNORE NULL UPDATES the merge comes before the tracked-column
+/// comparison: a NULL keeps `a` (no new version); hidden events stay raw.
+#[test]
+fn partial_updates_merge_before_tracking() {
+    let (versions, events, _, _) = run(
+        &scd2(vec![1], Some(PartialUpdates::IgnoreNulls(vec![1]))),
+        &[up(1, "a", 1), up_null(1, 2), up(1, "b", 3)],
+    );
+    assert_eq!(
+        versions,
+        [
+            "id=1 v=a start_at=1 end_at=3 cdc_seq=2",
+            "id=1 v=b start_at=3 end_at=NULL cdc_seq=3",
+        ]
+    );
+    assert!(
+        events.contains(&"id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=2".to_string()),
+        "{events:?}"
+    );
+}

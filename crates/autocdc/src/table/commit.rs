@@ -1,0 +1,387 @@
+//! Writing and committing one update of a streaming table.
+//!
+//! [`write_rows`] streams the fold's output into bucketed Parquet data files
+//! and `_change_data/` files (nothing is committed yet); [`commit_state`]
+//! then makes the one Delta commit of the update: removal of the files of the
+//! buckets it rewrote (or deletion vectors marking the rows it replaced), the
+//! new data and change files, the flow's metadata and its checkpoint (a `txn`
+//! action), all or nothing.
+//!
+//! ```text
+//!  fold output ──► route by bucket ──► writer tasks (Parquet, one file series per bucket)
+//!                        │                         │ adds, change files
+//!                        ▼                         ▼
+//!                 change rows ─────────► commit: remove ∪ DV ∪ add ∪ cdc ∪ metadata ∪ txn
+//! ```
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray};
+use arrow::compute::{filter, filter_record_batch};
+use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion_common_runtime::SpawnedTask;
+use deltalake_core::kernel::{Action, AddCDCFile, LogicalFileView, Transaction};
+use deltalake_core::protocol::{DeltaOperation, SaveMode};
+use futures::{StreamExt, TryStreamExt};
+
+use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
+use super::superseded::Superseded;
+use super::writer::{group_by_bucket, BucketWriter};
+use super::{delta_err, ScdTable, TableName};
+use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
+use crate::fold::FoldCounts;
+use crate::spec::FlowSpec;
+
+/// Column of the change data feed files holding the change type.
+pub const CHANGE_TYPE_COL: &str = "_change_type";
+
+/// Schema of the change data feed files: the data file columns (the fold
+/// output; readers expect every table column) plus `_change_type`.
+fn change_data_schema(output: &Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = output.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(
+        CHANGE_TYPE_COL,
+        arrow::datatypes::DataType::Utf8,
+        false,
+    ));
+    Arc::new(Schema::new(fields))
+}
+
+/// Change data feed rows of the fold output in the change file layout.
+fn change_data_batch(rows: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let kinds = rows
+        .column(rows.schema().index_of(KIND_COL)?)
+        .as_primitive::<Int8Type>();
+    let change_types: StringArray = kinds
+        .values()
+        .iter()
+        .map(|k| change_type_name(*k))
+        .collect();
+    let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+    columns.push(Arc::new(change_types));
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// Everything the commit of one flow run needs.
+#[derive(Debug)]
+pub struct CommitRequest {
+    /// Target name.
+    pub target: TableName,
+    /// Target table.
+    pub table: Arc<ScdTable>,
+    /// The flow being run.
+    pub flow: FlowSpec,
+    /// New table metadata (flow definition, schema) to commit, if it changes.
+    pub metadata: Option<deltalake_core::kernel::Metadata>,
+    /// Checkpoint: the flow's run number recorded as a Delta `txn` action.
+    pub run: i64,
+    /// Buckets read and rewritten by this update (`None`: all).
+    pub touched: Option<Vec<i32>>,
+    /// The stored rows of the update's keys when it retires them with
+    /// deletion vectors instead of rewriting the touched buckets (the fold
+    /// then reads and writes only these keys).
+    pub superseded: Option<Arc<Superseded>>,
+    /// Number of key buckets of the table.
+    pub buckets: i32,
+    /// Key column positions in the fold output.
+    pub key_indices: Vec<usize>,
+}
+
+/// Result of a commit.
+#[derive(Debug, Clone, Copy)]
+pub struct CommitOutcome {
+    /// What the fold did.
+    pub counts: FoldCounts,
+    /// Delta version committed.
+    pub version: Option<i64>,
+    /// Data files added.
+    pub files_written: usize,
+}
+
+/// Delta `txn` application id of a flow's checkpoint.
+pub fn checkpoint_app_id(flow: &str) -> String {
+    format!("autocdc.flow.{flow}")
+}
+
+/// Write the new state streamed by `input` and commit it atomically with the
+/// request's metadata and checkpoint. `counts` is read after the input is
+/// exhausted.
+pub async fn commit_state(
+    request: &CommitRequest,
+    input: SendableRecordBatchStream,
+    writers: usize,
+    counts: impl FnOnce() -> (FoldCounts, bool),
+) -> Result<CommitOutcome> {
+    let table = request.table.delta();
+    let store = table.object_store();
+    let (adds, change_files) = write_rows(
+        &store,
+        input,
+        &request.key_indices,
+        request.buckets,
+        writers,
+    )
+    .await?;
+    let (counts, truncated) = counts();
+    let changed = counts.changed_state() || truncated;
+
+    let snapshot = table.snapshot().map_err(delta_err)?;
+    let log_store = table.log_store();
+    let mut actions = Vec::new();
+    if changed {
+        // replace exactly the buckets this update read
+        let views = data_files(&table).await?;
+        for view in &views {
+            let bucket = bucket_of(view);
+            let rewritten = match (&request.touched, bucket) {
+                (None, _) | (_, None) => true,
+                (Some(touched), Some(b)) => b == WATERMARK_BUCKET || touched.contains(&b),
+            };
+            // with deletion vectors, the files of the touched buckets stay,
+            // less the stored rows of the update's keys
+            let kept = request.superseded.is_some() && bucket != Some(WATERMARK_BUCKET);
+            if rewritten && !kept {
+                actions.push(Action::Remove(view.remove_action(true)));
+            }
+        }
+        if let Some(superseded) = &request.superseded {
+            let retired = superseded.retire(&store, &views).await.map_err(|e| {
+                e.context(format!(
+                    "flow '{}': marking the replaced rows of '{}'; nothing of this update was committed",
+                    request.flow.name, request.target
+                ))
+            })?;
+            actions.extend(retired);
+        }
+        actions.extend(adds.iter().cloned().map(Action::Add));
+        actions.extend(change_files.into_iter().map(|f| {
+            Action::Cdc(AddCDCFile {
+                path: f.path,
+                size: f.size,
+                partition_values: f.partition_values,
+                data_change: false,
+                tags: None,
+            })
+        }));
+    } else {
+        // nothing changed: keep the current files, discard the rewritten ones
+        BucketWriter::discard(&store, &adds).await?;
+        BucketWriter::discard(&store, &change_files).await?;
+    }
+    if let Some(md) = &request.metadata {
+        actions.push(Action::Metadata(md.clone()));
+    }
+    actions.push(Action::Txn(Transaction::new(
+        checkpoint_app_id(&request.flow.name),
+        request.run,
+    )));
+    let operation = DeltaOperation::Write {
+        mode: SaveMode::Overwrite,
+        partition_by: None,
+        predicate: None,
+    };
+    let commit = super::commit_builder()
+        .with_actions(actions)
+        .build(Some(snapshot), log_store, operation)
+        .await
+        .map_err(|e| {
+            DataFusionError::Execution(format!(
+                "flow '{}': commit to '{}' failed: {e}; nothing of this update was committed (another writer may have committed first): run it again",
+                request.flow.name, request.target
+            ))
+        })?;
+    request.table.refresh().await?;
+    Ok(CommitOutcome {
+        counts,
+        version: Some(commit.version() as i64),
+        files_written: if changed { adds.len() } else { 0 },
+    })
+}
+
+/// The data files of `table`'s loaded version.
+pub(crate) async fn data_files(table: &deltalake_core::DeltaTable) -> Result<Vec<LogicalFileView>> {
+    let snapshot = table.snapshot().map_err(delta_err)?;
+    snapshot
+        .snapshot()
+        .file_views(table.log_store().as_ref(), None)
+        .try_collect()
+        .await
+        .map_err(delta_err)
+}
+
+/// The key bucket of a data file (`None`: not partitioned by bucket).
+pub(crate) fn bucket_of(view: &LogicalFileView) -> Option<i32> {
+    view.partition_values_map()
+        .get(BUCKET_COL)
+        .cloned()
+        .flatten()
+        .and_then(|b| b.parse::<i32>().ok())
+}
+
+/// Write the rows of a new state into bucketed data files and its change data
+/// feed rows (kinds ≥ [`CHANGE_INSERT`]) into `_change_data/` files; returns
+/// both file lists (nothing is committed).
+///
+/// Encoding and compressing Parquet is most of the work, so it runs on
+/// `writers` tasks, each owning the files of the buckets `b` with
+/// `b % writers` equal to its number (one file series per bucket, as with a
+/// single writer); this task only computes buckets and routes rows.
+pub async fn write_rows(
+    store: &Arc<dyn object_store::ObjectStore>,
+    mut input: SendableRecordBatchStream,
+    key_indices: &[usize],
+    bucket_count: i32,
+    writers: usize,
+) -> Result<(
+    Vec<deltalake_core::kernel::Add>,
+    Vec<deltalake_core::kernel::Add>,
+)> {
+    let schema = input.schema();
+    let change_schema = change_data_schema(&schema);
+    let kind_index = schema.index_of(KIND_COL)?;
+    let writers = writers.max(1);
+    let (mut routes, mut tasks) = (Vec::with_capacity(writers), Vec::with_capacity(writers));
+    for _ in 0..writers {
+        let (route, rows) = tokio::sync::mpsc::channel(2);
+        routes.push(route);
+        tasks.push(SpawnedTask::spawn(write_routed(
+            Arc::clone(store),
+            Arc::clone(&schema),
+            Arc::clone(&change_schema),
+            rows,
+        )));
+    }
+    let routed = async {
+        while let Some(batch) = input.next().await {
+            let batch = batch?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let keys: Vec<ArrayRef> = key_indices
+                .iter()
+                .map(|&i| Arc::clone(batch.column(i)))
+                .collect();
+            let buckets = bucket_array(&keys, batch.num_rows(), bucket_count)?;
+            let kinds = batch.column(kind_index).as_primitive::<Int8Type>();
+            let buckets: Int32Array = buckets
+                .values()
+                .iter()
+                .zip(kinds.values().iter())
+                .map(|(b, k)| {
+                    if *k == Kind::Truncate as i8 {
+                        WATERMARK_BUCKET
+                    } else {
+                        *b
+                    }
+                })
+                .collect();
+            // state rows (live, tombstones, hidden events, the watermark) and
+            // change data feed rows go to different files
+            let change_rows = BooleanArray::from_unary(kinds, |k| k >= CHANGE_INSERT);
+            if change_rows.true_count() > 0 {
+                let rows = filter_record_batch(&batch, &change_rows)?;
+                let rows = change_data_batch(&rows, &change_schema)?;
+                let row_buckets = filter(&buckets, &change_rows)?;
+                route(&routes, Routed::Change, rows, row_buckets.as_primitive()).await?;
+            }
+            let state_rows = BooleanArray::from_unary(kinds, |k| k < CHANGE_INSERT);
+            if state_rows.true_count() == batch.num_rows() {
+                route(&routes, Routed::State, batch, &buckets).await?;
+            } else if state_rows.true_count() > 0 {
+                let rows = filter_record_batch(&batch, &state_rows)?;
+                let row_buckets = filter(&buckets, &state_rows)?;
+                route(&routes, Routed::State, rows, row_buckets.as_primitive()).await?;
+            }
+        }
+        Ok::<_, DataFusionError>(())
+    }
+    .await;
+    drop(routes);
+    let (mut adds, mut change_files) = (Vec::new(), Vec::new());
+    let mut failure = routed.err();
+    for task in tasks {
+        match task.join().await {
+            Ok(Ok((a, c))) => {
+                adds.extend(a);
+                change_files.extend(c);
+            }
+            // a writer's own error explains a failed route best
+            Ok(Err(e)) => failure = Some(e),
+            Err(e) => failure = Some(DataFusionError::ExecutionJoin(Box::new(e))),
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((adds, change_files)),
+    }
+}
+
+/// Which files routed rows belong in.
+#[derive(Debug, Clone, Copy)]
+enum Routed {
+    State,
+    Change,
+}
+
+/// Rows for one writer task, with their buckets.
+type RoutedRows = (Routed, RecordBatch, Int32Array);
+
+/// Send each row of `rows` to the writer task of its bucket.
+async fn route(
+    routes: &[tokio::sync::mpsc::Sender<RoutedRows>],
+    kind: Routed,
+    rows: RecordBatch,
+    buckets: &Int32Array,
+) -> Result<()> {
+    let closed = || DataFusionError::Execution("a file writer stopped".into());
+    let writers = routes.len() as i32;
+    let writer_of = |b: i32| b.rem_euclid(writers) as usize;
+    let first = buckets.values().first().map(|b| writer_of(*b));
+    if let Some(w) = first.filter(|&w| buckets.values().iter().all(|b| writer_of(*b) == w)) {
+        return routes[w]
+            .send((kind, rows, buckets.clone()))
+            .await
+            .map_err(|_| closed());
+    }
+    // one copy grouping the rows by writer, then bucket: each writer gets
+    // a slice, already grouped for its files
+    let (rows, buckets) = group_by_bucket(&rows, buckets, |b| writer_of(b) as i32)?;
+    let values = buckets.values();
+    let mut start = 0;
+    while start < values.len() {
+        let w = writer_of(values[start]);
+        let len = values[start..]
+            .iter()
+            .position(|b| writer_of(*b) != w)
+            .unwrap_or(values.len() - start);
+        routes[w]
+            .send((kind, rows.slice(start, len), buckets.slice(start, len)))
+            .await
+            .map_err(|_| closed())?;
+        start += len;
+    }
+    Ok(())
+}
+
+/// One writer task of [`write_rows`]: writes the rows routed to it.
+async fn write_routed(
+    store: Arc<dyn object_store::ObjectStore>,
+    schema: SchemaRef,
+    change_schema: SchemaRef,
+    mut rows: tokio::sync::mpsc::Receiver<RoutedRows>,
+) -> Result<(
+    Vec<deltalake_core::kernel::Add>,
+    Vec<deltalake_core::kernel::Add>,
+)> {
+    let mut state = BucketWriter::new(Arc::clone(&store), schema);
+    let mut changes = BucketWriter::change_data(store, change_schema);
+    while let Some((kind, batch, buckets)) = rows.recv().await {
+        match kind {
+            Routed::State => state.write(&batch, &buckets).await?,
+            Routed::Change => changes.write(&batch, &buckets).await?,
+        }
+    }
+    Ok((state.finish().await?, changes.finish().await?))
+}
