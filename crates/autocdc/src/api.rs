@@ -202,7 +202,7 @@ impl AutoCdcFlowBuilder<'_> {
         self
     }
     /// `ignore_null_updates`: NULLs in an upsert keep the current value of
-    /// every non-key column (SPEC §2.6).
+    /// every non-key column.
     pub fn ignore_null_updates(mut self, on: bool) -> Self {
         self.spec.ignore_null_updates = on.then_some(ColumnSelection::All);
         self
@@ -226,13 +226,13 @@ impl AutoCdcFlowBuilder<'_> {
         self
     }
     /// `columns_to_update`: a source column of type `List<Utf8>` naming the
-    /// target columns each upsert writes (SPEC §2.6).
+    /// target columns each upsert writes.
     pub fn columns_to_update(mut self, column: impl Into<String>) -> Self {
         self.spec.columns_to_update = Some(column.into());
         self
     }
     /// `system_sequence_by`: the system-time column of a BITEMPORAL target
-    /// (SPEC §2.5).
+    ///.
     pub fn system_sequence_by(mut self, column: impl Into<String>) -> Self {
         self.spec.system_sequence_by = Some(column.into());
         self

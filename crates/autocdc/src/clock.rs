@@ -1,5 +1,5 @@
 //! The clock that stamps updates: stored rows carry the time of the update
-//! that wrote them, and tombstones expire by it (SPEC §2.3 retention).
+//! that wrote them, and tombstones expire by it (retention).
 //! Injectable so that retention can be tested without waiting.
 
 use std::sync::Mutex;

@@ -302,7 +302,7 @@ impl CdcSession {
                 .map(|(k, v)| (k.clone(), Some(v.clone()))),
         );
         config.push((BUCKETS_PROPERTY.to_string(), Some(buckets.to_string())));
-        // every update writes its net change as Delta CDC files (SPEC §4)
+        // every update writes its net change as Delta CDC files
         config.push((
             "delta.enableChangeDataFeed".to_string(),
             Some("true".to_string()),
@@ -378,7 +378,7 @@ impl CdcSession {
     }
 
     /// Run a snapshot flow: every available version in ascending order, each
-    /// committed on its own (SPEC §3). One result row per version.
+    /// committed on its own. One result row per version.
     async fn run_snapshot_flow(
         &self,
         table: &Arc<ScdTable>,
@@ -933,7 +933,7 @@ impl CdcSession {
 /// Protocol of a new streaming table: table features (reader 3, writer 7)
 /// with `timestampNtz`, so that flows can store `TIMESTAMP` (without time
 /// zone) columns and sequences whose types are fixed only by the first update,
-/// and `changeDataFeed` (SPEC §4).
+/// and `changeDataFeed`.
 fn table_protocol(deletion_vectors: bool) -> Result<deltalake_core::kernel::Protocol> {
     let mut readers = vec!["timestampNtz"];
     let mut writers = vec!["timestampNtz", "changeDataFeed"];

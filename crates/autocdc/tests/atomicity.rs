@@ -1,4 +1,4 @@
-//! Atomicity (SPEC §2.7): an update interrupted at any call to storage —
+//! Atomicity: an update interrupted at any call to storage —
 //! one failing call, or a "crash" after which every call fails — leaves the
 //! target as it was (or, if the interruption came after the commit, as the
 //! finished update left it); running it again in a new process on the same

@@ -205,7 +205,7 @@ fn assert_confined(root: &Path, warehouse: &Path, after: &str) {
 
 /// A NULL key in an UPSERT or DELETE event fails the update, naming the flow,
 /// the KEYS column, the event kind and its sequence; nothing is committed.
-/// A NULL key in a TRUNCATE event is ignored (SPEC §2.2).
+/// A NULL key in a TRUNCATE event is ignored.
 #[tokio::test]
 async fn null_key_fails_the_update_and_commits_nothing() {
     let s = memory_session().await;
@@ -285,7 +285,7 @@ async fn null_sequence_fails_the_update_and_commits_nothing() {
 }
 
 /// A NULL in one field of a `SEQUENCE BY STRUCT(...)` is a NULL sequence
-/// column too (SPEC §2.2: "NULL in a sequence column → error").
+/// column too ("NULL in a sequence column → error").
 #[tokio::test]
 async fn null_struct_sequence_field_fails_the_update() {
     let s = memory_session().await;
@@ -356,7 +356,7 @@ async fn non_orderable_sequence_type_is_refused() {
     .await;
 }
 
-/// SPEC §2.8: validation messages name the offending column, so the
+/// validation messages name the offending column, so the
 /// non-orderable message names the sequence column as well as its type.
 #[tokio::test]
 async fn non_orderable_sequence_error_names_the_column() {

@@ -993,7 +993,7 @@ async fn indexed_snapshot_diff_falls_back_to_sorting() {
     );
 }
 
-/// SPEC §2.3 retention: a tombstone blocks a late upsert until it expires
+/// Retention: a tombstone blocks a late upsert until it expires
 /// (`pipelines.cdc.tombstoneGCThresholdInSeconds`, by the session clock).
 #[tokio::test]
 async fn tombstones_expire_after_the_retention_threshold() {
@@ -1032,7 +1032,7 @@ async fn tombstones_expire_after_the_retention_threshold() {
 #[path = "../../../examples/bitemporal.rs"]
 mod bitemporal_example;
 
-/// `examples/bitemporal.rs`: the SPEC §2.5 table and both as-of answers.
+/// `examples/bitemporal.rs`: the BITEMPORAL example table and both as-of answers.
 #[tokio::test]
 async fn bitemporal_example_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -1209,7 +1209,7 @@ async fn change_feed_reads_through_deltalakes_reader() {
     );
 }
 
-/// The Rust builder's partial-update parameters (SPEC §2.6) behave like the SQL
+/// The Rust builder's partial-update parameters behave like the SQL
 /// clauses.
 #[tokio::test]
 async fn builder_partial_updates() {

@@ -1,4 +1,4 @@
-//! Differential property tests (SPEC §2.7): random histories — keys, upserts,
+//! Differential property tests: random histories — keys, upserts,
 //! deletes, truncates, NULLs in value columns, equal-value repeats, late
 //! events, replays, partial-update options — are split at random into
 //! updates, shuffled, run through the engine on tiny batches and several

@@ -1,4 +1,4 @@
-//! Differential property test of AUTO CDC FROM SNAPSHOT (SPEC §3): random
+//! Differential property test of AUTO CDC FROM SNAPSHOT: random
 //! sequences of snapshots (random key subsets, values with NULLs, empty
 //! snapshots) are applied to an SCD 1 target, which must equal the last
 //! snapshot after every refresh, with a change feed that holds exactly the

@@ -1,4 +1,4 @@
-//! BITEMPORAL fold (SPEC §2.5): business time × system time.
+//! BITEMPORAL fold: business time × system time.
 //!
 //! The belief `B(T)` at system time `T` is the SCD 2 history (business time =
 //! SEQUENCE BY) of the events whose system time is ≤ `T`, where of several

@@ -35,7 +35,7 @@ pub const START_AT_COL: &str = "__start_at";
 pub const END_AT_COL: &str = "__end_at";
 
 /// Commit time (UTC µs, by the session clock) of the update that wrote a
-/// stored row; tombstones expire by it (SPEC §2.3 retention).
+/// stored row; tombstones expire by it (retention).
 pub const WRITTEN_AT_COL: &str = "__cdc_written_at";
 /// Where an event comes from during an update, see [`Origin`] (never stored).
 pub const ORIGIN_COL: &str = "__cdc_origin";

@@ -1,4 +1,4 @@
-//! Data errors of the fold kernels (SPEC §2.2): each names the flow, the
+//! Data errors of the fold kernels: each names the flow, the
 //! clause or key, and the offending value, and says that nothing was
 //! committed (the update fails before its commit).
 
@@ -100,7 +100,7 @@ fn first_null(array: &dyn Array) -> usize {
 }
 
 /// The first row whose value is NULL or, for a STRUCT (a `SEQUENCE BY
-/// STRUCT(...)`), holds a NULL field at any depth (SPEC §2.2: a NULL in a
+/// STRUCT(...)`), holds a NULL field at any depth (a NULL in a
 /// sequence column is an error).
 pub fn first_null_value(array: &dyn Array) -> Option<usize> {
     if array.null_count() > 0 {

@@ -63,10 +63,10 @@ pub struct FoldSpec {
     pub stored_as: ScdType,
     /// Tracked target columns (SCD 2).
     pub tracked: Vec<usize>,
-    /// New events win ties with stored rows of equal sequence (snapshots,
-    /// SPEC §3); otherwise the stored row wins and the event is late.
+    /// New events win ties with stored rows of equal sequence (a snapshot at
+    /// `v` wins over events at `v`); otherwise the stored row wins and the event is late.
     pub new_wins_ties: bool,
-    /// `IGNORE NULL UPDATES` / `COLUMNS TO UPDATE` (SPEC §2.6).
+    /// `IGNORE NULL UPDATES` / `COLUMNS TO UPDATE`.
     pub partial: Option<PartialUpdates>,
     /// Fold with the [`IndexedScd1Fold`] where it applies (see
     /// [`FoldSpec::uses_indexed_fold`]); otherwise over sorted events.

@@ -1,4 +1,4 @@
-//! Partial updates (SPEC §2.6): `IGNORE NULL UPDATES [ON ...]` and
+//! Partial updates: `IGNORE NULL UPDATES [ON ...]` and
 //! `COLUMNS TO UPDATE`.
 //!
 //! An upsert under a partial-update option writes only some target columns;
@@ -22,8 +22,7 @@
 //!
 //! Two chains are folded: a *history* (SCD 2: all events of the key, the
 //! chain starts empty) and the *latest* row (SCD 1: the stored row is the base;
-//! late events and events at or below the truncate watermark are dropped whole,
-//! SPEC §2.3).
+//! late events and events at or below the truncate watermark are dropped whole).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;

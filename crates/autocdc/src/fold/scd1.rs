@@ -1,4 +1,4 @@
-//! SCD type 1 fold (SPEC §2.2, §2.3).
+//! SCD type 1 fold.
 //!
 //! SCD 1 keeps one stored row per key: the row itself (live) or a tombstone,
 //! each carrying the sequence of the event that produced it, plus a single

@@ -1,4 +1,4 @@
-//! SCD type 2 fold (SPEC §2.2, §2.4).
+//! SCD type 2 fold.
 //!
 //! History is a function of the *set* of events: the target keeps, hidden,
 //! every event ever folded into a key's history (upserts that changed nothing
@@ -150,7 +150,7 @@ pub(super) struct Version {
 }
 
 /// Fold a key's distinct events (in sequence order) into its versions
-/// (SPEC §2.4).
+///.
 pub(super) fn fold_versions(
     events: &[usize],
     kinds: &Int8Array,
@@ -240,7 +240,7 @@ impl Scd2Fold {
         let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
         let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
         let values = to_rows(&self.value_converter, batch, &self.value_columns)?;
-        // versions hold merged rows under partial updates (SPEC §2.6: the
+        // versions hold merged rows under partial updates (the
         // merge happens before the tracked-column comparison)
         let merged = match &self.merger {
             Some(merger) => Some(merger.merge(batch, end, &keys, &seqs, Chain::History)?),

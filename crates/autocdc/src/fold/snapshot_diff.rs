@@ -1,4 +1,4 @@
-//! Snapshot diff (SPEC §3): the change events that turn the target's live
+//! Snapshot diff: the change events that turn the target's live
 //! state into a snapshot at version `v`.
 //!
 //! Input: the snapshot's rows and the target's live rows, tagged by side

@@ -1,4 +1,4 @@
-//! `last_snapshot_version()` and `current_snapshot_version()` (SPEC §3).
+//! `last_snapshot_version()` and `current_snapshot_version()`.
 //!
 //! Each returns a one-column table whose column has the name and type of the
 //! version query's output: `last_snapshot_version()` zero or one row (the

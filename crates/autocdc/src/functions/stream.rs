@@ -1,5 +1,5 @@
 //! `stream(table)`: the documented way to name a flow source. Flows read
-//! their whole source at every update (replays are harmless, SPEC §2.7), so
+//! their whole source at every update (replays are harmless), so
 //! `stream(t)` reads `t` itself; it exists so the documented SQL —
 //! `FROM stream(cdc_data.users)` — works verbatim in flows and in queries.
 

@@ -1,5 +1,5 @@
 //! `table_changes('target', from_version [, to_version])`: the change data
-//! feed of a streaming table (SPEC §4), read through deltalake's own CDF
+//! feed of a streaming table, read through deltalake's own CDF
 //! reader: the target's visible columns plus `_change_type`,
 //! `_commit_version` and `_commit_timestamp`. Versions are inclusive.
 

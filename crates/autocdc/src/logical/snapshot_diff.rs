@@ -8,7 +8,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
 use crate::fold::snapshot_diff::diff_output_schema;
 
-/// Diffs a snapshot against the target's live rows (SPEC §3) and produces
+/// Diffs a snapshot against the target's live rows and produces
 /// the change events at the snapshot's version, which feed `AutoCdc`.
 ///
 /// Input: `[target columns..., __cdc_side]` — the live rows (side 0) and the

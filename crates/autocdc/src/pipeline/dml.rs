@@ -1,6 +1,6 @@
 //! DML on streaming tables (`DELETE FROM`, `UPDATE`, `INSERT INTO`), through
 //! DataFusion's `TableProvider` hooks, keeping the bookkeeping later flows
-//! sequence against (SPEC §4, the documentation's "DML on targets"):
+//! sequence against (the documentation's "DML on targets"):
 //!
 //! * SCD 1 `DELETE`: matching live rows become tombstones at their stored
 //!   sequence, so a late event for the key stays dropped;

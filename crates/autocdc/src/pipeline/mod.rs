@@ -59,7 +59,7 @@ use crate::table::superseded::Superseded;
 use crate::table::{delta_err, ScdTable, FLOW_KEY_PREFIX};
 
 /// Table property: the greatest snapshot version applied; change events at
-/// or below it are dropped (SPEC §3).
+/// or below it are dropped.
 pub const SNAPSHOT_WATERMARK_PROPERTY: &str = "autocdc.snapshot_watermark";
 
 /// Prefix of the table properties of snapshot flows.
@@ -163,7 +163,7 @@ pub async fn plan_update(
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
             let mut events = resolved.events.clone();
             // change events not newer than the last snapshot are older than
-            // an authoritative state and dropped (SPEC §3)
+            // an authoritative state and dropped
             if let Some(watermark) = meta.properties.get(SNAPSHOT_WATERMARK_PROPERTY) {
                 let watermark =
                     ScalarValue::try_from_string(watermark.clone(), &resolved.sequence_type)?;
@@ -321,7 +321,7 @@ pub async fn plan_update(
             )
         } else {
             // retention: tombstones older than the threshold are gone, so a
-            // late upsert of their key applies as new (SPEC §2.3)
+            // late upsert of their key applies as new
             let cutoff =
                 now_micros.saturating_sub(meta.tombstone_retention_secs.saturating_mul(1_000_000));
             let expired =

@@ -8,7 +8,7 @@
 //!  │                              data feed: inserted and updated rows
 //!  ├─ listing table (Parquet,  ─► files not in the checkpoint
 //!  │  CSV, JSON folder)
-//!  └─ anything else ───────────► everything (replays are harmless, SPEC §2.7)
+//!  └─ anything else ───────────► everything (replays are harmless)
 //! ```
 //!
 //! The first update of a flow (and every update after `REFRESH ... FULL`)

@@ -1,5 +1,5 @@
 //! Flow definitions: what the SQL front end and the Rust builder produce, and
-//! what is persisted with the target table (SPEC §2).
+//! what is persisted with the target table.
 //!
 //! A [`FlowSpec`] is plain data (serialisable, no DataFusion objects): clause
 //! expressions and source queries are kept as SQL text together with the SQL
@@ -22,7 +22,7 @@ pub enum FlowSource {
     Table(String),
     /// A SQL query, written in the flow's dialect.
     Query(String),
-    /// `FROM SNAPSHOT (query) [WITH VERSION (query)]` (SPEC §3): full
+    /// `FROM SNAPSHOT (query) [WITH VERSION (query)]`: full
     /// snapshots diffed by key. Without a version query the version is the
     /// update's time (periodic snapshots).
     Snapshot {
@@ -38,7 +38,7 @@ pub enum FlowSource {
 }
 
 impl FlowSource {
-    /// Whether the flow reads snapshots (SPEC §3) rather than change events.
+    /// Whether the flow reads snapshots rather than change events.
     pub fn is_snapshot(&self) -> bool {
         matches!(self, Self::Snapshot { .. } | Self::SnapshotFunction)
     }
@@ -101,14 +101,14 @@ pub struct FlowSpec {
     pub stored_as_scd_type: ScdType,
     /// `ONCE`: run only at creation and on a full refresh.
     pub once: bool,
-    /// `IGNORE NULL UPDATES [ON ...]` (SPEC §2.6).
+    /// `IGNORE NULL UPDATES [ON ...]`.
     pub ignore_null_updates: Option<ColumnSelection>,
     /// `TRACK HISTORY ON ...` (SCD 2).
     pub track_history: Option<ColumnSelection>,
-    /// `SYSTEM SEQUENCE BY`: system time of a BITEMPORAL target (SPEC §2.5).
+    /// `SYSTEM SEQUENCE BY`: system time of a BITEMPORAL target.
     pub system_sequence_by: Option<String>,
     /// `COLUMNS TO UPDATE`: the `List<Utf8>` column naming the columns each
-    /// upsert writes (SPEC §2.6).
+    /// upsert writes.
     pub columns_to_update: Option<String>,
     /// SQL dialect the texts above are written in (DataFusion dialect name).
     pub dialect: String,

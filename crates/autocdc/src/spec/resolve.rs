@@ -1,5 +1,5 @@
-//! Validation of a [`FlowSpec`] against its source and target (SPEC §2.1,
-//! §2.8), producing the logical plan of the flow's change events.
+//! Validation of a [`FlowSpec`] against its source and target (clauses,
+//! columns, types), producing the logical plan of the flow's change events.
 
 use std::sync::Arc;
 
@@ -183,7 +183,7 @@ pub fn storage_type(dt: &DataType) -> DataType {
     }
 }
 
-/// Whether values of this type can order events (SPEC §2.1).
+/// Whether values of this type can order events.
 pub fn is_orderable(dt: &DataType) -> bool {
     match dt {
         DataType::Int8
@@ -621,7 +621,7 @@ pub fn resolve(
             _ => {}
         }
     }
-    // Keys are a set of columns (SPEC §2.8): `KEYS (a, b)` and `KEYS (b, a)`
+    // Keys are a set of columns: `KEYS (a, b)` and `KEYS (b, a)`
     // name the same key, so every flow of a target hashes, buckets, sorts
     // and compares its keys in the target's column order.
     let mut key_indices: Vec<usize> = key_indices

@@ -1,4 +1,4 @@
-//! Rules between the flows of one target (SPEC §2.8), checked when a flow is
+//! Rules between the flows of one target, checked when a flow is
 //! defined, before anything is created.
 //!
 //! | rule                                                     | clause      |

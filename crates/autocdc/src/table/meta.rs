@@ -16,7 +16,7 @@ use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{BUCKETS_PROPERTY, DEFAULT_BUCKETS};
 
-/// Table property: tombstone retention in seconds (SPEC §2.3).
+/// Table property: tombstone retention in seconds.
 pub const TOMBSTONE_GC_PROPERTY: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";
 /// Default tombstone retention: two days.
 pub const DEFAULT_TOMBSTONE_GC_SECS: i64 = 172_800;

@@ -1,4 +1,4 @@
-//! BITEMPORAL (SPEC §2.5) by definition: at every system time in the data,
+//! BITEMPORAL by definition: at every system time in the data,
 //! recompute the belief from scratch (per business sequence the latest-known
 //! event, then the SCD 2 history), and record each row with the maximal
 //! system-time intervals over which it is believed.

@@ -1,4 +1,5 @@
-//! A deliberately naive model of SPEC §2 — per key, keep every event, sort,
+//! A deliberately naive model of the AUTO CDC rules (the README's
+//! Semantics) — per key, keep every event, sort,
 //! fold — used by the differential property tests. It shares no code with the
 //! engine: plain Rust collections, one event at a time, no Arrow.
 //!
@@ -12,7 +13,7 @@ pub mod bitemporal;
 pub mod scd1;
 pub mod scd2;
 
-/// Event kind (SPEC §2.1).
+/// Event kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Upsert,
@@ -39,7 +40,7 @@ pub struct Event {
     pub writes: Option<u8>,
 }
 
-/// The flow's partial-update option (SPEC §2.6).
+/// The flow's partial-update option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Partial {
     None,

@@ -1,4 +1,4 @@
-//! SCD TYPE 1 (SPEC §2.3): updates apply one after the other; inside an
+//! SCD TYPE 1: updates apply one after the other; inside an
 //! update, events apply one at a time in sequence order (a TRUNCATE after the
 //! key events of its sequence).
 

@@ -1,4 +1,4 @@
-//! SCD TYPE 2 (SPEC §2.4, §2.6): the history is a function of the set of
+//! SCD TYPE 2: the history is a function of the set of
 //! events: per key, sort the distinct events, merge partial updates (an
 //! upsert after a delete starts from nothing), then open, close or update
 //! versions by the tracked columns.
