@@ -28,22 +28,22 @@ use crate::functions::{
 use crate::physical::commit_exec::result_batch;
 use crate::physical::commit_exec::result_schema;
 use crate::pipeline::dml::PipelineDml;
-use crate::pipeline::source::SOURCE_CHECKPOINT_PREFIX;
-use crate::pipeline::{last_version_property, plan_update, Planning, UpdateSource};
-use crate::pipeline::{
-    DELETION_VECTORS_PROPERTY, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
-};
+use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::resolve::storage_type;
 use crate::spec::resolve::{plan_source, written_at_value};
 use crate::spec::shared_target::check_joins_target;
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
-use crate::table::bucket::{bucket_field, BUCKETS_PROPERTY, BUCKET_COL, DEFAULT_BUCKETS};
+use crate::table::bucket::{bucket_field, BUCKET_COL, DEFAULT_BUCKETS};
 use crate::table::delta_err;
 use crate::table::meta::TableDecl;
-use crate::table::FLOW_KEY_PREFIX;
-use crate::table::{ScdTable, TableName, Warehouse, TABLE_KEY};
+use crate::table::properties::{
+    last_version_property, BUCKETS_PROPERTY, CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY,
+    FLOW_KEY_PREFIX, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
+    SOURCE_CHECKPOINT_PREFIX, TABLE_KEY,
+};
+use crate::table::{ScdTable, TableName, Warehouse};
 use crate::AutoCdc;
 use deltalake_core::kernel::MetadataExt;
 
@@ -304,7 +304,7 @@ impl CdcSession {
         config.push((BUCKETS_PROPERTY.to_string(), Some(buckets.to_string())));
         // every update writes its net change as Delta CDC files
         config.push((
-            "delta.enableChangeDataFeed".to_string(),
+            CHANGE_DATA_FEED_PROPERTY.to_string(),
             Some("true".to_string()),
         ));
         let deletion_vectors =

@@ -53,22 +53,14 @@ use crate::spec::resolve::{
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
-use crate::table::commit::{bucket_of, checkpoint_app_id, data_files, CommitRequest};
+use crate::table::commit::{bucket_of, data_files, CommitRequest};
 use crate::table::deletion_vectors::KeySet;
+use crate::table::properties::{
+    checkpoint_app_id, last_version_property, DELETION_VECTORS_PROPERTY, FLOW_KEY_PREFIX,
+    SNAPSHOT_WATERMARK_PROPERTY,
+};
 use crate::table::superseded::Superseded;
-use crate::table::{delta_err, ScdTable, FLOW_KEY_PREFIX};
-
-/// Table property: the greatest snapshot version applied; change events at
-/// or below it are dropped.
-pub const SNAPSHOT_WATERMARK_PROPERTY: &str = "autocdc.snapshot_watermark";
-
-/// Prefix of the table properties of snapshot flows.
-pub const SNAPSHOT_PROPERTY_PREFIX: &str = "autocdc.snapshot.";
-
-/// Table property holding the last snapshot version processed by a flow.
-pub fn last_version_property(flow: &str) -> String {
-    format!("{SNAPSHOT_PROPERTY_PREFIX}{flow}.last_version")
-}
+use crate::table::{delta_err, ScdTable};
 
 /// A sequence value as table-property text (read back with
 /// [`ScalarValue::try_from_string`]).
@@ -81,9 +73,6 @@ pub fn scalar_to_text(value: &ScalarValue) -> Result<String> {
         ))),
     }
 }
-
-/// Table property that lets writers add deletion vectors (Delta protocol).
-pub const DELETION_VECTORS_PROPERTY: &str = "delta.enableDeletionVectors";
 
 /// Most keys an update retires with deletion vectors (they are held in memory).
 const MAX_DELETION_VECTOR_KEYS: usize = 10_000_000;

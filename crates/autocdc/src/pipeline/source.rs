@@ -34,15 +34,8 @@ use crate::functions::table_changes::changes_provider;
 use crate::spec::resolve::plan_source;
 use crate::spec::{FlowSource, FlowSpec};
 use crate::table::meta::TableMeta;
+use crate::table::properties::source_checkpoint_property;
 use crate::table::ScdTable;
-
-/// Prefix of the target properties holding the flows' source checkpoints.
-pub const SOURCE_CHECKPOINT_PREFIX: &str = "autocdc.source.";
-
-/// Target property holding the source checkpoint of `flow`.
-pub fn source_checkpoint_property(flow: &str) -> String {
-    format!("{SOURCE_CHECKPOINT_PREFIX}{flow}")
-}
 
 /// What a flow has read of its source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

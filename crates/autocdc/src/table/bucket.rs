@@ -17,10 +17,10 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
 
+use super::properties::BUCKETS_PROPERTY;
+
 /// Hidden partition column holding a row's bucket.
 pub const BUCKET_COL: &str = "__cdc_bucket";
-/// Table property: number of key buckets.
-pub const BUCKETS_PROPERTY: &str = "autocdc.buckets";
 /// Buckets of a new table unless `TBLPROPERTIES` says otherwise.
 pub const DEFAULT_BUCKETS: i32 = 16;
 /// Bucket of the rows that belong to no key (the truncate watermark).

@@ -27,6 +27,7 @@ use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
 
 use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
+use super::properties::checkpoint_app_id;
 use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter};
 use super::{delta_err, ScdTable, TableName};
@@ -98,11 +99,6 @@ pub struct CommitOutcome {
     pub version: Option<i64>,
     /// Data files added.
     pub files_written: usize,
-}
-
-/// Delta `txn` application id of a flow's checkpoint.
-pub fn checkpoint_app_id(flow: &str) -> String {
-    format!("autocdc.flow.{flow}")
 }
 
 /// Write the new state streamed by `input` and commit it atomically with the

@@ -14,17 +14,13 @@ use crate::fold::columns::{
 };
 use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
-use crate::table::bucket::{BUCKETS_PROPERTY, DEFAULT_BUCKETS};
+use crate::table::bucket::DEFAULT_BUCKETS;
+use crate::table::properties::{
+    BUCKETS_PROPERTY, FLOW_KEY_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
+};
 
-/// Table property: tombstone retention in seconds.
-pub const TOMBSTONE_GC_PROPERTY: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";
 /// Default tombstone retention: two days.
 pub const DEFAULT_TOMBSTONE_GC_SECS: i64 = 172_800;
-
-/// Table property holding [`TableDecl`] (JSON).
-pub const TABLE_KEY: &str = "autocdc.table";
-/// Prefix of the table properties holding one [`FlowSpec`] (JSON) each.
-pub const FLOW_KEY_PREFIX: &str = "autocdc.flow.";
 
 /// How the table was declared.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

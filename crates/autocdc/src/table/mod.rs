@@ -5,13 +5,14 @@ pub mod bucket;
 pub mod commit;
 pub mod deletion_vectors;
 pub mod meta;
+pub mod properties;
 pub mod provider;
 pub mod stored_rows;
 pub mod superseded;
 mod warehouse;
 pub mod writer;
 
-pub use meta::{TableMeta, FLOW_KEY_PREFIX, TABLE_KEY};
+pub use meta::TableMeta;
 pub use provider::{ScdTable, TargetDml};
 pub use warehouse::{TableName, Warehouse};
 

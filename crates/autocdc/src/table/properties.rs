@@ -1,0 +1,62 @@
+//! Every key this library writes into a streaming table's Delta
+//! configuration (its table properties), and the application ids of its
+//! `txn` actions. Values are strings; flow definitions and the declaration
+//! are JSON.
+//!
+//! | key                                            | holds                                        |
+//! |------------------------------------------------|----------------------------------------------|
+//! | `autocdc.table`                                | how the table was declared                   |
+//! | `autocdc.flow.<flow>`                          | a flow's definition                          |
+//! | `autocdc.source.<flow>`                        | a flow's source checkpoint                   |
+//! | `autocdc.snapshot_watermark`                   | the greatest snapshot version applied        |
+//! | `autocdc.snapshot.<flow>.last_version`         | a snapshot flow's last processed version     |
+//! | `autocdc.buckets`                              | the number of key buckets                    |
+//! | `pipelines.cdc.tombstoneGCThresholdInSeconds`  | tombstone retention                          |
+//! | `delta.enableChangeDataFeed`                   | Delta: the table writes a change data feed   |
+//! | `delta.enableDeletionVectors`                  | Delta: writers may add deletion vectors      |
+//!
+//! A flow's run number is the version of the `txn` action of application id
+//! [`checkpoint_app_id`], committed with the run's data.
+
+/// How the table was declared (JSON).
+pub const TABLE_KEY: &str = "autocdc.table";
+
+/// Prefix of the keys holding one flow definition (JSON) each.
+pub const FLOW_KEY_PREFIX: &str = "autocdc.flow.";
+
+/// Prefix of the keys holding the flows' source checkpoints.
+pub const SOURCE_CHECKPOINT_PREFIX: &str = "autocdc.source.";
+
+/// The key of `flow`'s source checkpoint.
+pub fn source_checkpoint_property(flow: &str) -> String {
+    format!("{SOURCE_CHECKPOINT_PREFIX}{flow}")
+}
+
+/// The greatest snapshot version applied; change events at or below it are
+/// dropped (a snapshot is authoritative up to its version).
+pub const SNAPSHOT_WATERMARK_PROPERTY: &str = "autocdc.snapshot_watermark";
+
+/// Prefix of the keys of snapshot flows.
+pub const SNAPSHOT_PROPERTY_PREFIX: &str = "autocdc.snapshot.";
+
+/// The key of the last snapshot version `flow` processed.
+pub fn last_version_property(flow: &str) -> String {
+    format!("{SNAPSHOT_PROPERTY_PREFIX}{flow}.last_version")
+}
+
+/// Number of key buckets.
+pub const BUCKETS_PROPERTY: &str = "autocdc.buckets";
+
+/// Tombstone retention in seconds.
+pub const TOMBSTONE_GC_PROPERTY: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";
+
+/// Delta: the table writes a change data feed.
+pub const CHANGE_DATA_FEED_PROPERTY: &str = "delta.enableChangeDataFeed";
+
+/// Delta: writers may add deletion vectors.
+pub const DELETION_VECTORS_PROPERTY: &str = "delta.enableDeletionVectors";
+
+/// Delta `txn` application id of a flow's checkpoint.
+pub fn checkpoint_app_id(flow: &str) -> String {
+    format!("{FLOW_KEY_PREFIX}{flow}")
+}
