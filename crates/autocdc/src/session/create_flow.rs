@@ -1,0 +1,125 @@
+//! `CREATE FLOW ... AS AUTO CDC` / `APPLY CHANGES INTO`: the rules between
+//! a target's flows, then the flow's first update; running one update of a
+//! change-feed flow.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::prelude::DataFrame;
+use deltalake_core::kernel::Action;
+use deltalake_core::protocol::DeltaOperation;
+
+use crate::pipeline::{plan_update, Planning, UpdateSource};
+use crate::spec::shared_target::check_joins_target;
+use crate::spec::FlowSpec;
+use crate::table::delta_err;
+use crate::table::properties::FLOW_KEY_PREFIX;
+use crate::table::{ScdTable, TableName};
+use deltalake_core::kernel::MetadataExt;
+
+use super::CdcSession;
+
+impl CdcSession {
+    pub(crate) async fn create_flow(&self, spec: FlowSpec) -> Result<Vec<RecordBatch>> {
+        let target = TableName::parse(&spec.target)?;
+        let table = self.table(&target).await.map_err(|e| {
+            let msg = match e {
+                DataFusionError::Plan(m) => m,
+                other => other.to_string(),
+            };
+            DataFusionError::Plan(format!("flow '{}': INTO: {msg}", spec.name))
+        })?;
+        let meta = table.meta();
+        let target_columns: Vec<String> = meta
+            .user_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        check_joins_target(&spec, meta.flows.values(), &target, &target_columns)?;
+        self.run_flow(&table, &spec, true).await
+    }
+
+    /// Commit a flow definition without data.
+    pub(super) async fn commit_definition(&self, table: &ScdTable, spec: &FlowSpec) -> Result<()> {
+        let delta = table.delta();
+        let snapshot = delta.snapshot().map_err(delta_err)?;
+        let json = serde_json::to_string(spec).map_err(delta_err)?;
+        let md = snapshot
+            .metadata()
+            .clone()
+            .add_config_key(format!("{FLOW_KEY_PREFIX}{}", spec.name), json)
+            .map_err(delta_err)?;
+        crate::table::commit_builder()
+            .with_actions(vec![Action::Metadata(md)])
+            .build(
+                Some(snapshot),
+                delta.log_store(),
+                DeltaOperation::SetTableProperties {
+                    properties: Default::default(),
+                },
+            )
+            .await
+            .map_err(delta_err)?;
+        table.refresh().await
+    }
+
+    /// Run one update of `spec`; an error that does not say which flow
+    /// failed (a source that cannot be read, say) is given that context.
+    pub(super) async fn run_flow(
+        &self,
+        table: &Arc<ScdTable>,
+        spec: &FlowSpec,
+        register: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        let named = format!("flow '{}'", spec.name);
+        self.run_flow_unnamed(table, spec, register)
+            .await
+            .map_err(|e| {
+                if e.to_string().contains(&named) {
+                    e
+                } else {
+                    e.context(format!(
+                        "{named}: the update of '{}' failed; nothing was committed",
+                        table.name()
+                    ))
+                }
+            })
+    }
+
+    pub(super) async fn run_flow_unnamed(
+        &self,
+        table: &Arc<ScdTable>,
+        spec: &FlowSpec,
+        register: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        if spec.source.is_snapshot() {
+            return self.run_snapshot_flow(table, spec, register).await;
+        }
+        let state = self.ctx.state();
+        let plan = plan_update(
+            &state,
+            Arc::clone(table),
+            spec,
+            register,
+            self.clock.now(),
+            UpdateSource::Changes,
+            Planning::Adaptive,
+        )
+        .await?;
+        let batches: Vec<RecordBatch> = DataFrame::new(state, plan)
+            .collect()
+            .await?
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .collect();
+        if batches.is_empty() {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}' returned no result",
+                spec.name
+            )));
+        }
+        Ok(batches)
+    }
+}

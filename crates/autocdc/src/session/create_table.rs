@@ -1,0 +1,140 @@
+//! `CREATE [OR REFRESH] STREAMING TABLE`: a new Delta table with its
+//! protocol, declared columns and table properties.
+
+use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::{DataFusionError, Result, TableReference};
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::kernel::Action;
+use deltalake_core::kernel::StructType;
+
+use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
+use crate::spec::resolve::storage_type;
+use crate::sql::CreateStreamingTable;
+use crate::table::bucket::{bucket_field, BUCKET_COL, DEFAULT_BUCKETS};
+use crate::table::delta_err;
+use crate::table::meta::TableDecl;
+use crate::table::properties::{
+    BUCKETS_PROPERTY, CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY, TABLE_KEY,
+};
+
+use super::CdcSession;
+
+impl CdcSession {
+    pub(crate) async fn create_table(&self, c: CreateStreamingTable) -> Result<()> {
+        if self.warehouse.exists(&c.name).await? {
+            if c.or_refresh || c.if_not_exists {
+                self.table(&c.name).await?;
+                return Ok(());
+            }
+            return Err(DataFusionError::Plan(format!(
+                "streaming table '{}' already exists",
+                c.name
+            )));
+        }
+        let reference = TableReference::partial(c.name.schema.clone(), c.name.table.clone());
+        if self.ctx.table_exist(reference).unwrap_or(false) {
+            return Err(DataFusionError::Plan(format!(
+                "a table named '{}' already exists in this session",
+                c.name
+            )));
+        }
+        let mut fields = Vec::with_capacity(c.columns.len() + 1);
+        if !c.columns.is_empty() {
+            let state = self.dialect_state(&c.dialect);
+            let select = c
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, (_, ty))| format!("CAST(NULL AS {ty}) AS c{i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let plan = state
+                .create_logical_plan(&format!("SELECT {select}"))
+                .await?;
+            for ((name, _), field) in c.columns.iter().zip(plan.schema().fields()) {
+                if name.starts_with(INTERNAL_PREFIX) {
+                    return Err(DataFusionError::Plan(format!(
+                        "streaming table '{}': column '{name}' uses the reserved prefix {INTERNAL_PREFIX}",
+                        c.name
+                    )));
+                }
+                fields.push(Field::new(name, storage_type(field.data_type()), true));
+            }
+        }
+        fields.push(Field::new(KIND_COL, DataType::Int8, false));
+        fields.push(bucket_field());
+        let buckets = match c.properties.iter().find(|(k, _)| k == BUCKETS_PROPERTY) {
+            Some((_, v)) => v.parse::<i32>().ok().filter(|b| *b > 0).ok_or_else(|| {
+                DataFusionError::Plan(format!("streaming table '{}': {BUCKETS_PROPERTY} must be a positive integer, got '{v}'", c.name))
+            })?,
+            None => DEFAULT_BUCKETS,
+        };
+        let kernel: StructType = (&Schema::new(fields))
+            .try_into_kernel()
+            .map_err(delta_err)?;
+        let decl = TableDecl {
+            declared_columns: !c.columns.is_empty(),
+        };
+        let mut config: Vec<(String, Option<String>)> = vec![(
+            TABLE_KEY.to_string(),
+            Some(serde_json::to_string(&decl).map_err(delta_err)?),
+        )];
+        config.extend(
+            c.properties
+                .iter()
+                .filter(|(k, _)| k != BUCKETS_PROPERTY)
+                .map(|(k, v)| (k.clone(), Some(v.clone()))),
+        );
+        config.push((BUCKETS_PROPERTY.to_string(), Some(buckets.to_string())));
+        // every update writes its net change as Delta CDC files
+        config.push((
+            CHANGE_DATA_FEED_PROPERTY.to_string(),
+            Some("true".to_string()),
+        ));
+        let deletion_vectors =
+            crate::config::autocdc_options(self.ctx.state().config()).deletion_vectors;
+        if deletion_vectors {
+            config.push((
+                DELETION_VECTORS_PROPERTY.to_string(),
+                Some("true".to_string()),
+            ));
+        }
+        let table = self
+            .warehouse
+            .delta_builder(&c.name)?
+            .build()
+            .map_err(delta_err)?;
+        table
+            .create()
+            .with_table_name(c.name.table.clone())
+            .with_columns(kernel.fields().cloned())
+            .with_partition_columns([BUCKET_COL])
+            .with_actions([Action::Protocol(table_protocol(deletion_vectors)?)])
+            .with_configuration(config)
+            .with_raise_if_key_not_exists(false)
+            .await
+            .map_err(delta_err)?;
+        self.attach(c.name).await?;
+        Ok(())
+    }
+}
+
+/// Protocol of a new streaming table: table features (reader 3, writer 7)
+/// with `timestampNtz`, so that flows can store `TIMESTAMP` (without time
+/// zone) columns and sequences whose types are fixed only by the first update,
+/// and `changeDataFeed`.
+fn table_protocol(deletion_vectors: bool) -> Result<deltalake_core::kernel::Protocol> {
+    let mut readers = vec!["timestampNtz"];
+    let mut writers = vec!["timestampNtz", "changeDataFeed"];
+    if deletion_vectors {
+        readers.push("deletionVectors");
+        writers.push("deletionVectors");
+    }
+    serde_json::from_value(serde_json::json!({
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": readers,
+        "writerFeatures": writers,
+    }))
+    .map_err(delta_err)
+}

@@ -1,0 +1,135 @@
+//! `EXPLAIN [ANALYZE] REFRESH STREAMING TABLE`: the plan of each flow's next
+//! update, read without data; with ANALYZE, the update run.
+
+use std::sync::Arc;
+
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
+use datafusion::prelude::DataFrame;
+
+use crate::pipeline::{plan_update, Planning, UpdateSource};
+use crate::spec::FlowSource;
+use crate::spec::FlowSpec;
+use crate::sql::CdcStatement;
+use crate::table::properties::last_version_property;
+use crate::table::ScdTable;
+
+use super::CdcSession;
+
+impl CdcSession {
+    /// The update plan of a flow's next run (its next snapshot, for snapshot
+    /// flows). With [`Planning::ReadNothing`] no data is read: a versioned
+    /// snapshot flow's version query is planned, not run, and the snapshot
+    /// planned at a NULL version of its type.
+    pub(super) async fn plan_flow_for_explain(
+        &self,
+        table: &Arc<ScdTable>,
+        flow: &FlowSpec,
+        planning: Planning,
+    ) -> Result<LogicalPlan> {
+        let state = self.ctx.state();
+        let now = self.clock.now();
+        if !flow.source.is_snapshot() {
+            return plan_update(
+                &state,
+                Arc::clone(table),
+                flow,
+                false,
+                now,
+                UpdateSource::Changes,
+                planning,
+            )
+            .await;
+        }
+        let meta = table.meta();
+        let last = match (
+            meta.properties.get(&last_version_property(&flow.name)),
+            &meta.sequence_type,
+        ) {
+            (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
+            _ => None,
+        };
+        let next = match (planning, &flow.source) {
+            (
+                Planning::ReadNothing,
+                FlowSource::Snapshot {
+                    query,
+                    version_query: Some(version_query),
+                },
+            ) => {
+                let (_, plan) = self
+                    .plan_version_query(flow, version_query, last, meta.sequence_type.clone())
+                    .await?;
+                let field = plan.schema().field(0);
+                let version = ScalarValue::try_from(field.data_type())?;
+                let snapshot = self
+                    .plan_snapshot_query(flow, query, field.name(), &version)
+                    .await?;
+                Some((snapshot, version))
+            }
+            _ => {
+                self.next_snapshot(table, flow, last, meta.sequence_type.clone(), now)
+                    .await?
+            }
+        };
+        let (plan, version) = next.ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "flow '{}': no newer snapshot version to explain",
+                flow.name
+            ))
+        })?;
+        plan_update(
+            &state,
+            Arc::clone(table),
+            flow,
+            false,
+            now,
+            UpdateSource::Snapshot {
+                plan: Box::new(plan),
+                version,
+            },
+            planning,
+        )
+        .await
+    }
+
+    pub(super) async fn explain(
+        &self,
+        statement: CdcStatement,
+        analyze: bool,
+        verbose: bool,
+    ) -> Result<DataFrame> {
+        let CdcStatement::Refresh { name, full } = statement else {
+            return Err(DataFusionError::NotImplemented(
+                "EXPLAIN supports REFRESH STREAMING TABLE among the AUTO CDC statements"
+                    .to_string(),
+            ));
+        };
+        let table = self.table(&name).await?;
+        table.refresh().await?;
+        if full && analyze {
+            self.clear(&table).await?;
+        }
+        let state = self.ctx.state();
+        let mut batches = Vec::new();
+        for flow in Self::flows_to_run(&table, full) {
+            // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
+            let planning = if analyze {
+                Planning::Adaptive
+            } else {
+                Planning::ReadNothing
+            };
+            let plan = self.plan_flow_for_explain(&table, &flow, planning).await?;
+            let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
+                .explain(verbose, analyze)?
+                .build()?;
+            batches.extend(DataFrame::new(state.clone(), explained).collect().await?);
+        }
+        if batches.is_empty() {
+            return Err(DataFusionError::Plan(format!(
+                "streaming table '{name}' has no flow to explain"
+            )));
+        }
+        self.ctx.read_batches(batches)
+    }
+}

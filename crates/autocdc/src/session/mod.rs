@@ -1,0 +1,237 @@
+//! `CdcSession`: a DataFusion session on a warehouse of streaming tables whose
+//! `sql()` understands the AUTO CDC statements and hands every other
+//! statement to DataFusion unchanged.
+//!
+//! This module opens the session and dispatches statements; each statement
+//! is carried out by its own module: [`create_table`], [`create_flow`]
+//! (and one update of a change-feed flow), [`snapshot_flows`], [`refresh`],
+//! [`drop_table`] and [`explain`]. DML reaches targets through DataFusion's
+//! `TableProvider` hooks (planned in `pipeline::dml`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::Schema;
+use datafusion::catalog::MemorySchemaProvider;
+use datafusion::common::{DataFusionError, Result, ScalarValue, TableReference};
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::prelude::{DataFrame, SessionContext};
+
+use crate::clock::Clock;
+use crate::config::AutoCdcConfig;
+use crate::functions::{
+    MisplacedSnapshotVersion, StreamFunction, TableAsOfFunction, TableChangesFunction,
+    TableRegistry, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
+};
+use crate::pipeline::dml::PipelineDml;
+use crate::sql::{parse_cdc_statement, CdcStatement};
+use crate::table::{ScdTable, TableName, Warehouse};
+use crate::AutoCdc;
+
+mod create_flow;
+mod create_table;
+mod drop_table;
+mod explain;
+mod refresh;
+mod snapshot_flows;
+
+/// A DataFusion session with AUTO CDC statements and a warehouse of
+/// streaming tables.
+pub struct CdcSession {
+    ctx: SessionContext,
+    warehouse: Arc<Warehouse>,
+    tables: TableRegistry,
+    clock: Arc<dyn Clock>,
+    snapshot_functions: Mutex<HashMap<(TableName, String), SnapshotFunction>>,
+}
+
+/// A Rust snapshot source (`next_snapshot_and_version`): given the last
+/// processed version, the next snapshot and its version, or `None`.
+pub type SnapshotFunction =
+    Arc<dyn Fn(Option<ScalarValue>) -> Result<Option<(DataFrame, ScalarValue)>> + Send + Sync>;
+
+impl std::fmt::Debug for CdcSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CdcSession")
+            .field("warehouse", &self.warehouse.root().as_str())
+            .finish()
+    }
+}
+
+impl CdcSession {
+    /// Open a session on a warehouse; every streaming table already stored
+    /// there is registered.
+    pub async fn open(config: AutoCdcConfig) -> Result<Self> {
+        let warehouse = Arc::new(match &config.memory_store {
+            Some(store) if config.warehouse.starts_with("memory://") => {
+                Warehouse::in_memory_on(Arc::clone(store))?
+            }
+            _ => Warehouse::open(&config.warehouse)?,
+        });
+        let state = AutoCdc::install(
+            SessionStateBuilder::new()
+                .with_config(crate::config::with_autocdc_options(config.session_config))
+                .with_default_features(),
+        )
+        .build();
+        let ctx = SessionContext::new_with_state(state);
+        ctx.register_object_store(warehouse.root(), warehouse.store());
+        let (catalog, schema) = {
+            let state = ctx.state();
+            let options = &state.config().options().catalog;
+            (
+                options.default_catalog.clone(),
+                options.default_schema.clone(),
+            )
+        };
+        let tables = TableRegistry::default();
+        ctx.register_udtf(
+            "table_changes",
+            Arc::new(TableChangesFunction::new(Arc::clone(&tables))),
+        );
+        ctx.register_udtf(
+            "table_as_of",
+            Arc::new(TableAsOfFunction::new(Arc::clone(&tables))),
+        );
+        ctx.register_udtf(
+            LAST_SNAPSHOT_VERSION,
+            Arc::new(MisplacedSnapshotVersion::last()),
+        );
+        ctx.register_udtf(
+            CURRENT_SNAPSHOT_VERSION,
+            Arc::new(MisplacedSnapshotVersion::current()),
+        );
+        ctx.register_udtf(
+            "stream",
+            Arc::new(StreamFunction::new(
+                ctx.state().catalog_list().clone(),
+                catalog,
+                schema,
+            )),
+        );
+        let session = Self {
+            ctx,
+            warehouse,
+            tables,
+            clock: Arc::clone(&config.clock),
+            snapshot_functions: Mutex::new(HashMap::new()),
+        };
+        for name in session.warehouse.list_tables().await? {
+            session.attach(name).await?;
+        }
+        Ok(session)
+    }
+
+    /// The underlying DataFusion context.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The warehouse.
+    pub fn warehouse(&self) -> &Arc<Warehouse> {
+        &self.warehouse
+    }
+
+    /// A streaming table of this session.
+    pub fn streaming_table(&self, name: &TableName) -> Option<Arc<ScdTable>> {
+        self.tables.lock().ok().and_then(|t| t.get(name).cloned())
+    }
+
+    /// Run one SQL statement. AUTO CDC statements execute eagerly and return
+    /// their result rows (one per flow run); everything else is
+    /// `SessionContext::sql`.
+    pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        let state = self.ctx.state();
+        let options = state.config().options();
+        let dialect = options.sql_parser.dialect.to_string();
+        let normalize = options.sql_parser.enable_ident_normalization;
+        match parse_cdc_statement(sql, &dialect, normalize)? {
+            None => self.ctx.sql(sql).await,
+            Some(statement) => self.execute(statement).await,
+        }
+    }
+
+    /// Execute one parsed AUTO CDC statement.
+    pub async fn execute(&self, statement: CdcStatement) -> Result<DataFrame> {
+        match statement {
+            CdcStatement::CreateStreamingTable(c) => {
+                self.create_table(c).await?;
+                self.empty()
+            }
+            CdcStatement::CreateFlow(spec) => {
+                let batches = self.create_flow(*spec).await?;
+                self.ctx.read_batches(batches)
+            }
+            CdcStatement::Refresh { name, full } => {
+                let batches = self.refresh(&name, full).await?;
+                self.ctx.read_batches(batches)
+            }
+            CdcStatement::Drop { name, if_exists } => {
+                self.drop_table(&name, if_exists).await?;
+                self.empty()
+            }
+            CdcStatement::Explain {
+                analyze,
+                verbose,
+                statement,
+            } => self.explain(*statement, analyze, verbose).await,
+        }
+    }
+
+    fn empty(&self) -> Result<DataFrame> {
+        self.ctx
+            .read_batch(RecordBatch::new_empty(Arc::new(Schema::empty())))
+    }
+
+    async fn attach(&self, name: TableName) -> Result<Arc<ScdTable>> {
+        let table = ScdTable::load(&self.warehouse, name.clone())
+            .await?
+            .into_shared(Arc::new(PipelineDml));
+        let catalog_name = self
+            .ctx
+            .state()
+            .config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone();
+        let catalog = self
+            .ctx
+            .catalog(&catalog_name)
+            .ok_or_else(|| DataFusionError::Plan(format!("catalog '{catalog_name}' not found")))?;
+        if catalog.schema(&name.schema).is_none() {
+            catalog.register_schema(&name.schema, Arc::new(MemorySchemaProvider::new()))?;
+        }
+        let reference = TableReference::partial(name.schema.clone(), name.table.clone());
+        self.ctx.deregister_table(reference.clone())?;
+        self.ctx
+            .register_table(reference, Arc::clone(&table) as _)?;
+        if let Ok(mut tables) = self.tables.lock() {
+            tables.insert(name, Arc::clone(&table));
+        }
+        Ok(table)
+    }
+
+    async fn table(&self, name: &TableName) -> Result<Arc<ScdTable>> {
+        if let Some(t) = self.streaming_table(name) {
+            return Ok(t);
+        }
+        if self.warehouse.exists(name).await? {
+            return self.attach(name.clone()).await;
+        }
+        Err(DataFusionError::Plan(format!(
+            "'{name}' is not a streaming table: declare it with CREATE STREAMING TABLE {name}"
+        )))
+    }
+
+    /// A copy of the session state whose SQL dialect is `dialect`.
+    fn dialect_state(&self, dialect: &str) -> SessionState {
+        let mut state = self.ctx.state();
+        let _ = state
+            .config_mut()
+            .options_mut()
+            .set("datafusion.sql_parser.dialect", dialect);
+        state
+    }
+}

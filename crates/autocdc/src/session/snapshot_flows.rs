@@ -1,0 +1,303 @@
+//! Snapshot flows (`AUTO CDC FROM SNAPSHOT`): every newer version in
+//! ascending order, one commit each; the version query and
+//! `current_snapshot_version()` / `last_snapshot_version()`.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::DataType;
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::DataFrame;
+
+use crate::functions::{SnapshotVersionFunction, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION};
+use crate::physical::commit_exec::result_batch;
+use crate::pipeline::{plan_update, Planning, UpdateSource};
+use crate::spec::resolve::{plan_source, written_at_value};
+use crate::spec::FlowSource;
+use crate::spec::FlowSpec;
+use crate::table::properties::last_version_property;
+use crate::table::{ScdTable, TableName};
+
+use super::{CdcSession, SnapshotFunction};
+
+impl CdcSession {
+    /// Register the Rust function a snapshot flow reads
+    /// (`next_snapshot_and_version`); needed again in every new process.
+    pub fn register_snapshot_function(
+        &self,
+        target: &TableName,
+        flow: &str,
+        function: SnapshotFunction,
+    ) {
+        if let Ok(mut f) = self.snapshot_functions.lock() {
+            f.insert((target.clone(), flow.to_string()), function);
+        }
+    }
+
+    /// Run a snapshot flow: every available version in ascending order, each
+    /// committed on its own. One result row per version.
+    pub(super) async fn run_snapshot_flow(
+        &self,
+        table: &Arc<ScdTable>,
+        spec: &FlowSpec,
+        register: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        let mut register = register;
+        loop {
+            let meta = table.meta();
+            let last = match (
+                meta.properties.get(&last_version_property(&spec.name)),
+                &meta.sequence_type,
+            ) {
+                (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
+                _ => None,
+            };
+            let now = self.clock.now();
+            let state = self.ctx.state();
+            if !out.is_empty()
+                && matches!(
+                    &spec.source,
+                    FlowSource::Snapshot {
+                        version_query: None,
+                        ..
+                    }
+                )
+            {
+                break; // periodic: one snapshot per update
+            }
+            let next = self
+                .next_snapshot(table, spec, last.clone(), meta.sequence_type.clone(), now)
+                .await?;
+            let Some((plan, version)) = next else { break };
+            let version = match &meta.sequence_type {
+                Some(t) if version.data_type() != *t => {
+                    if !(version.data_type().is_integer() && t.is_integer()) {
+                        return Err(DataFusionError::Plan(format!(
+                            "flow '{}': the snapshot version type {} differs from the target's sequence type {t}",
+                            spec.name,
+                            version.data_type()
+                        )));
+                    }
+                    version.cast_to(t)?
+                }
+                _ => version,
+            };
+            if let Some(last) = &last {
+                if version.partial_cmp(last) != Some(std::cmp::Ordering::Greater) {
+                    return Err(DataFusionError::Execution(format!(
+                        "flow '{}': out-of-order snapshot version {version}: the last processed version is {last}; nothing was applied",
+                        spec.name
+                    )));
+                }
+            }
+            let update = plan_update(
+                &state,
+                Arc::clone(table),
+                spec,
+                register,
+                now,
+                UpdateSource::Snapshot {
+                    plan: Box::new(plan),
+                    version,
+                },
+                Planning::Adaptive,
+            )
+            .await?;
+            out.extend(
+                DataFrame::new(state, update)
+                    .collect()
+                    .await?
+                    .into_iter()
+                    .filter(|b| b.num_rows() > 0),
+            );
+            register = false;
+        }
+        if register {
+            // no version to process yet: the definition still lands
+            self.commit_definition(table, spec).await?;
+        }
+        if out.is_empty() {
+            out.push(result_batch(&spec.name, Default::default(), None)?);
+        }
+        Ok(out)
+    }
+
+    /// The next snapshot of a snapshot flow and its version, if any.
+    pub(super) async fn next_snapshot(
+        &self,
+        table: &ScdTable,
+        spec: &FlowSpec,
+        last: Option<ScalarValue>,
+        sequence_type: Option<DataType>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<(LogicalPlan, ScalarValue)>> {
+        match &spec.source {
+            FlowSource::Snapshot {
+                query,
+                version_query: None,
+            } => {
+                let version = written_at_value(now.timestamp_micros());
+                let plan = self
+                    .plan_snapshot_query(spec, query, "version", &version)
+                    .await?;
+                Ok(Some((plan, version)))
+            }
+            FlowSource::Snapshot {
+                query,
+                version_query: Some(vq),
+            } => match self.next_version(spec, vq, last, sequence_type).await? {
+                None => Ok(None),
+                Some((column, version)) => {
+                    let plan = self
+                        .plan_snapshot_query(spec, query, &column, &version)
+                        .await?;
+                    Ok(Some((plan, version)))
+                }
+            },
+            FlowSource::SnapshotFunction => {
+                let function = self
+                    .snapshot_functions
+                    .lock()
+                    .ok()
+                    .and_then(|f| f.get(&(table.name().clone(), spec.name.clone())).cloned())
+                    .ok_or_else(|| {
+                        DataFusionError::Plan(format!(
+                            "flow '{}': reads a Rust snapshot function that is not registered in this session",
+                            spec.name
+                        ))
+                    })?;
+                Ok(function(last)?.map(|(df, version)| (df.into_unoptimized_plan(), version)))
+            }
+            _ => Err(DataFusionError::Internal(format!(
+                "flow '{}' is not a snapshot flow",
+                spec.name
+            ))),
+        }
+    }
+
+    /// The next version of a versioned snapshot flow: run the version query
+    /// with `last_snapshot_version()` bound. `None` when it returns no row.
+    pub(super) async fn next_version(
+        &self,
+        spec: &FlowSpec,
+        version_query: &str,
+        last: Option<ScalarValue>,
+        sequence_type: Option<DataType>,
+    ) -> Result<Option<(String, ScalarValue)>> {
+        let context = |e: DataFusionError| {
+            DataFusionError::Plan(format!("flow '{}': WITH VERSION: {e}", spec.name))
+        };
+        let (state, plan) = self
+            .plan_version_query(spec, version_query, last, sequence_type)
+            .await?;
+        let column = plan.schema().field(0).name().clone();
+        let batches = DataFrame::new(state, plan)
+            .collect()
+            .await
+            .map_err(context)?;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        match rows {
+            0 => Ok(None),
+            1 => {
+                let batch = batches
+                    .iter()
+                    .find(|b| b.num_rows() == 1)
+                    .ok_or_else(|| DataFusionError::Internal("lost row".into()))?;
+                let version = ScalarValue::try_from_array(batch.column(0), 0)?;
+                if version.is_null() {
+                    return Ok(None);
+                }
+                Ok(Some((column, version)))
+            }
+            n => Err(context(DataFusionError::Plan(format!(
+                "the version query returned {n} rows; it must return at most one"
+            )))),
+        }
+    }
+
+    /// Plan (not run) a flow's version query, with `last_snapshot_version()`
+    /// bound to `last`; the plan has one column.
+    pub(super) async fn plan_version_query(
+        &self,
+        spec: &FlowSpec,
+        version_query: &str,
+        last: Option<ScalarValue>,
+        sequence_type: Option<DataType>,
+    ) -> Result<(SessionState, LogicalPlan)> {
+        let context = |e: DataFusionError| {
+            DataFusionError::Plan(format!("flow '{}': WITH VERSION: {e}", spec.name))
+        };
+        // the function's column takes the name and type of the query's output:
+        // plan once with a guess, again with what the query produced
+        let mut column = (
+            "version".to_string(),
+            sequence_type.unwrap_or(DataType::Int64),
+        );
+        let mut plan = None;
+        for _ in 0..2 {
+            let mut state = self.ctx.state();
+            state.register_udtf(
+                LAST_SNAPSHOT_VERSION,
+                Arc::new(SnapshotVersionFunction::new(
+                    LAST_SNAPSHOT_VERSION,
+                    column.0.clone(),
+                    column.1.clone(),
+                    last.clone(),
+                )),
+            );
+            let p = plan_source(
+                &state,
+                &FlowSource::Query(version_query.to_string()),
+                &spec.dialect,
+            )
+            .await
+            .map_err(context)?;
+            let field = p.schema().field(0);
+            let produced = (field.name().clone(), field.data_type().clone());
+            let done = produced == column;
+            column = produced;
+            plan = Some((state, p));
+            if done {
+                break;
+            }
+        }
+        let Some((state, plan)) = plan else {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}': the version query was not planned",
+                spec.name
+            )));
+        };
+        if plan.schema().fields().len() != 1 {
+            return Err(context(DataFusionError::Plan(
+                "the version query must return one column".into(),
+            )));
+        }
+        Ok((state, plan))
+    }
+
+    /// Plan the snapshot query with `current_snapshot_version()` bound.
+    pub(super) async fn plan_snapshot_query(
+        &self,
+        spec: &FlowSpec,
+        query: &str,
+        column: &str,
+        version: &ScalarValue,
+    ) -> Result<LogicalPlan> {
+        let mut state = self.ctx.state();
+        state.register_udtf(
+            CURRENT_SNAPSHOT_VERSION,
+            Arc::new(SnapshotVersionFunction::new(
+                CURRENT_SNAPSHOT_VERSION,
+                column.to_string(),
+                version.data_type(),
+                Some(version.clone()),
+            )),
+        );
+        plan_source(&state, &FlowSource::Query(query.to_string()), &spec.dialect)
+            .await
+            .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM SNAPSHOT: {e}", spec.name)))
+    }
+}
