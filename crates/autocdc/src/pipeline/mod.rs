@@ -61,6 +61,7 @@ use crate::table::properties::{
 };
 use crate::table::superseded::Superseded;
 use crate::table::{delta_err, ScdTable};
+use staged::{stage_events, StagedEvents};
 
 /// A sequence value as table-property text (read back with
 /// [`ScalarValue::try_from_string`]).
@@ -111,6 +112,7 @@ pub enum Planning {
 
 pub mod dml;
 pub mod source;
+pub mod staged;
 pub mod started;
 
 /// Plan one run of `flow` into `table`: `CdcCommit(AutoCdc(events, truncates))`.
@@ -135,7 +137,10 @@ pub async fn plan_update(
             .build()
     };
     let mut extra_config: Vec<(String, String)> = Vec::new();
-    let (resolved, events, touched, new_wins_ties) = match source {
+    // `truncate_source`: what the truncate events are read from (`None`: the
+    // update has none — snapshots never truncate, nor flows without
+    // APPLY AS TRUNCATE — and the costly events stay out of that input)
+    let (resolved, events, touched, truncate_source, new_wins_ties) = match source {
         UpdateSource::Changes | UpdateSource::Events(_) => {
             let source = match source {
                 UpdateSource::Events(plan) => *plan,
@@ -164,13 +169,30 @@ pub async fn plan_update(
                     )?
                     .build()?;
             }
-            let touched = match planning {
+            let truncates = flow.apply_as_truncates.is_some();
+            // the source is read once, here; the plan reads what was staged
+            let (staged, touched, truncate_source) = match planning {
                 Planning::Adaptive => {
-                    touched_buckets(state, &resolved, &events, meta.buckets).await?
+                    match stage_events(state, &flow.name, &resolved.layout, &events, meta.buckets)
+                        .await?
+                    {
+                        StagedEvents::Small {
+                            events: staged,
+                            touched,
+                        } => {
+                            let truncate_source = truncates.then(|| staged.clone());
+                            (staged, touched, truncate_source)
+                        }
+                        // a resumed run is read once: the truncate events
+                        // (if any) are read from the source again
+                        StagedEvents::Large { events: staged } => {
+                            (staged, None, truncates.then(|| events.clone()))
+                        }
+                    }
                 }
-                Planning::ReadNothing => None,
+                Planning::ReadNothing => (events.clone(), None, truncates.then_some(events)),
             };
-            (resolved, events, touched, false)
+            (resolved, staged, touched, truncate_source, false)
         }
         UpdateSource::Snapshot { plan, version } => {
             let resolved = resolve(
@@ -234,7 +256,7 @@ pub async fn plan_update(
                 PlannedDiff::Large(changes) => (changes, None),
                 PlannedDiff::NotRun => (diff, None),
             };
-            (resolved, events, touched, true)
+            (resolved, events, touched, None, true)
         }
     };
     let seq_type = resolved.sequence_type.clone();
@@ -264,18 +286,16 @@ pub async fn plan_update(
     let new_rows = LogicalPlanBuilder::from(events.clone())
         .filter(kind_is(Kind::Truncate).not())?
         .build()?;
-    // snapshots never truncate: keep the (costly) diff out of the truncate input
-    let new_truncates = if new_wins_ties {
-        LogicalPlanBuilder::empty(false)
+    let new_truncates = match truncate_source {
+        None => LogicalPlanBuilder::empty(false)
             .project(vec![
                 cast(lit(ScalarValue::Null), seq_type.clone()).alias(SEQ_COL)
             ])?
-            .build()?
-    } else {
-        LogicalPlanBuilder::from(events)
+            .build()?,
+        Some(source) => LogicalPlanBuilder::from(source)
             .filter(kind_is(Kind::Truncate))?
             .project(vec![col(SEQ_COL)])?
-            .build()?
+            .build()?,
     };
 
     let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
@@ -537,7 +557,7 @@ async fn find_superseded(
 /// Run a snapshot's `diff` while planning when the update could use
 /// deletion vectors: its change events in memory when there are few enough
 /// for them (see [`superseded_keys`]); otherwise the same run, resumed by
-/// the update's rewrite ([`started::resume_diff`]), so the diff runs once.
+/// the update's rewrite ([`started::resume_stream`]), so the diff runs once.
 async fn small_diff(
     state: &SessionState,
     table: &ScdTable,
@@ -568,7 +588,11 @@ async fn small_diff(
         // too many for vectors: the rewrite reads the rest of this run
         (
             "__cdc_snapshot_diff",
-            started::resume_diff(flow, pulled, stream)?,
+            started::resume_stream(
+                format!("flow '{flow}': the snapshot diff started while planning"),
+                pulled,
+                stream,
+            )?,
         )
     } else {
         let changes = MemTable::try_new(Arc::clone(diff.schema().inner()), vec![pulled])?;

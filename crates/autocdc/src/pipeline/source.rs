@@ -30,6 +30,7 @@ use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 
+use crate::fold::columns::all_nullable;
 use crate::functions::table_changes::changes_provider;
 use crate::spec::resolve::plan_source;
 use crate::spec::{FlowSource, FlowSpec};
@@ -153,7 +154,9 @@ pub async fn plan_changes(
                 new.iter().map(|(_, url)| url.clone()).collect(),
             )
             .with_listing_options(listing.options().clone())
-            .with_schema(provider.schema());
+            // every column nullable: the table's schema was inferred from
+            // one file, and a newer file may hold NULLs where it had none
+            .with_schema(all_nullable(provider.schema().as_ref()));
             let table: Arc<dyn TableProvider> = Arc::new(ListingTable::try_new(config)?);
             LogicalPlanBuilder::scan(reference.table(), provider_as_source(table), None)?.build()?
         };

@@ -1,5 +1,6 @@
-//! A snapshot diff that was started while its update was planned, resumed
-//! by the update's plan instead of being run a second time.
+//! A run started while an update was planned, resumed by the update's plan
+//! instead of being run a second time: a snapshot diff, or change events
+//! too many to stage in memory ([`super::staged`]).
 //!
 //! An update by snapshot first runs its diff to learn whether the change is
 //! small enough for deletion vectors. The diff is a blocking operator: by
@@ -26,10 +27,11 @@ use futures::StreamExt;
 
 use crate::physical::one_shot::OneShotPartition;
 
-/// The changes of `flow`'s running diff as a one-partition table that can
-/// be read once: `pulled`, then what `rest` yields.
-pub fn resume_diff(
-    flow: &str,
+/// A running stream as a one-partition table that can be read once:
+/// `pulled`, then what `rest` yields. `what` names it in the error of a
+/// second read.
+pub fn resume_stream(
+    what: String,
     pulled: Vec<RecordBatch>,
     rest: SendableRecordBatchStream,
 ) -> Result<Arc<dyn TableProvider>> {
@@ -37,10 +39,7 @@ pub fn resume_diff(
     let rows = futures::stream::iter(pulled.into_iter().map(Ok)).chain(rest);
     let rows: SendableRecordBatchStream =
         Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), rows));
-    let partition = OneShotPartition::new(
-        format!("flow '{flow}': the snapshot diff started while planning"),
-        rows,
-    );
+    let partition = OneShotPartition::new(what, rows);
     Ok(Arc::new(StreamingTable::try_new(
         schema,
         vec![Arc::new(partition)],
@@ -70,7 +69,11 @@ mod tests {
                 Ok(batch(&schema, vec![4, 5])),
             ]),
         );
-        let changes = resume_diff("f", vec![batch(&schema, vec![1, 2])], Box::pin(rest))?;
+        let changes = resume_stream(
+            "flow 'f': the snapshot diff started while planning".to_string(),
+            vec![batch(&schema, vec![1, 2])],
+            Box::pin(rest),
+        )?;
         let ctx = SessionContext::new();
         ctx.register_table("changes", changes)?;
         let batches = ctx.sql("SELECT id FROM changes").await?.collect().await?;

@@ -1,0 +1,143 @@
+//! Staging an update's new change events: read once, while the update is
+//! planned, to fit its plan to them.
+//!
+//! Which key buckets an update reads and rewrites, and whether it may retire
+//! its keys' stored rows with deletion vectors, depend on its events. They
+//! are pulled once from the flow's source, up to [`STAGE_MAX_BYTES`] held in
+//! memory (and granted by the memory pool):
+//!
+//! ```text
+//!  events ─► pull, bucket each batch ─┬─ end within the budget: Small — the plan reads
+//!                                     │    the events from memory; touched buckets known
+//!                                     └─ over it: Large — the plan reads the pulled
+//!                                          batches, then the rest of the same run;
+//!                                          every bucket is rewritten
+//! ```
+//!
+//! Either way the source is read once: a small update's key probe and fold
+//! read the staged batches, a large one's fold the resumed stream. (A large
+//! update of a flow with `APPLY AS TRUNCATE` reads its source again for the
+//! truncate events, which the fold needs before any key.)
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::Int8Type;
+use datafusion::common::Result;
+use datafusion::dataframe::DataFrame;
+use datafusion::datasource::{provider_as_source, MemTable};
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::session_state::SessionState;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+
+use super::started::resume_stream;
+use crate::fold::columns::{all_nullable, Kind};
+use crate::fold::EventLayout;
+use crate::table::bucket::bucket_array;
+
+/// Most bytes of events an update holds in memory to plan itself.
+pub const STAGE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// An update's events, read once.
+#[derive(Debug)]
+pub enum StagedEvents {
+    /// Every event, in memory.
+    Small {
+        /// Reads the staged batches.
+        events: LogicalPlan,
+        /// The key buckets the events fall in; `None` when one is a TRUNCATE
+        /// (it touches every key).
+        touched: Option<Vec<i32>>,
+    },
+    /// More than the stage holds: the pulled batches, then the rest of the
+    /// same run, readable once.
+    Large {
+        /// Reads the resumed run.
+        events: LogicalPlan,
+    },
+}
+
+/// Pull `events` (laid out as `layout`) once, bucketing them into `buckets`.
+pub async fn stage_events(
+    state: &SessionState,
+    flow: &str,
+    layout: &EventLayout,
+    events: &LogicalPlan,
+    buckets: i32,
+) -> Result<StagedEvents> {
+    let stream = DataFrame::new(state.clone(), events.clone())
+        .execute_stream()
+        .await?;
+    // the staged batches are what the source produced: a column declared
+    // NOT NULL by one file of a folder may hold NULLs in another
+    let schema = all_nullable(stream.schema().as_ref());
+    let relaxed = Arc::clone(&schema);
+    let mut stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+        Arc::clone(&schema),
+        stream.map(move |batch| {
+            Ok(RecordBatch::try_new(
+                Arc::clone(&relaxed),
+                batch?.columns().to_vec(),
+            )?)
+        }),
+    ));
+    let reservation = MemoryConsumer::new(format!("CdcStagedEvents[{flow}]"))
+        .register(&state.runtime_env().memory_pool);
+    let mut pulled: Vec<RecordBatch> = Vec::new();
+    let mut touched = vec![false; usize::try_from(buckets).unwrap_or(0)];
+    let mut truncated = false;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let size = batch.get_array_memory_size();
+        let fits =
+            reservation.size() + size <= STAGE_MAX_BYTES && reservation.try_grow(size).is_ok();
+        if !fits {
+            pulled.push(batch);
+            let table = resume_stream(
+                format!("flow '{flow}': the change events read while planning"),
+                pulled,
+                stream,
+            )?;
+            let events = LogicalPlanBuilder::scan("__cdc_events", provider_as_source(table), None)?
+                .build()?;
+            return Ok(StagedEvents::Large { events });
+        }
+        let kinds = batch.column(layout.kind()).as_primitive::<Int8Type>();
+        let keys: Vec<ArrayRef> = layout
+            .key_indices
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let rows = bucket_array(&keys, batch.num_rows(), buckets)?;
+        for (bucket, kind) in rows.values().iter().zip(kinds.values().iter()) {
+            if *kind == Kind::Truncate as i8 {
+                truncated = true;
+            } else if let Some(hit) = usize::try_from(*bucket)
+                .ok()
+                .and_then(|b| touched.get_mut(b))
+            {
+                *hit = true;
+            }
+        }
+        pulled.push(batch);
+    }
+    let table = MemTable::try_new(schema, vec![pulled])?;
+    let events =
+        LogicalPlanBuilder::scan("__cdc_events", provider_as_source(Arc::new(table)), None)?
+            .build()?;
+    let touched = (!truncated).then(|| {
+        touched
+            .iter()
+            .enumerate()
+            .filter(|(_, hit)| **hit)
+            .map(|(b, _)| b as i32)
+            .collect()
+    });
+    Ok(StagedEvents::Small { events, touched })
+}
