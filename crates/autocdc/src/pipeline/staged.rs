@@ -15,22 +15,26 @@
 //! ```
 //!
 //! Either way the source is read once: a small update's key probe and fold
-//! read the staged batches, a large one's fold the resumed stream. (A large
+//! read the staged batches (which keep their share of the pool until the
+//! update's plan is dropped), a large one's fold the resumed stream. (A large
 //! update of a flow with `APPLY AS TRUNCATE` reads its source again for the
 //! truncate events, which the fold needs before any key.)
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::Int8Type;
+use arrow::datatypes::{Int8Type, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::Result;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::{provider_as_source, MemTable};
-use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
 use super::started::resume_stream;
@@ -127,7 +131,10 @@ pub async fn stage_events(
         }
         pulled.push(batch);
     }
-    let table = MemTable::try_new(schema, vec![pulled])?;
+    let table = StagedTable {
+        batches: MemTable::try_new(schema, vec![pulled])?,
+        _reservation: reservation,
+    };
     let events =
         LogicalPlanBuilder::scan("__cdc_events", provider_as_source(Arc::new(table)), None)?
             .build()?;
@@ -140,4 +147,33 @@ pub async fn stage_events(
             .collect()
     });
     Ok(StagedEvents::Small { events, touched })
+}
+
+/// Staged events: a [`MemTable`] that holds its share of the memory pool for
+/// as long as the update's plan holds it.
+#[derive(Debug)]
+struct StagedTable {
+    batches: MemTable,
+    _reservation: MemoryReservation,
+}
+
+#[async_trait]
+impl TableProvider for StagedTable {
+    fn schema(&self) -> SchemaRef {
+        self.batches.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.batches.scan(state, projection, filters, limit).await
+    }
 }
