@@ -131,8 +131,14 @@ pub async fn stage_events(
         }
         pulled.push(batch);
     }
+    // one partition per target partition, so the plan reads them in parallel
+    let partitions = state.config().target_partitions().max(1);
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions];
+    for (i, batch) in pulled.into_iter().enumerate() {
+        parts[i % partitions].push(batch);
+    }
     let table = StagedTable {
-        batches: MemTable::try_new(schema, vec![pulled])?,
+        batches: MemTable::try_new(schema, parts)?,
         _reservation: reservation,
     };
     let events =
