@@ -20,6 +20,7 @@ use super::columns::{
 };
 use super::snapshot_diff::{SnapshotDiff, SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use super::snapshot_diff_indexed::IndexedSnapshotDiff;
+use super::test_support::fold_batch;
 use super::ScdType;
 use super::{FoldSpec, PartialUpdates};
 
@@ -130,16 +131,7 @@ fn spec(stored_as: ScdType, layout: EventLayout, partial: Option<PartialUpdates>
 /// Run `spec`'s kernel over the feed, split into batches of `split` rows.
 fn fold(spec: &FoldSpec, split: usize) -> Vec<RecordBatch> {
     let input = events(&spec.layout, &feed());
-    let mut kernel = spec.kernel(&input.schema()).expect("kernel");
-    let mut out = Vec::new();
-    let mut offset = 0;
-    while offset < input.num_rows() {
-        let len = split.min(input.num_rows() - offset);
-        out.extend(kernel.push(&input.slice(offset, len)).expect("push"));
-        offset += len;
-    }
-    out.extend(kernel.finish_all().expect("finish"));
-    out
+    fold_batch(spec, &input, None, split).expect("fold").0
 }
 
 /// `(a, b, columns at positions 2.., kind)` of each output row of `kind`.

@@ -150,7 +150,16 @@ pub fn fold(
     watermark: Option<i64>,
     split: usize,
 ) -> Result<(Vec<RecordBatch>, FoldCounts)> {
-    let input = batch(&spec.layout, events);
+    fold_batch(spec, &batch(&spec.layout, events), watermark, split)
+}
+
+/// [`fold`] of a batch already laid out and sorted.
+pub fn fold_batch(
+    spec: &FoldSpec,
+    input: &RecordBatch,
+    watermark: Option<i64>,
+    split: usize,
+) -> Result<(Vec<RecordBatch>, FoldCounts)> {
     let mut kernel = spec.kernel(&input.schema())?;
     if let Some(w) = watermark {
         kernel.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
@@ -164,6 +173,16 @@ pub fn fold(
     }
     out.extend(kernel.finish_all()?);
     Ok((out, kernel.counts()))
+}
+
+/// `run(split)` for every split of `n` input rows (a row a batch up to all
+/// in one batch): every split must give the same result, which is returned.
+pub fn every_split<T: PartialEq + std::fmt::Debug>(n: usize, run: impl Fn(usize) -> T) -> T {
+    let first = run(1);
+    for split in 2..=n {
+        assert_eq!(first, run(split), "batches of {split}");
+    }
+    first
 }
 
 /// The output rows whose kind is one of `kinds`, as `col=value` text (the

@@ -37,7 +37,6 @@ use datafusion::physical_plan::{
 use deltalake_core::kernel::{Action, AddCDCFile};
 use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
-use futures::TryStreamExt;
 
 use super::{plan_update, Planning, UpdateSource};
 use crate::fold::columns::{
@@ -47,7 +46,7 @@ use crate::fold::columns::{
 use crate::spec::resolve::written_at_value;
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::table::bucket::BUCKET_COL;
-use crate::table::commit::write_rows;
+use crate::table::commit::{data_files, write_rows};
 use crate::table::provider::TargetDml;
 use crate::table::{delta_err, ScdTable};
 
@@ -254,13 +253,11 @@ async fn rewrite(
         write_rows(&store, stream, &keys, table.meta().buckets, writers).await?;
     let snapshot = delta.snapshot().map_err(delta_err)?;
     let log_store = delta.log_store();
-    let mut actions: Vec<Action> = snapshot
-        .snapshot()
-        .file_views(log_store.as_ref(), None)
-        .map_ok(|v| Action::Remove(v.remove_action(true)))
-        .try_collect()
-        .await
-        .map_err(delta_err)?;
+    let mut actions: Vec<Action> = data_files(&delta)
+        .await?
+        .into_iter()
+        .map(|v| Action::Remove(v.remove_action(true)))
+        .collect();
     actions.extend(adds.into_iter().map(Action::Add));
     actions.extend(change_files.into_iter().map(|f| {
         Action::Cdc(AddCDCFile {

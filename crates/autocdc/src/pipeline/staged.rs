@@ -31,14 +31,12 @@ use datafusion::dataframe::DataFrame;
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::session_state::SessionState;
-use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
 use super::started::resume_stream;
-use crate::fold::columns::{all_nullable, Kind};
+use crate::fold::columns::Kind;
 use crate::fold::EventLayout;
 use crate::table::bucket::bucket_array;
 
@@ -72,22 +70,10 @@ pub async fn stage_events(
     events: &LogicalPlan,
     buckets: i32,
 ) -> Result<StagedEvents> {
-    let stream = DataFrame::new(state.clone(), events.clone())
+    let mut stream = DataFrame::new(state.clone(), events.clone())
         .execute_stream()
         .await?;
-    // the staged batches are what the source produced: a column declared
-    // NOT NULL by one file of a folder may hold NULLs in another
-    let schema = all_nullable(stream.schema().as_ref());
-    let relaxed = Arc::clone(&schema);
-    let mut stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
-        Arc::clone(&schema),
-        stream.map(move |batch| {
-            Ok(RecordBatch::try_new(
-                Arc::clone(&relaxed),
-                batch?.columns().to_vec(),
-            )?)
-        }),
-    ));
+    let schema = stream.schema();
     let reservation = MemoryConsumer::new(format!("CdcStagedEvents[{flow}]"))
         .register(&state.runtime_env().memory_pool);
     let mut pulled: Vec<RecordBatch> = Vec::new();

@@ -5,10 +5,10 @@ use arrow::array::RecordBatch;
 use datafusion::common::Result;
 use deltalake_core::kernel::Action;
 use deltalake_core::protocol::DeltaOperation;
-use futures::TryStreamExt;
 
 use crate::physical::commit_exec::result_schema;
 use crate::spec::FlowSpec;
+use crate::table::commit::data_files;
 use crate::table::delta_err;
 use crate::table::properties::{
     SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
@@ -50,13 +50,11 @@ impl CdcSession {
         let delta = table.delta();
         let snapshot = delta.snapshot().map_err(delta_err)?;
         let log_store = delta.log_store();
-        let mut actions: Vec<Action> = snapshot
-            .snapshot()
-            .file_views(log_store.as_ref(), None)
-            .map_ok(|v| Action::Remove(v.remove_action(true)))
-            .try_collect()
-            .await
-            .map_err(delta_err)?;
+        let mut actions: Vec<Action> = data_files(&delta)
+            .await?
+            .into_iter()
+            .map(|v| Action::Remove(v.remove_action(true)))
+            .collect();
         // forget what the flows read: they read their sources (and every
         // snapshot version) again
         let mut metadata = snapshot.metadata().clone();

@@ -1,7 +1,7 @@
 //! The BITEMPORAL fold on a hand-made history, every split of the input.
 
 use super::super::columns::Kind;
-use super::super::test_support::{fold, rows, spec, up};
+use super::super::test_support::{every_split, fold, rows, spec, up};
 use super::super::ScdType;
 
 /// Business time 10: `a`, known at 10, corrected to `b` at 20; business
@@ -14,29 +14,23 @@ fn rows_carry_the_system_intervals_they_were_believed_over() {
         up(1, "b", 10).at(20),
         up(1, "c", 30).at(25),
     ];
-    let mut first = None;
-    for split in 1..=events.len() {
+    let table = every_split(events.len(), |split| {
         let spec = spec(ScdType::Bitemporal, vec![], None);
         let (out, counts) = fold(&spec, &events, None, split).expect("fold");
+        assert_eq!(counts.input_rows, 3);
         // [id, v, __start_at, __end_at, __system_start_at, __system_end_at]
-        let table: Vec<String> = rows(&out, &[Kind::Upsert as i8])
+        rows(&out, &[Kind::Upsert as i8])
             .iter()
             .map(|r| r.split(' ').take(6).collect::<Vec<_>>().join(" "))
-            .collect();
-        assert_eq!(
-            table,
-            [
-                "id=1 v=a start_at=10 end_at=NULL system_start_at=10 system_end_at=20",
-                "id=1 v=b start_at=10 end_at=30 system_start_at=25 system_end_at=NULL",
-                "id=1 v=b start_at=10 end_at=NULL system_start_at=20 system_end_at=25",
-                "id=1 v=c start_at=30 end_at=NULL system_start_at=25 system_end_at=NULL",
-            ],
-            "batches of {split}"
-        );
-        assert_eq!(counts.input_rows, 3);
-        match &first {
-            None => first = Some(table),
-            Some(f) => assert_eq!(f, &table),
-        }
-    }
+            .collect::<Vec<String>>()
+    });
+    assert_eq!(
+        table,
+        [
+            "id=1 v=a start_at=10 end_at=NULL system_start_at=10 system_end_at=20",
+            "id=1 v=b start_at=10 end_at=30 system_start_at=25 system_end_at=NULL",
+            "id=1 v=b start_at=10 end_at=NULL system_start_at=20 system_end_at=25",
+            "id=1 v=c start_at=30 end_at=NULL system_start_at=25 system_end_at=NULL",
+        ]
+    );
 }

@@ -1,7 +1,7 @@
 //! SCD 1 under IGNORE NULL UPDATES on hand-made batches, every split.
 
 use super::super::columns::Kind;
-use super::super::test_support::{del, fold, rows, spec, up, up_null, Ev};
+use super::super::test_support::{del, every_split, fold, rows, spec, up, up_null, Ev};
 use super::super::{PartialUpdates, ScdType};
 
 fn live(events: &[Ev]) -> Vec<String> {
@@ -10,16 +10,10 @@ fn live(events: &[Ev]) -> Vec<String> {
         vec![],
         Some(PartialUpdates::IgnoreNulls(vec![1])),
     );
-    let mut result = None;
-    for split in 1..=events.len() {
+    every_split(events.len(), |split| {
         let (out, _) = fold(&spec, events, None, split).expect("fold");
-        let got = rows(&out, &[Kind::Upsert as i8]);
-        match &result {
-            None => result = Some(got),
-            Some(first) => assert_eq!(first, &got, "batches of {split}"),
-        }
-    }
-    result.expect("at least one run")
+        rows(&out, &[Kind::Upsert as i8])
+    })
 }
 
 /// | events                          | live row  | why                          |

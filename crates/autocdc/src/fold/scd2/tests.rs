@@ -4,7 +4,7 @@ use super::super::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, STORED_DELETE_EVENT,
     STORED_UPSERT_EVENT,
 };
-use super::super::test_support::{del, fold, rows, spec, up, up_null, Ev};
+use super::super::test_support::{del, every_split, fold, rows, spec, up, up_null, Ev};
 use super::super::{FoldCounts, FoldSpec, PartialUpdates, ScdType};
 
 const VERSION: i8 = Kind::Upsert as i8;
@@ -23,21 +23,15 @@ fn scd2(tracked: Vec<usize>, partial: Option<PartialUpdates>) -> FoldSpec {
 /// Runs `events` in every split; all must agree. Returns the versions, the
 /// hidden events, the change rows, and the counts.
 fn run(spec: &FoldSpec, events: &[Ev]) -> (Vec<String>, Vec<String>, Vec<String>, FoldCounts) {
-    let mut result = None;
-    for split in 1..=events.len() {
+    every_split(events.len(), |split| {
         let (out, counts) = fold(spec, events, None, split).expect("fold");
-        let got = (
+        (
             rows(&out, &[VERSION]),
             rows(&out, &[STORED_UPSERT_EVENT, STORED_DELETE_EVENT]),
             rows(&out, &CHANGES),
             counts,
-        );
-        match &result {
-            None => result = Some(got),
-            Some(first) => assert_eq!(first, &got, "batches of {split}"),
-        }
-    }
-    result.expect("at least one run")
+        )
+    })
 }
 
 /// | seq | event      | history (tracked: v)                 |
