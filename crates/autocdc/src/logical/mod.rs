@@ -1,11 +1,21 @@
-//! Logical plan nodes of an update: [`AutoCdcNode`] (sequencing and folding of
-//! change events into the new target state) and [`CdcCommitNode`] (one atomic
-//! Delta commit of that state plus the flow checkpoint).
+//! Logical plan nodes of an update, in plan order:
+//!
+//! ```text
+//!  CdcCommit    one atomic Delta commit of the written files, the flow's
+//!     │         metadata and its checkpoint; returns the run's metrics row
+//!  CdcWrite     the new state into data and change files; their manifest
+//!     │
+//!  AutoCdc      sequencing and folding of change events into the new state
+//!     │
+//!  [SnapshotDiff]  (snapshot flows) the change events between two snapshots
+//! ```
 
 mod auto_cdc;
 mod commit;
 mod snapshot_diff;
+mod write;
 
 pub use auto_cdc::AutoCdcNode;
 pub use commit::{CdcCommitNode, UPDATE_RESULT_COLUMNS};
 pub use snapshot_diff::SnapshotDiffNode;
+pub use write::{CdcWriteNode, WriteRequest};

@@ -84,7 +84,8 @@ pub mod metric {
     pub const DUPLICATES: &str = "num_duplicate_rows_dropped";
     /// New events added to stored histories (SCD 2).
     pub const EVENTS_ADDED: &str = "num_events_added";
-    /// Truncate watermark raised (1) or not (0).
+    /// Partitions that emitted the target's truncate watermark row (every
+    /// partition does when the target has a watermark, new or stored).
     pub const WATERMARK: &str = "num_truncates_applied";
     /// Partitions whose indexed fold ran out of memory and sorted instead.
     pub const SORT_FALLBACKS: &str = "num_sort_fallbacks";
@@ -236,7 +237,6 @@ enum Engine {
 struct FoldState {
     engine: Engine,
     finished: bool,
-    partition: usize,
     counters: Counters,
     baseline: BaselineMetrics,
     /// For a fall-back from the indexed fold to sorting.
@@ -386,11 +386,11 @@ impl FoldState {
                 ))
             }
         };
-        if self.partition == 0 {
-            if let Some(wm) = &watermark {
-                parts.push(watermark_row(&schema, wm)?);
-                self.counters.watermark.add(1);
-            }
+        // every partition carries the watermark: what a partition emits
+        // does not depend on its number (the writer keeps one)
+        if let Some(wm) = &watermark {
+            parts.push(watermark_row(&schema, wm)?);
+            self.counters.watermark.add(1);
         }
         self.counters.record(counts);
         self.engine = Engine::Switching;
@@ -593,7 +593,6 @@ impl ExecutionPlan for AutoCdcExec {
             Ok::<_, DataFusionError>(FoldState {
                 engine,
                 finished: false,
-                partition,
                 counters,
                 baseline,
                 spec,

@@ -1,39 +1,44 @@
-//! `CdcCommitExec`: writes an update's new target state and commits it.
+//! `CdcCommitExec`: commits the files an update wrote.
 //!
 //! ```text
-//!   CdcCommitExec ── one Delta commit: add new files, remove replaced files,
-//!        ▲            table metadata (flow definition, schema), txn(flow, run)
-//!        │ SinglePartition
-//!   AutoCdcExec
+//!   CdcCommitExec ── one Delta commit: add the written files, remove the
+//!        ▲            replaced ones (or mark rows with deletion vectors),
+//!        │            table metadata (flow definition, schema), txn(flow, run)
+//!        │ manifest rows (SinglePartition)
+//!   CdcWriteExec
 //! ```
 //!
+//! The commit reads only its input, the manifest
+//! ([`crate::table::manifest`]): the written files and what the fold did.
 //! Nothing is visible until the commit: a failure anywhere before it leaves
 //! the table and every checkpoint as they were (written files are orphans
 //! that `VACUUM` removes). When the fold changed nothing, the new files are
-//! discarded and only the checkpoint is committed.
+//! deleted and only the checkpoint is committed.
 
 use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet, Time,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::StreamExt;
 
-use super::AutoCdcExec;
 use crate::fold::FoldCounts;
 use crate::logical::UPDATE_RESULT_COLUMNS;
-use crate::table::commit::{commit_state, CommitRequest};
+use crate::table::commit::{commit_written, CommitRequest};
+use crate::table::manifest::Manifest;
 
 /// Commits the new state of a target (see the module docs).
 #[derive(Debug)]
@@ -61,6 +66,31 @@ impl CdcCommitExec {
             schema,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+}
+
+/// Metrics of [`CdcCommitExec`].
+#[derive(Debug, Clone)]
+struct CommitMetrics {
+    /// Data files the commit added.
+    files_added: Count,
+    /// Data files the commit removed (rewritten buckets).
+    files_removed: Count,
+    /// The Delta version committed.
+    commit_version: Gauge,
+    /// Time to make the commit (deletion vectors included).
+    commit_time: Time,
+}
+
+impl CommitMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet) -> Self {
+        let m = || MetricBuilder::new(metrics);
+        Self {
+            files_added: m().counter("num_files_added", 0),
+            files_removed: m().counter("num_files_removed", 0),
+            commit_version: m().gauge("commit_version", 0),
+            commit_time: m().subset_time("commit_time", 0),
         }
     }
 }
@@ -152,23 +182,22 @@ impl ExecutionPlan for CdcCommitExec {
                 "CdcCommitExec has one partition, got {partition}"
             )));
         }
-        let writers = context.session_config().target_partitions();
-        let input = self.input.execute(0, context)?;
+        let mut input = self.input.execute(0, context)?;
         let request = Arc::clone(&self.request);
-        let plan = Arc::clone(&self.input);
-        let files_written = MetricBuilder::new(&self.metrics).counter("num_files_written", 0);
-        let commit_version = MetricBuilder::new(&self.metrics).gauge("commit_version", 0);
+        let metrics = CommitMetrics::new(&self.metrics);
         let fut = async move {
-            let fold = find_fold(&plan)?;
-            let outcome = commit_state(&request, input, writers, || {
-                (fold.counts(), fold.truncated())
-            })
-            .await?;
-            files_written.add(outcome.files_written);
-            if let Some(v) = outcome.version {
-                commit_version.set(v as usize);
+            let mut manifest = Manifest::default();
+            while let Some(batch) = input.next().await {
+                manifest.read(&batch?)?;
             }
-            result_batch(&request.flow.name, outcome.counts, outcome.version)
+            let timer = metrics.commit_time.timer();
+            let changed = manifest.changed();
+            let outcome = commit_written(&request, manifest.written, changed).await?;
+            timer.done();
+            metrics.files_added.add(outcome.files_added);
+            metrics.files_removed.add(outcome.files_removed);
+            metrics.commit_version.set(outcome.version.max(0) as usize);
+            result_batch(&request.flow.name, manifest.counts, Some(outcome.version))
         };
         let stream = futures::stream::once(fut).boxed();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -179,35 +208,5 @@ impl ExecutionPlan for CdcCommitExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
-    }
-}
-
-/// The fold operator feeding this commit (its metrics are the update's counts).
-fn find_fold(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    let mut found = None;
-    plan.apply(|p| {
-        if p.downcast_ref::<AutoCdcExec>().is_some() {
-            found = Some(Arc::clone(p));
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    found.ok_or_else(|| DataFusionError::Internal("CdcCommitExec: no AutoCdcExec below".into()))
-}
-
-trait FoldProbe {
-    fn counts(&self) -> FoldCounts;
-    fn truncated(&self) -> bool;
-}
-
-impl FoldProbe for Arc<dyn ExecutionPlan> {
-    fn counts(&self) -> FoldCounts {
-        self.downcast_ref::<AutoCdcExec>()
-            .map(AutoCdcExec::counts)
-            .unwrap_or_default()
-    }
-    fn truncated(&self) -> bool {
-        self.downcast_ref::<AutoCdcExec>()
-            .is_some_and(AutoCdcExec::truncated)
     }
 }

@@ -5,8 +5,10 @@ pub mod commit_exec;
 pub(crate) mod one_shot;
 mod planner;
 mod snapshot_diff_exec;
+mod write_exec;
 
 pub use auto_cdc_exec::AutoCdcExec;
 pub use commit_exec::CdcCommitExec;
 pub use planner::{CdcExtensionPlanner, CdcQueryPlanner};
 pub use snapshot_diff_exec::SnapshotDiffExec;
+pub use write_exec::CdcWriteExec;

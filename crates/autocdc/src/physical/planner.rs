@@ -11,10 +11,10 @@ use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
-use super::{AutoCdcExec, CdcCommitExec, SnapshotDiffExec};
-use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
+use super::{AutoCdcExec, CdcCommitExec, CdcWriteExec, SnapshotDiffExec};
+use crate::logical::{AutoCdcNode, CdcCommitNode, CdcWriteNode, SnapshotDiffNode};
 
-/// Plans [`AutoCdcNode`] and [`CdcCommitNode`].
+/// Plans [`AutoCdcNode`], [`SnapshotDiffNode`], [`CdcWriteNode`] and [`CdcCommitNode`].
 #[derive(Debug, Default)]
 pub struct CdcExtensionPlanner;
 
@@ -37,6 +37,15 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                 n.spec.clone(),
                 Arc::clone(events),
                 Arc::clone(truncates),
+            )?)));
+        }
+        if let Some(n) = node.as_any().downcast_ref::<CdcWriteNode>() {
+            let [input] = physical_inputs else {
+                return Err(DataFusionError::Internal("CdcWrite needs one input".into()));
+            };
+            return Ok(Some(Arc::new(CdcWriteExec::try_new(
+                Arc::clone(&n.request),
+                Arc::clone(input),
             )?)));
         }
         if let Some(n) = node.as_any().downcast_ref::<CdcCommitNode>() {

@@ -47,7 +47,7 @@ use crate::fold::columns::{
 };
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::FoldSpec;
-use crate::logical::{AutoCdcNode, CdcCommitNode, SnapshotDiffNode};
+use crate::logical::{AutoCdcNode, CdcCommitNode, CdcWriteNode, SnapshotDiffNode, WriteRequest};
 use crate::spec::resolve::{
     resolve, target_projection, update_list_type, written_at_type, written_at_value, ResolvedFlow,
 };
@@ -115,7 +115,8 @@ pub mod source;
 pub mod staged;
 pub mod started;
 
-/// Plan one run of `flow` into `table`: `CdcCommit(AutoCdc(events, truncates))`.
+/// Plan one run of `flow` into `table`:
+/// `CdcCommit(CdcWrite(AutoCdc(events, truncates)))`.
 /// `register` writes the flow definition into the table with the run;
 /// `planning` says whether planning may read the update's data.
 pub async fn plan_update(
@@ -468,10 +469,18 @@ pub async fn plan_update(
         run: last_run.unwrap_or(0) + 1,
         touched,
         superseded,
+    };
+    let write = WriteRequest {
+        target: table.name().clone(),
+        flow: flow.name.clone(),
+        store: delta.object_store(),
         buckets: meta.buckets,
         key_indices: resolved.layout.key_indices.clone(),
     };
-    let commit = CdcCommitNode::try_new(Arc::new(request), fold)?;
+    let write = LogicalPlan::Extension(Extension {
+        node: Arc::new(CdcWriteNode::try_new(Arc::new(write), fold)?),
+    });
+    let commit = CdcCommitNode::try_new(Arc::new(request), write)?;
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(commit),
     }))

@@ -1,7 +1,7 @@
 //! Writing and committing one update of a streaming table.
 //!
 //! [`write_rows`] streams the fold's output into bucketed Parquet data files
-//! and `_change_data/` files (nothing is committed yet); [`commit_state`]
+//! and `_change_data/` files (nothing is committed yet); [`commit_written`]
 //! then makes the one Delta commit of the update: removal of the files of the
 //! buckets it rewrote (or deletion vectors marking the rows it replaced), the
 //! new data and change files, the flow's metadata and its checkpoint (a `txn`
@@ -32,7 +32,6 @@ use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter};
 use super::{delta_err, ScdTable, TableName};
 use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
-use crate::fold::FoldCounts;
 use crate::spec::FlowSpec;
 
 /// Column of the change data feed files holding the change type.
@@ -84,48 +83,46 @@ pub struct CommitRequest {
     /// deletion vectors instead of rewriting the touched buckets (the fold
     /// then reads and writes only these keys).
     pub superseded: Option<Arc<Superseded>>,
-    /// Number of key buckets of the table.
-    pub buckets: i32,
-    /// Key column positions in the fold output.
-    pub key_indices: Vec<usize>,
+}
+
+/// The files one update wrote (nothing committed yet): what
+/// `CdcWriteExec` reports to `CdcCommitExec` in its manifest.
+#[derive(Debug, Clone, Default)]
+pub struct WrittenFiles {
+    /// New data files (state rows, bucketed).
+    pub adds: Vec<deltalake_core::kernel::Add>,
+    /// New change data feed files.
+    pub change_files: Vec<deltalake_core::kernel::Add>,
 }
 
 /// Result of a commit.
 #[derive(Debug, Clone, Copy)]
 pub struct CommitOutcome {
-    /// What the fold did.
-    pub counts: FoldCounts,
     /// Delta version committed.
-    pub version: Option<i64>,
+    pub version: i64,
     /// Data files added.
-    pub files_written: usize,
+    pub files_added: usize,
+    /// Data files removed (rewritten buckets).
+    pub files_removed: usize,
 }
 
-/// Write the new state streamed by `input` and commit it atomically with the
-/// request's metadata and checkpoint. `counts` is read after the input is
-/// exhausted.
-pub async fn commit_state(
+/// Commit the files an update wrote atomically with the request's metadata
+/// and checkpoint. `changed`: whether the fold changed the stored state (or
+/// raised the truncate watermark); when it did not, the written files are
+/// deleted and only the checkpoint (and metadata) is committed.
+pub async fn commit_written(
     request: &CommitRequest,
-    input: SendableRecordBatchStream,
-    writers: usize,
-    counts: impl FnOnce() -> (FoldCounts, bool),
+    written: WrittenFiles,
+    changed: bool,
 ) -> Result<CommitOutcome> {
     let table = request.table.delta();
     let store = table.object_store();
-    let (adds, change_files) = write_rows(
-        &store,
-        input,
-        &request.key_indices,
-        request.buckets,
-        writers,
-    )
-    .await?;
-    let (counts, truncated) = counts();
-    let changed = counts.changed_state() || truncated;
+    let WrittenFiles { adds, change_files } = written;
 
     let snapshot = table.snapshot().map_err(delta_err)?;
     let log_store = table.log_store();
     let mut actions = Vec::new();
+    let mut files_removed = 0;
     if changed {
         // replace exactly the buckets this update read
         let views = data_files(&table).await?;
@@ -140,6 +137,7 @@ pub async fn commit_state(
             let kept = request.superseded.is_some() && bucket != Some(WATERMARK_BUCKET);
             if rewritten && !kept {
                 actions.push(Action::Remove(view.remove_action(true)));
+                files_removed += 1;
             }
         }
         if let Some(superseded) = &request.superseded {
@@ -190,9 +188,9 @@ pub async fn commit_state(
         })?;
     request.table.refresh().await?;
     Ok(CommitOutcome {
-        counts,
-        version: Some(commit.version() as i64),
-        files_written: if changed { adds.len() } else { 0 },
+        version: commit.version() as i64,
+        files_added: if changed { adds.len() } else { 0 },
+        files_removed,
     })
 }
 
@@ -218,7 +216,8 @@ pub(crate) fn bucket_of(view: &LogicalFileView) -> Option<i32> {
 
 /// Write the rows of a new state into bucketed data files and its change data
 /// feed rows (kinds ≥ [`CHANGE_INSERT`]) into `_change_data/` files; returns
-/// both file lists (nothing is committed).
+/// both file lists (nothing is committed). A truncate watermark row goes to
+/// the watermark bucket.
 ///
 /// Encoding and compressing Parquet is most of the work, so it runs on
 /// `writers` tasks, each owning the files of the buckets `b` with
@@ -230,10 +229,7 @@ pub async fn write_rows(
     key_indices: &[usize],
     bucket_count: i32,
     writers: usize,
-) -> Result<(
-    Vec<deltalake_core::kernel::Add>,
-    Vec<deltalake_core::kernel::Add>,
-)> {
+) -> Result<WrittenFiles> {
     let schema = input.schema();
     let change_schema = change_data_schema(&schema);
     let kind_index = schema.index_of(KIND_COL)?;
@@ -310,7 +306,7 @@ pub async fn write_rows(
     }
     match failure {
         Some(e) => Err(e),
-        None => Ok((adds, change_files)),
+        None => Ok(WrittenFiles { adds, change_files }),
     }
 }
 

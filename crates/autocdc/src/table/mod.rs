@@ -4,6 +4,7 @@
 pub mod bucket;
 pub mod commit;
 pub mod deletion_vectors;
+pub mod manifest;
 pub mod meta;
 pub mod properties;
 pub mod provider;

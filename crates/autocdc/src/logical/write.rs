@@ -1,0 +1,105 @@
+//! The `CdcWrite` logical node.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result};
+use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
+use object_store::ObjectStore;
+
+use crate::table::manifest::manifest_schema;
+use crate::table::TableName;
+
+/// Where and how an update's rows are written.
+#[derive(Debug)]
+pub struct WriteRequest {
+    /// Target name.
+    pub target: TableName,
+    /// The flow being run (for messages).
+    pub flow: String,
+    /// The target's object store, rooted at the table.
+    pub store: Arc<dyn ObjectStore>,
+    /// Number of key buckets of the table.
+    pub buckets: i32,
+    /// Key column positions in the fold output.
+    pub key_indices: Vec<usize>,
+}
+
+/// Writes the new state produced by its input (the fold) into data and
+/// change data feed files and returns their manifest (see
+/// [`crate::table::manifest`]); nothing is committed.
+#[derive(Debug, Clone)]
+pub struct CdcWriteNode {
+    /// Where to write.
+    pub request: Arc<WriteRequest>,
+    /// The new state.
+    pub input: Arc<LogicalPlan>,
+    schema: DFSchemaRef,
+}
+
+impl CdcWriteNode {
+    /// Create the node.
+    pub fn try_new(request: Arc<WriteRequest>, input: LogicalPlan) -> Result<Self> {
+        let schema = Arc::new(DFSchema::try_from(manifest_schema().as_ref().clone())?);
+        Ok(Self {
+            request,
+            input: Arc::new(input),
+            schema,
+        })
+    }
+}
+
+impl PartialEq for CdcWriteNode {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.request, &other.request) && self.input == other.input
+    }
+}
+impl Eq for CdcWriteNode {}
+impl std::hash::Hash for CdcWriteNode {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.request.flow.hash(state);
+        self.input.hash(state);
+    }
+}
+impl PartialOrd for CdcWriteNode {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        self.request.flow.partial_cmp(&other.request.flow)
+    }
+}
+
+impl UserDefinedLogicalNodeCore for CdcWriteNode {
+    fn name(&self) -> &str {
+        "CdcWrite"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![&self.input]
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        vec![]
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "CdcWrite: target={}, buckets={}",
+            self.request.target, self.request.buckets
+        )
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> Result<Self> {
+        let input = inputs
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("CdcWrite needs one input".into()))?;
+        Self::try_new(Arc::clone(&self.request), input)
+    }
+}

@@ -1,0 +1,321 @@
+//! `CdcWriteExec`: writes the new state of a target into files, commits nothing.
+//!
+//! ```text
+//!   CdcCommitExec
+//!        ▲  manifest rows: one per file (its Delta `Add`) + a summary
+//!   CdcWriteExec ── data files, one series per key bucket ─┐
+//!        ▲          change data feed files (_change_data/) ├─► object store
+//!        │          the truncate watermark row (bucket -1) ┘
+//!   AutoCdcExec  (N partitions, gathered here)
+//! ```
+//!
+//! The fold's partitions are gathered and their rows routed by key bucket to
+//! one writer task per target partition, each owning the files of its
+//! buckets, so a bucket gets one file series per update whatever the
+//! fold's partitioning. Every fold partition carries the truncate watermark
+//! row when the target has one; it is written once. The output is the
+//! manifest ([`crate::table::manifest`]): the commit reads it and nothing
+//! else.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arrow::array::{AsArray, BooleanArray, Int8Array, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::compute::kernels::cmp::eq;
+use arrow::datatypes::{Int8Type, SchemaRef};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
+};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties,
+};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
+
+use super::AutoCdcExec;
+use crate::fold::columns::KIND_COL;
+use crate::fold::Kind;
+use crate::logical::WriteRequest;
+use crate::table::commit::write_rows;
+use crate::table::manifest::{encode, manifest_schema};
+
+/// Writes an update's files and returns their manifest (see the module docs).
+#[derive(Debug)]
+pub struct CdcWriteExec {
+    request: Arc<WriteRequest>,
+    input: Arc<dyn ExecutionPlan>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl CdcWriteExec {
+    /// Create the operator over a fold.
+    pub fn try_new(request: Arc<WriteRequest>, input: Arc<dyn ExecutionPlan>) -> Result<Self> {
+        if input.downcast_ref::<AutoCdcExec>().is_none() {
+            return Err(DataFusionError::Internal(format!(
+                "CdcWriteExec writes the output of AutoCdcExec, not of {}",
+                input.name()
+            )));
+        }
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(manifest_schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            request,
+            input,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+}
+
+/// Metrics of [`CdcWriteExec`].
+#[derive(Debug, Clone)]
+struct WriteMetrics {
+    /// Data files written (state rows and the watermark).
+    files_written: Count,
+    /// Change data feed files written.
+    change_files_written: Count,
+    /// Rows written, to data and change files.
+    rows_written: Count,
+    /// Bytes of the files written.
+    bytes_written: Count,
+    /// Time from the first row to the last file closed.
+    write_time: Time,
+}
+
+impl WriteMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet) -> Self {
+        let m = || MetricBuilder::new(metrics);
+        Self {
+            files_written: m().counter("num_files_written", 0),
+            change_files_written: m().counter("num_change_files_written", 0),
+            rows_written: m().counter("num_rows_written", 0),
+            bytes_written: m().counter("bytes_written", 0),
+            write_time: m().subset_time("write_time", 0),
+        }
+    }
+}
+
+impl DisplayAs for CdcWriteExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match t {
+            DisplayFormatType::Default | DisplayFormatType::Verbose => write!(
+                f,
+                "CdcWriteExec: target={}, buckets={}",
+                self.request.target, self.request.buckets
+            ),
+            DisplayFormatType::TreeRender => {
+                writeln!(f, "target={}", self.request.target)?;
+                write!(f, "buckets={}", self.request.buckets)
+            }
+        }
+    }
+}
+
+impl ExecutionPlan for CdcWriteExec {
+    fn name(&self) -> &str {
+        "CdcWriteExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("CdcWriteExec needs one child".into()))?;
+        Ok(Arc::new(Self::try_new(Arc::clone(&self.request), input)?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "CdcWriteExec has one partition, got {partition}"
+            )));
+        }
+        let writers = context.session_config().target_partitions();
+        // the fold's partitions run on tasks of their own
+        let rows = if self.input.output_partitioning().partition_count() > 1 {
+            CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, context)?
+        } else {
+            self.input.execute(0, context)?
+        };
+        let metrics = WriteMetrics::new(&self.metrics);
+        let rows = OneWatermark::new(rows, metrics.rows_written.clone())?;
+        let saw_watermark = rows.seen();
+        let request = Arc::clone(&self.request);
+        let fold = Arc::clone(&self.input);
+        let write = async move {
+            let timer = metrics.write_time.timer();
+            let written = write_rows(
+                &request.store,
+                Box::pin(rows),
+                &request.key_indices,
+                request.buckets,
+                writers,
+            )
+            .await?;
+            timer.done();
+            metrics.files_written.add(written.adds.len());
+            metrics.change_files_written.add(written.change_files.len());
+            let bytes = written
+                .adds
+                .iter()
+                .chain(&written.change_files)
+                .map(|a| a.size.max(0) as usize)
+                .sum();
+            metrics.bytes_written.add(bytes);
+            let counts = fold
+                .downcast_ref::<AutoCdcExec>()
+                .map(AutoCdcExec::counts)
+                .unwrap_or_default();
+            encode(&written, &counts, saw_watermark.value() > 0)
+        };
+        Ok(Box::pin(CdcWriteStream {
+            state: WriteState::Writing(write.boxed()),
+        }))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// The fold's rows with the truncate watermark row kept once (every fold
+/// partition carries it); counts the rows passed on.
+struct OneWatermark {
+    input: SendableRecordBatchStream,
+    kind: usize,
+    /// Watermark rows passed on (0 or 1).
+    seen: Count,
+    rows: Count,
+}
+
+impl OneWatermark {
+    fn new(input: SendableRecordBatchStream, rows: Count) -> Result<Self> {
+        let kind = input.schema().index_of(KIND_COL)?;
+        Ok(Self {
+            input,
+            kind,
+            seen: Count::new(),
+            rows,
+        })
+    }
+
+    /// Shared count of watermark rows passed on.
+    fn seen(&self) -> Count {
+        self.seen.clone()
+    }
+
+    fn pass(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let kinds = batch.column(self.kind).as_primitive::<Int8Type>();
+        let watermarks = eq(kinds, &Int8Array::new_scalar(Kind::Truncate as i8))?;
+        let batch = if watermarks.true_count() == 0 {
+            batch
+        } else {
+            // keep the first watermark row of the update, drop the others
+            let mut first = self.seen.value() == 0;
+            let keep: BooleanArray = watermarks
+                .iter()
+                .map(|w| {
+                    Some(match w {
+                        Some(true) => std::mem::replace(&mut first, false),
+                        _ => true,
+                    })
+                })
+                .collect();
+            if self.seen.value() == 0 {
+                self.seen.add(1);
+            }
+            filter_record_batch(&batch, &keep)?
+        };
+        self.rows.add(batch.num_rows());
+        Ok(batch)
+    }
+}
+
+impl Stream for OneWatermark {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.input.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(batch))) => Poll::Ready(Some(self.pass(batch))),
+            other => other,
+        }
+    }
+}
+
+impl RecordBatchStream for OneWatermark {
+    fn schema(&self) -> SchemaRef {
+        self.input.schema()
+    }
+}
+
+/// States of [`CdcWriteStream`].
+enum WriteState {
+    /// Writing the files; resolves to the manifest.
+    Writing(BoxFuture<'static, Result<RecordBatch>>),
+    /// The manifest was returned (or the write failed).
+    Done,
+}
+
+/// The output of [`CdcWriteExec`]: one manifest batch once every file is written.
+struct CdcWriteStream {
+    state: WriteState,
+}
+
+impl Stream for CdcWriteStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match &mut self.state {
+            WriteState::Writing(write) => match write.poll_unpin(cx) {
+                Poll::Ready(manifest) => {
+                    self.state = WriteState::Done;
+                    Poll::Ready(Some(manifest))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+            WriteState::Done => Poll::Ready(None),
+        }
+    }
+}
+
+impl RecordBatchStream for CdcWriteStream {
+    fn schema(&self) -> SchemaRef {
+        manifest_schema()
+    }
+}
