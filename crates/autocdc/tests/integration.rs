@@ -1246,3 +1246,118 @@ async fn builder_partial_updates() {
         .unwrap();
     assert_eq!(rows(&s, "SELECT * FROM t_cols").await, ["| 1 | a1 | |"]);
 }
+
+/// The line of `op` in an `EXPLAIN ANALYZE` output.
+fn operator_line<'a>(analyzed: &'a str, op: &str) -> &'a str {
+    analyzed
+        .lines()
+        .find(|l| l.contains(&format!("{op}:")))
+        .unwrap_or_else(|| panic!("no {op} in\n{analyzed}"))
+}
+
+/// `EXPLAIN ANALYZE REFRESH` shows the writer and the commit with what each
+/// did: on the small path (deletion vectors, no file removed), the large
+/// path (the touched bucket rewritten) and for a snapshot diff.
+#[tokio::test]
+async fn write_and_commit_operators_report_their_work() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 200)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '8')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+
+    // small: one changed key, a deletion vector on its file, one new file
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src AS SELECT 7 AS id, 'changed' AS v, 2 AS seq",
+    )
+    .await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    let write = operator_line(&analyzed, "CdcWriteExec");
+    for m in [
+        "target=t",
+        "buckets=8",
+        "num_files_written=1,",
+        // the live row and its update pre- and post-image
+        "num_rows_written=3,",
+        "num_change_files_written=1,",
+        "write_time=",
+    ] {
+        assert!(write.contains(m), "missing {m} in {write}");
+    }
+    let commit = operator_line(&analyzed, "CdcCommitExec");
+    for m in [
+        "num_files_added=1,",
+        "num_files_removed=0,",
+        "commit_version=2",
+        "commit_time=",
+    ] {
+        assert!(commit.contains(m), "missing {m} in {commit}");
+    }
+
+    // large: the touched bucket is rewritten
+    exec(&s, "SET autocdc.deletion_vectors = false").await;
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src AS SELECT 7 AS id, 'again' AS v, 3 AS seq",
+    )
+    .await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    let write = operator_line(&analyzed, "CdcWriteExec");
+    assert!(write.contains("num_files_written=1,"), "{write}");
+    let commit = operator_line(&analyzed, "CdcCommitExec");
+    // the bucket's file from the load and the one of the small update
+    assert!(commit.contains("num_files_removed=2,"), "{commit}");
+    assert!(commit.contains("num_files_added=1,"), "{commit}");
+    assert_eq!(
+        rows(&s, "SELECT count(*), max(v) FILTER (WHERE id = 7) FROM t").await,
+        ["| 200 | again |"]
+    );
+
+    // a snapshot diff: everything replaced, one file per bucket
+    exec(
+        &s,
+        "CREATE TABLE snap AS SELECT value AS id, 'w' AS v FROM generate_series(1, 100)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE u TBLPROPERTIES ('autocdc.buckets' = '4')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW g AS AUTO CDC INTO u FROM SNAPSHOT (SELECT * FROM snap) KEYS (id)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE snap AS SELECT value AS id, 'x' AS v FROM generate_series(1, 100)",
+    )
+    .await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE u")
+        .await
+        .join("\n");
+    let write = operator_line(&analyzed, "CdcWriteExec");
+    assert!(write.contains("num_files_written=4,"), "{write}");
+    // 100 live rows, 100 pre-images, 100 post-images
+    assert!(write.contains("num_rows_written=300,"), "{write}");
+    let commit = operator_line(&analyzed, "CdcCommitExec");
+    assert!(commit.contains("num_files_removed=4,"), "{commit}");
+    assert!(commit.contains("num_files_added=4,"), "{commit}");
+}
