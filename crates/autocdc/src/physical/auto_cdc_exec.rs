@@ -17,10 +17,11 @@
 //! below, `fold=indexed` in `EXPLAIN`): it reserves what it holds in the
 //! pool and, when refused, sorts the rest of its partition itself (a
 //! [`SortExec`] over what it retained and the remaining input, metric
-//! `num_sort_fallbacks`). Partition 0 also emits the truncate watermark row.
+//! `num_sort_fallbacks`). Every partition ends with the target's truncate
+//! watermark row, if it has one (the writer keeps one).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, Int8Array, RecordBatch};
@@ -28,7 +29,7 @@ use arrow::compute::{concat, SortOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{
@@ -47,7 +48,9 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
-use super::one_shot::{must_fall_back, sort_retained_and_rest, sort_share};
+use super::adaptive::{
+    AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
+};
 use crate::fold::columns::{KIND_COL, SEQ_COL};
 use crate::fold::{FoldCounts, FoldKernel, FoldSpec, IndexedScd1Fold, Kind};
 
@@ -215,41 +218,42 @@ impl DisplayAs for AutoCdcExec {
     }
 }
 
-/// How one partition folds.
-enum Engine {
-    /// Over events sorted by `(keys, seq, origin)`.
-    Sorted {
-        fold: Box<dyn FoldKernel>,
-        input: SendableRecordBatchStream,
-    },
-    /// Over a sorted index of the retained events; `emitting` once the input
-    /// is consumed and the index sorted.
-    Indexed {
-        fold: Box<IndexedScd1Fold>,
-        input: SendableRecordBatchStream,
-        reservation: MemoryReservation,
-        emitting: bool,
-    },
-    /// While switching engines, and once the partition is finished.
-    Switching,
+/// One partition's fold: the indexed SCD 1 kernel or a sorted kernel,
+/// and the fall-back between them ([`AdaptivePartition`]).
+type FoldRun = AdaptivePartition<Box<IndexedScd1Fold>, Box<dyn FoldKernel>>;
+
+impl SortedKernel for Box<dyn FoldKernel> {
+    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        FoldKernel::push(self.as_mut(), batch)
+    }
+    fn finish(&mut self) -> Result<Option<RecordBatch>> {
+        self.finish_all()
+    }
+}
+
+impl IndexedKernel for Box<IndexedScd1Fold> {
+    fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        IndexedScd1Fold::push(self, batch)
+    }
+    fn memory_size(&self) -> usize {
+        IndexedScd1Fold::memory_size(self)
+    }
+    fn finish(&mut self) -> Result<()> {
+        IndexedScd1Fold::finish(self)
+    }
+    fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
+        IndexedScd1Fold::next_output(self, batch_size)
+    }
+    fn into_batches(self) -> Vec<RecordBatch> {
+        IndexedScd1Fold::into_batches(*self)
+    }
 }
 
 struct FoldState {
-    engine: Engine,
+    run: FoldRun,
     finished: bool,
     counters: Counters,
     baseline: BaselineMetrics,
-    /// For a fall-back from the indexed fold to sorting.
-    spec: FoldSpec,
-    ordering: LexOrdering,
-    truncate_sequences: Option<ArrayRef>,
-    context: Arc<TaskContext>,
-    /// Shared by the partitions, see [`AutoCdcExec`]'s field.
-    sorting: Arc<AtomicBool>,
-    /// Bytes the indexed fold may hold (0: no cap of its own).
-    indexed_cap: usize,
-    /// The operator's partitions, which share the pool's room for sorts.
-    partitions: usize,
 }
 
 struct Counters {
@@ -297,145 +301,32 @@ impl FoldState {
         if self.finished {
             return Ok(None);
         }
-        let batch_size = self.context.session_config().batch_size();
-        loop {
-            match &mut self.engine {
-                Engine::Sorted { fold, input } => {
-                    while let Some(batch) = input.next().await {
-                        let batch = batch?;
-                        let _timer = self.baseline.elapsed_compute().timer();
-                        if let Some(out) = fold.push(&batch)? {
-                            if out.num_rows() > 0 {
-                                return Ok(Some(out));
-                            }
-                        }
-                    }
-                    break;
-                }
-                Engine::Indexed {
-                    fold,
-                    input,
-                    reservation,
-                    emitting,
-                } => {
-                    let mut refused = false;
-                    if !*emitting {
-                        while let Some(batch) = input.next().await {
-                            let batch = batch?;
-                            let _timer = self.baseline.elapsed_compute().timer();
-                            fold.push(&batch)?;
-                            if must_fall_back(
-                                fold.memory_size(),
-                                self.indexed_cap,
-                                reservation,
-                                &self.sorting,
-                            ) {
-                                refused = true;
-                                break;
-                            }
-                        }
-                        if !refused {
-                            let _timer = self.baseline.elapsed_compute().timer();
-                            fold.finish()?;
-                            *emitting = true;
-                        }
-                    }
-                    if refused {
-                        self.fall_back_to_sort()?;
-                        continue;
-                    }
-                    let _timer = self.baseline.elapsed_compute().timer();
-                    if let Some(out) = fold.next_output(batch_size)? {
-                        return Ok(Some(out));
-                    }
-                    break;
-                }
-                Engine::Switching => {
-                    return Err(DataFusionError::Internal(
-                        "AutoCdcExec: fold engine lost".into(),
-                    ))
-                }
-            }
+        if let Some(out) = self.run.next().await? {
+            return Ok(Some(out));
         }
         self.finished = true;
-        let mut parts = Vec::new();
-        let (counts, watermark, schema) = match &mut self.engine {
-            Engine::Sorted { fold, .. } => {
-                if let Some(last) = fold.finish_all()? {
-                    parts.push(last);
-                }
-                (
-                    fold.counts(),
-                    fold.watermark_value().cloned(),
-                    Arc::clone(fold.output_schema()),
-                )
-            }
-            Engine::Indexed {
-                fold, reservation, ..
-            } => {
-                reservation.free();
-                (
-                    fold.counts(),
-                    fold.watermark_value().cloned(),
-                    Arc::clone(fold.output_schema()),
-                )
-            }
-            Engine::Switching => {
-                return Err(DataFusionError::Internal(
-                    "AutoCdcExec: fold engine lost".into(),
-                ))
-            }
+        let (counts, watermark, schema) = match self.run.kernel()? {
+            Finished::Sorted(fold) => (
+                fold.counts(),
+                fold.watermark_value().cloned(),
+                Arc::clone(fold.output_schema()),
+            ),
+            Finished::Indexed(fold) => (
+                fold.counts(),
+                fold.watermark_value().cloned(),
+                Arc::clone(fold.output_schema()),
+            ),
         };
+        self.counters.record(counts);
         // every partition carries the watermark: what a partition emits
         // does not depend on its number (the writer keeps one)
-        if let Some(wm) = &watermark {
-            parts.push(watermark_row(&schema, wm)?);
-            self.counters.watermark.add(1);
+        match watermark {
+            Some(wm) => {
+                self.counters.watermark.add(1);
+                Ok(Some(watermark_row(&schema, &wm)?))
+            }
+            None => Ok(None),
         }
-        self.counters.record(counts);
-        self.engine = Engine::Switching;
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(arrow::compute::concat_batches(&schema, &parts)?))
-    }
-
-    /// The memory pool refused the indexed fold more memory: sort what it
-    /// retained and the rest of the input (spilling as the pool requires)
-    /// and fold that with the sorted kernel.
-    fn fall_back_to_sort(&mut self) -> Result<()> {
-        let Engine::Indexed {
-            fold,
-            input,
-            reservation,
-            ..
-        } = std::mem::replace(&mut self.engine, Engine::Switching)
-        else {
-            return Err(DataFusionError::Internal(
-                "AutoCdcExec: no indexed fold to fall back from".into(),
-            ));
-        };
-        self.sorting.store(true, AtomicOrdering::Relaxed);
-        let retained = fold.into_batches();
-        let share = sort_share(&self.context, self.partitions);
-        let sorted = sort_retained_and_rest(
-            retained,
-            input,
-            self.ordering.clone(),
-            Arc::clone(&self.context),
-            reservation,
-            share,
-        )?;
-        let mut kernel = self.spec.kernel(&sorted.schema())?;
-        if let Some(seqs) = &self.truncate_sequences {
-            kernel.observe_watermark(seqs)?;
-        }
-        self.counters.sort_fallbacks.add(1);
-        self.engine = Engine::Sorted {
-            fold: kernel,
-            input: sorted,
-        };
-        Ok(())
     }
 }
 
@@ -523,22 +414,7 @@ impl ExecutionPlan for AutoCdcExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let input = self.events.execute(partition, Arc::clone(&context))?;
-        let engine = if self.spec.uses_indexed_fold(&self.events.schema()) {
-            let reservation = MemoryConsumer::new(format!("AutoCdcExec[{partition}]"))
-                .with_can_spill(true)
-                .register(context.memory_pool());
-            Engine::Indexed {
-                fold: Box::new(self.spec.indexed_kernel(&input.schema())?),
-                input,
-                reservation,
-                emitting: false,
-            }
-        } else {
-            Engine::Sorted {
-                fold: self.spec.kernel(&input.schema())?,
-                input,
-            }
-        };
+        let indexed = self.spec.uses_indexed_fold(&self.events.schema());
         let ordering = self
             .fold_ordering()
             .ok_or_else(|| DataFusionError::Internal("AutoCdcExec: flow without keys".into()))?;
@@ -556,6 +432,7 @@ impl ExecutionPlan for AutoCdcExec {
         };
         let sorting = Arc::clone(&self.sorting);
         let spec = self.spec.clone();
+        let fold_spec = self.spec.clone();
         let truncates = Arc::clone(&self.truncates);
         let cell = Arc::clone(&self.truncate_sequences);
         let counters = Counters::new(&self.metrics, partition);
@@ -582,26 +459,49 @@ impl ExecutionPlan for AutoCdcExec {
                 .map_err(|e| DataFusionError::Shared(Arc::clone(e)))?
                 .clone()
                 .filter(|s| !s.is_empty());
-            let mut engine = engine;
-            if let Some(seqs) = &seqs {
-                match &mut engine {
-                    Engine::Sorted { fold, .. } => fold.observe_watermark(seqs)?,
-                    Engine::Indexed { fold, .. } => fold.observe_watermark(seqs)?,
-                    Engine::Switching => {}
+            // a sorted kernel (from the start or after a fall-back) knows
+            // the truncate watermark before its first event
+            let watermark = seqs.clone();
+            let sorted_kernel = move |schema: &SchemaRef| -> Result<Box<dyn FoldKernel>> {
+                let mut kernel = spec.kernel(schema)?;
+                if let Some(seqs) = &watermark {
+                    kernel.observe_watermark(seqs)?;
                 }
-            }
-            Ok::<_, DataFusionError>(FoldState {
-                engine,
-                finished: false,
-                counters,
-                baseline,
-                spec,
+                Ok(kernel)
+            };
+            let fall_back = |make_sorted: Option<MakeSorted<Box<dyn FoldKernel>>>| FallBack {
                 ordering,
-                truncate_sequences: seqs,
-                context,
+                context: Arc::clone(&context),
                 sorting,
                 indexed_cap,
                 partitions,
+                fallbacks: counters.sort_fallbacks.clone(),
+                elapsed_compute: baseline.elapsed_compute().clone(),
+                make_sorted,
+            };
+            let run = if indexed {
+                let mut fold = Box::new(fold_spec.indexed_kernel(&input.schema())?);
+                if let Some(seqs) = &seqs {
+                    fold.observe_watermark(seqs)?;
+                }
+                let reservation = MemoryConsumer::new(format!("AutoCdcExec[{partition}]"))
+                    .with_can_spill(true)
+                    .register(context.memory_pool());
+                FoldRun::indexed(
+                    fold,
+                    input,
+                    reservation,
+                    fall_back(Some(Box::new(sorted_kernel))),
+                )
+            } else {
+                let kernel = sorted_kernel(&input.schema())?;
+                FoldRun::sorted(kernel, input, fall_back(None))
+            };
+            Ok::<_, DataFusionError>(FoldState {
+                run,
+                finished: false,
+                counters,
+                baseline,
             })
         };
         let stream = futures::stream::once(state)

@@ -1,5 +1,6 @@
 //! Physical operators of an update and the planner hooks that create them.
 
+mod adaptive;
 mod auto_cdc_exec;
 pub mod commit_exec;
 pub(crate) mod one_shot;

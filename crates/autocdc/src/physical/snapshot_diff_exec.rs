@@ -20,7 +20,7 @@
 //!   key group across batches.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -28,7 +28,7 @@ use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{
@@ -44,9 +44,10 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
     Partitioning, PlanProperties,
 };
-use futures::StreamExt;
 
-use super::one_shot::{must_fall_back, sort_retained_and_rest, sort_share};
+use super::adaptive::{
+    AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
+};
 use crate::fold::snapshot_diff::{diff_output_schema, SnapshotDiff};
 use crate::fold::snapshot_diff_indexed::IndexedSnapshotDiff;
 
@@ -236,40 +237,54 @@ impl ExecutionPlan for SnapshotDiffExec {
     ) -> Result<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&context))?;
         let schema = input.schema();
-        let engine = if self.indexed {
-            DiffEngine::Indexed {
-                diff: Box::new(IndexedSnapshotDiff::try_new(
-                    &self.flow,
-                    self.key_indices.clone(),
-                    self.version.clone(),
-                    self.written_at.clone(),
-                    &schema,
-                )?),
-                input,
-                reservation: MemoryConsumer::new(format!("SnapshotDiffExec[{partition}]"))
-                    .register(context.memory_pool()),
-                emitting: false,
-            }
-        } else {
-            DiffEngine::Sorted {
-                diff: Box::new(self.sorted_kernel(&schema)?),
-                input,
-            }
-        };
         let metric =
             |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let fall_back = |make_sorted: Option<MakeSorted<Box<SnapshotDiff>>>| -> Result<_> {
+            Ok(FallBack {
+                ordering: self.diff_ordering().ok_or_else(|| {
+                    DataFusionError::Internal("SnapshotDiffExec: no ordering to sort by".into())
+                })?,
+                context: Arc::clone(&context),
+                sorting: Arc::clone(&self.sorting),
+                indexed_cap: self.indexed_cap,
+                partitions: self.properties.partitioning.partition_count(),
+                fallbacks: metric("num_sort_fallbacks"),
+                elapsed_compute: baseline.elapsed_compute().clone(),
+                make_sorted,
+            })
+        };
+        let run = if self.indexed {
+            let diff = Box::new(IndexedSnapshotDiff::try_new(
+                &self.flow,
+                self.key_indices.clone(),
+                self.version.clone(),
+                self.written_at.clone(),
+                &schema,
+            )?);
+            let reservation = MemoryConsumer::new(format!("SnapshotDiffExec[{partition}]"))
+                .register(context.memory_pool());
+            // the sorted input has the schema of this one
+            let sorted = Box::new(self.sorted_kernel(&schema)?);
+            DiffRun::indexed(
+                diff,
+                input,
+                reservation,
+                fall_back(Some(Box::new(move |_| Ok(sorted))))?,
+            )
+        } else {
+            DiffRun::sorted(
+                Box::new(self.sorted_kernel(&schema)?),
+                input,
+                fall_back(None)?,
+            )
+        };
         let state = DiffState {
-            engine,
-            baseline: BaselineMetrics::new(&self.metrics, partition),
+            run,
+            finished: false,
+            baseline,
             upserts: metric("num_upserts"),
             deletes: metric("num_deletes"),
-            sort_fallbacks: metric("num_sort_fallbacks"),
-            sorted_kernel: Some(self.sorted_kernel(&schema)?),
-            ordering: self.diff_ordering(),
-            context,
-            sorting: Arc::clone(&self.sorting),
-            indexed_cap: self.indexed_cap,
-            partitions: self.properties.partitioning.partition_count(),
         };
         let stream = futures::stream::try_unfold(state, |mut state| async move {
             Ok(state.next().await?.map(|batch| (batch, state)))
@@ -297,149 +312,63 @@ impl SnapshotDiffExec {
     }
 }
 
-/// How one partition diffs.
-enum DiffEngine {
-    /// Over rows sorted by `(keys, side)`.
-    Sorted {
-        diff: Box<SnapshotDiff>,
-        input: SendableRecordBatchStream,
-    },
-    /// Over a sorted index of the retained rows; `emitting` once the input is
-    /// consumed and the index sorted.
-    Indexed {
-        diff: Box<IndexedSnapshotDiff>,
-        input: SendableRecordBatchStream,
-        reservation: MemoryReservation,
-        emitting: bool,
-    },
-    /// While switching engines, and once the partition is finished.
-    Done,
+/// One partition's diff: the indexed or the sorted kernel, and the
+/// fall-back between them ([`AdaptivePartition`]).
+type DiffRun = AdaptivePartition<Box<IndexedSnapshotDiff>, Box<SnapshotDiff>>;
+
+impl SortedKernel for Box<SnapshotDiff> {
+    fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        SnapshotDiff::push(self, batch)
+    }
+    fn finish(&mut self) -> Result<Option<RecordBatch>> {
+        SnapshotDiff::finish(self)
+    }
+}
+
+impl IndexedKernel for Box<IndexedSnapshotDiff> {
+    fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        IndexedSnapshotDiff::push(self, batch)
+    }
+    fn memory_size(&self) -> usize {
+        IndexedSnapshotDiff::memory_size(self)
+    }
+    fn finish(&mut self) -> Result<()> {
+        IndexedSnapshotDiff::finish(self)
+    }
+    fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
+        IndexedSnapshotDiff::next_output(self, batch_size)
+    }
+    fn into_batches(self) -> Vec<RecordBatch> {
+        IndexedSnapshotDiff::into_batches(*self)
+    }
 }
 
 /// One partition's diff as it runs.
 struct DiffState {
-    engine: DiffEngine,
+    run: DiffRun,
+    finished: bool,
     baseline: BaselineMetrics,
     upserts: Count,
     deletes: Count,
-    sort_fallbacks: Count,
-    /// The kernel a fall-back to sorting continues with.
-    sorted_kernel: Option<SnapshotDiff>,
-    ordering: Option<LexOrdering>,
-    context: Arc<TaskContext>,
-    sorting: Arc<AtomicBool>,
-    indexed_cap: usize,
-    /// The operator's partitions, which share the pool's room for sorts.
-    partitions: usize,
 }
 
 impl DiffState {
     /// Next batch of change events, or `None` at the end.
     async fn next(&mut self) -> Result<Option<RecordBatch>> {
-        let batch_size = self.context.session_config().batch_size();
-        loop {
-            match &mut self.engine {
-                DiffEngine::Sorted { diff, input } => {
-                    while let Some(batch) = input.next().await {
-                        let batch = batch?;
-                        let _timer = self.baseline.elapsed_compute().timer();
-                        if let Some(out) = diff.push(&batch)? {
-                            self.baseline.record_output(out.num_rows());
-                            return Ok(Some(out));
-                        }
-                    }
-                    let last = diff.finish()?;
-                    self.upserts.add(diff.counts.0);
-                    self.deletes.add(diff.counts.1);
-                    self.engine = DiffEngine::Done;
-                    if let Some(out) = &last {
-                        self.baseline.record_output(out.num_rows());
-                    }
-                    return Ok(last);
-                }
-                DiffEngine::Indexed {
-                    diff,
-                    input,
-                    reservation,
-                    emitting,
-                } => {
-                    if !*emitting {
-                        let mut refused = false;
-                        while let Some(batch) = input.next().await {
-                            let batch = batch?;
-                            let _timer = self.baseline.elapsed_compute().timer();
-                            diff.push(&batch)?;
-                            if must_fall_back(
-                                diff.memory_size(),
-                                self.indexed_cap,
-                                reservation,
-                                &self.sorting,
-                            ) {
-                                refused = true;
-                                break;
-                            }
-                        }
-                        if refused {
-                            self.fall_back_to_sort()?;
-                            continue;
-                        }
-                        let _timer = self.baseline.elapsed_compute().timer();
-                        diff.finish()?;
-                        *emitting = true;
-                    }
-                    let _timer = self.baseline.elapsed_compute().timer();
-                    if let Some(out) = diff.next_output(batch_size)? {
-                        self.baseline.record_output(out.num_rows());
-                        return Ok(Some(out));
-                    }
-                    self.upserts.add(diff.counts.0);
-                    self.deletes.add(diff.counts.1);
-                    reservation.free();
-                    self.engine = DiffEngine::Done;
-                    return Ok(None);
-                }
-                DiffEngine::Done => return Ok(None),
-            }
+        if self.finished {
+            return Ok(None);
         }
-    }
-
-    /// The pool refused the indexed diff more memory: sort what it retained
-    /// and the rest of the input (spilling as the pool requires) and go on
-    /// with the sorted kernel.
-    fn fall_back_to_sort(&mut self) -> Result<()> {
-        let DiffEngine::Indexed {
-            diff,
-            input,
-            reservation,
-            ..
-        } = std::mem::replace(&mut self.engine, DiffEngine::Done)
-        else {
-            return Err(DataFusionError::Internal(
-                "SnapshotDiffExec: no indexed diff to fall back from".into(),
-            ));
+        if let Some(out) = self.run.next().await? {
+            self.baseline.record_output(out.num_rows());
+            return Ok(Some(out));
+        }
+        self.finished = true;
+        let (upserts, deletes) = match self.run.kernel()? {
+            Finished::Sorted(diff) => diff.counts,
+            Finished::Indexed(diff) => diff.counts,
         };
-        let ordering = self.ordering.clone().ok_or_else(|| {
-            DataFusionError::Internal("SnapshotDiffExec: no ordering to sort by".into())
-        })?;
-        self.sorting.store(true, AtomicOrdering::Relaxed);
-        let retained = diff.into_batches();
-        let share = sort_share(&self.context, self.partitions);
-        let sorted = sort_retained_and_rest(
-            retained,
-            input,
-            ordering,
-            Arc::clone(&self.context),
-            reservation,
-            share,
-        )?;
-        self.sort_fallbacks.add(1);
-        let kernel = self.sorted_kernel.take().ok_or_else(|| {
-            DataFusionError::Internal("SnapshotDiffExec: fell back to sorting twice".into())
-        })?;
-        self.engine = DiffEngine::Sorted {
-            diff: Box::new(kernel),
-            input: sorted,
-        };
-        Ok(())
+        self.upserts.add(upserts);
+        self.deletes.add(deletes);
+        Ok(None)
     }
 }
