@@ -47,22 +47,47 @@ pub struct UpdateMetrics {
 }
 
 impl UpdateMetrics {
-    /// Decode the result rows of an update statement.
-    pub fn from_batch(batch: &RecordBatch) -> Vec<Self> {
-        let int = |i: usize, row: usize| {
-            let a = batch.column(i).as_primitive::<Int64Type>();
-            (!a.is_null(row)).then(|| a.value(row))
-        };
-        (0..batch.num_rows())
-            .map(|r| Self {
-                flow: batch.column(0).as_string::<i32>().value(r).to_string(),
-                num_upserted_rows: int(1, r).unwrap_or(0),
-                num_deleted_rows: int(2, r).unwrap_or(0),
-                num_input_rows: int(3, r).unwrap_or(0),
-                num_late_rows_dropped: int(4, r).unwrap_or(0),
-                commit_version: int(5, r),
+    /// Decode the result rows of an update statement (columns found by
+    /// name, see [`crate::logical::UPDATE_RESULT_COLUMNS`]).
+    pub fn from_batch(batch: &RecordBatch) -> Result<Vec<Self>> {
+        let column = |name: &str| {
+            batch.column_by_name(name).ok_or_else(|| {
+                DataFusionError::Internal(format!("update result without column '{name}'"))
             })
-            .collect()
+        };
+        let flows = column("flow")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| DataFusionError::Internal("update result: 'flow' is not text".into()))?;
+        let counts = |name: &str| -> Result<&arrow::array::Int64Array> {
+            column(name)?.as_primitive_opt::<Int64Type>().ok_or_else(|| {
+                DataFusionError::Internal(format!("update result: '{name}' is not BIGINT"))
+            })
+        };
+        let upserted = counts("num_upserted_rows")?;
+        let deleted = counts("num_deleted_rows")?;
+        let input = counts("num_input_rows")?;
+        let late = counts("num_late_rows_dropped")?;
+        let version = counts("commit_version")?;
+        let value = |a: &arrow::array::Int64Array, row: usize| (!a.is_null(row)).then(|| a.value(row));
+        Ok((0..batch.num_rows())
+            .map(|r| Self {
+                flow: flows.value(r).to_string(),
+                num_upserted_rows: value(upserted, r).unwrap_or(0),
+                num_deleted_rows: value(deleted, r).unwrap_or(0),
+                num_input_rows: value(input, r).unwrap_or(0),
+                num_late_rows_dropped: value(late, r).unwrap_or(0),
+                commit_version: value(version, r),
+            })
+            .collect())
+    }
+
+    /// Decode the result batches of update statements.
+    pub fn from_batches(batches: &[RecordBatch]) -> Result<Vec<Self>> {
+        let mut all = Vec::new();
+        for batch in batches {
+            all.extend(Self::from_batch(batch)?);
+        }
+        Ok(all)
     }
 }
 
@@ -105,7 +130,7 @@ impl CdcSession {
         full: bool,
     ) -> Result<Vec<UpdateMetrics>> {
         let batches = self.refresh(&TableName::parse(target)?, full).await?;
-        Ok(batches.iter().flat_map(UpdateMetrics::from_batch).collect())
+        UpdateMetrics::from_batches(&batches)
     }
 }
 
@@ -255,9 +280,8 @@ impl<'a> IntoFuture for AutoCdcFlowBuilder<'a> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let batches = self.session.create_flow(self.spec).await?;
-            batches
-                .iter()
-                .flat_map(UpdateMetrics::from_batch)
+            UpdateMetrics::from_batches(&batches)?
+                .into_iter()
                 .next()
                 .ok_or_else(|| {
                     datafusion::common::DataFusionError::Internal(
@@ -365,7 +389,7 @@ impl<'a> IntoFuture for SnapshotFlowBuilder<'a> {
                 );
             }
             let batches = self.session.create_flow(self.spec).await?;
-            Ok(batches.iter().flat_map(UpdateMetrics::from_batch).collect())
+            UpdateMetrics::from_batches(&batches)
         })
     }
 }

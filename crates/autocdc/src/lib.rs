@@ -34,6 +34,7 @@
 //!                        writing and committing an update, deletion vectors
 //!  spec, config          flow definitions and their validation; settings
 //!  fold, clock           pure per-key kernels (no I/O); the session clock
+//!  error                 the typed errors ([`CdcError`])
 //! ```
 //!
 //! DML on a target is planned by [`pipeline`] and reaches the target's
@@ -43,6 +44,7 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod error;
 pub mod fold;
 pub mod functions;
 pub mod logical;
@@ -59,6 +61,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 
 pub use api::AutoCdcFlowBuilder;
 pub use config::AutoCdcConfig;
+pub use error::CdcError;
 pub use session::CdcSession;
 pub use spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 

@@ -74,6 +74,12 @@ async fn concurrent_updates_never_lose_a_change() {
                     msg.contains("commit to 't' failed"),
                     "round {round}: unclear failure: {msg}"
                 );
+                // and a program sees which flow's commit failed
+                let typed = datafusion_autocdc::CdcError::find(e);
+                assert!(
+                    matches!(typed, Some(datafusion_autocdc::CdcError::CommitFailed { flow, target, .. }) if flow.starts_with('f') && target.ends_with('t')),
+                    "round {round}: not a typed commit failure: {typed:?}"
+                );
             }
         }
         // a failed one, run again, applies; nothing committed is lost

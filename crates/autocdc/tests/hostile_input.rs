@@ -228,6 +228,24 @@ async fn null_key_fails_the_update_and_commits_nothing() {
     )
     .await;
 
+    // a program gets the same facts as fields
+    let error = s
+        .sql("REFRESH STREAMING TABLE t")
+        .await
+        .expect_err("a NULL key is refused");
+    match datafusion_autocdc::CdcError::find(&error) {
+        Some(datafusion_autocdc::CdcError::NullKey {
+            flow,
+            column,
+            kind,
+            sequence,
+        }) => assert_eq!(
+            (flow.as_str(), column.as_str(), *kind, sequence.as_str()),
+            ("f", "id", "UPSERT", "5")
+        ),
+        other => panic!("not a typed NULL key error: {other:?} from {error}"),
+    }
+
     run(
         &s,
         "CREATE OR REPLACE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES \

@@ -1,5 +1,5 @@
-//! Data errors of the fold kernels: each names the flow, the
-//! clause or key, and the offending value, and says that nothing was
+//! Data errors of the fold kernels: each is a [`CdcError`] naming the flow,
+//! the clause or key, and the offending value, and says that nothing was
 //! committed (the update fails before its commit).
 
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -7,6 +7,7 @@ use arrow::datatypes::Int8Type;
 use datafusion::common::{DataFusionError, ScalarValue};
 
 use super::columns::{EventLayout, Kind};
+use crate::error::CdcError;
 
 fn value(batch: &RecordBatch, column: usize, row: usize) -> String {
     ScalarValue::try_from_array(batch.column(column), row)
@@ -37,10 +38,11 @@ pub fn check_event_nulls(
     let key = |row| format_key(&layout.target_columns, &layout.key_indices, batch, row);
     let seq = batch.column(layout.seq());
     if let Some(row) = first_null_value(seq.as_ref()) {
-        return Err(DataFusionError::Execution(format!(
-            "flow '{flow}': SEQUENCE BY value is NULL for key ({}); nothing was committed",
-            key(row)
-        )));
+        return Err(CdcError::NullSequence {
+            flow: flow.to_string(),
+            key: Some(key(row)),
+        }
+        .into());
     }
     for &k in &layout.key_indices {
         let col = batch.column(k);
@@ -53,12 +55,13 @@ pub fn check_event_nulls(
                     .value(row),
             )
             .unwrap_or(Kind::Upsert);
-            return Err(DataFusionError::Execution(format!(
-                "flow '{flow}': KEYS column '{}' is NULL in a {} event with sequence {}; nothing was committed",
-                layout.target_columns[k],
-                kind.name(),
-                value(batch, layout.seq(), row)
-            )));
+            return Err(CdcError::NullKey {
+                flow: flow.to_string(),
+                column: layout.target_columns[k].clone(),
+                kind: kind.name(),
+                sequence: value(batch, layout.seq(), row),
+            }
+            .into());
         }
     }
     Ok(())
@@ -67,9 +70,11 @@ pub fn check_event_nulls(
 /// Reject NULLs among TRUNCATE event sequences.
 pub fn check_truncate_sequences(flow: &str, sequences: &dyn Array) -> Result<(), DataFusionError> {
     if first_null_value(sequences).is_some() {
-        return Err(DataFusionError::Execution(format!(
-            "flow '{flow}': SEQUENCE BY value is NULL in a TRUNCATE event; nothing was committed"
-        )));
+        return Err(CdcError::NullSequence {
+            flow: flow.to_string(),
+            key: None,
+        }
+        .into());
     }
     Ok(())
 }
@@ -82,17 +87,13 @@ pub fn conflict_error(
     row: usize,
     against_stored: bool,
 ) -> DataFusionError {
-    let against = if against_stored {
-        " (against a stored event)"
-    } else {
-        ""
-    };
-    DataFusionError::Execution(format!(
-        "flow '{flow}': conflicting events for key ({}) at SEQUENCE BY value {}{against}: \
-         two events with the same key and sequence differ in kind or content; nothing was committed",
-        format_key(&layout.target_columns, &layout.key_indices, batch, row),
-        value(batch, layout.seq(), row)
-    ))
+    CdcError::ConflictingEvents {
+        flow: flow.to_string(),
+        key: format_key(&layout.target_columns, &layout.key_indices, batch, row),
+        sequence: value(batch, layout.seq(), row),
+        against_stored,
+    }
+    .into()
 }
 
 fn first_null(array: &dyn Array) -> usize {

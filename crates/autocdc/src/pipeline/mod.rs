@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  source ─► project events ─┬─ UPSERT/DELETE ─┐
-//!                            │                 ├─ ∪ stored rows ─► AutoCdc ─► CdcCommit
+//!                            │                 ├─ ∪ stored rows ─► AutoCdc ─► CdcWrite ─► CdcCommit
 //!                            └─ TRUNCATE seqs ─┴─ ∪ stored watermark ─┘
 //! ```
 //! The stored state of the target takes part in every update (SCD 1 keeps

@@ -32,6 +32,7 @@ use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter};
 use super::{delta_err, ScdTable, TableName};
 use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
+use crate::error::CdcError;
 use crate::spec::FlowSpec;
 
 /// Column of the change data feed files holding the change type.
@@ -180,11 +181,10 @@ pub async fn commit_written(
         .with_actions(actions)
         .build(Some(snapshot), log_store, operation)
         .await
-        .map_err(|e| {
-            DataFusionError::Execution(format!(
-                "flow '{}': commit to '{}' failed: {e}; nothing of this update was committed (another writer may have committed first): run it again",
-                request.flow.name, request.target
-            ))
+        .map_err(|e| CdcError::CommitFailed {
+            flow: request.flow.name.clone(),
+            target: request.target.to_string(),
+            cause: e.to_string(),
         })?;
     request.table.refresh().await?;
     Ok(CommitOutcome {
