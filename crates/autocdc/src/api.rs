@@ -26,7 +26,7 @@ use datafusion::prelude::DataFrame;
 
 use crate::session::{CdcSession, SnapshotFunction};
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
-use crate::sql::CreateStreamingTable;
+use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
 use crate::table::TableName;
 
 /// What one flow run did (the row `CREATE FLOW` / `REFRESH` return).
@@ -91,6 +91,75 @@ impl UpdateMetrics {
     }
 }
 
+/// Builder of `create_streaming_table` (the Python parameters `schema` and
+/// `table_properties`); `.await` creates the table.
+#[must_use = "a table builder does nothing until awaited"]
+pub struct CreateStreamingTableBuilder<'a> {
+    session: &'a CdcSession,
+    name: String,
+    schema: Option<String>,
+    properties: Vec<(String, String)>,
+}
+
+impl CreateStreamingTableBuilder<'_> {
+    /// Declare the columns, as SQL: `"id BIGINT, name STRING, amount DECIMAL(10, 2)"`.
+    pub fn schema(mut self, columns: impl Into<String>) -> Self {
+        self.schema = Some(columns.into());
+        self
+    }
+
+    /// Add table properties (`TBLPROPERTIES`, e.g. `autocdc.buckets`).
+    pub fn table_properties<I, K, V>(mut self, properties: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.properties
+            .extend(properties.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+}
+
+impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
+    type Output = Result<()>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let name = TableName::parse(&self.name)?;
+            let declared = match &self.schema {
+                // the columns are read by the statement parser, as in SQL
+                Some(columns) => {
+                    let sql = format!("CREATE OR REFRESH STREAMING TABLE {name} ({columns})");
+                    let refused = |why: String| {
+                        DataFusionError::Plan(format!(
+                            "create_streaming_table('{}'): schema '{columns}' is not a column list ('name TYPE, ...'): {why}",
+                            self.name
+                        ))
+                    };
+                    match parse_cdc_statement(&sql, "generic", true) {
+                        Ok(Some(CdcStatement::CreateStreamingTable(parsed))) => parsed,
+                        Ok(_) => return Err(refused("not a table declaration".into())),
+                        Err(e) => return Err(refused(e.to_string())),
+                    }
+                }
+                None => CreateStreamingTable {
+                    name,
+                    or_refresh: true,
+                    if_not_exists: true,
+                    columns: vec![],
+                    properties: vec![],
+                    dialect: "generic".into(),
+                },
+            };
+            let mut statement = declared;
+            statement.properties.extend(self.properties);
+            self.session.create_table(statement).await
+        })
+    }
+}
+
 /// Builder of an AUTO CDC flow; `.await` creates the flow and runs its first
 /// update.
 #[must_use = "a flow builder does nothing until awaited"]
@@ -100,17 +169,17 @@ pub struct AutoCdcFlowBuilder<'a> {
 }
 
 impl CdcSession {
-    /// `create_streaming_table(name)`: declare a target (schema from its first flow).
-    pub async fn create_streaming_table(&self, name: &str) -> Result<()> {
-        self.create_table(CreateStreamingTable {
-            name: TableName::parse(name)?,
-            or_refresh: true,
-            if_not_exists: true,
-            columns: vec![],
-            properties: vec![],
-            dialect: "generic".into(),
-        })
-        .await
+    /// `create_streaming_table(name)`: declare a target; `.await` creates it
+    /// (kept if it exists, like `CREATE OR REFRESH STREAMING TABLE`). Its
+    /// schema comes from its first flow unless [`CreateStreamingTableBuilder::schema`]
+    /// declares one.
+    pub fn create_streaming_table(&self, name: &str) -> CreateStreamingTableBuilder<'_> {
+        CreateStreamingTableBuilder {
+            session: self,
+            name: name.to_string(),
+            schema: None,
+            properties: Vec::new(),
+        }
     }
 
     /// `create_auto_cdc_flow(target=..., source=...)`: start building a flow

@@ -1361,3 +1361,58 @@ async fn write_and_commit_operators_report_their_work() {
     assert!(commit.contains("num_files_removed=4,"), "{commit}");
     assert!(commit.contains("num_files_added=4,"), "{commit}");
 }
+
+/// `create_streaming_table` takes the Python parameters `schema` (a column
+/// list in SQL) and `table_properties`; a flow then fills the declared
+/// columns, and a schema that is not a column list is refused with nothing
+/// created.
+#[tokio::test]
+async fn create_streaming_table_takes_a_schema_and_properties() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    s.create_streaming_table("typed")
+        .schema("id BIGINT, amount DECIMAL(10, 2), name STRING")
+        .table_properties([("autocdc.buckets", "4")])
+        .await
+        .unwrap();
+    let t = s
+        .streaming_table(&datafusion_autocdc::table::TableName::parse("typed").unwrap())
+        .unwrap();
+    assert_eq!(t.meta().buckets, 4);
+    let schema = s.sql("SELECT * FROM typed").await.unwrap().schema().clone();
+    let columns: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect();
+    assert_eq!(
+        columns,
+        ["id Int64", "amount Decimal128(10, 2)", "name Utf8View"]
+    );
+    exec(
+        &s,
+        "CREATE TABLE feed (id BIGINT, amount DECIMAL(10, 2), name TEXT, seq INT) AS VALUES (1, 2.50, 'a', 1)",
+    )
+    .await;
+    let run = s
+        .create_auto_cdc_flow("typed", "feed")
+        .keys(["id"])
+        .sequence_by("seq")
+        .except_column_list(["seq"])
+        .await
+        .unwrap();
+    assert_eq!(run.num_upserted_rows, 1);
+    assert_eq!(rows(&s, "SELECT * FROM typed").await, ["| 1 | 2.50 | a |"]);
+
+    let refused = s
+        .create_streaming_table("untyped")
+        .schema("id")
+        .await
+        .expect_err("a column without a type is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("create_streaming_table('untyped'): schema 'id' is not a column list"),
+        "{refused}"
+    );
+    assert!(s.sql("SELECT * FROM untyped").await.is_err());
+}
