@@ -59,16 +59,19 @@ impl UpdateMetrics {
             .as_string_opt::<i32>()
             .ok_or_else(|| DataFusionError::Internal("update result: 'flow' is not text".into()))?;
         let counts = |name: &str| -> Result<&arrow::array::Int64Array> {
-            column(name)?.as_primitive_opt::<Int64Type>().ok_or_else(|| {
-                DataFusionError::Internal(format!("update result: '{name}' is not BIGINT"))
-            })
+            column(name)?
+                .as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| {
+                    DataFusionError::Internal(format!("update result: '{name}' is not BIGINT"))
+                })
         };
         let upserted = counts("num_upserted_rows")?;
         let deleted = counts("num_deleted_rows")?;
         let input = counts("num_input_rows")?;
         let late = counts("num_late_rows_dropped")?;
         let version = counts("commit_version")?;
-        let value = |a: &arrow::array::Int64Array, row: usize| (!a.is_null(row)).then(|| a.value(row));
+        let value =
+            |a: &arrow::array::Int64Array, row: usize| (!a.is_null(row)).then(|| a.value(row));
         Ok((0..batch.num_rows())
             .map(|r| Self {
                 flow: flows.value(r).to_string(),

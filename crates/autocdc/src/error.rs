@@ -173,9 +173,7 @@ mod tests {
             against_stored: true,
         }
         .into();
-        let wrapped = DataFusionError::Shared(std::sync::Arc::new(
-            error.context("while folding"),
-        ));
+        let wrapped = DataFusionError::Shared(std::sync::Arc::new(error.context("while folding")));
         let found = CdcError::find(&wrapped).expect("typed error");
         assert_eq!(found.flow(), Some("f"));
         assert!(matches!(found, CdcError::ConflictingEvents { key, .. } if key == "id=1"));

@@ -234,9 +234,10 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
             reservation,
             share,
         )?;
-        let make = f.make_sorted.take().ok_or_else(|| {
-            DataFusionError::Internal("fell back to sorting twice".into())
-        })?;
+        let make = f
+            .make_sorted
+            .take()
+            .ok_or_else(|| DataFusionError::Internal("fell back to sorting twice".into()))?;
         let kernel = make(&sorted.schema())?;
         f.fallbacks.add(1);
         self.engine = Engine::Sorted {

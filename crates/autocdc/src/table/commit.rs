@@ -31,8 +31,8 @@ use super::properties::checkpoint_app_id;
 use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter};
 use super::{delta_err, ScdTable, TableName};
-use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
 use crate::error::CdcError;
+use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
 use crate::spec::FlowSpec;
 
 /// Column of the change data feed files holding the change type.

@@ -16,9 +16,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use arrow::array::{
-    Array, AsArray, BooleanArray, RecordBatch, StringArray, UInt64Array,
-};
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::Add;
@@ -49,7 +47,11 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(ENTRY, DataType::Utf8, false),
         Field::new(ACTION, DataType::Utf8, true),
     ];
-    fields.extend(COUNTS.iter().map(|c| Field::new(*c, DataType::UInt64, true)));
+    fields.extend(
+        COUNTS
+            .iter()
+            .map(|c| Field::new(*c, DataType::UInt64, true)),
+    );
     fields.push(Field::new(TRUNCATED, DataType::Boolean, true));
     Arc::new(Schema::new(fields))
 });
@@ -90,9 +92,7 @@ pub fn encode(written: &WrittenFiles, counts: &FoldCounts, truncated: bool) -> R
     entries.push(SUMMARY);
     actions.push(None);
     let summary_only = |value: u64| -> UInt64Array {
-        (0..=files)
-            .map(|i| (i == files).then_some(value))
-            .collect()
+        (0..=files).map(|i| (i == files).then_some(value)).collect()
     };
     let mut columns: Vec<Arc<dyn Array>> = vec![
         Arc::new(StringArray::from(entries)),
@@ -198,7 +198,10 @@ mod tests {
     #[test]
     fn manifests_round_trip_and_sum() -> Result<()> {
         let written = WrittenFiles {
-            adds: vec![add("__cdc_bucket=3/a.parquet", 10), add("__cdc_bucket=3/b.parquet", 11)],
+            adds: vec![
+                add("__cdc_bucket=3/a.parquet", 10),
+                add("__cdc_bucket=3/b.parquet", 11),
+            ],
             change_files: vec![add("_change_data/__cdc_bucket=3/c.parquet", 12)],
         };
         let counts = FoldCounts {
