@@ -810,6 +810,8 @@ async fn quoted_table_names_stay_inside_the_warehouse() {
             warehouse
                 .join(schema)
                 .join(table)
+                .join("_autocdc")
+                .join("state")
                 .join("_delta_log")
                 .is_dir(),
             "{name} is not stored at {schema}/{table}: {:?}",
@@ -907,6 +909,8 @@ async fn url_special_table_names_never_leave_the_warehouse() {
         if !warehouse
             .join("public")
             .join(name)
+            .join("_autocdc")
+            .join("state")
             .join("_delta_log")
             .is_dir()
         {

@@ -73,7 +73,43 @@ async fn restart_on_the_same_local_warehouse() {
     );
 }
 
-/// deltalake's own reader sees the stored state: live rows, tombstones, sequences.
+/// The folder of a streaming table's state store (`<table>/_autocdc/state`).
+fn state_dir(dir: &tempfile::TempDir, table: &str) -> std::path::PathBuf {
+    dir.path()
+        .join("public")
+        .join(table)
+        .join("_autocdc")
+        .join("state")
+}
+
+/// Rows of a Delta table read by deltalake's own reader, sorted, and its columns.
+async fn read_with_deltalake(path: std::path::PathBuf) -> (Vec<String>, Vec<String>) {
+    let url = url::Url::from_directory_path(path).unwrap();
+    let table = deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .load()
+        .await
+        .unwrap();
+    let ctx = SessionContext::new();
+    ctx.register_table("raw", table.table_provider().await.unwrap())
+        .unwrap();
+    let df = ctx.sql("SELECT * FROM raw").await.unwrap();
+    let columns = df
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let mut rows = lines(&df.collect().await.unwrap());
+    rows.sort();
+    (rows, columns)
+}
+
+/// The table at a target's path is what `SELECT *` shows, to deltalake's
+/// own reader too: the user columns and the visible rows (no tombstone, no
+/// hidden SCD 2 event, no `__cdc_*` column), at the state store's versions.
+/// The state store under `_autocdc/state` holds the rest: live rows,
+/// tombstones, sequences, the flow definition.
 #[tokio::test]
 async fn target_is_a_plain_delta_table() {
     let dir = tempfile::tempdir().unwrap();
@@ -83,7 +119,7 @@ async fn target_is_a_plain_delta_table() {
     exec(&s, "CREATE STREAMING TABLE t").await;
     exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)").await;
 
-    let url = url::Url::from_directory_path(dir.path().join("public").join("t")).unwrap();
+    let url = url::Url::from_directory_path(state_dir(&dir, "t")).unwrap();
     let table = deltalake_core::DeltaTableBuilder::from_url(url)
         .unwrap()
         .load()
@@ -106,6 +142,33 @@ async fn target_is_a_plain_delta_table() {
         config.contains_key("autocdc.flow.f"),
         "flow definition stored with the table: {config:?}"
     );
+
+    // the published table: the live row only, the user columns only
+    let published = dir.path().join("public").join("t");
+    let (live, columns) = read_with_deltalake(published.clone()).await;
+    assert_eq!(columns, ["id", "v"]);
+    assert_eq!(live, ["| 1 | a |"]);
+
+    // a deletion vector, a late event, a truncate, and SCD 2 history
+    exec(
+        &s,
+        "INSERT INTO src VALUES (1, 'a2', 'U', 5), (3, 'c', 'U', 5), (1, 'late', 'U', 2)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    let ours = {
+        let mut r = rows(&s, "SELECT * FROM t").await;
+        r.sort();
+        r
+    };
+    assert_eq!(read_with_deltalake(published.clone()).await.0, ours);
+    exec(&s, "CREATE STREAMING TABLE h").await;
+    exec(&s, "CREATE FLOW fh AS AUTO CDC INTO h FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 2").await;
+    let (history, columns) = read_with_deltalake(dir.path().join("public").join("h")).await;
+    assert_eq!(columns, ["id", "v", "seq", "__start_at", "__end_at"]);
+    let mut ours = rows(&s, "SELECT * FROM h").await;
+    ours.sort();
+    assert_eq!(history, ours);
 }
 
 /// EXPLAIN shows the operators; EXPLAIN ANALYZE runs the update and shows metrics.
@@ -585,7 +648,7 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
 
     // deltalake's own reader applies the vectors: one stored row per key
     // (the tombstone of 9 included)
-    let url = url::Url::from_directory_path(dir.path().join("public").join("t")).unwrap();
+    let url = url::Url::from_directory_path(state_dir(&dir, "t")).unwrap();
     let table = deltalake_core::DeltaTableBuilder::from_url(url)
         .unwrap()
         .load()
@@ -741,7 +804,7 @@ async fn commits_write_delta_checkpoints() {
         .await;
         exec(&s, "REFRESH STREAMING TABLE t").await;
     }
-    let log = dir.path().join("public").join("t").join("_delta_log");
+    let log = state_dir(&dir, "t").join("_delta_log");
     let mut checkpoints: Vec<String> = std::fs::read_dir(&log)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -866,7 +929,7 @@ async fn a_damaged_deletion_vector_fails_the_update_cleanly() {
     )
     .await;
     exec(&s, "REFRESH STREAMING TABLE t").await;
-    let table_dir = dir.path().join("public").join("t");
+    let table_dir = state_dir(&dir, "t");
     let vector = std::fs::read_dir(&table_dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -273,7 +273,8 @@ async fn rewrite(
         .build(Some(snapshot), log_store, operation)
         .await
         .map_err(delta_err)?;
-    table.refresh().await
+    table.refresh().await?;
+    table.publish().await
 }
 
 async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {

@@ -83,6 +83,7 @@ impl CdcSession {
             )
             .await
             .map_err(delta_err)?;
-        table.refresh().await
+        table.refresh().await?;
+        table.publish().await
     }
 }

@@ -187,6 +187,7 @@ pub async fn commit_written(
             cause: e.to_string(),
         })?;
     request.table.refresh().await?;
+    request.table.publish().await?;
     Ok(CommitOutcome {
         version: commit.version() as i64,
         files_added: if changed { adds.len() } else { 0 },

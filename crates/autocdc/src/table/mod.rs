@@ -8,6 +8,7 @@ pub mod manifest;
 pub mod meta;
 pub mod properties;
 pub mod provider;
+pub mod published;
 pub mod stored_rows;
 pub mod superseded;
 mod warehouse;

@@ -23,6 +23,7 @@ use deltalake_core::DeltaTable;
 
 use super::delta_err;
 use super::meta::TableMeta;
+use super::published::{publish, PublishedLocation};
 use super::warehouse::{TableName, Warehouse};
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
 
@@ -75,6 +76,8 @@ pub struct ScdTable {
     this: Weak<ScdTable>,
     /// How DML on it is planned (`None`: read-only).
     dml: Option<Arc<dyn TargetDml>>,
+    /// Where its published table lives (`None`: an old version, read-only).
+    published: Option<PublishedLocation>,
 }
 
 impl ScdTable {
@@ -86,12 +89,33 @@ impl ScdTable {
             .await
             .map_err(delta_err)?;
         let loaded = Self::loaded(table).await?;
-        Ok(Self {
+        let this = Self {
+            published: Some(warehouse.published_location(&name)?),
             name,
             loaded: RwLock::new(loaded),
             this: Weak::new(),
             dml: None,
-        })
+        };
+        // what an interrupted update committed but did not publish; the
+        // state is safe either way, and a table that cannot be published now
+        // can still be read here (the next update publishes it or fails
+        // saying why)
+        let _ = this.publish().await;
+        Ok(this)
+    }
+
+    /// Bring the published table up to the loaded state (see
+    /// [`super::published`]); called after every commit to the state store.
+    pub async fn publish(&self) -> Result<()> {
+        if let Some(location) = &self.published {
+            publish(&self.delta(), location).await.map_err(|e| {
+                e.context(format!(
+                    "'{}': the update is committed, but the table at its path does not show it yet (the next update or opening of the table publishes it)",
+                    self.name
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     async fn loaded(table: DeltaTable) -> Result<Loaded> {
@@ -127,6 +151,7 @@ impl ScdTable {
             loaded: RwLock::new(loaded),
             this: Weak::new(),
             dml: None,
+            published: None,
         })
     }
 

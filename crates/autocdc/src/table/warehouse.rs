@@ -17,6 +17,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
+use super::published::{PublishedLocation, STATE_FOLDER, STATE_TABLE};
+
 /// Schema used for unqualified streaming table names.
 pub const DEFAULT_SCHEMA: &str = "public";
 
@@ -164,9 +166,30 @@ impl Warehouse {
         Ok(url)
     }
 
-    /// A Delta table builder for `name` using the shared store.
+    /// URL of a table's state store: the Delta table under
+    /// `<table>/_autocdc/state/` that holds everything a flow keeps (see
+    /// [`super::published`]).
+    pub fn state_url(&self, name: &TableName) -> Result<Url> {
+        let mut url = self.table_url(name)?;
+        let location = url.to_string();
+        url.path_segments_mut()
+            .map_err(|()| DataFusionError::Internal(format!("table location '{location}'")))?
+            .pop_if_empty()
+            .extend([STATE_FOLDER, STATE_TABLE, ""]);
+        Ok(url)
+    }
+
+    /// A Delta table builder for the state store of `name`, on the shared store.
     pub fn delta_builder(&self, name: &TableName) -> Result<DeltaTableBuilder> {
-        let url = self.table_url(name)?;
+        self.builder_at(self.state_url(name)?)
+    }
+
+    /// Where the published table of `name` lives (the table's own folder).
+    pub fn published_location(&self, name: &TableName) -> Result<PublishedLocation> {
+        Ok(PublishedLocation::new(self.table_url(name)?, self.store()))
+    }
+
+    fn builder_at(&self, url: Url) -> Result<DeltaTableBuilder> {
         Ok(DeltaTableBuilder::from_url(url.clone())
             .map_err(|e| DataFusionError::External(Box::new(e)))?
             .with_storage_backend(self.store(), url))
@@ -176,10 +199,10 @@ impl Warehouse {
         Path::from_url_path(url.path()).map_err(|e| DataFusionError::External(Box::new(e)))
     }
 
-    /// Whether a Delta table exists at `name`.
+    /// Whether a streaming table (its state store) exists at `name`.
     pub async fn exists(&self, name: &TableName) -> Result<bool> {
         let log = self
-            .prefix(&self.table_url(name)?)?
+            .prefix(&self.state_url(name)?)?
             .clone()
             .join("_delta_log");
         let mut listing = self.store.list(Some(&log));
