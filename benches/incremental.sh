@@ -84,8 +84,9 @@ for rep in $(seq 1 "$REPS"); do
     read -r update rss < <(timed "$AUTOCDC" --warehouse "$WORK/wh" -c "$events;
         EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
     written=$(grep -o 'num_files_written=[0-9]*' "$WORK/last.out" | head -1 | cut -d= -f2)
-    # the update's commit: files re-added with a deletion vector, files removed
-    commit=$(ls "$WORK/wh/public/t/_delta_log/"*.json | sort | tail -1)
+    # the update's commit to the state store: files re-added with a
+    # deletion vector, files removed
+    commit=$(ls "$WORK/wh/public/t/_autocdc/state/_delta_log/"*.json | sort | tail -1)
     vectors=$(grep -c '"deletionVector":{' "$commit" || true)
     removed=$(( $(grep -c '"remove":' "$commit" || true) - vectors ))
     input=$(grep -o 'num_input_rows=[0-9.]* *[KM]*' "$WORK/last.out" | head -1)

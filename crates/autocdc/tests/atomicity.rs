@@ -5,7 +5,9 @@
 //! warehouse gives exactly the table and change feed of a fault-free run: no
 //! lost change, no duplicated change, no partial commit visible to readers.
 //! Checked for every call index of an SCD 1, SCD 2, BITEMPORAL and snapshot
-//! update.
+//! update, for our reads and for the table at the target's path read by
+//! deltalake (its rows and its change data feed): the calls of both stores
+//! (the state store and the published table) are counted.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -179,14 +181,24 @@ async fn second_update(s: &CdcSession) -> datafusion::error::Result<String> {
     run(s, "REFRESH STREAMING TABLE t").await
 }
 
-/// Visible rows and the change feed (without commit versions, which a
-/// retried update may shift).
-async fn observe(s: &CdcSession) -> (String, String) {
-    let sorted = |table: String| {
-        let mut lines: Vec<&str> = table.lines().collect();
-        lines.sort_unstable();
-        lines.join("\n")
-    };
+/// What readers see: our visible rows and change feed, and the table at the
+/// target's path as deltalake's own reader and change data feed read it
+/// (without commit versions, which a retried update may shift).
+#[derive(Debug, PartialEq, Eq)]
+struct Observed {
+    rows: String,
+    feed: String,
+    published_rows: String,
+    published_feed: String,
+}
+
+fn sorted(table: String) -> String {
+    let mut lines: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
+    lines.sort_unstable();
+    lines.join("\n")
+}
+
+async fn observe(s: &CdcSession, memory: &Arc<InMemory>) -> Observed {
     let rows = run(s, "SELECT * FROM t").await.unwrap();
     let feed = run(
         s,
@@ -194,16 +206,56 @@ async fn observe(s: &CdcSession) -> (String, String) {
     )
     .await
     .unwrap();
-    (sorted(rows), sorted(feed))
+    let url = url::Url::parse("memory:///public/t/").unwrap();
+    let table = deltalake_core::DeltaTableBuilder::from_url(url.clone())
+        .unwrap()
+        .with_storage_backend(Arc::clone(memory) as Arc<dyn ObjectStore>, url)
+        .load()
+        .await
+        .unwrap();
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_table("published", table.table_provider().await.unwrap())
+        .unwrap();
+    let cdf = deltalake_core::delta_datafusion::DeltaCdfTableProvider::try_new(
+        table.scan_cdf().with_starting_version(0),
+    )
+    .unwrap();
+    ctx.register_table("published_feed", Arc::new(cdf)).unwrap();
+    let published = |sql: &'static str| {
+        let ctx = ctx.clone();
+        async move {
+            let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+            pretty_format_batches(&batches).unwrap().to_string()
+        }
+    };
+    let observed = Observed {
+        rows: sorted(rows),
+        feed: sorted(feed),
+        published_rows: sorted(published("SELECT * FROM published").await),
+        published_feed: sorted(
+            published("SELECT * EXCEPT (_commit_version, _commit_timestamp) FROM published_feed")
+                .await,
+        ),
+    };
+    // the table at the path is what we show
+    assert_eq!(observed.published_rows, observed.rows, "published rows");
+    assert_eq!(
+        observed.published_feed, observed.feed,
+        "published change feed"
+    );
+    observed
 }
 
 async fn check(stored_as: &str, fault: Fault) {
     // the fault-free result
-    let clean = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    let clean_memory = Arc::new(InMemory::new());
+    let clean = CdcSession::open(AutoCdcConfig::in_memory_on(clean_memory.clone()))
+        .await
+        .unwrap();
     setup(&clean, stored_as).await;
-    let before = observe(&clean).await;
+    let before = observe(&clean, &clean_memory).await;
     second_update(&clean).await.unwrap();
-    let expected = observe(&clean).await;
+    let expected = observe(&clean, &clean_memory).await;
 
     for n in 1.. {
         let memory = Arc::new(InMemory::new());
@@ -218,23 +270,21 @@ async fn check(stored_as: &str, fault: Fault) {
         drop(s);
         // a new process on the same warehouse: readers see the previous or
         // the next state, never a mix; running the update again finishes it
-        let again = CdcSession::open(AutoCdcConfig::in_memory_on(memory))
+        let again = CdcSession::open(AutoCdcConfig::in_memory_on(memory.clone()))
             .await
             .unwrap();
         if failed {
-            let now = observe(&again).await;
+            let now = observe(&again, &memory).await;
             assert!(
                 now == before || now == expected,
-                "{stored_as}, {fault:?} at call {n}: partial state\n{}\n{}",
-                now.0,
-                now.1
+                "{stored_as}, {fault:?} at call {n}: partial state\n{now:?}"
             );
         }
         second_update(&again)
             .await
             .unwrap_or_else(|e| panic!("{stored_as}, retry after {fault:?} at call {n}: {e}"));
         assert_eq!(
-            observe(&again).await,
+            observe(&again, &memory).await,
             expected,
             "{stored_as}, {fault:?} at call {n}"
         );

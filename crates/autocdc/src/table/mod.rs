@@ -1,5 +1,11 @@
 //! Streaming tables: Delta storage in the warehouse and the `TableProvider`
 //! that shows their live rows.
+//!
+//! A streaming table is a state store (a Delta table under
+//! `<table>/_autocdc/state/`, everything the flows keep) and the published
+//! table at `<table>/` that Delta readers see ([`published`]). Updates,
+//! DML and our own reads work on the state store; the published table follows
+//! it after each commit.
 
 pub mod bucket;
 pub mod commit;

@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::AsArray;
+use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int8Type, Schema};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
@@ -261,9 +261,13 @@ async fn hidden_rows(store: &Arc<dyn ObjectStore>, add: &Add) -> Result<(Roaring
                 DataFusionError::Execution(format!("state file '{path}' has no {KIND_COL}"))
             })?
             .as_primitive::<Int8Type>();
-        for (i, kind) in kinds.iter().enumerate() {
-            if kind != Some(Kind::Upsert as i8) {
-                hidden.insert(row + i as u64);
+        // positions come in increasing order: appended, not inserted
+        let visible = Kind::Upsert as i8;
+        for (i, kind) in kinds.values().iter().enumerate() {
+            if *kind != visible || kinds.is_null(i) {
+                hidden
+                    .try_push(row + i as u64)
+                    .map_err(|_| DataFusionError::Internal("row positions out of order".into()))?;
             }
         }
         row += kinds.len() as u64;
@@ -288,6 +292,7 @@ async fn commit(
         .await
         .map_err(delta_err)?;
     let state_store = state.object_store();
+    let published_store = published.object_store();
     let mut actions = Vec::new();
     let mut added: Vec<(Add, RoaringTreemap)> = Vec::new();
     for (path, add) in files {
@@ -296,10 +301,29 @@ async fn commit(
             actions.push(Action::Remove(view.remove_action(true)));
         }
         let Some(add) = add else { continue };
-        let (mut hidden, rows) = hidden_rows(&state_store, &add).await?;
-        if let Some(dv) = &add.deletion_vector {
-            hidden |= read_vector(&state_store, dv).await?;
-        }
+        let (hidden, rows) = match (&add.deletion_vector, current.get(&target)) {
+            // more rows of a published file retired: its vector grows by
+            // them (the state's vector only ever grows), no need to read it
+            (Some(retired), Some(view)) => {
+                let mut hidden = match view.deletion_vector_descriptor() {
+                    Some(old) => read_vector(&published_store, &old).await?,
+                    None => RoaringTreemap::new(),
+                };
+                hidden |= read_vector(&state_store, retired).await?;
+                let rows = view.num_records().map(|n| n as u64);
+                match rows {
+                    Some(rows) => (hidden, rows),
+                    None => {
+                        let (mut all, rows) = hidden_rows(&state_store, &add).await?;
+                        all |= hidden;
+                        (all, rows)
+                    }
+                }
+            }
+            // a file not published (nothing of it visible) stays so
+            (Some(_), None) => continue,
+            (None, _) => hidden_rows(&state_store, &add).await?,
+        };
         if hidden.len() >= rows {
             continue;
         }
@@ -322,7 +346,7 @@ async fn commit(
         .collect();
     if !masked.is_empty() {
         let vectors: Vec<RoaringTreemap> = masked.iter().map(|&i| added[i].1.clone()).collect();
-        let descriptors = write_vectors(&published.object_store(), &vectors).await?;
+        let descriptors = write_vectors(&published_store, &vectors).await?;
         for (i, descriptor) in masked.into_iter().zip(descriptors) {
             added[i].0.deletion_vector = Some(descriptor);
         }

@@ -1,0 +1,138 @@
+//! Other Delta readers read our streaming tables as we do: flows run through
+//! the `autocdc` binary, then Polars (`read_delta`), delta-rs
+//! (`QueryBuilder`) and delta-rs' change data feed (`load_cdf`) read each
+//! table at its path and must return exactly the columns and rows of our
+//! `SELECT *` and `table_changes` (`interop/check_readers.py`).
+//!
+//! The readers run in a Python virtual environment created on first use
+//! under the cargo target's temporary folder (`AUTOCDC_INTEROP_VENV` to put
+//! it elsewhere), with `deltalake` and `polars` from the package registry.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The reader versions the test was written against.
+const PACKAGES: [&str; 2] = ["deltalake==1.6.6", "polars==2.1.0"];
+
+/// The flows: SCD 1 with deletes, late events, a replay and a truncate;
+/// SCD 2 with `TRACK HISTORY`; BITEMPORAL with a correction; a snapshot flow.
+const FLOWS: &str = "
+CREATE TABLE src1 (id INT, v TEXT, op TEXT, seq INT) AS VALUES
+  (1, 'a', 'U', 1), (2, 'b', 'U', 1), (3, 'c', 'U', 1), (4, 'd', 'U', 1), (2, NULL, 'D', 2);
+CREATE STREAMING TABLE scd1;
+CREATE FLOW f1 AS AUTO CDC INTO scd1 FROM src1 KEYS (id)
+  APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T'
+  SEQUENCE BY seq COLUMNS * EXCEPT (op);
+INSERT INTO src1 VALUES (1, 'late', 'U', 0), (3, 'c', 'U', 1), (1, 'a2', 'U', 5), (5, 'e', 'U', 5);
+REFRESH STREAMING TABLE scd1;
+INSERT INTO src1 VALUES (NULL, NULL, 'T', 6), (6, 'f', 'U', 7);
+REFRESH STREAMING TABLE scd1;
+
+CREATE TABLE src2 (id INT, name TEXT, city TEXT, op TEXT, seq INT) AS VALUES
+  (1, 'ann', 'rome', 'U', 1), (1, 'ann', 'paris', 'U', 2), (1, 'anne', 'paris', 'U', 3),
+  (2, 'bob', 'oslo', 'U', 1), (2, NULL, NULL, 'D', 4);
+CREATE STREAMING TABLE scd2;
+CREATE FLOW f2 AS AUTO CDC INTO scd2 FROM src2 KEYS (id)
+  APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op)
+  STORED AS SCD TYPE 2 TRACK HISTORY ON (city);
+INSERT INTO src2 VALUES (1, 'anne', 'berlin', 'U', 5), (3, 'cy', 'lima', 'U', 2);
+REFRESH STREAMING TABLE scd2;
+
+CREATE TABLE ev (id INT, v TEXT, bt INT, st INT, op TEXT) AS VALUES
+  (1, 'a', 10, 100, 'U'), (1, 'b', 20, 200, 'U'), (2, 'x', 10, 150, 'U');
+CREATE STREAMING TABLE bitemporal;
+CREATE FLOW f3 AS AUTO CDC INTO bitemporal FROM ev KEYS (id)
+  APPLY AS DELETE WHEN op = 'D' SEQUENCE BY bt SYSTEM SEQUENCE BY st
+  COLUMNS * EXCEPT (bt, st, op) STORED AS BITEMPORAL;
+INSERT INTO ev VALUES (1, 'b-fixed', 20, 300, 'U');
+REFRESH STREAMING TABLE bitemporal;
+
+CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'b'), (3, 'c');
+CREATE STREAMING TABLE snapped;
+CREATE FLOW f4 AS AUTO CDC INTO snapped FROM SNAPSHOT (SELECT * FROM snap) KEYS (id);
+CREATE OR REPLACE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'B'), (4, 'd');
+REFRESH STREAMING TABLE snapped;
+";
+
+const TABLES: [&str; 4] = ["scd1", "scd2", "bitemporal", "snapped"];
+
+fn run(command: &mut Command, what: &str) -> String {
+    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+/// The Python of a virtual environment holding the readers (created if missing).
+fn readers_python() -> PathBuf {
+    let venv = std::env::var_os("AUTOCDC_INTEROP_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-venv"));
+    let python = venv.join("bin").join("python");
+    let ready = python.exists()
+        && Command::new(&python)
+            .args(["-c", "import deltalake, polars"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ready {
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "python3 -m venv",
+        );
+        run(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet"])
+                .args(PACKAGES),
+            "pip install deltalake polars",
+        );
+    }
+    python
+}
+
+#[test]
+fn delta_readers_see_exactly_our_rows_and_changes() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let warehouse = dir.path().join("warehouse");
+    let exports = dir.path().join("exports");
+    std::fs::create_dir_all(&exports).expect("exports folder");
+    let mut script = FLOWS.to_string();
+    for table in TABLES {
+        let out = exports.join(format!("{table}.parquet"));
+        let changes = exports.join(format!("{table}_changes.parquet"));
+        script.push_str(&format!(
+            "COPY (SELECT * FROM {table}) TO '{}' STORED AS PARQUET;\n\
+             COPY (SELECT * EXCEPT (_commit_timestamp) FROM table_changes('{table}', 0)) TO '{}' STORED AS PARQUET;\n",
+            out.display(),
+            changes.display()
+        ));
+    }
+    let script_file = dir.path().join("flows.sql");
+    std::fs::write(&script_file, script).expect("script");
+    run(
+        Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .arg("-f")
+            .arg(&script_file),
+        "autocdc -f flows.sql",
+    );
+    let checker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/check_readers.py");
+    let report = run(
+        Command::new(readers_python())
+            .arg(checker)
+            .arg(&warehouse)
+            .arg(&exports)
+            .args(TABLES),
+        "check_readers.py",
+    );
+    // every table read three ways
+    assert_eq!(
+        report.matches("same ").count(),
+        3 * TABLES.len(),
+        "{report}"
+    );
+}
