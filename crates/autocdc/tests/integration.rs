@@ -1479,3 +1479,56 @@ async fn create_streaming_table_takes_a_schema_and_properties() {
     );
     assert!(s.sql("SELECT * FROM untyped").await.is_err());
 }
+
+/// A table of the earlier layout (its state store at the table's own
+/// folder, no published table) is read and updated as before, and is not
+/// given a published table over its files.
+#[tokio::test]
+async fn tables_of_the_earlier_layout_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap().to_string();
+    {
+        let s = CdcSession::open(AutoCdcConfig::new(&wh)).await.unwrap();
+        exec(
+            &s,
+            "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+        )
+        .await;
+        exec(&s, "CREATE STREAMING TABLE t").await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        )
+        .await;
+    }
+    // rebuild the earlier layout: the state store's files at the table's folder
+    let table = dir.path().join("public").join("t");
+    std::fs::remove_dir_all(table.join("_delta_log")).unwrap();
+    let state = table.join("_autocdc").join("state");
+    for entry in std::fs::read_dir(&state).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::rename(entry.path(), table.join(entry.file_name())).unwrap();
+    }
+    for entry in std::fs::read_dir(&table).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().contains("deletion_vector_") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    std::fs::remove_dir_all(table.join("_autocdc")).unwrap();
+
+    let s = CdcSession::open(AutoCdcConfig::new(&wh)).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 2)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&s, "SELECT id, v FROM t ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
+    assert!(!table.join("_autocdc").exists(), "no state store was made");
+    exec(&s, "CREATE OR REFRESH STREAMING TABLE t").await;
+    assert_eq!(rows(&s, "SELECT count(*) FROM t").await, ["| 2 |"]);
+}

@@ -76,21 +76,28 @@ pub struct ScdTable {
     this: Weak<ScdTable>,
     /// How DML on it is planned (`None`: read-only).
     dml: Option<Arc<dyn TargetDml>>,
-    /// Where its published table lives (`None`: an old version, read-only).
+    /// Where its published table lives (`None`: an old version of the
+    /// table, or a table of the earlier layout without one).
     published: Option<PublishedLocation>,
 }
 
 impl ScdTable {
     /// Load the latest version of a streaming table.
     pub async fn load(warehouse: &Warehouse, name: TableName) -> Result<Self> {
-        let table = warehouse
-            .delta_builder(&name)?
-            .load()
-            .await
-            .map_err(delta_err)?;
+        let legacy = warehouse.is_legacy(&name).await?;
+        let builder = if legacy {
+            warehouse.legacy_builder(&name)?
+        } else {
+            warehouse.delta_builder(&name)?
+        };
+        let table = builder.load().await.map_err(delta_err)?;
         let loaded = Self::loaded(table).await?;
         let this = Self {
-            published: Some(warehouse.published_location(&name)?),
+            published: if legacy {
+                None
+            } else {
+                Some(warehouse.published_location(&name)?)
+            },
             name,
             loaded: RwLock::new(loaded),
             this: Weak::new(),

@@ -199,12 +199,29 @@ impl Warehouse {
         Path::from_url_path(url.path()).map_err(|e| DataFusionError::External(Box::new(e)))
     }
 
-    /// Whether a streaming table (its state store) exists at `name`.
+    /// Whether a streaming table exists at `name` (its state store, or a
+    /// table of the earlier layout, see [`Self::is_legacy`]).
     pub async fn exists(&self, name: &TableName) -> Result<bool> {
-        let log = self
-            .prefix(&self.state_url(name)?)?
-            .clone()
-            .join("_delta_log");
+        Ok(self.has_log(&self.state_url(name)?).await? || self.is_legacy(name).await?)
+    }
+
+    /// Whether `name` is a table of the earlier layout, written before
+    /// tables had a published table: its state store is the Delta table at
+    /// its own folder. Such tables are read and updated as before, without
+    /// a published table (`REFRESH ... FULL` does not change the layout;
+    /// drop and re-create the table for the current one).
+    pub async fn is_legacy(&self, name: &TableName) -> Result<bool> {
+        Ok(!self.has_log(&self.state_url(name)?).await?
+            && self.has_log(&self.table_url(name)?).await?)
+    }
+
+    /// A Delta table builder for a table of the earlier layout.
+    pub fn legacy_builder(&self, name: &TableName) -> Result<DeltaTableBuilder> {
+        self.builder_at(self.table_url(name)?)
+    }
+
+    async fn has_log(&self, table: &Url) -> Result<bool> {
+        let log = self.prefix(table)?.clone().join("_delta_log");
         let mut listing = self.store.list(Some(&log));
         Ok(listing
             .try_next()
