@@ -109,7 +109,9 @@ impl CdcSession {
             .with_table_name(c.name.table.clone())
             .with_columns(kernel.fields().cloned())
             .with_partition_columns([BUCKET_COL])
-            .with_actions([Action::Protocol(table_protocol(deletion_vectors)?)])
+            .with_actions([Action::Protocol(crate::table::streaming_protocol(
+                deletion_vectors,
+            )?)])
             .with_configuration(config)
             .with_raise_if_key_not_exists(false)
             .await
@@ -117,24 +119,4 @@ impl CdcSession {
         self.attach(c.name).await?;
         Ok(())
     }
-}
-
-/// Protocol of a new streaming table: table features (reader 3, writer 7)
-/// with `timestampNtz`, so that flows can store `TIMESTAMP` (without time
-/// zone) columns and sequences whose types are fixed only by the first update,
-/// and `changeDataFeed`.
-fn table_protocol(deletion_vectors: bool) -> Result<deltalake_core::kernel::Protocol> {
-    let mut readers = vec!["timestampNtz"];
-    let mut writers = vec!["timestampNtz", "changeDataFeed"];
-    if deletion_vectors {
-        readers.push("deletionVectors");
-        writers.push("deletionVectors");
-    }
-    serde_json::from_value(serde_json::json!({
-        "minReaderVersion": 3,
-        "minWriterVersion": 7,
-        "readerFeatures": readers,
-        "writerFeatures": writers,
-    }))
-    .map_err(delta_err)
 }

@@ -27,6 +27,16 @@ pub use warehouse::{TableName, Warehouse};
 use datafusion::common::DataFusionError;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
 
+/// A builder of the Delta table at `url`, on the warehouse's `store`.
+pub(crate) fn table_builder(
+    url: url::Url,
+    store: std::sync::Arc<dyn object_store::ObjectStore>,
+) -> datafusion::common::Result<deltalake_core::DeltaTableBuilder> {
+    Ok(deltalake_core::DeltaTableBuilder::from_url(url.clone())
+        .map_err(delta_err)?
+        .with_storage_backend(store, url))
+}
+
 /// A deltalake (or object store) error as a DataFusion error.
 pub(crate) fn delta_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -43,4 +53,26 @@ pub(crate) fn commit_builder() -> CommitBuilder {
             .with_create_checkpoint(true)
             .with_cleanup_expired_logs(Some(false)),
     )
+}
+
+/// Protocol of a new streaming table (state store or published table): table features (reader 3, writer 7)
+/// with `timestampNtz`, so that flows can store `TIMESTAMP` (without time
+/// zone) columns and sequences whose types are fixed only by the first update,
+/// and `changeDataFeed`.
+pub(crate) fn streaming_protocol(
+    deletion_vectors: bool,
+) -> datafusion::common::Result<deltalake_core::kernel::Protocol> {
+    let mut readers = vec!["timestampNtz"];
+    let mut writers = vec!["timestampNtz", "changeDataFeed"];
+    if deletion_vectors {
+        readers.push("deletionVectors");
+        writers.push("deletionVectors");
+    }
+    serde_json::from_value(serde_json::json!({
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": readers,
+        "writerFeatures": writers,
+    }))
+    .map_err(delta_err)
 }

@@ -44,9 +44,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int8Type, Schema};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::{
-    Action, Add, AddCDCFile, MetadataExt, Protocol, StructType, Transaction,
-};
+use deltalake_core::kernel::{Action, Add, AddCDCFile, MetadataExt, StructType, Transaction};
 use deltalake_core::logstore::get_actions;
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
@@ -58,7 +56,8 @@ use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 
 use super::deletion_vectors::{object_reader, read_vector, write_vectors};
-use super::{commit_builder, delta_err};
+use super::properties::{CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY};
+use super::{commit_builder, delta_err, streaming_protocol, table_builder};
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
 
 /// Folder of our bookkeeping inside a table's folder.
@@ -88,9 +87,7 @@ impl PublishedLocation {
 
     /// A builder of the published table.
     pub fn builder(&self) -> Result<DeltaTableBuilder> {
-        Ok(DeltaTableBuilder::from_url(self.url.clone())
-            .map_err(delta_err)?
-            .with_storage_backend(Arc::clone(&self.store), self.url.clone()))
+        table_builder(self.url.clone(), Arc::clone(&self.store))
     }
 }
 
@@ -176,32 +173,20 @@ fn user_schema(state: &DeltaTable) -> Result<StructType> {
     (&Schema::new(fields)).try_into_kernel().map_err(delta_err)
 }
 
-/// Protocol of a published table: deletion vectors hide the rows that are
-/// not visible; `timestampNtz` for `TIMESTAMP` columns; a change data feed.
-fn protocol() -> Result<Protocol> {
-    serde_json::from_value(serde_json::json!({
-        "minReaderVersion": 3,
-        "minWriterVersion": 7,
-        "readerFeatures": ["deletionVectors", "timestampNtz"],
-        "writerFeatures": ["deletionVectors", "timestampNtz", "changeDataFeed"],
-    }))
-    .map_err(delta_err)
-}
-
 /// Create the published table (no file yet).
 async fn create(published: DeltaTableBuilder, schema: &StructType) -> Result<DeltaTable> {
     let table = published.build().map_err(delta_err)?;
     table
         .create()
         .with_columns(schema.fields().cloned())
-        .with_actions([Action::Protocol(protocol()?)])
+        .with_actions([Action::Protocol(streaming_protocol(true)?)])
         .with_configuration([
             (
-                "delta.enableChangeDataFeed".to_string(),
+                CHANGE_DATA_FEED_PROPERTY.to_string(),
                 Some("true".to_string()),
             ),
             (
-                "delta.enableDeletionVectors".to_string(),
+                DELETION_VECTORS_PROPERTY.to_string(),
                 Some("true".to_string()),
             ),
         ])
@@ -210,33 +195,35 @@ async fn create(published: DeltaTableBuilder, schema: &StructType) -> Result<Del
         .map_err(delta_err)
 }
 
-/// What the state versions `from..=to` did to each state file: its last
-/// `add` (`None`: removed).
+/// What the state version `version` did to each state file: its last
+/// `add` (`None`: removed), and its change data files.
 async fn state_changes(
     state: &DeltaTable,
-    from: i64,
-    to: i64,
+    version: i64,
 ) -> Result<(BTreeMap<String, Option<Add>>, Vec<AddCDCFile>)> {
-    let log = state.log_store();
+    let version = version as u64;
+    let Some(bytes) = state
+        .log_store()
+        .read_commit_entry(version)
+        .await
+        .map_err(delta_err)?
+    else {
+        return Err(DataFusionError::Execution(format!(
+            "state store version {version} is missing from its log: the published table cannot follow it"
+        )));
+    };
     let mut files = BTreeMap::new();
     let mut cdc = Vec::new();
-    for version in from as u64..=to as u64 {
-        let Some(bytes) = log.read_commit_entry(version).await.map_err(delta_err)? else {
-            return Err(DataFusionError::Execution(format!(
-                "state store version {version} is missing from its log: the published table cannot follow it"
-            )));
-        };
-        for action in get_actions(version, &bytes).map_err(delta_err)? {
-            match action {
-                Action::Add(add) => {
-                    files.insert(add.path.clone(), Some(add));
-                }
-                Action::Remove(remove) => {
-                    files.insert(remove.path, None);
-                }
-                Action::Cdc(file) => cdc.push(file),
-                _ => {}
+    for action in get_actions(version, &bytes).map_err(delta_err)? {
+        match action {
+            Action::Add(add) => {
+                files.insert(add.path.clone(), Some(add));
             }
+            Action::Remove(remove) => {
+                files.insert(remove.path, None);
+            }
+            Action::Cdc(file) => cdc.push(file),
+            _ => {}
         }
     }
     Ok((files, cdc))
@@ -282,7 +269,7 @@ async fn commit(
     version: i64,
     user_schema: &StructType,
 ) -> std::result::Result<Option<u64>, PublishError> {
-    let (files, cdc) = state_changes(state, version, version).await?;
+    let (files, cdc) = state_changes(state, version).await?;
     let snapshot = published.snapshot().map_err(delta_err)?;
     let current: BTreeMap<String, _> = snapshot
         .snapshot()

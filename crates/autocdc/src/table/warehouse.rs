@@ -190,9 +190,7 @@ impl Warehouse {
     }
 
     fn builder_at(&self, url: Url) -> Result<DeltaTableBuilder> {
-        Ok(DeltaTableBuilder::from_url(url.clone())
-            .map_err(|e| DataFusionError::External(Box::new(e)))?
-            .with_storage_backend(self.store(), url))
+        super::table_builder(url, self.store())
     }
 
     fn prefix(&self, url: &Url) -> Result<Path> {
