@@ -4,6 +4,9 @@
 //! table at its path and must return exactly the columns and rows of our
 //! `SELECT *` and `table_changes` (`interop/check_readers.py`).
 //!
+//! Tables made with `SET autocdc.deletion_vectors = false` have no deletion
+//! vectors, so delta-rs' pyarrow reader (`to_pyarrow_table`) reads them too.
+//!
 //! The readers run in a Python virtual environment created on first use
 //! under the cargo target's temporary folder (`AUTOCDC_INTEROP_VENV` to put
 //! it elsewhere), with `deltalake` and `polars` from the package registry.
@@ -12,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The reader versions the test was written against.
-const PACKAGES: [&str; 2] = ["deltalake==1.6.6", "polars==2.1.0"];
+const PACKAGES: [&str; 3] = ["deltalake==1.6.6", "polars==2.1.0", "pyarrow==26.0.1"];
 
 /// The flows: SCD 1 with deletes, late events, a replay and a truncate;
-/// SCD 2 with `TRACK HISTORY`; BITEMPORAL with a correction; a snapshot flow.
+/// SCD 2 with `TRACK HISTORY`; BITEMPORAL with a correction; SCD 1 without
+/// deletion vectors; a snapshot flow.
 const FLOWS: &str = "
 CREATE TABLE src1 (id INT, v TEXT, op TEXT, seq INT) AS VALUES
   (1, 'a', 'U', 1), (2, 'b', 'U', 1), (3, 'c', 'U', 1), (4, 'd', 'U', 1), (2, NULL, 'D', 2);
@@ -47,6 +51,16 @@ CREATE FLOW f3 AS AUTO CDC INTO bitemporal FROM ev KEYS (id)
 INSERT INTO ev VALUES (1, 'b-fixed', 20, 300, 'U');
 REFRESH STREAMING TABLE bitemporal;
 
+SET autocdc.deletion_vectors = false;
+CREATE TABLE src5 (id INT, v TEXT, op TEXT, seq INT) AS VALUES
+  (1, 'a', 'U', 1), (2, 'b', 'U', 1), (3, 'c', 'U', 1), (9, NULL, 'D', 1);
+CREATE STREAMING TABLE plain_scd1;
+CREATE FLOW f5 AS AUTO CDC INTO plain_scd1 FROM src5 KEYS (id)
+  APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op);
+INSERT INTO src5 VALUES (1, 'a2', 'U', 2), (2, NULL, 'D', 2), (4, 'd', 'U', 2);
+REFRESH STREAMING TABLE plain_scd1;
+SET autocdc.deletion_vectors = true;
+
 CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'b'), (3, 'c');
 CREATE STREAMING TABLE snapped;
 CREATE FLOW f4 AS AUTO CDC INTO snapped FROM SNAPSHOT (SELECT * FROM snap) KEYS (id);
@@ -54,7 +68,11 @@ CREATE OR REPLACE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'B'), (4, 
 REFRESH STREAMING TABLE snapped;
 ";
 
-const TABLES: [&str; 4] = ["scd1", "scd2", "bitemporal", "snapped"];
+const TABLES: [&str; 5] = ["scd1", "scd2", "bitemporal", "snapped", "plain_scd1"];
+
+/// Tables created with `autocdc.deletion_vectors = false`, also read with
+/// delta-rs' pyarrow reader (which does not read deletion vectors).
+const PLAIN_TABLES: usize = 1;
 
 fn run(command: &mut Command, what: &str) -> String {
     let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -75,7 +93,7 @@ fn readers_python() -> PathBuf {
     let python = venv.join("bin").join("python");
     let ready = python.exists()
         && Command::new(&python)
-            .args(["-c", "import deltalake, polars"])
+            .args(["-c", "import deltalake, polars, pyarrow"])
             .output()
             .is_ok_and(|o| o.status.success());
     if !ready {
@@ -87,7 +105,7 @@ fn readers_python() -> PathBuf {
             Command::new(&python)
                 .args(["-m", "pip", "install", "--quiet"])
                 .args(PACKAGES),
-            "pip install deltalake polars",
+            "pip install deltalake polars pyarrow",
         );
     }
     python
@@ -129,10 +147,10 @@ fn delta_readers_see_exactly_our_rows_and_changes() {
             .args(TABLES),
         "check_readers.py",
     );
-    // every table read three ways
+    // every table read three ways, the plain ones four
     assert_eq!(
         report.matches("same ").count(),
-        3 * TABLES.len(),
+        3 * TABLES.len() + PLAIN_TABLES,
         "{report}"
     );
 }

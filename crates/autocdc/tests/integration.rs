@@ -1532,3 +1532,114 @@ async fn tables_of_the_earlier_layout_keep_working() {
     exec(&s, "CREATE OR REFRESH STREAMING TABLE t").await;
     assert_eq!(rows(&s, "SELECT count(*) FROM t").await, ["| 2 |"]);
 }
+
+/// The actions of one commit of a Delta log, by kind: `(kind, action)`.
+fn log_actions(table_dir: &std::path::Path, version: u64) -> Vec<(String, serde_json::Value)> {
+    let file = table_dir
+        .join("_delta_log")
+        .join(format!("{version:020}.json"));
+    std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        .lines()
+        .map(|line| {
+            let action: serde_json::Value = serde_json::from_str(line).unwrap();
+            let (kind, body) = action.as_object().unwrap().iter().next().unwrap();
+            (kind.clone(), body.clone())
+        })
+        .collect()
+}
+
+/// An update of a target without rows writes no change data file (Delta
+/// readers derive its inserts from its files, and so does `table_changes`);
+/// visible and hidden state rows go to separate files, tagged, and the
+/// published table adds the visible ones without a deletion vector. The
+/// next update writes its change files.
+#[tokio::test]
+async fn a_first_load_writes_no_change_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    exec(&s, "CREATE TABLE src (id INT, v TEXT, op TEXT, seq INT)").await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '1')",
+    )
+    .await;
+    exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op)").await;
+    exec(
+        &s,
+        "INSERT INTO src VALUES (1, 'a', 'U', 1), (2, 'b', 'U', 1), (3, 'c', 'U', 1), (3, NULL, 'D', 2), (9, NULL, 'D', 1)",
+    )
+    .await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    let write = operator_line(&analyzed, "CdcWriteExec");
+    for m in [
+        "change_feed=from_adds",
+        // live rows 1, 2 in one file, tombstones 3, 9 in another
+        "num_files_written=2,",
+        "num_change_files_written=0,",
+    ] {
+        assert!(write.contains(m), "missing {m} in {write}");
+    }
+    let version = s.sql("SELECT max(_commit_version) FROM table_changes('t', 0)");
+    let version = lines(&version.await.unwrap().collect().await.unwrap());
+    assert_eq!(version, ["| 2 |"]);
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, v, _change_type, _commit_version FROM table_changes('t', 0) ORDER BY id"
+        )
+        .await,
+        ["| 1 | a | insert | 2 |", "| 2 | b | insert | 2 |"]
+    );
+
+    // the state store: one visible and one hidden file, no change file
+    let state = log_actions(&state_dir(&dir, "t"), 2);
+    let mut tags: Vec<String> = state
+        .iter()
+        .filter(|(kind, _)| kind == "add")
+        .map(|(_, add)| add["tags"]["autocdc.rows"].as_str().unwrap().to_string())
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["hidden", "visible"]);
+    assert!(state.iter().all(|(kind, _)| kind != "cdc"), "{state:?}");
+    // the published table: the visible file only, whole
+    let published = log_actions(&dir.path().join("public").join("t"), 2);
+    let adds: Vec<_> = published.iter().filter(|(k, _)| k == "add").collect();
+    assert_eq!(adds.len(), 1, "{published:?}");
+    assert!(adds[0].1["deletionVector"].is_null(), "{published:?}");
+    assert!(published.iter().all(|(kind, _)| kind != "cdc"));
+    assert_eq!(
+        read_with_deltalake(dir.path().join("public").join("t"))
+            .await
+            .0,
+        ["| 1 | a | 1 |", "| 2 | b | 1 |"]
+    );
+
+    // the next update has rows to change: change files again
+    exec(
+        &s,
+        "INSERT INTO src VALUES (1, 'a2', 'U', 3), (4, 'd', 'U', 3)",
+    )
+    .await;
+    let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    let write = operator_line(&analyzed, "CdcWriteExec");
+    assert!(!write.contains("from_adds"), "{write}");
+    assert!(write.contains("num_change_files_written=1,"), "{write}");
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, v, _change_type FROM table_changes('t', 3) ORDER BY id, _change_type DESC"
+        )
+        .await,
+        [
+            "| 1 | a | update_preimage |",
+            "| 1 | a2 | update_postimage |",
+            "| 4 | d | insert |"
+        ]
+    );
+}

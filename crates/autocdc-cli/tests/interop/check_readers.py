@@ -7,8 +7,10 @@ returned: `TABLE.parquet` (`SELECT *`) and `TABLE_changes.parquet`
 (`table_changes(TABLE, 0)` without its commit timestamp). The table at
 WAREHOUSE/public/TABLE is read with Polars (`read_delta`), delta-rs
 (`QueryBuilder`) and delta-rs' change data feed (`load_cdf`); each must give
-exactly our columns and rows. Prints one line per check; exits 1 on a
-difference.
+exactly our columns and rows. Tables named `plain_*` were made without
+deletion vectors: their protocol must not ask readers for them, and delta-rs'
+pyarrow reader (`to_pyarrow_table`, which refuses them) must read them too.
+Prints one line per check; exits 1 on a difference.
 """
 
 import sys
@@ -51,6 +53,14 @@ def main() -> int:
         dt = DeltaTable(path)
         result = QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all()
         ok &= same(f"{table} / delta-rs QueryBuilder", ours, pl.DataFrame(result))
+        if table.startswith("plain_"):
+            features = dt.protocol().reader_features or []
+            if "deletionVectors" in features:
+                print(f"DIFFERENT {table}: reader features {features}")
+                ok = False
+            else:
+                arrow = dt.to_pyarrow_table()
+                ok &= same(f"{table} / delta-rs to_pyarrow_table", ours, pl.DataFrame(arrow))
         changes = pl.read_parquet(f"{exports}/{table}_changes.parquet")
         cdf = pl.DataFrame(dt.load_cdf(starting_version=0).read_all())
         cdf = cdf.drop("_commit_timestamp").with_columns(pl.col("_commit_version").cast(pl.Int64))

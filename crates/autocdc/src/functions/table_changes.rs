@@ -1,7 +1,8 @@
 //! `table_changes('target', from_version [, to_version])`: the change data
-//! feed of a streaming table, read through deltalake's own CDF
-//! reader: the target's visible columns plus `_change_type`,
-//! `_commit_version` and `_commit_timestamp`. Versions are inclusive.
+//! feed of a streaming table's published table, read through deltalake's
+//! own CDF reader, as any Delta reader reads it: the target's visible
+//! columns plus `_change_type`, `_commit_version` and `_commit_timestamp`.
+//! Versions are inclusive.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,9 +17,11 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use deltalake_core::delta_datafusion::DeltaCdfTableProvider;
+use deltalake_core::DeltaTable;
 
 use crate::fold::columns::INTERNAL_PREFIX;
 use crate::table::provider::{plan_read, ReadRequest};
+use crate::table::published::{publish, PublishedLocation};
 use crate::table::{ScdTable, TableName};
 
 /// The streaming tables of a session, by name.
@@ -86,41 +89,89 @@ impl TableFunctionImpl for TableChangesFunction {
 }
 
 /// The change data feed of `table` over versions `from..=to` (`to`: the
-/// latest), with the `__cdc_*` columns hidden.
+/// latest): that of its published table, which holds only the visible
+/// columns and rows (tables of the earlier layout: their own, with the
+/// `__cdc_*` columns hidden).
 pub(crate) fn changes_provider(
     table: &ScdTable,
     from: u64,
     to: Option<u64>,
 ) -> Result<Arc<dyn TableProvider>> {
-    {
-        let delta = table.delta();
-        let mut builder = delta.scan_cdf().with_starting_version(from);
-        if let Some(to) = to {
-            builder = builder.with_ending_version(to);
-        }
-        let inner: Arc<dyn TableProvider> = Arc::new(
-            DeltaCdfTableProvider::try_new(builder)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?,
-        );
-        let fields: Vec<_> = inner
-            .schema()
-            .fields()
-            .iter()
-            .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
-            .cloned()
-            .collect();
-        Ok(Arc::new(ChangesTable {
-            inner,
-            schema: Arc::new(Schema::new(fields)),
-        }))
-    }
+    let state = table.delta();
+    // the schema: the state's change feed less our columns, which is the
+    // published table's change feed
+    let state_changes = cdf_provider(&state, from, to)?;
+    let fields: Vec<_> = state_changes
+        .schema()
+        .fields()
+        .iter()
+        .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+        .cloned()
+        .collect();
+    let source = match table.published_location() {
+        Some(location) => ChangesSource::Published {
+            state,
+            location: location.clone(),
+        },
+        None => ChangesSource::Ready(state_changes),
+    };
+    Ok(Arc::new(ChangesTable {
+        source,
+        from,
+        to,
+        schema: Arc::new(Schema::new(fields)),
+    }))
 }
 
-/// The change feed of one table over a version range, `__cdc_*` hidden.
+/// deltalake's change data feed reader of `table` over `from..=to`.
+fn cdf_provider(table: &DeltaTable, from: u64, to: Option<u64>) -> Result<Arc<dyn TableProvider>> {
+    let mut builder = table.clone().scan_cdf().with_starting_version(from);
+    if let Some(to) = to {
+        builder = builder.with_ending_version(to);
+    }
+    Ok(Arc::new(
+        DeltaCdfTableProvider::try_new(builder)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?,
+    ))
+}
+
+/// Where a change feed is read from.
+#[derive(Debug)]
+enum ChangesSource {
+    /// The published table of a state store, opened when read.
+    Published {
+        state: DeltaTable,
+        location: PublishedLocation,
+    },
+    /// A reader ready to scan.
+    Ready(Arc<dyn TableProvider>),
+}
+
+/// The change feed of one table over a version range.
 #[derive(Debug)]
 struct ChangesTable {
-    inner: Arc<dyn TableProvider>,
+    source: ChangesSource,
+    from: u64,
+    to: Option<u64>,
     schema: SchemaRef,
+}
+
+impl ChangesTable {
+    /// The reader of the change feed; `None`: the table has no published
+    /// table yet (no flow has given it columns), so no change.
+    async fn reader(&self) -> Result<Option<Arc<dyn TableProvider>>> {
+        match &self.source {
+            ChangesSource::Ready(reader) => Ok(Some(Arc::clone(reader))),
+            ChangesSource::Published { state, location } => {
+                // what an interrupted update committed is published first
+                publish(state, location).await?;
+                match location.load().await? {
+                    Some(published) => Ok(Some(cdf_provider(&published, self.from, self.to)?)),
+                    None => Ok(None),
+                }
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -140,20 +191,19 @@ impl TableProvider for ChangesTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(reader) = self.reader().await? else {
+            let schema = match projection {
+                Some(p) => Arc::new(self.schema.project(p)?),
+                None => Arc::clone(&self.schema),
+            };
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        };
         let read = ReadRequest {
             projection,
             filters,
             limit,
         };
-        let plan = plan_read(
-            state,
-            "changes",
-            Arc::clone(&self.inner),
-            &self.schema,
-            None,
-            read,
-        )
-        .await?;
+        let plan = plan_read(state, "changes", reader, &self.schema, None, read).await?;
         drop_empty_branches(plan)
     }
 

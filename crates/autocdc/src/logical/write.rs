@@ -7,6 +7,7 @@ use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 use object_store::ObjectStore;
 
+use crate::table::commit::ChangeFeed;
 use crate::table::manifest::manifest_schema;
 use crate::table::TableName;
 
@@ -23,6 +24,19 @@ pub struct WriteRequest {
     pub buckets: i32,
     /// Key column positions in the fold output.
     pub key_indices: Vec<usize>,
+    /// Whether change data files are written.
+    pub change_feed: ChangeFeed,
+}
+
+impl fmt::Display for WriteRequest {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "target={}, buckets={}", self.target, self.buckets)?;
+        if self.change_feed == ChangeFeed::FromAdds {
+            // a first load: no change file
+            write!(f, ", change_feed=from_adds")?;
+        }
+        Ok(())
+    }
 }
 
 /// Writes the new state produced by its input (the fold) into data and
@@ -85,11 +99,7 @@ impl UserDefinedLogicalNodeCore for CdcWriteNode {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "CdcWrite: target={}, buckets={}",
-            self.request.target, self.request.buckets
-        )
+        write!(f, "CdcWrite: {}", self.request)
     }
 
     fn with_exprs_and_inputs(

@@ -46,7 +46,7 @@ use super::AutoCdcExec;
 use crate::fold::columns::KIND_COL;
 use crate::fold::Kind;
 use crate::logical::WriteRequest;
-use crate::table::commit::write_rows;
+use crate::table::commit::{write_rows, ChangeFeed};
 use crate::table::manifest::{encode, manifest_schema};
 
 /// Writes an update's files and returns their manifest (see the module docs).
@@ -113,14 +113,16 @@ impl WriteMetrics {
 impl DisplayAs for CdcWriteExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match t {
-            DisplayFormatType::Default | DisplayFormatType::Verbose => write!(
-                f,
-                "CdcWriteExec: target={}, buckets={}",
-                self.request.target, self.request.buckets
-            ),
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(f, "CdcWriteExec: {}", self.request)
+            }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "target={}", self.request.target)?;
-                write!(f, "buckets={}", self.request.buckets)
+                write!(f, "buckets={}", self.request.buckets)?;
+                if self.request.change_feed == ChangeFeed::FromAdds {
+                    write!(f, "\nchange_feed=from_adds")?;
+                }
+                Ok(())
             }
         }
     }
@@ -186,6 +188,7 @@ impl ExecutionPlan for CdcWriteExec {
                 &request.key_indices,
                 request.buckets,
                 writers,
+                request.change_feed,
             )
             .await?;
             timer.done();

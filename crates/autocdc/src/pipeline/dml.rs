@@ -46,7 +46,7 @@ use crate::fold::columns::{
 use crate::spec::resolve::written_at_value;
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::table::bucket::BUCKET_COL;
-use crate::table::commit::{data_files, write_rows, WrittenFiles};
+use crate::table::commit::{data_files, write_rows, ChangeFeed, WrittenFiles};
 use crate::table::provider::TargetDml;
 use crate::table::{delta_err, ScdTable};
 
@@ -249,8 +249,15 @@ async fn rewrite(
     let delta = table.delta();
     let store = delta.object_store();
     let writers = state.config().target_partitions();
-    let WrittenFiles { adds, change_files } =
-        write_rows(&store, stream, &keys, table.meta().buckets, writers).await?;
+    let WrittenFiles { adds, change_files } = write_rows(
+        &store,
+        stream,
+        &keys,
+        table.meta().buckets,
+        writers,
+        ChangeFeed::Files,
+    )
+    .await?;
     let snapshot = delta.snapshot().map_err(delta_err)?;
     let log_store = delta.log_store();
     let mut actions: Vec<Action> = data_files(&delta)

@@ -53,11 +53,10 @@ use crate::spec::resolve::{
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
-use crate::table::commit::{bucket_of, data_files, CommitRequest};
+use crate::table::commit::{bucket_of, data_files, ChangeFeed, CommitRequest};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::properties::{
-    checkpoint_app_id, last_version_property, DELETION_VECTORS_PROPERTY, FLOW_KEY_PREFIX,
-    SNAPSHOT_WATERMARK_PROPERTY,
+    checkpoint_app_id, last_version_property, FLOW_KEY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
 use crate::table::superseded::Superseded;
 use crate::table::{delta_err, ScdTable};
@@ -476,6 +475,13 @@ pub async fn plan_update(
         store: delta.object_store(),
         buckets: meta.buckets,
         key_indices: resolved.layout.key_indices.clone(),
+        // a target without rows can only gain rows: Delta readers derive
+        // those inserts from the new files, no change file needed
+        change_feed: if table.is_published() && data_files(&delta).await?.is_empty() {
+            ChangeFeed::FromAdds
+        } else {
+            ChangeFeed::Files
+        },
     };
     let write = LogicalPlan::Extension(Extension {
         node: Arc::new(CdcWriteNode::try_new(Arc::new(write), fold)?),
@@ -484,24 +490,6 @@ pub async fn plan_update(
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(commit),
     }))
-}
-
-/// Whether `table` takes deletion vectors: its protocol has the feature and
-/// its `delta.enableDeletionVectors` property is on.
-fn takes_deletion_vectors(table: &deltalake_core::DeltaTable) -> bool {
-    let Ok(snapshot) = table.snapshot() else {
-        return false;
-    };
-    let featured = snapshot
-        .protocol()
-        .writer_features()
-        .is_some_and(|f| f.iter().any(|f| f.to_string() == "deletionVectors"));
-    let enabled = snapshot
-        .metadata()
-        .configuration()
-        .get(DELETION_VECTORS_PROPERTY)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    featured && enabled
 }
 
 /// The distinct keys of an update's events when it should retire their
@@ -634,7 +622,11 @@ enum PlannedDiff {
 async fn deletion_vector_budget(state: &SessionState, table: &ScdTable) -> Result<Option<usize>> {
     let options = crate::config::autocdc_options(state.config());
     let delta = table.delta();
-    if !options.deletion_vectors || !takes_deletion_vectors(&delta) {
+    if !options.deletion_vectors
+        || !delta
+            .snapshot()
+            .is_ok_and(crate::table::takes_deletion_vectors)
+    {
         return Ok(None);
     }
     let files = data_files(&delta).await?;

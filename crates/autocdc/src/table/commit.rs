@@ -22,14 +22,14 @@ use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion_common_runtime::SpawnedTask;
-use deltalake_core::kernel::{Action, AddCDCFile, LogicalFileView, Transaction};
+use deltalake_core::kernel::{Action, Add, AddCDCFile, LogicalFileView, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
 
 use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
 use super::properties::checkpoint_app_id;
 use super::superseded::Superseded;
-use super::writer::{group_by_bucket, BucketWriter};
+use super::writer::{group_by_bucket, BucketWriter, FileRows};
 use super::{delta_err, ScdTable, TableName};
 use crate::error::CdcError;
 use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
@@ -215,10 +215,23 @@ pub(crate) fn bucket_of(view: &LogicalFileView) -> Option<i32> {
         .and_then(|b| b.parse::<i32>().ok())
 }
 
+/// How an update's change data feed reaches its readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeFeed {
+    /// In `_change_data/` files, one row per change.
+    Files,
+    /// Derived by readers from the update's new files, as Delta does when
+    /// a commit has no change files: for an update of a target without
+    /// rows, whose changes can only be inserts of the visible rows it
+    /// writes, so no change file is written.
+    FromAdds,
+}
+
 /// Write the rows of a new state into bucketed data files and its change data
 /// feed rows (kinds ≥ [`CHANGE_INSERT`]) into `_change_data/` files; returns
-/// both file lists (nothing is committed). A truncate watermark row goes to
-/// the watermark bucket.
+/// both file lists (nothing is committed). Visible and hidden state rows go
+/// to different files ([`FileRows`]); a truncate watermark row goes to the
+/// watermark bucket.
 ///
 /// Encoding and compressing Parquet is most of the work, so it runs on
 /// `writers` tasks, each owning the files of the buckets `b` with
@@ -230,6 +243,7 @@ pub async fn write_rows(
     key_indices: &[usize],
     bucket_count: i32,
     writers: usize,
+    change_feed: ChangeFeed,
 ) -> Result<WrittenFiles> {
     let schema = input.schema();
     let change_schema = change_data_schema(&schema);
@@ -270,35 +284,44 @@ pub async fn write_rows(
                     }
                 })
                 .collect();
-            // state rows (live, tombstones, hidden events, the watermark) and
-            // change data feed rows go to different files
-            let change_rows = BooleanArray::from_unary(kinds, |k| k >= CHANGE_INSERT);
-            if change_rows.true_count() > 0 {
-                let rows = filter_record_batch(&batch, &change_rows)?;
-                let rows = change_data_batch(&rows, &change_schema)?;
-                let row_buckets = filter(&buckets, &change_rows)?;
-                route(&routes, Routed::Change, rows, row_buckets.as_primitive()).await?;
+            // visible state rows, hidden state rows and change data feed
+            // rows go to different files
+            let visible = BooleanArray::from_unary(kinds, |k| k == Kind::Upsert as i8);
+            route_some(&routes, FileRows::Visible, &batch, &buckets, &visible).await?;
+            let hidden = BooleanArray::from_unary(kinds, |k| {
+                k != Kind::Upsert as i8 && k < CHANGE_INSERT
+            });
+            route_some(&routes, FileRows::Hidden, &batch, &buckets, &hidden).await?;
+            let changes = BooleanArray::from_unary(kinds, |k| k >= CHANGE_INSERT);
+            if changes.true_count() == 0 {
+                continue;
             }
-            let state_rows = BooleanArray::from_unary(kinds, |k| k < CHANGE_INSERT);
-            if state_rows.true_count() == batch.num_rows() {
-                route(&routes, Routed::State, batch, &buckets).await?;
-            } else if state_rows.true_count() > 0 {
-                let rows = filter_record_batch(&batch, &state_rows)?;
-                let row_buckets = filter(&buckets, &state_rows)?;
-                route(&routes, Routed::State, rows, row_buckets.as_primitive()).await?;
+            if change_feed == ChangeFeed::FromAdds {
+                if let Some(kind) = kinds.values().iter().find(|k| **k > CHANGE_INSERT) {
+                    return Err(DataFusionError::Internal(format!(
+                        "an update of a target without rows changed a row ({}); nothing was committed",
+                        change_type_name(*kind).unwrap_or("unknown change")
+                    )));
+                }
+                continue;
             }
+            let rows = filter_record_batch(&batch, &changes)?;
+            let rows = change_data_batch(&rows, &change_schema)?;
+            let row_buckets = filter(&buckets, &changes)?;
+            route(&routes, FileRows::Changes, rows, row_buckets.as_primitive()).await?;
         }
         Ok::<_, DataFusionError>(())
     }
     .await;
     drop(routes);
-    let (mut adds, mut change_files) = (Vec::new(), Vec::new());
+    let mut written = WrittenFiles::default();
     let mut failure = routed.err();
     for task in tasks {
         match task.join().await {
-            Ok(Ok((a, c))) => {
-                adds.extend(a);
-                change_files.extend(c);
+            Ok(Ok((visible, hidden, changes))) => {
+                written.adds.extend(visible);
+                written.adds.extend(hidden);
+                written.change_files.extend(changes);
             }
             // a writer's own error explains a failed route best
             Ok(Err(e)) => failure = Some(e),
@@ -307,24 +330,36 @@ pub async fn write_rows(
     }
     match failure {
         Some(e) => Err(e),
-        None => Ok(WrittenFiles { adds, change_files }),
+        None => Ok(written),
     }
 }
 
-/// Which files routed rows belong in.
-#[derive(Debug, Clone, Copy)]
-enum Routed {
-    State,
-    Change,
+/// Route the rows of `batch` selected by `selected` (all of them without a copy).
+async fn route_some(
+    routes: &[tokio::sync::mpsc::Sender<RoutedRows>],
+    rows: FileRows,
+    batch: &RecordBatch,
+    buckets: &Int32Array,
+    selected: &BooleanArray,
+) -> Result<()> {
+    match selected.true_count() {
+        0 => Ok(()),
+        n if n == batch.num_rows() => route(routes, rows, batch.clone(), buckets).await,
+        _ => {
+            let part = filter_record_batch(batch, selected)?;
+            let part_buckets = filter(buckets, selected)?;
+            route(routes, rows, part, part_buckets.as_primitive()).await
+        }
+    }
 }
 
 /// Rows for one writer task, with their buckets.
-type RoutedRows = (Routed, RecordBatch, Int32Array);
+type RoutedRows = (FileRows, RecordBatch, Int32Array);
 
 /// Send each row of `rows` to the writer task of its bucket.
 async fn route(
     routes: &[tokio::sync::mpsc::Sender<RoutedRows>],
-    kind: Routed,
+    kind: FileRows,
     rows: RecordBatch,
     buckets: &Int32Array,
 ) -> Result<()> {
@@ -358,23 +393,27 @@ async fn route(
     Ok(())
 }
 
-/// One writer task of [`write_rows`]: writes the rows routed to it.
+/// One writer task of [`write_rows`]: writes the rows routed to it;
+/// returns its visible, hidden and change files.
 async fn write_routed(
     store: Arc<dyn object_store::ObjectStore>,
     schema: SchemaRef,
     change_schema: SchemaRef,
     mut rows: tokio::sync::mpsc::Receiver<RoutedRows>,
-) -> Result<(
-    Vec<deltalake_core::kernel::Add>,
-    Vec<deltalake_core::kernel::Add>,
-)> {
-    let mut state = BucketWriter::new(Arc::clone(&store), schema);
-    let mut changes = BucketWriter::change_data(store, change_schema);
+) -> Result<(Vec<Add>, Vec<Add>, Vec<Add>)> {
+    let mut visible = BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible);
+    let mut hidden = BucketWriter::new(Arc::clone(&store), schema, FileRows::Hidden);
+    let mut changes = BucketWriter::new(store, change_schema, FileRows::Changes);
     while let Some((kind, batch, buckets)) = rows.recv().await {
         match kind {
-            Routed::State => state.write(&batch, &buckets).await?,
-            Routed::Change => changes.write(&batch, &buckets).await?,
+            FileRows::Visible => visible.write(&batch, &buckets).await?,
+            FileRows::Hidden => hidden.write(&batch, &buckets).await?,
+            FileRows::Changes => changes.write(&batch, &buckets).await?,
         }
     }
-    Ok((state.finish().await?, changes.finish().await?))
+    Ok((
+        visible.finish().await?,
+        hidden.finish().await?,
+        changes.finish().await?,
+    ))
 }

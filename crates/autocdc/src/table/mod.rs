@@ -55,6 +55,23 @@ pub(crate) fn commit_builder() -> CommitBuilder {
     )
 }
 
+/// Whether a table takes deletion vectors: its protocol has the feature and
+/// its `delta.enableDeletionVectors` property is on.
+pub(crate) fn takes_deletion_vectors(
+    snapshot: &deltalake_core::table::state::DeltaTableState,
+) -> bool {
+    let featured = snapshot
+        .protocol()
+        .writer_features()
+        .is_some_and(|f| f.iter().any(|f| f.to_string() == "deletionVectors"));
+    let enabled = snapshot
+        .metadata()
+        .configuration()
+        .get(properties::DELETION_VECTORS_PROPERTY)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    featured && enabled
+}
+
 /// Protocol of a new streaming table (state store or published table): table features (reader 3, writer 7)
 /// with `timestampNtz`, so that flows can store `TIMESTAMP` (without time
 /// zone) columns and sequences whose types are fixed only by the first update,

@@ -111,6 +111,17 @@ impl ScdTable {
         Ok(this)
     }
 
+    /// Whether the table has a published table (tables of the earlier
+    /// layout have none).
+    pub fn is_published(&self) -> bool {
+        self.published.is_some()
+    }
+
+    /// Where its published table lives (`None`: a table of the earlier layout).
+    pub fn published_location(&self) -> Option<&PublishedLocation> {
+        self.published.as_ref()
+    }
+
     /// Bring the published table up to the loaded state (see
     /// [`super::published`]); called after every commit to the state store.
     pub async fn publish(&self) -> Result<()> {

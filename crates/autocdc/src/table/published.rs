@@ -18,11 +18,23 @@
 //!   the system columns of BITEMPORAL targets): Delta readers read a file's
 //!   columns by the table's schema, so the `__cdc_*` columns in the files
 //!   are never read, and it has no partition column;
-//! * on each file, a deletion vector marking every row that is not visible
-//!   (`__cdc_kind` other than a live row or version) and every row the state
-//!   store itself marked deleted; a file with no visible row is left out;
+//! * the state files of visible rows only: the writer puts visible rows
+//!   (live rows, versions) and hidden ones (tombstones, hidden events, the
+//!   truncate watermark) in separate files and tags each `Add`
+//!   ([`FileRows`]), so publishing reads no data file; a file the state store
+//!   retired rows of (its deletion vector) is published with a vector hiding
+//!   them. Files of an older writer may mix both: their `__cdc_kind` column
+//!   is read and the hidden rows join the vector; a file with no visible row
+//!   is left out;
 //! * the state store's change data files as its own (`cdc` actions), so its
-//!   change data feed is the flows' change feed.
+//!   change data feed is the flows' change feed. A version without change
+//!   files (an update of a target without rows, a full refresh) lets Delta
+//!   readers derive its changes from its files, as the protocol says.
+//!
+//! A table made without deletion vectors (`autocdc.deletion_vectors =
+//! false`) has none in its published table either: its state store rewrites
+//! files instead of retiring rows in them, so a visible file never has a row
+//! to hide, and pyarrow-based readers read it.
 //!
 //! Folders that start with `_` are not data to Delta readers and VACUUM of
 //! the published table leaves them alone.
@@ -44,7 +56,9 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int8Type, Schema};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::{Action, Add, AddCDCFile, MetadataExt, StructType, Transaction};
+use deltalake_core::kernel::{
+    Action, Add, AddCDCFile, LogicalFileView, MetadataExt, StructType, Transaction,
+};
 use deltalake_core::logstore::get_actions;
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
@@ -57,7 +71,8 @@ use roaring::RoaringTreemap;
 
 use super::deletion_vectors::{object_reader, read_vector, write_vectors};
 use super::properties::{CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY};
-use super::{commit_builder, delta_err, streaming_protocol, table_builder};
+use super::writer::FileRows;
+use super::{commit_builder, delta_err, streaming_protocol, table_builder, takes_deletion_vectors};
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
 
 /// Folder of our bookkeeping inside a table's folder.
@@ -89,6 +104,15 @@ impl PublishedLocation {
     pub fn builder(&self) -> Result<DeltaTableBuilder> {
         table_builder(self.url.clone(), Arc::clone(&self.store))
     }
+
+    /// The published table at its latest version (`None`: not created yet).
+    pub async fn load(&self) -> Result<Option<DeltaTable>> {
+        match self.builder()?.load().await {
+            Ok(table) => Ok(Some(table)),
+            Err(DeltaTableError::NotATable(_)) => Ok(None),
+            Err(e) => Err(delta_err(e)),
+        }
+    }
 }
 
 /// Publish every state version of `state` (loaded at its latest version)
@@ -114,7 +138,8 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
                 // version 0 stands for the state store's version 0 (the
                 // CREATE), with the columns known now; the state versions
                 // after it follow one by one
-                match create(published.builder()?, &user_schema).await {
+                let vectors = takes_deletion_vectors(state.snapshot().map_err(delta_err)?);
+                match create(published.builder()?, &user_schema, vectors).await {
                     Ok(table) => table,
                     Err(_) if attempts < 2 => {
                         attempts += 1;
@@ -173,13 +198,20 @@ fn user_schema(state: &DeltaTable) -> Result<StructType> {
     (&Schema::new(fields)).try_into_kernel().map_err(delta_err)
 }
 
-/// Create the published table (no file yet).
-async fn create(published: DeltaTableBuilder, schema: &StructType) -> Result<DeltaTable> {
+/// Create the published table (no file yet), with deletion vectors when
+/// its state store takes them: without, the state store rewrites files
+/// instead of hiding rows in them, and so the published table never needs
+/// to hide a row (readers without deletion vectors can read it).
+async fn create(
+    published: DeltaTableBuilder,
+    schema: &StructType,
+    deletion_vectors: bool,
+) -> Result<DeltaTable> {
     let table = published.build().map_err(delta_err)?;
     table
         .create()
         .with_columns(schema.fields().cloned())
-        .with_actions([Action::Protocol(streaming_protocol(true)?)])
+        .with_actions([Action::Protocol(streaming_protocol(deletion_vectors)?)])
         .with_configuration([
             (
                 CHANGE_DATA_FEED_PROPERTY.to_string(),
@@ -187,7 +219,7 @@ async fn create(published: DeltaTableBuilder, schema: &StructType) -> Result<Del
             ),
             (
                 DELETION_VECTORS_PROPERTY.to_string(),
-                Some("true".to_string()),
+                Some(deletion_vectors.to_string()),
             ),
         ])
         .with_raise_if_key_not_exists(false)
@@ -262,6 +294,54 @@ async fn hidden_rows(store: &Arc<dyn ObjectStore>, add: &Add) -> Result<(Roaring
     Ok((hidden, row))
 }
 
+/// Number of rows of a file, from its statistics.
+fn num_records(add: &Add) -> Option<u64> {
+    let stats: serde_json::Value = serde_json::from_str(add.stats.as_deref()?).ok()?;
+    stats.get("numRecords")?.as_u64()
+}
+
+/// The rows of a state file the published table hides, and the file's
+/// number of rows; `None` when none of its rows is visible.
+///
+/// Tagged files ([`FileRows`]) are not read: a visible file hides what the
+/// state store retired from it, a hidden file is not published. A file of
+/// an older version of the writer may hold both kinds: its kinds are read,
+/// or, when it is published already, its vector grows by what the state
+/// store retired (the state's vector only ever grows).
+async fn hidden_of(
+    state_store: &Arc<dyn ObjectStore>,
+    published_store: &Arc<dyn ObjectStore>,
+    add: &Add,
+    published: Option<&LogicalFileView>,
+) -> Result<Option<(RoaringTreemap, u64)>> {
+    let retired = match &add.deletion_vector {
+        Some(descriptor) => Some(read_vector(state_store, descriptor).await?),
+        None => None,
+    };
+    let (hidden, rows) = match (FileRows::of(add), num_records(add)) {
+        (Some(FileRows::Hidden), _) => return Ok(None),
+        (Some(FileRows::Visible), Some(rows)) => (retired.unwrap_or_default(), rows),
+        _ => match (retired, published) {
+            (Some(mut retired), Some(view)) => {
+                if let Some(old) = view.deletion_vector_descriptor() {
+                    retired |= read_vector(published_store, &old).await?;
+                }
+                match view.num_records() {
+                    Some(rows) => (retired, rows as u64),
+                    None => {
+                        let (kinds, rows) = hidden_rows(state_store, add).await?;
+                        (retired | kinds, rows)
+                    }
+                }
+            }
+            // a file not published (nothing of it visible) stays so
+            (Some(_), None) => return Ok(None),
+            (None, _) => hidden_rows(state_store, add).await?,
+        },
+    };
+    Ok((hidden.len() < rows).then_some((hidden, rows)))
+}
+
 /// Commit the effect of the state version `version` on the published table.
 async fn commit(
     state: &DeltaTable,
@@ -280,40 +360,19 @@ async fn commit(
         .map_err(delta_err)?;
     let state_store = state.object_store();
     let published_store = published.object_store();
-    let mut actions = Vec::new();
+    let mut removed = Vec::new();
     let mut added: Vec<(Add, RoaringTreemap)> = Vec::new();
     for (path, add) in files {
         let target = published_path(&path);
-        if let Some(view) = current.get(&target) {
-            actions.push(Action::Remove(view.remove_action(true)));
+        let view = current.get(&target);
+        if let Some(view) = view {
+            removed.push(view.remove_action(true));
         }
         let Some(add) = add else { continue };
-        let (hidden, rows) = match (&add.deletion_vector, current.get(&target)) {
-            // more rows of a published file retired: its vector grows by
-            // them (the state's vector only ever grows), no need to read it
-            (Some(retired), Some(view)) => {
-                let mut hidden = match view.deletion_vector_descriptor() {
-                    Some(old) => read_vector(&published_store, &old).await?,
-                    None => RoaringTreemap::new(),
-                };
-                hidden |= read_vector(&state_store, retired).await?;
-                let rows = view.num_records().map(|n| n as u64);
-                match rows {
-                    Some(rows) => (hidden, rows),
-                    None => {
-                        let (mut all, rows) = hidden_rows(&state_store, &add).await?;
-                        all |= hidden;
-                        (all, rows)
-                    }
-                }
-            }
-            // a file not published (nothing of it visible) stays so
-            (Some(_), None) => continue,
-            (None, _) => hidden_rows(&state_store, &add).await?,
-        };
-        if hidden.len() >= rows {
+        let Some((hidden, rows)) = hidden_of(&state_store, &published_store, &add, view).await?
+        else {
             continue;
-        }
+        };
         added.push((
             Add {
                 path: target,
@@ -327,6 +386,23 @@ async fn commit(
             hidden,
         ));
     }
+    // Without change files, Delta readers derive a version's changes from
+    // its files: right for a version that only adds files (an update of a
+    // target without rows) or only removes them (a full refresh); a version
+    // doing both without a change file changed hidden rows only (a bucket
+    // rewritten for a tombstone), so its files are no change.
+    if cdc.is_empty() && !removed.is_empty() && !added.is_empty() {
+        removed.iter_mut().for_each(|r| r.data_change = false);
+        added.iter_mut().for_each(|(a, _)| a.data_change = false);
+    }
+    let takes_vectors = takes_deletion_vectors(snapshot);
+    if let Some((add, _)) = added.iter().find(|(_, h)| !h.is_empty() && !takes_vectors) {
+        return Err(PublishError::Other(DataFusionError::Execution(format!(
+            "state file '{}' has rows to hide, but the published table was created without deletion vectors; REFRESH the table FULL to rewrite its files",
+            add.path
+        ))));
+    }
+    let mut actions: Vec<Action> = removed.into_iter().map(Action::Remove).collect();
     // one deletion vector file for every file that hides rows
     let masked: Vec<usize> = (0..added.len())
         .filter(|&i| !added[i].1.is_empty())

@@ -5,6 +5,12 @@
 //! Written directly with the `parquet` crate on the table's object store (the
 //! store deltalake itself uses), so the files of an update can carry a new
 //! table schema that commits together with them.
+//!
+//! A state file holds either only visible rows (live rows, SCD 2 versions)
+//! or only hidden ones (tombstones, hidden events, the truncate watermark),
+//! and its `Add` says which in the tag [`ROWS_TAG`]: the published table adds
+//! the first kind as they are and leaves the second out, without reading
+//! either ([`super::published`]).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -38,6 +44,40 @@ const UPLOAD_BUFFER_BYTES: usize = 5 * 1024 * 1024;
 /// Bytes after which a bucket's file is closed and a new one started.
 const TARGET_FILE_BYTES: usize = 128 * 1024 * 1024;
 
+/// Tag of a state file's `Add`: which rows the file holds ([`FileRows`]).
+pub const ROWS_TAG: &str = "autocdc.rows";
+
+/// What the rows of a written file are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileRows {
+    /// State rows that `SELECT *` shows: live rows, SCD 2 / BITEMPORAL versions.
+    Visible,
+    /// State rows it does not show: tombstones, hidden events, the truncate watermark.
+    Hidden,
+    /// Change data feed rows (`_change_data/`).
+    Changes,
+}
+
+impl FileRows {
+    /// Value of [`ROWS_TAG`] for state files.
+    fn tag(self) -> Option<&'static str> {
+        match self {
+            Self::Visible => Some("visible"),
+            Self::Hidden => Some("hidden"),
+            Self::Changes => None,
+        }
+    }
+
+    /// What a state file holds, by its tag (`None`: a file written before
+    /// files were tagged, which may hold both kinds).
+    pub fn of(add: &Add) -> Option<Self> {
+        let tag = add.tags.as_ref()?.get(ROWS_TAG)?.as_deref()?;
+        [Self::Visible, Self::Hidden]
+            .into_iter()
+            .find(|rows| rows.tag() == Some(tag))
+    }
+}
+
 fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
@@ -51,8 +91,8 @@ struct OpenFile {
 /// Bucketed Parquet writer of one update.
 pub struct BucketWriter {
     store: Arc<dyn ObjectStore>,
-    /// Folder of the files inside the table (`""` for data, `_change_data/` for the change feed).
-    folder: &'static str,
+    /// What the files hold (change files go to `_change_data/`).
+    rows: FileRows,
     schema: SchemaRef,
     open: BTreeMap<i32, OpenFile>,
     adds: Vec<Add>,
@@ -106,25 +146,22 @@ fn bucket_runs(buckets: &[i32]) -> impl Iterator<Item = (i32, Range<usize>)> + '
 }
 
 impl BucketWriter {
-    /// A writer of `schema` rows into the table rooted at `store`.
-    pub fn new(store: Arc<dyn ObjectStore>, schema: SchemaRef) -> Self {
+    /// A writer of `rows` with `schema` into the table rooted at `store`.
+    pub fn new(store: Arc<dyn ObjectStore>, schema: SchemaRef, rows: FileRows) -> Self {
         Self {
             store,
-            folder: "",
+            rows,
             schema,
             open: BTreeMap::new(),
             adds: Vec::new(),
         }
     }
 
-    /// A writer of change data feed files (`_change_data/`).
-    pub fn change_data(store: Arc<dyn ObjectStore>, schema: SchemaRef) -> Self {
-        Self {
-            store,
-            folder: "_change_data/",
-            schema,
-            open: BTreeMap::new(),
-            adds: Vec::new(),
+    /// Folder of the files inside the table.
+    fn folder(&self) -> &'static str {
+        match self.rows {
+            FileRows::Changes => "_change_data/",
+            FileRows::Visible | FileRows::Hidden => "",
         }
     }
 
@@ -163,7 +200,7 @@ impl BucketWriter {
             if !self.open.contains_key(&bucket) {
                 let path = Path::from(format!(
                     "{}{BUCKET_COL}={bucket}/part-{}.zstd.parquet",
-                    self.folder,
+                    self.folder(),
                     uuid::Uuid::new_v4()
                 ));
                 let writer = AsyncArrowWriter::try_new(
@@ -211,6 +248,10 @@ impl BucketWriter {
             modification_time: meta.last_modified.timestamp_millis(),
             data_change: true,
             stats: Some(format!("{{\"numRecords\":{}}}", file.rows)),
+            tags: self
+                .rows
+                .tag()
+                .map(|tag| [(ROWS_TAG.to_string(), Some(tag.to_string()))].into()),
             ..Default::default()
         });
         Ok(())
