@@ -1,7 +1,7 @@
 //! `autocdc`: an interactive SQL shell for `datafusion-autocdc`.
 //!
 //! ```text
-//! autocdc [--warehouse URL] [-c SQL]... [-f FILE]...
+//! autocdc [--warehouse URL] [-c SQL]... [-f FILE]... [--format F] [--maxrows N] [-q]
 //! ```
 //!
 //! * `-c SQL` runs the statements of a command string;
@@ -12,8 +12,12 @@
 //! Statements are separated by `;` outside quotes and comments (see [`split`]).
 //! With `-c` / `-f`, the first failing statement stops the run with a non-zero exit
 //! code; in the interactive shell errors are printed and the shell carries on.
-//! Results are printed as tables, followed by the row count and the elapsed time.
+//! Results are printed as tables (or CSV, TSV, JSON, newline-delimited JSON:
+//! `--format`), followed by the row count and the elapsed time (not with
+//! `-q`); see [`print`]. `information_schema` is on, as in `datafusion-cli`:
+//! `SHOW TABLES`, `SHOW COLUMNS FROM t`, `DESCRIBE t`.
 
+mod print;
 mod progress;
 mod split;
 
@@ -21,15 +25,15 @@ use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::{DataFusionError, Result};
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 
+use crate::print::{Format, MaxRows, PrintOptions};
 use crate::progress::Progress;
 use crate::split::{script_statements, split_statements};
 
@@ -61,6 +65,24 @@ struct Args {
     /// another object store URL.
     #[arg(long, value_name = "URL", default_value = "./warehouse")]
     warehouse: String,
+
+    /// Output format of results.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+
+    /// Rows a result table shows at most (`inf`: all).
+    #[arg(long, value_name = "N", default_value = "inf")]
+    maxrows: MaxRows,
+
+    /// Print results only: no row count and elapsed time.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// The shell: a session and how it prints results.
+struct Shell {
+    session: CdcSession,
+    print: PrintOptions,
 }
 
 #[tokio::main]
@@ -71,7 +93,9 @@ async fn main() -> ExitCode {
         eprintln!("Error: cannot create warehouse {}: {error}", args.warehouse);
         return ExitCode::FAILURE;
     }
-    let session = match CdcSession::open(AutoCdcConfig::new(args.warehouse.as_str())).await {
+    let mut config = AutoCdcConfig::new(args.warehouse.as_str());
+    config.session_config = config.session_config.with_information_schema(true);
+    let session = match CdcSession::open(config).await {
         Ok(session) => session,
         Err(error) => {
             eprintln!("Error: cannot open warehouse {}: {error}", args.warehouse);
@@ -79,17 +103,25 @@ async fn main() -> ExitCode {
         }
     };
 
+    let shell = Shell {
+        session,
+        print: PrintOptions {
+            format: args.format,
+            max_rows: args.maxrows,
+            quiet: args.quiet,
+        },
+    };
     if args.commands.is_empty() && args.files.is_empty() {
-        return interactive(&session).await;
+        return interactive(&shell).await;
     }
     for command in &args.commands {
-        if let Err(error) = run_script(&session, command).await {
+        if let Err(error) = run_script(&shell, command).await {
             eprintln!("Error: {error}");
             return ExitCode::FAILURE;
         }
     }
     for file in &args.files {
-        if let Err(error) = run_file(&session, file).await {
+        if let Err(error) = run_file(&shell, file).await {
             eprintln!("Error: {error}");
             return ExitCode::FAILURE;
         }
@@ -111,23 +143,23 @@ fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
 }
 
 /// Runs the statements of the SQL script at `path`, stopping at the first error.
-async fn run_file(session: &CdcSession, path: &Path) -> Result<()> {
+async fn run_file(shell: &Shell, path: &Path) -> Result<()> {
     let script = std::fs::read_to_string(path).map_err(|error| {
         DataFusionError::Execution(format!("cannot read {}: {error}", path.display()))
     })?;
-    run_script(session, &script).await
+    run_script(shell, &script).await
 }
 
 /// Runs the statements of `script` in order, stopping at the first error.
-async fn run_script(session: &CdcSession, script: &str) -> Result<()> {
+async fn run_script(shell: &Shell, script: &str) -> Result<()> {
     for statement in script_statements(script) {
-        run_statement(session, &statement).await?;
+        run_statement(shell, &statement).await?;
     }
     Ok(())
 }
 
 /// Reads statements from standard input and runs them until `\q` or end of input.
-async fn interactive(session: &CdcSession) -> ExitCode {
+async fn interactive(shell: &Shell) -> ExitCode {
     let stdin = io::stdin();
     let show_prompt = stdin.is_terminal();
     let mut buffer = String::new();
@@ -159,7 +191,7 @@ async fn interactive(session: &CdcSession) -> ExitCode {
         buffer.push_str(&line);
         let split = split_statements(&buffer);
         for statement in &split.statements {
-            if let Err(error) = run_statement(session, statement).await {
+            if let Err(error) = run_statement(shell, statement).await {
                 eprintln!("Error: {error}");
             }
         }
@@ -176,7 +208,7 @@ async fn interactive(session: &CdcSession) -> ExitCode {
         println!();
     }
     if let Some(statement) = split_statements(&buffer).pending {
-        if let Err(error) = run_statement(session, &statement).await {
+        if let Err(error) = run_statement(shell, &statement).await {
             eprintln!("Error: {error}");
         }
     }
@@ -184,13 +216,15 @@ async fn interactive(session: &CdcSession) -> ExitCode {
 }
 
 /// Runs one statement and prints its result.
-async fn run_statement(session: &CdcSession, sql: &str) -> Result<()> {
+async fn run_statement(shell: &Shell, sql: &str) -> Result<()> {
     let start = Instant::now();
     let progress = Progress::start(start);
-    let result = execute(session, sql).await;
+    let result = execute(&shell.session, sql).await;
     progress.finish().await;
     let (schema, batches) = result?;
-    print_result(&schema, &batches, start.elapsed())
+    shell
+        .print
+        .print(&mut io::stdout().lock(), &schema, &batches, start.elapsed())
 }
 
 /// Runs `sql` and collects its result.
@@ -199,27 +233,4 @@ async fn execute(session: &CdcSession, sql: &str) -> Result<(SchemaRef, Vec<Reco
     let schema = Arc::clone(frame.schema().inner());
     let batches = frame.collect().await?;
     Ok((schema, batches))
-}
-
-/// Prints a result table (unless the result has no columns), then the row count
-/// and elapsed time.
-fn print_result(schema: &SchemaRef, batches: &[RecordBatch], elapsed: Duration) -> Result<()> {
-    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let mut stdout = io::stdout().lock();
-    if !schema.fields().is_empty() {
-        let table = if batches.is_empty() {
-            pretty_format_batches(&[RecordBatch::new_empty(Arc::clone(schema))])?
-        } else {
-            pretty_format_batches(batches)?
-        };
-        writeln!(stdout, "{table}")?;
-    }
-    writeln!(
-        stdout,
-        "{rows} row(s) fetched. Elapsed {:.3} seconds.",
-        elapsed.as_secs_f64()
-    )?;
-    writeln!(stdout)?;
-    stdout.flush()?;
-    Ok(())
 }

@@ -72,3 +72,76 @@ fn missing_script_is_an_error() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read"));
 }
+
+/// Streaming tables appear in `information_schema` (`SHOW TABLES`,
+/// `SHOW COLUMNS`), `SHOW TBLPROPERTIES` lists a table's properties (not our
+/// bookkeeping), and `--format csv` with `-q` prints bare CSV.
+#[test]
+fn show_tables_and_properties_print_as_csv() {
+    let (output, _warehouse) = autocdc(&[
+        "--format",
+        "csv",
+        "-q",
+        "-c",
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1);
+         CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4', 'owner' = 'ops');
+         CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq;
+         SELECT table_schema, table_name, table_type FROM information_schema.tables
+           WHERE table_name IN ('t', 'src') ORDER BY table_name;
+         SHOW COLUMNS FROM t;
+         SHOW TBLPROPERTIES t;
+         SHOW TBLPROPERTIES t ('owner');
+         SHOW TBLPROPERTIES t (delta.enableChangeDataFeed);
+         SHOW TBLPROPERTIES t ('nope');",
+    ]);
+    let text = stdout(&output);
+    assert!(
+        output.status.success(),
+        "stdout:\n{text}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!text.contains("row(s) fetched"), "{text}");
+    for expected in [
+        // information_schema.tables
+        "table_schema,table_name,table_type\npublic,src,BASE TABLE\npublic,t,BASE TABLE\n",
+        // SHOW COLUMNS: the user columns only
+        ",t,id,",
+        // SHOW TBLPROPERTIES: sorted, no flow definition or checkpoint
+        "key,value\nautocdc.buckets,4\ndelta.enableChangeDataFeed,true\ndelta.enableDeletionVectors,true\nowner,ops\n",
+        "key,value\nowner,ops\n",
+        "key,value\ndelta.enableChangeDataFeed,true\n",
+        "key,value\nnope,Table t does not have property: nope\n",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+    assert!(!text.contains("autocdc.flow"), "{text}");
+    // statements without a result print nothing
+    assert!(text.starts_with("flow,num_upserted_rows"), "{text}");
+    assert!(!text.contains(",t,__cdc_"), "{text}");
+}
+
+/// `--maxrows` bounds a result table and says how many rows it hid;
+/// `--format nd-json` prints one object per row.
+#[test]
+fn maxrows_and_json_formats() {
+    let (output, _warehouse) = autocdc(&[
+        "--maxrows",
+        "2",
+        "-c",
+        "SELECT * FROM generate_series(1, 5)",
+    ]);
+    let text = stdout(&output);
+    assert!(
+        text.contains("5 row(s) fetched (2 shown, --maxrows)."),
+        "{text}"
+    );
+    assert!(!text.contains("| 3 "), "{text}");
+    let (output, _warehouse) = autocdc(&[
+        "--format",
+        "nd-json",
+        "-q",
+        "-c",
+        "SELECT value AS n FROM generate_series(1, 2)",
+    ]);
+    assert_eq!(stdout(&output), "{\"n\":1}\n{\"n\":2}\n");
+}

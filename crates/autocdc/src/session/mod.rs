@@ -34,6 +34,7 @@ mod create_table;
 mod drop_table;
 mod explain;
 mod refresh;
+mod show_properties;
 mod snapshot_flows;
 
 /// A DataFusion session with AUTO CDC statements and a warehouse of
@@ -170,6 +171,9 @@ impl CdcSession {
             CdcStatement::Drop { name, if_exists } => {
                 self.drop_table(&name, if_exists).await?;
                 self.empty()
+            }
+            CdcStatement::ShowProperties { name, key } => {
+                self.show_properties(&name, key.as_deref()).await
             }
             CdcStatement::Explain {
                 analyze,

@@ -52,6 +52,13 @@ pub enum CdcStatement {
         /// `IF EXISTS`.
         if_exists: bool,
     },
+    /// `SHOW TBLPROPERTIES name [(key)]`.
+    ShowProperties {
+        /// Table.
+        name: TableName,
+        /// The one property asked for.
+        key: Option<String>,
+    },
     /// `EXPLAIN [ANALYZE] [VERBOSE] <statement>`.
     Explain {
         /// `ANALYZE`: run it and show metrics.
@@ -212,6 +219,31 @@ impl CdcParser<'_> {
             let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
             let name = self.table_name()?;
             CdcStatement::Drop { name, if_exists }
+        } else if top && self.peek_word(0, "SHOW") && self.peek_word(1, "TBLPROPERTIES") {
+            self.p.next_token();
+            self.p.next_token();
+            let name = self.table_name()?;
+            let key = if self.p.consume_token(&Token::LParen) {
+                // a string literal or a dotted name: ('delta.x') or (delta.x)
+                let key = match self.p.peek_token().token {
+                    Token::SingleQuotedString(_) | Token::DoubleQuotedString(_) => {
+                        self.p.parse_literal_string()?
+                    }
+                    _ => self
+                        .p
+                        .parse_object_name(false)?
+                        .0
+                        .iter()
+                        .map(|part| part.to_string())
+                        .collect::<Vec<_>>()
+                        .join("."),
+                };
+                self.expect_token(Token::RParen)?;
+                Some(key)
+            } else {
+                None
+            };
+            CdcStatement::ShowProperties { name, key }
         } else {
             return Ok(None);
         };
