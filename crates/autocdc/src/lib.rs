@@ -25,7 +25,8 @@
 //! modules):
 //!
 //! ```text
-//!  api, session          statements: the Rust builder, SQL dispatch
+//!  api, session,         statements: the Rust builder, SQL dispatch;
+//!  catalog               the warehouse in any SessionContext
 //!  pipeline              plans one update: CdcCommit(AutoCdc(events, ...)); DML
 //!  physical              the execs and the extension planner
 //!  logical, functions,   plan nodes; table functions (table_changes, ...);
@@ -42,6 +43,7 @@
 //! every table it registers, so storage never calls up into planning.
 
 pub mod api;
+pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod error;

@@ -1643,3 +1643,34 @@ async fn a_first_load_writes_no_change_files() {
         ]
     );
 }
+
+#[allow(dead_code)]
+#[path = "../../../examples/plain_session.rs"]
+mod plain_session_example;
+
+/// `examples/plain_session.rs`: a plain `SessionContext` reads a target, its
+/// change feed, an older version and a table created after it registered
+/// the warehouse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_session_example_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let answers = plain_session_example::run(dir.path().to_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(lines(&answers.users), ["| 1 | anne |"]);
+    assert_eq!(
+        lines(&answers.changes),
+        [
+            "| 1 | ann | insert | 1 |",
+            "| 2 | bob | insert | 1 |",
+            "| 1 | ann | update_preimage | 2 |",
+            "| 1 | anne | update_postimage | 2 |",
+            "| 2 | bob | delete | 2 |",
+        ]
+    );
+    assert_eq!(
+        lines(&answers.first_version),
+        ["| 1 | ann |", "| 2 | bob |"]
+    );
+    assert_eq!(lines(&answers.later), ["| 1 | anne |", "| 2 | |"]);
+}
