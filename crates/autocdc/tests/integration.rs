@@ -1674,3 +1674,37 @@ async fn plain_session_example_runs() {
     );
     assert_eq!(lines(&answers.later), ["| 1 | anne |", "| 2 | |"]);
 }
+
+/// The event log lives in the Delta commit information: it survives a
+/// restart, and the published table's history shows each run's operation and
+/// metrics to other Delta readers.
+#[tokio::test]
+async fn the_event_log_survives_a_restart_and_is_in_the_published_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap();
+    {
+        let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+        exec(
+            &s,
+            "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+        )
+        .await;
+        exec(&s, "CREATE STREAMING TABLE t").await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        )
+        .await;
+    }
+    let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    assert_eq!(
+        rows(&s, "SELECT commit_version, operation, flow, num_upserted_rows, num_input_rows FROM event_log('t') ORDER BY commit_version").await,
+        ["| 0 | CREATE TABLE | | | |", "| 1 | CREATE FLOW | f | 2 | 2 |"]
+    );
+    let published = log_actions(&dir.path().join("public").join("t"), 1);
+    let (kind, info) = &published[0];
+    assert_eq!(kind, "commitInfo");
+    assert_eq!(info["operation"], "CREATE FLOW");
+    assert_eq!(info["operationParameters"]["flow"], "f");
+    assert_eq!(info["operationMetrics"]["numUpsertedRows"], "2");
+}

@@ -1,10 +1,12 @@
 //! Table functions installed by the extension.
 
+mod event_log;
 mod snapshot_version;
 mod stream;
 mod table_as_of;
 pub(crate) mod table_changes;
 
+pub use event_log::EventLogFunction;
 pub use snapshot_version::{
     MisplacedSnapshotVersion, SnapshotVersionFunction, CURRENT_SNAPSHOT_VERSION,
     LAST_SNAPSHOT_VERSION,

@@ -192,7 +192,8 @@ impl ExecutionPlan for CdcCommitExec {
             }
             let timer = metrics.commit_time.timer();
             let changed = manifest.changed();
-            let outcome = commit_written(&request, manifest.written, changed).await?;
+            let outcome =
+                commit_written(&request, manifest.written, changed, &manifest.counts).await?;
             timer.done();
             metrics.files_added.add(outcome.files_added);
             metrics.files_removed.add(outcome.files_removed);

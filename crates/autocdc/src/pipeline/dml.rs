@@ -47,6 +47,7 @@ use crate::spec::resolve::written_at_value;
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::table::bucket::BUCKET_COL;
 use crate::table::commit::{data_files, write_rows, ChangeFeed, WrittenFiles};
+use crate::table::event::{CommitEvent, Operation};
 use crate::table::provider::TargetDml;
 use crate::table::{delta_err, ScdTable};
 
@@ -235,12 +236,14 @@ fn matching(filters: Vec<Expr>) -> Expr {
 }
 
 /// Rewrite the whole table from `plan` (rows in the data file layout, change
-/// rows included) in one commit.
+/// rows included) in one commit, logged as `event`.
 async fn rewrite(
     table: Arc<ScdTable>,
     state: SessionState,
     plan: LogicalPlan,
     operation: DeltaOperation,
+    mut event: CommitEvent,
+    started: std::time::Instant,
 ) -> Result<()> {
     let flow = keyed_flow(&table, "DML")?;
     let keys = key_positions(&table, &flow)?;
@@ -260,11 +263,14 @@ async fn rewrite(
     .await?;
     let snapshot = delta.snapshot().map_err(delta_err)?;
     let log_store = delta.log_store();
-    let mut actions: Vec<Action> = data_files(&delta)
-        .await?
-        .into_iter()
-        .map(|v| Action::Remove(v.remove_action(true)))
-        .collect();
+    event.duration_ms = started.elapsed().as_millis() as u64;
+    let mut actions = vec![event.action()];
+    actions.extend(
+        data_files(&delta)
+            .await?
+            .into_iter()
+            .map(|v| Action::Remove(v.remove_action(true))),
+    );
     actions.extend(adds.into_iter().map(Action::Add));
     actions.extend(change_files.into_iter().map(|f| {
         Action::Cdc(AddCDCFile {
@@ -300,7 +306,20 @@ async fn rewrite_rows(
     images: Vec<Vec<Expr>>,
     operation: DeltaOperation,
 ) -> Result<u64> {
+    let started = std::time::Instant::now();
     let hits = count(&state, raw_plan(&table)?.filter(hit.clone())?.build()?).await?;
+    let event = match operation {
+        DeltaOperation::Delete { .. } => {
+            let mut event = CommitEvent::new(Operation::Delete, None, started);
+            event.deleted = hits;
+            event
+        }
+        _ => {
+            let mut event = CommitEvent::new(Operation::Update, None, started);
+            event.upserted = hits;
+            event
+        }
+    };
     let mut plan = raw_plan(&table)?.project(state_rows)?;
     for image in images {
         plan = plan.union(
@@ -310,7 +329,15 @@ async fn rewrite_rows(
                 .build()?,
         )?;
     }
-    rewrite(Arc::clone(&table), state, plan.build()?, operation).await?;
+    rewrite(
+        Arc::clone(&table),
+        state,
+        plan.build()?,
+        operation,
+        event,
+        started,
+    )
+    .await?;
     Ok(hits)
 }
 
@@ -510,7 +537,7 @@ impl TargetDml for PipelineDml {
                 &state,
                 Arc::clone(&table),
                 &spec,
-                false,
+                Operation::Insert,
                 chrono::Utc::now(),
                 UpdateSource::Events(Box::new(events)),
                 Planning::Adaptive,

@@ -55,6 +55,7 @@ use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::commit::{bucket_of, data_files, ChangeFeed, CommitRequest};
 use crate::table::deletion_vectors::KeySet;
+use crate::table::event::Operation;
 use crate::table::properties::{
     checkpoint_app_id, last_version_property, FLOW_KEY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
@@ -116,17 +117,20 @@ pub mod started;
 
 /// Plan one run of `flow` into `table`:
 /// `CdcCommit(CdcWrite(AutoCdc(events, truncates)))`.
-/// `register` writes the flow definition into the table with the run;
-/// `planning` says whether planning may read the update's data.
+/// `operation` is what the run is for the event log; the first run
+/// ([`Operation::CreateFlow`]) writes the flow definition into the table
+/// with it; `planning` says whether planning may read the update's data.
 pub async fn plan_update(
     state: &SessionState,
     table: Arc<ScdTable>,
     flow: &FlowSpec,
-    register: bool,
+    operation: Operation,
     now: DateTime<Utc>,
     source: UpdateSource,
     planning: Planning,
 ) -> Result<LogicalPlan> {
+    let started = std::time::Instant::now();
+    let register = operation == Operation::CreateFlow;
     let meta = table.meta();
     let now_micros = now.timestamp_micros();
     // SCD 2 and BITEMPORAL targets keep every event and derive their rows
@@ -468,6 +472,8 @@ pub async fn plan_update(
         run: last_run.unwrap_or(0) + 1,
         touched,
         superseded,
+        operation,
+        started,
     };
     let write = WriteRequest {
         target: table.name().clone(),

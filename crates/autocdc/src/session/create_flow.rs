@@ -14,6 +14,7 @@ use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::shared_target::check_joins_target;
 use crate::spec::FlowSpec;
 use crate::table::delta_err;
+use crate::table::event::Operation;
 use crate::table::properties::FLOW_KEY_PREFIX;
 use crate::table::{ScdTable, TableName};
 use deltalake_core::kernel::MetadataExt;
@@ -102,7 +103,7 @@ impl CdcSession {
             &state,
             Arc::clone(table),
             spec,
-            register,
+            Operation::flow_run(register),
             self.clock.now(),
             UpdateSource::Changes,
             Planning::Adaptive,

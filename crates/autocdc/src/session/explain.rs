@@ -11,6 +11,7 @@ use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
 use crate::sql::CdcStatement;
+use crate::table::event::Operation;
 use crate::table::properties::last_version_property;
 use crate::table::ScdTable;
 
@@ -34,7 +35,7 @@ impl CdcSession {
                 &state,
                 Arc::clone(table),
                 flow,
-                false,
+                Operation::Refresh,
                 now,
                 UpdateSource::Changes,
                 planning,
@@ -82,7 +83,7 @@ impl CdcSession {
             &state,
             Arc::clone(table),
             flow,
-            false,
+            Operation::Refresh,
             now,
             UpdateSource::Snapshot {
                 plan: Box::new(plan),

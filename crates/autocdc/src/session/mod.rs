@@ -21,8 +21,8 @@ use datafusion::prelude::{DataFrame, SessionContext};
 use crate::clock::Clock;
 use crate::config::AutoCdcConfig;
 use crate::functions::{
-    MisplacedSnapshotVersion, StreamFunction, TableAsOfFunction, TableChangesFunction,
-    TableRegistry, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
+    EventLogFunction, MisplacedSnapshotVersion, StreamFunction, TableAsOfFunction,
+    TableChangesFunction, TableRegistry, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
 };
 use crate::pipeline::dml::PipelineDml;
 use crate::sql::{parse_cdc_statement, CdcStatement};
@@ -94,6 +94,10 @@ impl CdcSession {
         ctx.register_udtf(
             "table_as_of",
             Arc::new(TableAsOfFunction::new(Arc::clone(&tables))),
+        );
+        ctx.register_udtf(
+            "event_log",
+            Arc::new(EventLogFunction::new(Arc::clone(&tables))),
         );
         ctx.register_udtf(
             LAST_SNAPSHOT_VERSION,

@@ -10,6 +10,7 @@ use crate::physical::commit_exec::result_schema;
 use crate::spec::FlowSpec;
 use crate::table::commit::data_files;
 use crate::table::delta_err;
+use crate::table::event::{CommitEvent, Operation};
 use crate::table::properties::{
     SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
 };
@@ -50,11 +51,14 @@ impl CdcSession {
         let delta = table.delta();
         let snapshot = delta.snapshot().map_err(delta_err)?;
         let log_store = delta.log_store();
-        let mut actions: Vec<Action> = data_files(&delta)
-            .await?
-            .into_iter()
-            .map(|v| Action::Remove(v.remove_action(true)))
-            .collect();
+        let event = CommitEvent::new(Operation::FullRefresh, None, std::time::Instant::now());
+        let mut actions = vec![event.action()];
+        actions.extend(
+            data_files(&delta)
+                .await?
+                .into_iter()
+                .map(|v| Action::Remove(v.remove_action(true))),
+        );
         // forget what the flows read: they read their sources (and every
         // snapshot version) again
         let mut metadata = snapshot.metadata().clone();

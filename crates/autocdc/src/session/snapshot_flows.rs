@@ -17,6 +17,7 @@ use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::resolve::{plan_source, written_at_value};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
+use crate::table::event::Operation;
 use crate::table::properties::last_version_property;
 use crate::table::{ScdTable, TableName};
 
@@ -97,7 +98,7 @@ impl CdcSession {
                 &state,
                 Arc::clone(table),
                 spec,
-                register,
+                Operation::flow_run(register),
                 now,
                 UpdateSource::Snapshot {
                     plan: Box::new(plan),

@@ -15,6 +15,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray};
 use arrow::compute::{filter, filter_record_batch};
@@ -27,12 +28,14 @@ use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
 
 use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
+use super::event::{CommitEvent, Operation};
 use super::properties::checkpoint_app_id;
 use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter, FileRows};
 use super::{delta_err, ScdTable, TableName};
 use crate::error::CdcError;
 use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
+use crate::fold::FoldCounts;
 use crate::spec::FlowSpec;
 
 /// Column of the change data feed files holding the change type.
@@ -84,6 +87,10 @@ pub struct CommitRequest {
     /// deletion vectors instead of rewriting the touched buckets (the fold
     /// then reads and writes only these keys).
     pub superseded: Option<Arc<Superseded>>,
+    /// What the update is, for the event log.
+    pub operation: Operation,
+    /// When the update was planned.
+    pub started: Instant,
 }
 
 /// The files one update wrote (nothing committed yet): what
@@ -115,6 +122,7 @@ pub async fn commit_written(
     request: &CommitRequest,
     written: WrittenFiles,
     changed: bool,
+    counts: &FoldCounts,
 ) -> Result<CommitOutcome> {
     let table = request.table.delta();
     let store = table.object_store();
@@ -122,7 +130,12 @@ pub async fn commit_written(
 
     let snapshot = table.snapshot().map_err(delta_err)?;
     let log_store = table.log_store();
-    let mut actions = Vec::new();
+    let mut event = CommitEvent::new(request.operation, Some(&request.flow.name), request.started);
+    event.upserted = counts.upserted as u64;
+    event.deleted = counts.deleted as u64;
+    event.input = counts.input_rows as u64;
+    event.late = counts.late as u64;
+    let mut actions = vec![event.action()];
     let mut files_removed = 0;
     if changed {
         // replace exactly the buckets this update read

@@ -10,6 +10,7 @@
 pub mod bucket;
 pub mod commit;
 pub mod deletion_vectors;
+pub mod event;
 pub mod manifest;
 pub mod meta;
 pub mod properties;

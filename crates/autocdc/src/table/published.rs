@@ -57,7 +57,7 @@ use arrow::datatypes::{Int8Type, Schema};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::{
-    Action, Add, AddCDCFile, LogicalFileView, MetadataExt, StructType, Transaction,
+    Action, Add, AddCDCFile, CommitInfo, LogicalFileView, MetadataExt, StructType, Transaction,
 };
 use deltalake_core::logstore::get_actions;
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
@@ -227,12 +227,18 @@ async fn create(
         .map_err(delta_err)
 }
 
-/// What the state version `version` did to each state file: its last
-/// `add` (`None`: removed), and its change data files.
-async fn state_changes(
-    state: &DeltaTable,
-    version: i64,
-) -> Result<(BTreeMap<String, Option<Add>>, Vec<AddCDCFile>)> {
+/// What one state version did.
+struct StateVersion {
+    /// Each state file's last `add` (`None`: removed).
+    files: BTreeMap<String, Option<Add>>,
+    /// Its change data files.
+    cdc: Vec<AddCDCFile>,
+    /// Its commit information (the event log's entry).
+    info: Option<CommitInfo>,
+}
+
+/// What the state version `version` did.
+async fn state_changes(state: &DeltaTable, version: i64) -> Result<StateVersion> {
     let version = version as u64;
     let Some(bytes) = state
         .log_store()
@@ -246,6 +252,7 @@ async fn state_changes(
     };
     let mut files = BTreeMap::new();
     let mut cdc = Vec::new();
+    let mut info = None;
     for action in get_actions(version, &bytes).map_err(delta_err)? {
         match action {
             Action::Add(add) => {
@@ -255,10 +262,11 @@ async fn state_changes(
                 files.insert(remove.path, None);
             }
             Action::Cdc(file) => cdc.push(file),
+            Action::CommitInfo(commit) => info = Some(commit),
             _ => {}
         }
     }
-    Ok((files, cdc))
+    Ok(StateVersion { files, cdc, info })
 }
 
 /// Positions of the rows of a state file that are not visible, and its
@@ -349,7 +357,7 @@ async fn commit(
     version: i64,
     user_schema: &StructType,
 ) -> std::result::Result<Option<u64>, PublishError> {
-    let (files, cdc) = state_changes(state, version).await?;
+    let StateVersion { files, cdc, info } = state_changes(state, version).await?;
     let snapshot = published.snapshot().map_err(delta_err)?;
     let current: BTreeMap<String, _> = snapshot
         .snapshot()
@@ -402,7 +410,26 @@ async fn commit(
             add.path
         ))));
     }
-    let mut actions: Vec<Action> = removed.into_iter().map(Action::Remove).collect();
+    // the state commit's operation and metrics, for readers of the history
+    let mut actions: Vec<Action> = info
+        .filter(|info| info.operation.is_some())
+        .map(|info| {
+            Action::CommitInfo(CommitInfo {
+                timestamp: Some(chrono::Utc::now().timestamp_millis()),
+                operation: info.operation,
+                operation_parameters: info.operation_parameters,
+                engine_info: info.engine_info,
+                info: info
+                    .info
+                    .into_iter()
+                    .filter(|(key, _)| key == "operationMetrics")
+                    .collect(),
+                ..Default::default()
+            })
+        })
+        .into_iter()
+        .collect();
+    actions.extend(removed.into_iter().map(Action::Remove));
     // one deletion vector file for every file that hides rows
     let masked: Vec<usize> = (0..added.len())
         .filter(|&i| !added[i].1.is_empty())

@@ -1,0 +1,200 @@
+//! `event_log('target')`: one row per commit of a streaming table, from the
+//! commit information of its log ([`crate::table::event`]):
+//!
+//! | column                   | type                   |                                          |
+//! |--------------------------|------------------------|------------------------------------------|
+//! | `commit_version`         | `BIGINT`               | the version `table_changes` names        |
+//! | `commit_timestamp`       | `TIMESTAMP` (ms)       |                                          |
+//! | `operation`              | `VARCHAR`              | `CREATE FLOW`, `REFRESH`, `DELETE`, ...  |
+//! | `flow`                   | `VARCHAR`              | NULL for DML and other commits           |
+//! | `num_upserted_rows` …    | `BIGINT`               | NULL for commits without counts          |
+//! | `duration_ms`            | `BIGINT`               | from planning to the commit              |
+
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableFunctionImpl, TableProvider};
+use datafusion::common::{plan_err, Result, ScalarValue};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use deltalake_core::kernel::Action;
+use deltalake_core::logstore::get_actions;
+use futures::{StreamExt, TryStreamExt};
+
+use super::TableRegistry;
+use crate::table::event::CommitEvent;
+use crate::table::{delta_err, ScdTable};
+
+/// Commit entries read at once.
+const CONCURRENT_READS: usize = 16;
+
+static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let count = |name: &str| Field::new(name, DataType::Int64, true);
+    Arc::new(Schema::new(vec![
+        Field::new("commit_version", DataType::Int64, false),
+        Field::new(
+            "commit_timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            true,
+        ),
+        Field::new("operation", DataType::Utf8, true),
+        Field::new("flow", DataType::Utf8, true),
+        count("num_upserted_rows"),
+        count("num_deleted_rows"),
+        count("num_input_rows"),
+        count("num_late_rows_dropped"),
+        count("duration_ms"),
+    ]))
+});
+
+/// The `event_log` table function.
+#[derive(Debug)]
+pub struct EventLogFunction {
+    tables: TableRegistry,
+}
+
+impl EventLogFunction {
+    /// A function over the session's streaming tables.
+    pub fn new(tables: TableRegistry) -> Self {
+        Self { tables }
+    }
+}
+
+impl TableFunctionImpl for EventLogFunction {
+    fn call(&self, args: &[Expr]) -> Result<Arc<dyn TableProvider>> {
+        let [Expr::Literal(ScalarValue::Utf8(Some(name)) | ScalarValue::Utf8View(Some(name)), _)] =
+            args
+        else {
+            return plan_err!("event_log('target') takes a streaming table name as a string");
+        };
+        let table = super::lookup_table(&self.tables, "event_log", name)?;
+        Ok(Arc::new(EventLog { table }))
+    }
+}
+
+/// The event log of one table (read when scanned).
+#[derive(Debug)]
+struct EventLog {
+    table: Arc<ScdTable>,
+}
+
+/// One row of the log.
+struct Entry {
+    version: i64,
+    timestamp: Option<i64>,
+    event: Option<(CommitEvent, bool)>,
+}
+
+impl EventLog {
+    async fn entries(&self) -> Result<Vec<Entry>> {
+        self.table.refresh().await?;
+        let delta = self.table.delta();
+        let Some(latest) = delta.version() else {
+            return Ok(vec![]);
+        };
+        let log_store = delta.log_store();
+        futures::stream::iter(0..=latest)
+            .map(|version| {
+                let log_store = Arc::clone(&log_store);
+                async move {
+                    let Some(bytes) = log_store
+                        .read_commit_entry(version)
+                        .await
+                        .map_err(delta_err)?
+                    else {
+                        // cleaned up: no entry
+                        return Ok(None);
+                    };
+                    let info = get_actions(version, &bytes)
+                        .map_err(delta_err)?
+                        .into_iter()
+                        .find_map(|action| match action {
+                            Action::CommitInfo(info) => Some(info),
+                            _ => None,
+                        });
+                    Ok(Some(Entry {
+                        version: version as i64,
+                        timestamp: info
+                            .as_ref()
+                            .and_then(|i| i.in_commit_timestamp.or(i.timestamp)),
+                        event: info.as_ref().and_then(CommitEvent::read),
+                    }))
+                }
+            })
+            .buffered(CONCURRENT_READS)
+            .try_filter_map(|entry| async move { Ok(entry) })
+            .try_collect()
+            .await
+    }
+}
+
+/// The entry's event, if its commit has one.
+fn event_of(entry: &Entry) -> Option<&CommitEvent> {
+    entry.event.as_ref().map(|(event, _)| event)
+}
+
+fn batch(entries: &[Entry]) -> Result<RecordBatch> {
+    let count = |f: fn(&CommitEvent) -> u64| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(entries.iter().map(|e| {
+            e.event
+                .as_ref()
+                .filter(|(_, counted)| *counted)
+                .map(|(event, _)| f(event) as i64)
+        })))
+    };
+    Ok(RecordBatch::try_new(
+        Arc::clone(&SCHEMA),
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                entries.iter().map(|e| e.version),
+            )),
+            Arc::new(TimestampMillisecondArray::from_iter(
+                entries.iter().map(|e| e.timestamp),
+            )),
+            Arc::new(StringArray::from_iter(
+                entries
+                    .iter()
+                    .map(|e| event_of(e).map(|ev| ev.operation.as_str())),
+            )),
+            Arc::new(StringArray::from_iter(
+                entries
+                    .iter()
+                    .map(|e| event_of(e).and_then(|ev| ev.flow.as_deref())),
+            )),
+            count(|e| e.upserted),
+            count(|e| e.deleted),
+            count(|e| e.input),
+            count(|e| e.late),
+            count(|e| e.duration_ms),
+        ],
+    )?)
+}
+
+#[async_trait]
+impl TableProvider for EventLog {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&SCHEMA)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch = batch(&self.entries().await?)?;
+        Ok(MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            Arc::clone(&SCHEMA),
+            projection.cloned(),
+        )?)
+    }
+}

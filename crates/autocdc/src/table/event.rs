@@ -1,0 +1,200 @@
+//! The event log: what each commit to a streaming table did, kept in the
+//! commit's Delta commit information, where `event_log('t')` reads it back
+//! and any Delta tool's history shows it.
+//!
+//! | commit info field               | holds                                         |
+//! |---------------------------------|-----------------------------------------------|
+//! | `operation`                     | [`Operation`]: `CREATE FLOW`, `REFRESH`, ...  |
+//! | `operationParameters.flow`      | the flow that ran (absent for DML)            |
+//! | `operationMetrics.numUpsertedRows` … `durationMs` | the run's counts, as strings (as Spark writes them) |
+//!
+//! The state store's commit carries it, and the published table's commit of
+//! the same version copies it ([`super::published`]).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use deltalake_core::kernel::{Action, CommitInfo};
+use serde_json::Value;
+
+/// What a commit did to a streaming table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// The first run of a flow, by `CREATE FLOW` (or the Rust builder).
+    CreateFlow,
+    /// A run of a flow by `REFRESH STREAMING TABLE`.
+    Refresh,
+    /// `REFRESH ... FULL` clearing the table before its flows run again.
+    FullRefresh,
+    /// DML.
+    Insert,
+    /// DML.
+    Update,
+    /// DML.
+    Delete,
+}
+
+impl Operation {
+    /// The operation of a flow run: its first (`register`) or a later one.
+    pub fn flow_run(register: bool) -> Self {
+        if register {
+            Self::CreateFlow
+        } else {
+            Self::Refresh
+        }
+    }
+
+    /// Its name in the commit information and the event log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CreateFlow => "CREATE FLOW",
+            Self::Refresh => "REFRESH",
+            Self::FullRefresh => "REFRESH FULL",
+            Self::Insert => "INSERT",
+            Self::Update => "UPDATE",
+            Self::Delete => "DELETE",
+        }
+    }
+
+    /// Whether a flow runs in it (DML and clearing name none).
+    pub fn runs_flow(self) -> bool {
+        matches!(self, Self::CreateFlow | Self::Refresh)
+    }
+}
+
+/// One commit's entry of the event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitEvent {
+    /// What ran (a Delta operation name for commits not made by a flow or DML).
+    pub operation: String,
+    /// The flow that ran.
+    pub flow: Option<String>,
+    /// Target rows inserted or updated.
+    pub upserted: u64,
+    /// Target rows deleted.
+    pub deleted: u64,
+    /// Source events read.
+    pub input: u64,
+    /// Source events dropped as late.
+    pub late: u64,
+    /// From planning to the commit.
+    pub duration_ms: u64,
+}
+
+/// The metric names, in [`CommitEvent`] order.
+const METRICS: [&str; 5] = [
+    "numUpsertedRows",
+    "numDeletedRows",
+    "numInputRows",
+    "numLateRowsDropped",
+    "durationMs",
+];
+
+impl CommitEvent {
+    /// The entry of a commit of `operation` started at `started`.
+    pub fn new(operation: Operation, flow: Option<&str>, started: Instant) -> Self {
+        Self {
+            operation: operation.name().to_string(),
+            flow: flow.filter(|_| operation.runs_flow()).map(str::to_string),
+            upserted: 0,
+            deleted: 0,
+            input: 0,
+            late: 0,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// The commit information action carrying it (committed first).
+    pub fn action(&self) -> Action {
+        let mut parameters = HashMap::new();
+        if let Some(flow) = &self.flow {
+            parameters.insert("flow".to_string(), Value::String(flow.clone()));
+        }
+        let values = [
+            self.upserted,
+            self.deleted,
+            self.input,
+            self.late,
+            self.duration_ms,
+        ];
+        let metrics: serde_json::Map<String, Value> = METRICS
+            .iter()
+            .zip(values)
+            .map(|(name, value)| (name.to_string(), Value::String(value.to_string())))
+            .collect();
+        Action::CommitInfo(CommitInfo {
+            timestamp: Some(chrono::Utc::now().timestamp_millis()),
+            operation: Some(self.operation.clone()),
+            operation_parameters: Some(parameters),
+            engine_info: Some(concat!("datafusion-autocdc/", env!("CARGO_PKG_VERSION")).into()),
+            info: [("operationMetrics".to_string(), Value::Object(metrics))].into(),
+            ..Default::default()
+        })
+    }
+
+    /// The entry a commit's information holds; `None` when it has no
+    /// operation. Commits made by others (the table's creation) give their
+    /// operation and no counts.
+    pub fn read(info: &CommitInfo) -> Option<(Self, bool)> {
+        let operation = info.operation.clone()?;
+        let flow = info
+            .operation_parameters
+            .as_ref()
+            .and_then(|p| p.get("flow"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let metrics = info.info.get("operationMetrics").and_then(Value::as_object);
+        let metric = |name: &str| -> Option<u64> {
+            let value = metrics?.get(name)?;
+            value
+                .as_u64()
+                .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+        };
+        let counted = METRICS[..4].iter().all(|m| metric(m).is_some());
+        Some((
+            Self {
+                operation,
+                flow,
+                upserted: metric(METRICS[0]).unwrap_or(0),
+                deleted: metric(METRICS[1]).unwrap_or(0),
+                input: metric(METRICS[2]).unwrap_or(0),
+                late: metric(METRICS[3]).unwrap_or(0),
+                duration_ms: metric(METRICS[4]).unwrap_or(0),
+            },
+            counted,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_reads_back_from_its_commit_info() {
+        let mut event = CommitEvent::new(Operation::Refresh, Some("f"), Instant::now());
+        event.upserted = 3;
+        event.late = 1;
+        let Action::CommitInfo(info) = event.action() else {
+            panic!("not a commit info")
+        };
+        assert_eq!(info.operation.as_deref(), Some("REFRESH"));
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(
+            json.contains("\"operationMetrics\":{") && json.contains("\"numUpsertedRows\":\"3\""),
+            "{json}"
+        );
+        let parsed: CommitInfo = serde_json::from_str(&json).unwrap();
+        assert_eq!(CommitEvent::read(&parsed), Some((event, true)));
+        // DML names no flow
+        let dml = CommitEvent::new(Operation::Delete, Some("f"), Instant::now());
+        assert_eq!(dml.flow, None);
+        // a commit of another writer: its operation, no counts
+        let other = CommitInfo {
+            operation: Some("CREATE TABLE".into()),
+            ..Default::default()
+        };
+        let (event, counted) = CommitEvent::read(&other).unwrap();
+        assert_eq!((event.operation.as_str(), counted), ("CREATE TABLE", false));
+    }
+}
