@@ -137,7 +137,7 @@ async fn streaming_table_source_reads_only_new_versions() {
     )
     .await;
     collect(&s, "CREATE STREAMING TABLE silver").await;
-    let flow = "CREATE FLOW to_silver AS AUTO CDC INTO silver FROM stream(bronze) KEYS (id) SEQUENCE BY seq STORED AS SCD TYPE 2";
+    let flow = "CREATE FLOW to_silver AS AUTO CDC INTO silver FROM bronze KEYS (id) SEQUENCE BY seq STORED AS SCD TYPE 2";
     assert_eq!(input_rows(&s, flow).await, 3);
 
     // bronze changes one key and adds one: silver reads those two rows only

@@ -152,7 +152,11 @@ pub async fn plan_update(
                     let read = source::plan_changes(state, flow, &meta)
                         .await
                         .map_err(|e| {
-                            DataFusionError::Plan(format!("flow '{}': FROM: {e}", flow.name))
+                            let message = match e {
+                                DataFusionError::Plan(message) => message,
+                                e => e.to_string(),
+                            };
+                            DataFusionError::Plan(format!("flow '{}': FROM: {message}", flow.name))
                         })?;
                     extra_config.extend(read.checkpoint);
                     read.plan

@@ -3,29 +3,41 @@
 //! only what is new.
 //!
 //! ```text
-//!  FROM t / stream(t)                       read at this update
+//!  FROM t                                    read at this update
 //!  ├─ streaming table (Delta) ──► versions (checkpoint, latest] of its change
 //!  │                              data feed: inserted and updated rows
 //!  ├─ listing table (Parquet,  ─► files not in the checkpoint
 //!  │  CSV, JSON folder)
 //!  └─ anything else ───────────► everything (replays are harmless)
+//!
+//!  FROM STREAM t / STREAM(t) / stream(t), t a streaming table (SPEC §4.3)
+//!  ├─ no option ───────────────► rows added by the new versions; a version
+//!  │                              that updated or deleted rows fails the read
+//!  ├─ skipChangeCommits ───────► the same, such versions skipped whole
+//!  └─ readChangeFeed ──────────► the change feed of the new versions (from
+//!                                 version 0 at the first read), with
+//!                                 _change_type, _commit_version, _commit_timestamp
 //! ```
 //!
 //! The first update of a flow (and every update after `REFRESH ... FULL`)
-//! reads the whole source. A changed row of a streaming table arrives as its
-//! post-image; rows that did not change are not read again, and re-reading
-//! them would be a replay anyway, so the target is the same as with whole
-//! reads.
+//! reads the whole source. A changed row of a streaming table read by `FROM
+//! t` arrives as its post-image; rows that did not change are not read again,
+//! and re-reading them would be a replay anyway, so the target is the same as
+//! with whole reads. Whether a version updated or deleted rows is read from
+//! its change feed (`_change_type` other than `insert`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use arrow::array::AsArray;
+use arrow::datatypes::Int64Type;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, DataFusionError, Result, TableReference};
+use datafusion::dataframe::DataFrame;
 use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
@@ -33,10 +45,13 @@ use serde::{Deserialize, Serialize};
 use crate::fold::columns::all_nullable;
 use crate::functions::table_changes::changes_provider;
 use crate::spec::resolve::plan_source;
-use crate::spec::{FlowSource, FlowSpec};
+use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::meta::TableMeta;
 use crate::table::properties::source_checkpoint_property;
 use crate::table::ScdTable;
+
+/// Name of the scan of a streaming table's change feed.
+const CHANGES_SCAN: &str = "__cdc_source_changes";
 
 /// What a flow has read of its source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,23 +125,43 @@ pub async fn plan_changes(
             table_id: table_id.clone(),
             version,
         };
-        let plan = match previous {
+        let since = match previous {
             Some(SourceCheckpoint::Delta {
                 table_id: read_id,
                 version: read,
-            }) if read_id == table_id && read <= version => {
-                if read == version {
-                    empty_like(&provider)?
+            }) if read_id == table_id && read <= version => Some(read),
+            _ => None,
+        };
+        let plan = match (flow.stream, since) {
+            // each commit's changes once, from the table's creation on
+            (StreamRead::ChangeFeed, since) => {
+                let from = since.map_or(0, |read| read + 1);
+                let changes = changes_provider(table, from.min(version), None)?;
+                if from > version {
+                    empty_with(changes.schema())?
                 } else {
-                    changed_rows(table, read + 1, &provider)?
+                    LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?
+                        .build()?
                 }
             }
-            _ => whole().await?,
+            (_, None) => whole().await?,
+            (_, Some(read)) if read == version => empty_with(provider.schema())?,
+            (StreamRead::Rows, Some(read)) => changed_rows(table, read + 1, &provider)?,
+            (mode, Some(read)) => {
+                appended_rows(state, table, read + 1, &provider, mode, name).await?
+            }
         };
         return Ok(SourceRead {
             plan,
             checkpoint: Some((key, encode(&checkpoint)?)),
         });
+    }
+
+    if flow.stream == StreamRead::ChangeFeed {
+        return Err(DataFusionError::Plan(format!(
+            "{}: '{name}' is not a streaming table, and only streaming tables have a change feed",
+            flow.stream.describe(name)
+        )));
     }
 
     if let Some(listing) = provider.downcast_ref::<ListingTable>() {
@@ -148,7 +183,7 @@ pub async fn plan_changes(
         // the files are named explicitly, also for a whole read: the
         // session's listing cache may miss files written since it was filled
         let plan = if new.is_empty() {
-            empty_like(&provider)?
+            empty_with(provider.schema())?
         } else {
             let config = ListingTableConfig::new_with_multi_paths(
                 new.iter().map(|(_, url)| url.clone()).collect(),
@@ -189,15 +224,70 @@ fn changed_rows(
         .iter()
         .map(|f| Expr::Column(Column::new_unqualified(f.name())))
         .collect();
-    LogicalPlanBuilder::scan("__cdc_source_changes", provider_as_source(changes), None)?
+    LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?
         .filter(col("_change_type").in_list(vec![lit("insert"), lit("update_postimage")], false))?
         .project(columns)?
         .build()
 }
 
-/// No rows, with the source's columns.
-fn empty_like(provider: &Arc<dyn TableProvider>) -> Result<LogicalPlan> {
-    let schema = datafusion::common::DFSchema::try_from(provider.schema().as_ref().clone())?;
+/// The rows the commits of a streaming table from version `from` on added,
+/// read as an append-only stream: a commit that updated or deleted rows fails
+/// the read ([`StreamRead::AppendOnly`]) or is skipped whole
+/// ([`StreamRead::SkipChangeCommits`]).
+async fn appended_rows(
+    state: &SessionState,
+    table: &ScdTable,
+    from: u64,
+    provider: &Arc<dyn TableProvider>,
+    mode: StreamRead,
+    name: &str,
+) -> Result<LogicalPlan> {
+    let changes = || -> Result<LogicalPlanBuilder> {
+        LogicalPlanBuilder::scan(
+            CHANGES_SCAN,
+            provider_as_source(changes_provider(table, from, None)?),
+            None,
+        )
+    };
+    // the commits that changed rows rather than only adding them
+    let changing = changes()?
+        .filter(col("_change_type").not_eq(lit("insert")))?
+        .aggregate(vec![col("_commit_version")], Vec::<Expr>::new())?
+        .sort(vec![col("_commit_version").sort(true, false)])?
+        .build()?;
+    let batches = DataFrame::new(state.clone(), changing).collect().await?;
+    let mut versions: Vec<i64> = Vec::new();
+    for batch in &batches {
+        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Int64)?;
+        versions.extend(column.as_primitive::<Int64Type>().iter().flatten());
+    }
+    if let (StreamRead::AppendOnly, Some(first)) = (mode, versions.first()) {
+        return Err(DataFusionError::Plan(format!(
+            "{}: commit {first} of '{name}' updated or deleted rows, and the stream is append-only; \
+             read it WITH (skipChangeCommits = true) to skip such commits, or \
+             WITH (readChangeFeed = true) to read their changes",
+            mode.describe(name)
+        )));
+    }
+    let columns: Vec<Expr> = provider
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| Expr::Column(Column::new_unqualified(f.name())))
+        .collect();
+    let skipped: Vec<Expr> = versions.into_iter().map(lit).collect();
+    let mut kept = col("_change_type").eq(lit("insert"));
+    if !skipped.is_empty() {
+        kept = kept.and(
+            cast(col("_commit_version"), arrow::datatypes::DataType::Int64).in_list(skipped, true),
+        );
+    }
+    changes()?.filter(kept)?.project(columns)?.build()
+}
+
+/// No rows, with the columns of `schema`.
+fn empty_with(schema: arrow::datatypes::SchemaRef) -> Result<LogicalPlan> {
+    let schema = datafusion::common::DFSchema::try_from(schema.as_ref().clone())?;
     Ok(LogicalPlan::EmptyRelation(
         datafusion::logical_expr::EmptyRelation {
             produce_one_row: false,

@@ -112,6 +112,39 @@ pub struct FlowSpec {
     pub columns_to_update: Option<String>,
     /// SQL dialect the texts above are written in (DataFusion dialect name).
     pub dialect: String,
+    /// How a streaming table source is read (SPEC §4.3).
+    #[serde(default)]
+    pub stream: StreamRead,
+}
+
+/// How a flow reads a streaming table it names as its source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamRead {
+    /// `FROM t`: the rows each new commit inserted or updated (their
+    /// post-images).
+    #[default]
+    Rows,
+    /// `FROM STREAM t`: append-only, the rows each new commit added; a
+    /// commit that updated or deleted rows fails the update.
+    AppendOnly,
+    /// `FROM STREAM t WITH (skipChangeCommits = true)`: as
+    /// [`Self::AppendOnly`], commits that updated or deleted rows skipped.
+    SkipChangeCommits,
+    /// `FROM STREAM t WITH (readChangeFeed = true)`: the change feed of each
+    /// new commit (`_change_type`, `_commit_version`, `_commit_timestamp`).
+    ChangeFeed,
+}
+
+impl StreamRead {
+    /// The source clause as written.
+    pub fn describe(self, table: &str) -> String {
+        match self {
+            Self::Rows => table.to_string(),
+            Self::AppendOnly => format!("STREAM {table}"),
+            Self::SkipChangeCommits => format!("STREAM {table} WITH (skipChangeCommits = true)"),
+            Self::ChangeFeed => format!("STREAM {table} WITH (readChangeFeed = true)"),
+        }
+    }
 }
 
 impl FlowSpec {
@@ -133,6 +166,7 @@ impl FlowSpec {
             system_sequence_by: None,
             columns_to_update: None,
             dialect: "generic".to_string(),
+            stream: StreamRead::Rows,
         }
     }
 }

@@ -11,7 +11,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
-use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy, StreamRead};
 use crate::table::TableName;
 
 /// `CREATE [OR REFRESH] STREAMING TABLE`.
@@ -107,6 +107,67 @@ pub fn parse_cdc_statement(
 impl CdcParser<'_> {
     fn peek_word(&self, n: usize, w: &str) -> bool {
         matches!(&self.p.peek_nth_token(n).token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w))
+    }
+
+    /// Whether `STREAM` (the next token) starts a stream source: `STREAM(t)`
+    /// or `STREAM t`, not a table named `stream` followed by a clause.
+    fn stream_follows(&self) -> bool {
+        const CLAUSES: [&str; 9] = [
+            "KEYS", "IGNORE", "APPLY", "SEQUENCE", "SYSTEM", "COLUMNS", "STORED", "TRACK", "WITH",
+        ];
+        match &self.p.peek_nth_token(1).token {
+            Token::LParen => true,
+            Token::Word(w) => !CLAUSES.iter().any(|c| w.value.eq_ignore_ascii_case(c)),
+            _ => false,
+        }
+    }
+
+    /// `[WITH (readChangeFeed = true | skipChangeCommits = true)]` after a
+    /// stream source.
+    fn stream_options(&mut self, flow: &str) -> Result<StreamRead> {
+        let mut read = StreamRead::AppendOnly;
+        if !(self.peek_word(0, "WITH") && self.p.peek_nth_token(1).token == Token::LParen) {
+            return Ok(read);
+        }
+        self.p.next_token();
+        self.p.next_token();
+        loop {
+            let option = self.p.parse_identifier()?.value;
+            let chosen = if option.eq_ignore_ascii_case("readChangeFeed") {
+                StreamRead::ChangeFeed
+            } else if option.eq_ignore_ascii_case("skipChangeCommits") {
+                StreamRead::SkipChangeCommits
+            } else {
+                return Err(perr(format!(
+                    "flow '{flow}': unknown FROM STREAM option '{option}' (known: readChangeFeed, skipChangeCommits)"
+                )));
+            };
+            self.expect_token(Token::Eq)?;
+            let value = match self.p.next_token().token {
+                Token::Word(w) if w.value.eq_ignore_ascii_case("true") => true,
+                Token::Word(w) if w.value.eq_ignore_ascii_case("false") => false,
+                Token::SingleQuotedString(s) if s.eq_ignore_ascii_case("true") => true,
+                Token::SingleQuotedString(s) if s.eq_ignore_ascii_case("false") => false,
+                t => {
+                    return Err(perr(format!(
+                        "flow '{flow}': FROM STREAM option {option} takes true or false, not {t}"
+                    )))
+                }
+            };
+            if value {
+                if read != StreamRead::AppendOnly && read != chosen {
+                    return Err(perr(format!(
+                        "flow '{flow}': FROM STREAM takes readChangeFeed or skipChangeCommits, not both"
+                    )));
+                }
+                read = chosen;
+            }
+            if !self.p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        self.expect_token(Token::RParen)?;
+        Ok(read)
     }
 
     fn word(&mut self, w: &str) -> bool {
@@ -376,6 +437,7 @@ impl CdcParser<'_> {
         let target = self.table_name()?;
         let flow_name = name.unwrap_or_else(|| target.table.clone());
         self.expect_word("FROM")?;
+        let mut stream = StreamRead::Rows;
         let source = if self.word("SNAPSHOT") {
             self.expect_token(Token::LParen)?;
             let query = self.p.parse_query()?.to_string();
@@ -393,11 +455,16 @@ impl CdcParser<'_> {
                 query,
                 version_query,
             }
-        } else if self.peek_word(0, "STREAM") && self.p.peek_nth_token(1).token == Token::LParen {
+        } else if self.peek_word(0, "STREAM") && self.stream_follows() {
             self.p.next_token();
-            self.p.next_token();
-            let n = self.p.parse_object_name(false)?;
-            self.expect_token(Token::RParen)?;
+            let n = if self.p.consume_token(&Token::LParen) {
+                let n = self.p.parse_object_name(false)?;
+                self.expect_token(Token::RParen)?;
+                n
+            } else {
+                self.p.parse_object_name(false)?
+            };
+            stream = self.stream_options(&flow_name)?;
             FlowSource::Table(n.to_string())
         } else if self.p.consume_token(&Token::LParen) {
             let q = self.p.parse_query()?;
@@ -407,6 +474,7 @@ impl CdcParser<'_> {
             FlowSource::Table(self.p.parse_object_name(false)?.to_string())
         };
         let mut spec = FlowSpec::new(flow_name, target.to_string(), source);
+        spec.stream = stream;
         spec.once = once;
         spec.dialect = self.dialect.clone();
         let mut seen: Vec<&'static str> = Vec::new();
