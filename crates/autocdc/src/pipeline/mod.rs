@@ -114,6 +114,7 @@ pub mod dml;
 pub mod source;
 pub mod staged;
 pub mod started;
+mod streams;
 
 /// Plan one run of `flow` into `table`:
 /// `CdcCommit(CdcWrite(AutoCdc(events, truncates)))`.

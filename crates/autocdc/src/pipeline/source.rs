@@ -17,6 +17,9 @@
 //!  └─ readChangeFeed ──────────► the change feed of the new versions (from
 //!                                 version 0 at the first read), with
 //!                                 _change_type, _commit_version, _commit_timestamp
+//!
+//!  FROM (query): its streams read the same way ([`super::streams`]), each
+//!  checkpointed; a query without streams is read whole
 //! ```
 //!
 //! The first update of a flow (and every update after `REFRESH ... FULL`)
@@ -42,6 +45,7 @@ use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 
+use super::streams;
 use crate::fold::columns::all_nullable;
 use crate::functions::table_changes::changes_provider;
 use crate::spec::resolve::plan_source;
@@ -70,6 +74,21 @@ pub enum SourceCheckpoint {
         /// Object store locations.
         files: BTreeSet<String>,
     },
+    /// The streams of a source query ([`super::streams`]): what each
+    /// streaming table has been read up to, by its name in the query.
+    Streams {
+        /// By table name as written.
+        tables: std::collections::BTreeMap<String, StreamCheckpoint>,
+    },
+}
+
+/// What one stream of a source query has read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamCheckpoint {
+    /// The streaming table's Delta table id.
+    pub table_id: String,
+    /// Last version read.
+    pub version: u64,
 }
 
 /// The new part of a flow's source and the checkpoint that records it.
@@ -89,6 +108,28 @@ pub async fn plan_changes(
     target: &TableMeta,
 ) -> Result<SourceRead> {
     let whole = || async { plan_source(state, &flow.source, &flow.dialect).await };
+    let key = source_checkpoint_property(&flow.name);
+    let encode = |c: &SourceCheckpoint| {
+        serde_json::to_string(c).map_err(|e| DataFusionError::External(Box::new(e)))
+    };
+    let previous: Option<SourceCheckpoint> = target
+        .properties
+        .get(&key)
+        .and_then(|json| serde_json::from_str(json).ok());
+    if let FlowSource::Query(query) = &flow.source {
+        return Ok(
+            match streams::plan_query(state, query, &flow.dialect, previous).await? {
+                Some((plan, checkpoint)) => SourceRead {
+                    plan,
+                    checkpoint: Some((key, encode(&checkpoint)?)),
+                },
+                None => SourceRead {
+                    plan: whole().await?,
+                    checkpoint: None,
+                },
+            },
+        );
+    }
     let FlowSource::Table(name) = &flow.source else {
         return Ok(SourceRead {
             plan: whole().await?,
@@ -106,14 +147,6 @@ pub async fn plan_changes(
             plan: whole().await?,
             checkpoint: None,
         });
-    };
-    let previous: Option<SourceCheckpoint> = target
-        .properties
-        .get(&source_checkpoint_property(&flow.name))
-        .and_then(|json| serde_json::from_str(json).ok());
-    let key = source_checkpoint_property(&flow.name);
-    let encode = |c: &SourceCheckpoint| {
-        serde_json::to_string(c).map_err(|e| DataFusionError::External(Box::new(e)))
     };
 
     if let Some(table) = provider.downcast_ref::<ScdTable>() {
@@ -249,25 +282,9 @@ async fn appended_rows(
             None,
         )
     };
-    // the commits that changed rows rather than only adding them
-    let changing = changes()?
-        .filter(col("_change_type").not_eq(lit("insert")))?
-        .aggregate(vec![col("_commit_version")], Vec::<Expr>::new())?
-        .sort(vec![col("_commit_version").sort(true, false)])?
-        .build()?;
-    let batches = DataFrame::new(state.clone(), changing).collect().await?;
-    let mut versions: Vec<i64> = Vec::new();
-    for batch in &batches {
-        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Int64)?;
-        versions.extend(column.as_primitive::<Int64Type>().iter().flatten());
-    }
+    let versions = changing_versions(state, table, from).await?;
     if let (StreamRead::AppendOnly, Some(first)) = (mode, versions.first()) {
-        return Err(DataFusionError::Plan(format!(
-            "{}: commit {first} of '{name}' updated or deleted rows, and the stream is append-only; \
-             read it WITH (skipChangeCommits = true) to skip such commits, or \
-             WITH (readChangeFeed = true) to read their changes",
-            mode.describe(name)
-        )));
+        return Err(not_append_only(mode, name, *first));
     }
     let columns: Vec<Expr> = provider
         .schema()
@@ -283,6 +300,43 @@ async fn appended_rows(
         );
     }
     changes()?.filter(kept)?.project(columns)?.build()
+}
+
+/// The versions of `table` from `from` on that updated or deleted rows
+/// rather than only adding them (their change feed has other rows than
+/// `insert`), in order.
+pub(super) async fn changing_versions(
+    state: &SessionState,
+    table: &ScdTable,
+    from: u64,
+) -> Result<Vec<i64>> {
+    let changing = LogicalPlanBuilder::scan(
+        CHANGES_SCAN,
+        provider_as_source(changes_provider(table, from, None)?),
+        None,
+    )?
+    .filter(col("_change_type").not_eq(lit("insert")))?
+    .aggregate(vec![col("_commit_version")], Vec::<Expr>::new())?
+    .sort(vec![col("_commit_version").sort(true, false)])?
+    .build()?;
+    let batches = DataFrame::new(state.clone(), changing).collect().await?;
+    let mut versions: Vec<i64> = Vec::new();
+    for batch in &batches {
+        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Int64)?;
+        versions.extend(column.as_primitive::<Int64Type>().iter().flatten());
+    }
+    Ok(versions)
+}
+
+/// The error of an append-only stream of `name` meeting version `version`,
+/// which updated or deleted rows.
+pub(super) fn not_append_only(mode: StreamRead, name: &str, version: i64) -> DataFusionError {
+    DataFusionError::Plan(format!(
+        "{}: commit {version} of '{name}' updated or deleted rows, and the stream is append-only; \
+         read it WITH (skipChangeCommits = true) to skip such commits, or \
+         WITH (readChangeFeed = true) to read their changes",
+        mode.describe(name)
+    ))
 }
 
 /// No rows, with the columns of `schema`.

@@ -1,0 +1,388 @@
+//! Streams inside a flow's source query (SPEC §4.3): each `STREAM t`,
+//! `STREAM(t)` or `stream(t)` of the query, with its optional
+//! `WITH (readChangeFeed = true | skipChangeCommits = true)`, reads the new
+//! versions of the streaming table `t` only, as in a flow's `FROM`.
+//!
+//! ```text
+//!  source query ─► parse ─► find the streams ─► per streaming table: the SQL
+//!                                               of what this update reads
+//!                  plan ◄── replace each stream by (that SQL) AS <alias>
+//! ```
+//!
+//! What each stream has read is checkpointed per table, with the update's
+//! data ([`SourceCheckpoint::Streams`]); a stream of a table that is not a
+//! streaming table reads it whole.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use datafusion::common::{DataFusionError, Result, TableReference};
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr as SqlExpr, FunctionArg, FunctionArgExpr, Ident, TableAlias, TableFactor,
+    Value, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect};
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::source::{changing_versions, not_append_only, SourceCheckpoint, StreamCheckpoint};
+use crate::spec::StreamRead;
+use crate::table::ScdTable;
+
+/// One stream of a query: the table as written, how it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stream {
+    table: String,
+    read: StreamRead,
+}
+
+/// The stream a table factor names, if it is one; an error for a stream
+/// with options it does not know.
+fn stream_of(factor: &TableFactor) -> Option<Result<Stream>> {
+    let TableFactor::Table {
+        name,
+        alias,
+        args,
+        with_hints,
+        ..
+    } = factor
+    else {
+        return None;
+    };
+    if name.0.len() != 1 || !name.to_string().eq_ignore_ascii_case("stream") {
+        return None;
+    }
+    let table = match (args, alias) {
+        // stream(t), STREAM(schema.t)
+        (Some(args), _) => match args.args.as_slice() {
+            [FunctionArg::Unnamed(FunctionArgExpr::Expr(e))] => match e {
+                SqlExpr::Identifier(i) => i.value.clone(),
+                SqlExpr::CompoundIdentifier(parts) => parts
+                    .iter()
+                    .map(|p| p.value.clone())
+                    .collect::<Vec<_>>()
+                    .join("."),
+                _ => return None,
+            },
+            _ => return None,
+        },
+        // STREAM t: parsed as the table `STREAM` aliased `t`
+        (None, Some(alias)) => alias.name.value.clone(),
+        (None, None) => return None,
+    };
+    Some(options(&table, with_hints).map(|read| Stream { table, read }))
+}
+
+/// The mode `WITH (...)` options give a stream.
+fn options(table: &str, hints: &[SqlExpr]) -> Result<StreamRead> {
+    let mut read = StreamRead::AppendOnly;
+    for hint in hints {
+        let SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } = hint
+        else {
+            return Err(option_error(table, &hint.to_string()));
+        };
+        let SqlExpr::Identifier(option) = left.as_ref() else {
+            return Err(option_error(table, &hint.to_string()));
+        };
+        let on = match right.as_ref() {
+            SqlExpr::Value(v) => match &v.value {
+                Value::Boolean(b) => *b,
+                Value::SingleQuotedString(s) if s.eq_ignore_ascii_case("true") => true,
+                Value::SingleQuotedString(s) if s.eq_ignore_ascii_case("false") => false,
+                _ => return Err(option_error(table, &hint.to_string())),
+            },
+            _ => return Err(option_error(table, &hint.to_string())),
+        };
+        let chosen = if option.value.eq_ignore_ascii_case("readChangeFeed") {
+            StreamRead::ChangeFeed
+        } else if option.value.eq_ignore_ascii_case("skipChangeCommits") {
+            StreamRead::SkipChangeCommits
+        } else {
+            return Err(option_error(table, &hint.to_string()));
+        };
+        if on {
+            if read != StreamRead::AppendOnly && read != chosen {
+                return Err(DataFusionError::Plan(format!(
+                    "STREAM {table} takes readChangeFeed or skipChangeCommits, not both"
+                )));
+            }
+            read = chosen;
+        }
+    }
+    Ok(read)
+}
+
+fn option_error(table: &str, option: &str) -> DataFusionError {
+    DataFusionError::Plan(format!(
+        "STREAM {table}: unknown option {option} (known: readChangeFeed = true, skipChangeCommits = true)"
+    ))
+}
+
+/// Visits every table factor: finds the streams, or replaces them.
+struct Streams<'a> {
+    found: Vec<Stream>,
+    /// Replacement subquery SQL by table as written (the replacing pass).
+    replace: Option<&'a BTreeMap<String, String>>,
+    dialect: &'a dyn Dialect,
+}
+
+impl VisitorMut for Streams<'_> {
+    type Break = DataFusionError;
+
+    fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<Self::Break> {
+        let stream = match stream_of(factor) {
+            None => return ControlFlow::Continue(()),
+            Some(Err(e)) => return ControlFlow::Break(e),
+            Some(Ok(stream)) => stream,
+        };
+        let Some(replace) = self.replace else {
+            self.found.push(stream);
+            return ControlFlow::Continue(());
+        };
+        let Some(sql) = replace.get(&stream.table) else {
+            return ControlFlow::Continue(());
+        };
+        let alias = match factor {
+            // `STREAM t`: its "alias" is the table
+            TableFactor::Table {
+                alias: Some(alias),
+                args: Some(_),
+                ..
+            } => alias.clone(),
+            _ => TableAlias {
+                explicit: true,
+                name: Ident::new(stream.table.rsplit('.').next().unwrap_or(&stream.table)),
+                columns: vec![],
+                at: None,
+            },
+        };
+        let subquery = match Parser::new(self.dialect)
+            .try_with_sql(sql)
+            .and_then(|mut p| p.parse_query())
+        {
+            Ok(query) => query,
+            Err(e) => return ControlFlow::Break(DataFusionError::SQL(Box::new(e), None)),
+        };
+        *factor = TableFactor::Derived {
+            lateral: false,
+            subquery,
+            alias: Some(alias),
+            sample: None,
+        };
+        ControlFlow::Continue(())
+    }
+}
+
+/// A string literal of `s`.
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The dialect named `dialect`.
+fn dialect(dialect: &str) -> Result<Box<dyn Dialect>> {
+    dialect_from_str(dialect)
+        .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))
+}
+
+/// Parse `query` and find its streams.
+fn parse(query: &str, dialect_name: &str) -> Result<(DFStatement, Vec<Stream>)> {
+    let d = dialect(dialect_name)?;
+    let mut statement = DFParserBuilder::new(query)
+        .with_dialect(d.as_ref())
+        .build()?
+        .parse_statements()?
+        .pop_front()
+        .ok_or_else(|| DataFusionError::Plan("empty flow source".to_string()))?;
+    let mut visitor = Streams {
+        found: vec![],
+        replace: None,
+        dialect: d.as_ref(),
+    };
+    if let DFStatement::Statement(ast) = &mut statement {
+        if let ControlFlow::Break(e) = ast.visit(&mut visitor) {
+            return Err(e);
+        }
+    }
+    Ok((statement, visitor.found))
+}
+
+/// Replace the streams of `statement` by the subqueries of `replace`.
+fn replace_streams(
+    statement: &mut DFStatement,
+    replace: &BTreeMap<String, String>,
+    dialect_name: &str,
+) -> Result<()> {
+    let d = dialect(dialect_name)?;
+    let mut visitor = Streams {
+        found: vec![],
+        replace: Some(replace),
+        dialect: d.as_ref(),
+    };
+    if let DFStatement::Statement(ast) = statement {
+        if let ControlFlow::Break(e) = ast.visit(&mut visitor) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Plan `query` (a flow's source query, in `dialect`) with each stream of a
+/// streaming table reading what is new since `previous`; `None` when the
+/// query has no stream (it is read whole).
+pub(super) async fn plan_query(
+    state: &SessionState,
+    query: &str,
+    dialect_name: &str,
+    previous: Option<SourceCheckpoint>,
+) -> Result<Option<(LogicalPlan, SourceCheckpoint)>> {
+    let (mut statement, found) = parse(query, dialect_name)?;
+    if found.is_empty() {
+        return Ok(None);
+    }
+    // how the dialect quotes a column name
+    let quote = dialect(dialect_name)?
+        .identifier_quote_style("c")
+        .unwrap_or('"');
+    let read_before = match previous {
+        Some(SourceCheckpoint::Streams { tables }) => tables,
+        _ => BTreeMap::new(),
+    };
+    let mut read_now = BTreeMap::new();
+    let mut replace = BTreeMap::new();
+    for stream in &found {
+        let reference = TableReference::parse_str(&stream.table);
+        let provider = match state.schema_for_ref(reference.clone()) {
+            Ok(schema) => schema.table(reference.table()).await?,
+            Err(_) => None,
+        };
+        let Some(table) = provider.as_ref().and_then(|p| p.downcast_ref::<ScdTable>()) else {
+            if stream.read == StreamRead::ChangeFeed {
+                return Err(DataFusionError::Plan(format!(
+                    "{}: '{}' is not a streaming table, and only streaming tables have a change feed",
+                    stream.read.describe(&stream.table),
+                    stream.table
+                )));
+            }
+            // not a streaming table: read whole, as `stream(t)` does
+            replace.insert(
+                stream.table.clone(),
+                format!("SELECT * FROM {}", stream.table),
+            );
+            continue;
+        };
+        table.refresh().await?;
+        let version = table.delta().version().unwrap_or(0);
+        let table_id = table.delta_table_id();
+        let since = read_before
+            .get(&stream.table)
+            .filter(|read| read.table_id == table_id && read.version <= version)
+            .map(|read| read.version);
+        let name = quoted(&stream.table);
+        let sql = match (stream.read, since) {
+            (StreamRead::ChangeFeed, since) => {
+                let from = since.map_or(0, |read| read + 1);
+                if from > version {
+                    format!("SELECT * FROM table_changes({name}, 0) WHERE false")
+                } else {
+                    format!("SELECT * FROM table_changes({name}, {from})")
+                }
+            }
+            (_, None) => format!("SELECT * FROM {}", stream.table),
+            (_, Some(read)) if read == version => {
+                format!("SELECT * FROM {} WHERE false", stream.table)
+            }
+            (mode, Some(read)) => {
+                let from = read + 1;
+                let skipped = changing_versions(state, table, from).await?;
+                if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
+                    return Err(not_append_only(mode, &stream.table, *first));
+                }
+                let columns: Vec<String> = table
+                    .meta()
+                    .user_schema
+                    .fields()
+                    .iter()
+                    .map(|f| Ident::with_quote(quote, f.name()).to_string())
+                    .collect();
+                let mut sql = format!(
+                    "SELECT {} FROM table_changes({name}, {from}) WHERE _change_type = 'insert'",
+                    columns.join(", ")
+                );
+                if !skipped.is_empty() {
+                    let list: Vec<String> = skipped.iter().map(i64::to_string).collect();
+                    sql.push_str(&format!(
+                        " AND _commit_version NOT IN ({})",
+                        list.join(", ")
+                    ));
+                }
+                sql
+            }
+        };
+        replace.insert(stream.table.clone(), sql);
+        read_now.insert(stream.table.clone(), StreamCheckpoint { table_id, version });
+    }
+    replace_streams(&mut statement, &replace, dialect_name)?;
+    let plan = state.statement_to_plan(statement).await?;
+    Ok(Some((plan, SourceCheckpoint::Streams { tables: read_now })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+
+    fn streams(sql: &str) -> Result<Vec<Stream>> {
+        let mut statement = Parser::new(&GenericDialect {})
+            .try_with_sql(sql)
+            .and_then(|mut p| p.parse_statement())
+            .map_err(|e| DataFusionError::SQL(Box::new(e), None))?;
+        let mut visitor = Streams {
+            found: vec![],
+            replace: None,
+            dialect: &GenericDialect {},
+        };
+        match statement.visit(&mut visitor) {
+            ControlFlow::Break(e) => Err(e),
+            ControlFlow::Continue(()) => Ok(visitor.found),
+        }
+    }
+
+    #[test]
+    fn the_three_stream_forms_and_their_options_are_found() -> Result<()> {
+        let found = streams(
+            "SELECT * FROM STREAM a WITH (readChangeFeed = true) \
+             JOIN STREAM(s.b) WITH (skipChangeCommits = 'true') ON true \
+             JOIN stream(c) AS c2 ON true JOIN d ON true",
+        )?;
+        assert_eq!(
+            found,
+            [
+                Stream {
+                    table: "a".into(),
+                    read: StreamRead::ChangeFeed
+                },
+                Stream {
+                    table: "s.b".into(),
+                    read: StreamRead::SkipChangeCommits
+                },
+                Stream {
+                    table: "c".into(),
+                    read: StreamRead::AppendOnly
+                },
+            ]
+        );
+        let err = streams("SELECT * FROM STREAM a WITH (startingVersion = 1)").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("unknown option startingVersion = 1"),
+            "{err}"
+        );
+        Ok(())
+    }
+}
