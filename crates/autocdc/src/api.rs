@@ -154,6 +154,7 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
                     columns: vec![],
                     properties: vec![],
                     dialect: "generic".into(),
+                    query: None,
                 },
             };
             let mut statement = declared;

@@ -110,11 +110,12 @@ pub enum Planning {
     ReadNothing,
 }
 
+pub mod append;
 pub mod dml;
 pub mod source;
 pub mod staged;
 pub mod started;
-mod streams;
+pub(crate) mod streams;
 
 /// Plan one run of `flow` into `table`:
 /// `CdcCommit(CdcWrite(AutoCdc(events, truncates)))`.
@@ -152,13 +153,7 @@ pub async fn plan_update(
                 _ => {
                     let read = source::plan_changes(state, flow, &meta)
                         .await
-                        .map_err(|e| {
-                            let message = match e {
-                                DataFusionError::Plan(message) => message,
-                                e => e.to_string(),
-                            };
-                            DataFusionError::Plan(format!("flow '{}': FROM: {message}", flow.name))
-                        })?;
+                        .map_err(|e| source::in_from_clause(&flow.name, e))?;
                     extra_config.extend(read.checkpoint);
                     read.plan
                 }

@@ -101,6 +101,15 @@ pub struct SourceRead {
     pub checkpoint: Option<(String, String)>,
 }
 
+/// An error reading a flow's source, as the flow's `FROM` clause's.
+pub(crate) fn in_from_clause(flow: &str, e: DataFusionError) -> DataFusionError {
+    let message = match e {
+        DataFusionError::Plan(message) => message,
+        e => e.to_string(),
+    };
+    DataFusionError::Plan(format!("flow '{flow}': FROM: {message}"))
+}
+
 /// Plan the part of `flow`'s source that this update reads.
 pub async fn plan_changes(
     state: &SessionState,

@@ -28,7 +28,7 @@ use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect};
 use datafusion::sql::sqlparser::parser::Parser;
 
 use super::source::{changing_versions, not_append_only, SourceCheckpoint, StreamCheckpoint};
-use crate::spec::StreamRead;
+use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::ScdTable;
 
 /// One stream of a query: the table as written, how it is read.
@@ -227,6 +227,39 @@ fn replace_streams(
     if let DFStatement::Statement(ast) = statement {
         if let ControlFlow::Break(e) = ast.visit(&mut visitor) {
             return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Check that `flow`, an append flow, reads only incremental sources: its
+/// query has streams, each of a streaming table (anything else would be
+/// appended again at every run).
+pub(crate) async fn check_append_sources(state: &SessionState, flow: &FlowSpec) -> Result<()> {
+    let FlowSource::Query(query) = &flow.source else {
+        return Err(DataFusionError::Plan(format!(
+            "append flow '{}': its source must be a query",
+            flow.name
+        )));
+    };
+    let (_, found) = parse(query, &flow.dialect)?;
+    if found.is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "append flow '{}': its query reads no stream, so every run would append the same rows again; read a streaming table as STREAM t",
+            flow.name
+        )));
+    }
+    for stream in &found {
+        let reference = TableReference::parse_str(&stream.table);
+        let provider = match state.schema_for_ref(reference.clone()) {
+            Ok(schema) => schema.table(reference.table()).await?,
+            Err(_) => None,
+        };
+        if provider.is_none_or(|p| p.downcast_ref::<ScdTable>().is_none()) {
+            return Err(DataFusionError::Plan(format!(
+                "append flow '{}': STREAM {} does not read a streaming table, so every run would append its rows again",
+                flow.name, stream.table
+            )));
         }
     }
     Ok(())

@@ -10,6 +10,10 @@ use datafusion::prelude::DataFrame;
 use deltalake_core::kernel::Action;
 use deltalake_core::protocol::DeltaOperation;
 
+use crate::fold::FoldCounts;
+use crate::physical::commit_exec::result_batch;
+use crate::pipeline::append::run_append;
+use crate::pipeline::streams::check_append_sources;
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::shared_target::check_joins_target;
 use crate::spec::FlowSpec;
@@ -38,7 +42,27 @@ impl CdcSession {
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        check_joins_target(&spec, meta.flows.values(), &target, &target_columns)?;
+        if let Some(other) = meta.flows.values().find(|f| f.append != spec.append) {
+            let kind = |append: bool| {
+                if append {
+                    "an append flow"
+                } else {
+                    "an AUTO CDC flow"
+                }
+            };
+            return Err(DataFusionError::Plan(format!(
+                "flow '{}': '{target}' is written by {} ('{}'), so {} cannot write it too",
+                spec.name,
+                kind(other.append),
+                other.name,
+                kind(spec.append)
+            )));
+        }
+        if spec.append {
+            check_append_sources(&self.ctx.state(), &spec).await?;
+        } else {
+            check_joins_target(&spec, meta.flows.values(), &target, &target_columns)?;
+        }
         self.run_flow(&table, &spec, true).await
     }
 
@@ -97,6 +121,26 @@ impl CdcSession {
     ) -> Result<Vec<RecordBatch>> {
         if spec.source.is_snapshot() {
             return self.run_snapshot_flow(table, spec, register).await;
+        }
+        if spec.append {
+            let appended = run_append(
+                &self.ctx.state(),
+                Arc::clone(table),
+                spec,
+                Operation::flow_run(register),
+                self.clock.now(),
+            )
+            .await?;
+            let counts = FoldCounts {
+                input_rows: appended.rows as usize,
+                upserted: appended.rows as usize,
+                ..Default::default()
+            };
+            return Ok(vec![result_batch(
+                &spec.name,
+                counts,
+                Some(appended.version),
+            )?]);
         }
         let state = self.ctx.state();
         let plan = plan_update(

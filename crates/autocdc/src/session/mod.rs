@@ -161,8 +161,23 @@ impl CdcSession {
     pub async fn execute(&self, statement: CdcStatement) -> Result<DataFrame> {
         match statement {
             CdcStatement::CreateStreamingTable(c) => {
+                // `AS query`: the table's append flow, named after it
+                let flow = c.query.clone().map(|query| {
+                    crate::spec::FlowSpec::append(
+                        c.name.table.clone(),
+                        c.name.to_string(),
+                        query,
+                        c.dialect.clone(),
+                    )
+                });
                 self.create_table(c).await?;
-                self.empty()
+                match flow {
+                    Some(flow) => {
+                        let batches = self.create_flow(flow).await?;
+                        self.ctx.read_batches(batches)
+                    }
+                    None => self.empty(),
+                }
             }
             CdcStatement::CreateFlow(spec) => {
                 let batches = self.create_flow(*spec).await?;

@@ -115,6 +115,11 @@ pub struct FlowSpec {
     /// How a streaming table source is read (SPEC §4.3).
     #[serde(default)]
     pub stream: StreamRead,
+    /// An append flow (`INSERT INTO t BY NAME query`, `CREATE STREAMING
+    /// TABLE t AS query`): each run appends the rows its query yields from
+    /// the new data of its streams; no keys, no sequence (SPEC §4.4).
+    #[serde(default)]
+    pub append: bool,
 }
 
 /// How a flow reads a streaming table it names as its source.
@@ -167,6 +172,20 @@ impl FlowSpec {
             columns_to_update: None,
             dialect: "generic".to_string(),
             stream: StreamRead::Rows,
+            append: false,
         }
+    }
+
+    /// An append flow of `query` (in `dialect`) into `target`.
+    pub fn append(
+        name: impl Into<String>,
+        target: impl Into<String>,
+        query: String,
+        dialect: String,
+    ) -> Self {
+        let mut spec = Self::new(name, target, FlowSource::Query(query));
+        spec.append = true;
+        spec.dialect = dialect;
+        spec
     }
 }

@@ -29,6 +29,9 @@ pub struct CreateStreamingTable {
     pub properties: Vec<(String, String)>,
     /// Dialect of the type texts.
     pub dialect: String,
+    /// `AS query`: the query of the table's append flow (named after the
+    /// table).
+    pub query: Option<String>,
 }
 
 /// A statement of ours.
@@ -260,7 +263,11 @@ impl CdcParser<'_> {
                 let name = self.p.parse_identifier()?;
                 let name = self.ident(&name);
                 self.expect_word("AS")?;
-                self.flow_body(Some(name))?
+                if self.peek_word(0, "INSERT") {
+                    self.append_flow(name)?
+                } else {
+                    self.flow_body(Some(name))?
+                }
             } else {
                 return Ok(None);
             }
@@ -364,6 +371,11 @@ impl CdcParser<'_> {
                 break;
             }
         }
+        let query = if self.word("AS") {
+            Some(self.p.parse_query()?.to_string())
+        } else {
+            None
+        };
         Ok(CdcStatement::CreateStreamingTable(CreateStreamingTable {
             name,
             or_refresh,
@@ -371,6 +383,7 @@ impl CdcParser<'_> {
             columns,
             properties,
             dialect: self.dialect.clone(),
+            query,
         }))
     }
 
@@ -423,6 +436,26 @@ impl CdcParser<'_> {
             _ => {}
         }
         SequenceBy::Expr(e.to_string())
+    }
+
+    /// `INSERT INTO target BY NAME query` of `CREATE FLOW name AS ...`: an
+    /// append flow.
+    fn append_flow(&mut self, name: String) -> Result<CdcStatement> {
+        self.expect_word("INSERT")?;
+        self.expect_word("INTO")?;
+        let target = self.table_name()?;
+        if !(self.word("BY") && self.word("NAME")) {
+            return Err(perr(format!(
+                "flow '{name}': an append flow is written INSERT INTO {target} BY NAME <query>"
+            )));
+        }
+        let query = self.p.parse_query()?.to_string();
+        Ok(CdcStatement::CreateFlow(Box::new(FlowSpec::append(
+            name,
+            target.to_string(),
+            query,
+            self.dialect.clone(),
+        ))))
     }
 
     fn flow_body(&mut self, name: Option<String>) -> Result<CdcStatement> {
