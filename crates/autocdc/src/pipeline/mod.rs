@@ -111,6 +111,7 @@ pub enum Planning {
 }
 
 pub mod append;
+pub mod checkpoint;
 pub mod dml;
 pub mod source;
 pub mod staged;

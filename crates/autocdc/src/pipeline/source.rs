@@ -32,20 +32,17 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::AsArray;
-use arrow::datatypes::Int64Type;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, DataFusionError, Result, TableReference};
-use datafusion::dataframe::DataFrame;
 use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
-use serde::{Deserialize, Serialize};
 
-use super::streams;
+use super::checkpoint::SourceCheckpoint;
+use super::streams::{self, changing_versions, not_append_only, CHANGES_SCAN};
 use crate::fold::columns::all_nullable;
 use crate::functions::table_changes::changes_provider;
 use crate::spec::resolve::plan_source;
@@ -53,43 +50,6 @@ use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::meta::TableMeta;
 use crate::table::properties::source_checkpoint_property;
 use crate::table::ScdTable;
-
-/// Name of the scan of a streaming table's change feed.
-const CHANGES_SCAN: &str = "__cdc_source_changes";
-
-/// What a flow has read of its source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum SourceCheckpoint {
-    /// A streaming table, read up to and including this Delta version.
-    Delta {
-        /// The source table's Delta table id: a source dropped and created
-        /// again is read whole.
-        table_id: String,
-        /// Last version read.
-        version: u64,
-    },
-    /// A listing table: the files read so far.
-    Files {
-        /// Object store locations.
-        files: BTreeSet<String>,
-    },
-    /// The streams of a source query ([`super::streams`]): what each
-    /// streaming table has been read up to, by its name in the query.
-    Streams {
-        /// By table name as written.
-        tables: std::collections::BTreeMap<String, StreamCheckpoint>,
-    },
-}
-
-/// What one stream of a source query has read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamCheckpoint {
-    /// The streaming table's Delta table id.
-    pub table_id: String,
-    /// Last version read.
-    pub version: u64,
-}
 
 /// The new part of a flow's source and the checkpoint that records it.
 #[derive(Debug)]
@@ -309,43 +269,6 @@ async fn appended_rows(
         );
     }
     changes()?.filter(kept)?.project(columns)?.build()
-}
-
-/// The versions of `table` from `from` on that updated or deleted rows
-/// rather than only adding them (their change feed has other rows than
-/// `insert`), in order.
-pub(super) async fn changing_versions(
-    state: &SessionState,
-    table: &ScdTable,
-    from: u64,
-) -> Result<Vec<i64>> {
-    let changing = LogicalPlanBuilder::scan(
-        CHANGES_SCAN,
-        provider_as_source(changes_provider(table, from, None)?),
-        None,
-    )?
-    .filter(col("_change_type").not_eq(lit("insert")))?
-    .aggregate(vec![col("_commit_version")], Vec::<Expr>::new())?
-    .sort(vec![col("_commit_version").sort(true, false)])?
-    .build()?;
-    let batches = DataFrame::new(state.clone(), changing).collect().await?;
-    let mut versions: Vec<i64> = Vec::new();
-    for batch in &batches {
-        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Int64)?;
-        versions.extend(column.as_primitive::<Int64Type>().iter().flatten());
-    }
-    Ok(versions)
-}
-
-/// The error of an append-only stream of `name` meeting version `version`,
-/// which updated or deleted rows.
-pub(super) fn not_append_only(mode: StreamRead, name: &str, version: i64) -> DataFusionError {
-    DataFusionError::Plan(format!(
-        "{}: commit {version} of '{name}' updated or deleted rows, and the stream is append-only; \
-         read it WITH (skipChangeCommits = true) to skip such commits, or \
-         WITH (readChangeFeed = true) to read their changes",
-        mode.describe(name)
-    ))
 }
 
 /// No rows, with the columns of `schema`.

@@ -27,9 +27,19 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect};
 use datafusion::sql::sqlparser::parser::Parser;
 
-use super::source::{changing_versions, not_append_only, SourceCheckpoint, StreamCheckpoint};
+use arrow::array::AsArray;
+use arrow::datatypes::Int64Type;
+use datafusion::dataframe::DataFrame;
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{col, lit, Expr, LogicalPlanBuilder};
+
+use super::checkpoint::{SourceCheckpoint, StreamCheckpoint};
+use crate::functions::table_changes::changes_provider;
 use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::ScdTable;
+
+/// Name of the scan of a streaming table's change feed.
+pub(super) const CHANGES_SCAN: &str = "__cdc_source_changes";
 
 /// One stream of a query: the table as written, how it is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -363,6 +373,43 @@ pub(super) async fn plan_query(
     replace_streams(&mut statement, &replace, dialect_name)?;
     let plan = state.statement_to_plan(statement).await?;
     Ok(Some((plan, SourceCheckpoint::Streams { tables: read_now })))
+}
+
+/// The versions of `table` from `from` on that updated or deleted rows
+/// rather than only adding them (their change feed has other rows than
+/// `insert`), in order.
+pub(super) async fn changing_versions(
+    state: &SessionState,
+    table: &ScdTable,
+    from: u64,
+) -> Result<Vec<i64>> {
+    let changing = LogicalPlanBuilder::scan(
+        CHANGES_SCAN,
+        provider_as_source(changes_provider(table, from, None)?),
+        None,
+    )?
+    .filter(col("_change_type").not_eq(lit("insert")))?
+    .aggregate(vec![col("_commit_version")], Vec::<Expr>::new())?
+    .sort(vec![col("_commit_version").sort(true, false)])?
+    .build()?;
+    let batches = DataFrame::new(state.clone(), changing).collect().await?;
+    let mut versions: Vec<i64> = Vec::new();
+    for batch in &batches {
+        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Int64)?;
+        versions.extend(column.as_primitive::<Int64Type>().iter().flatten());
+    }
+    Ok(versions)
+}
+
+/// The error of an append-only stream of `name` meeting version `version`,
+/// which updated or deleted rows.
+pub(super) fn not_append_only(mode: StreamRead, name: &str, version: i64) -> DataFusionError {
+    DataFusionError::Plan(format!(
+        "{}: commit {version} of '{name}' updated or deleted rows, and the stream is append-only; \
+         read it WITH (skipChangeCommits = true) to skip such commits, or \
+         WITH (readChangeFeed = true) to read their changes",
+        mode.describe(name)
+    ))
 }
 
 #[cfg(test)]
