@@ -60,7 +60,16 @@ async fn engine(
     width: usize,
     partitions: usize,
 ) -> Vec<Vec<Option<i32>>> {
-    engine_with(updates, clauses, select, width, partitions, Fold::Indexed).await
+    engine_with(
+        updates,
+        &[],
+        clauses,
+        select,
+        width,
+        partitions,
+        Fold::Indexed,
+    )
+    .await
 }
 
 /// How SCD 1 updates are folded (SCD 2 and BITEMPORAL always sort).
@@ -83,8 +92,10 @@ fn fold_choice() -> impl Strategy<Value = Fold> {
     ]
 }
 
+/// Run the updates; after update `i`, the statements `between[i]` (DML).
 async fn engine_with(
     updates: &[Vec<Event>],
+    between: &[Vec<String>],
     clauses: &str,
     select: &str,
     width: usize,
@@ -148,6 +159,14 @@ async fn engine_with(
             .collect()
             .await
             .unwrap_or_else(|e| panic!("{stmt}: {e}"));
+        for dml in between.get(i).into_iter().flatten() {
+            s.sql(dml)
+                .await
+                .unwrap_or_else(|e| panic!("{dml}: {e}"))
+                .collect()
+                .await
+                .unwrap_or_else(|e| panic!("{dml}: {e}"));
+        }
     }
     read(
         &s.sql(select).await.unwrap().collect().await.unwrap(),
@@ -217,6 +236,15 @@ fn events(
     })
 }
 
+/// A DML statement on an SCD 1 target of keys 0..3.
+fn dml() -> impl Strategy<Value = scd1::Dml> {
+    prop_oneof![
+        (0..3i32).prop_map(scd1::Dml::Delete),
+        (0..3i32, value()).prop_map(|(id, a)| scd1::Dml::Update(id, a)),
+        (0..3i32, value(), value()).prop_map(|(id, a, b)| scd1::Dml::Insert(id, [a, b])),
+    ]
+}
+
 /// Key events are unique per (key, seq), truncates per seq.
 fn by_key_seq(e: &Event) -> (i32, i32, i32, bool) {
     let truncate = e.kind == Kind::Truncate;
@@ -269,9 +297,53 @@ proptest! {
             ("SELECT id, a, b FROM t", 3)
         };
         let got = runtime().block_on(engine_with(
-            &updates, &clauses, select, width, partitions, fold,
+            &updates, &[], &clauses, select, width, partitions, fold,
         ));
         prop_assert_eq!(got, expected, "fold: {:?}, partial: {:?}, keys only: {}, updates: {:?}", fold, partial, keys_only, updates);
+    }
+
+    /// SCD 1 with DML between updates: `DELETE` leaves a tombstone at the
+    /// row's sequence, `UPDATE` keeps it, `INSERT` of a key not live takes
+    /// its tombstone's sequence or the least one; later events (and a final
+    /// replay of all of them) sequence against what DML left.
+    #[test]
+    fn scd1_with_dml_equals_the_model(
+        events in events(14, true, by_key_seq),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        partial in partial(),
+        dml in prop::collection::vec(prop::collection::vec(dml(), 0..3), 4),
+        partitions in 1usize..4,
+        fold in fold_choice(),
+    ) {
+        let mut updates = shuffle_and_split(&events, order, &cuts);
+        updates.push(events.clone());
+        let mut model = scd1::Scd1::default();
+        let mut between = Vec::new();
+        for (update, ops) in updates.iter().zip(dml.iter().cycle()) {
+            model.apply(update, partial);
+            let mut statements = Vec::new();
+            for op in ops {
+                if let Some(sql) = model.dml(*op) {
+                    statements.push(sql);
+                }
+            }
+            between.push(statements);
+        }
+        let expected: Vec<Vec<Option<i32>>> = model
+            .rows()
+            .into_iter()
+            .map(|(id, a, b)| vec![Some(id), a, b])
+            .collect();
+        let (ignore, to_update) = partial.clauses();
+        let clauses = format!(
+            "{ignore} APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' \
+             SEQUENCE BY seq COLUMNS (id, a, b) {to_update}"
+        );
+        let got = runtime().block_on(engine_with(
+            &updates, &between, &clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
+        ));
+        prop_assert_eq!(got, expected, "fold: {:?}, partial: {:?}, updates: {:?}, dml: {:?}", fold, partial, updates, between);
     }
 
     /// SCD 2: the history is a function of the set of events, for every

@@ -6,6 +6,17 @@ use std::collections::BTreeMap;
 
 use super::{Event, Kind, Partial, Row};
 
+/// A DML statement on the target.
+#[derive(Debug, Clone, Copy)]
+pub enum Dml {
+    /// `DELETE FROM t WHERE id = k`.
+    Delete(i32),
+    /// `UPDATE t SET a = v WHERE id = k`.
+    Update(i32, Option<i32>),
+    /// `INSERT INTO t VALUES (k, a, b)`.
+    Insert(i32, Row),
+}
+
 /// Stored state: per key the row (`None` = tombstone) and its sequence, and
 /// the truncate watermark.
 #[derive(Debug, Default)]
@@ -37,6 +48,42 @@ impl Scd1 {
                 _ => Some(partial.merge(live, &e)),
             };
             self.keys.insert(e.id, (row, e.seq));
+        }
+    }
+
+    /// Apply a DML statement and return its SQL; `None` for an `INSERT` of a
+    /// live key (an error the engine reports; the test does not issue it).
+    pub fn dml(&mut self, op: Dml) -> Option<String> {
+        let sql = |v: Option<i32>| v.map_or("NULL".to_string(), |v| v.to_string());
+        match op {
+            Dml::Delete(id) => {
+                if let Some((row, _)) = self.keys.get_mut(&id) {
+                    // a live row becomes a tombstone at its sequence
+                    *row = None;
+                }
+                Some(format!("DELETE FROM t WHERE id = {id}"))
+            }
+            Dml::Update(id, a) => {
+                if let Some((Some(row), _)) = self.keys.get_mut(&id) {
+                    row[0] = a;
+                }
+                Some(format!("UPDATE t SET a = {} WHERE id = {id}", sql(a)))
+            }
+            Dml::Insert(id, row) => {
+                let seq = match self.keys.get(&id) {
+                    Some((Some(_), _)) => return None,
+                    // the tombstone's sequence
+                    Some((None, seq)) => *seq,
+                    // older than any event
+                    None => i32::MIN,
+                };
+                self.keys.insert(id, (Some(row), seq));
+                Some(format!(
+                    "INSERT INTO t VALUES ({id}, {}, {})",
+                    sql(row[0]),
+                    sql(row[1])
+                ))
+            }
         }
     }
 
