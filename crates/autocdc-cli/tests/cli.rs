@@ -145,3 +145,34 @@ fn maxrows_and_json_formats() {
     ]);
     assert_eq!(stdout(&output), "{\"n\":1}\n{\"n\":2}\n");
 }
+
+/// The README's example of each statement runs as written (on small
+/// stand-ins for the quickstart's tables).
+#[test]
+fn readme_statement_examples_run() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .expect("README.md");
+    let start = readme
+        .find("One example of each")
+        .expect("the README's statement examples");
+    let block = &readme[start..];
+    let open = block.find("```sql").expect("an sql block") + "```sql".len();
+    let close = open + block[open..].find("```").expect("the block's end");
+    let script = format!(
+        "CREATE TABLE users_cdf (userId INT, name TEXT, city TEXT, operation TEXT, sequenceNum INT) AS VALUES
+           (124, 'Raul', 'Oaxaca', 'INSERT', 1), (123, 'Isabel', 'Monterrey', 'INSERT', 1),
+           (125, 'Mercedes', 'Tijuana', 'INSERT', 2), (123, NULL, NULL, 'DELETE', 6);
+         CREATE TABLE products_snapshot (id INT, price INT) AS VALUES (1, 10), (2, 20);
+         {}",
+        &block[open..close]
+    );
+    let (output, _warehouse) = autocdc(&["-q", "-c", &script]);
+    assert!(
+        output.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(&output),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
