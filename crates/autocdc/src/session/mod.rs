@@ -191,6 +191,22 @@ impl CdcSession {
                 self.drop_table(&name, if_exists).await?;
                 self.empty()
             }
+            CdcStatement::Merge(merge) => {
+                let table = self.table(&merge.target).await?;
+                table.refresh().await?;
+                let state = self.dialect_state(&merge.dialect);
+                let count = crate::pipeline::dml::merge(&state, table, &merge).await?;
+                let schema = Arc::new(Schema::new(vec![arrow::datatypes::Field::new(
+                    "count",
+                    arrow::datatypes::DataType::UInt64,
+                    false,
+                )]));
+                let batch = RecordBatch::try_new(
+                    schema,
+                    vec![Arc::new(arrow::array::UInt64Array::from(vec![count]))],
+                )?;
+                self.ctx.read_batch(batch)
+            }
             CdcStatement::ShowProperties { name, key } => {
                 self.show_properties(&name, key.as_deref()).await
             }

@@ -18,4 +18,7 @@
 
 mod parser;
 
-pub use parser::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
+pub use parser::{
+    parse_cdc_statement, CdcStatement, CreateStreamingTable, MergeAction, MergeClause,
+    MergeStatement,
+};

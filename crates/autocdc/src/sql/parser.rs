@@ -34,6 +34,51 @@ pub struct CreateStreamingTable {
     pub query: Option<String>,
 }
 
+/// `MERGE INTO target USING source ON condition WHEN ...`, its parts as SQL
+/// text in the statement's dialect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeStatement {
+    /// The target streaming table.
+    pub target: TableName,
+    /// The name its columns are qualified with (its alias, or its name).
+    pub target_alias: String,
+    /// The source relation as written (`src AS s`, `(SELECT ...) AS s`).
+    pub source: String,
+    /// The `ON` condition.
+    pub on: String,
+    /// The `WHEN` clauses, in order.
+    pub clauses: Vec<MergeClause>,
+    /// Dialect of the texts.
+    pub dialect: String,
+}
+
+/// One `WHEN` clause of a `MERGE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeClause {
+    /// `WHEN MATCHED` (else `WHEN NOT MATCHED`).
+    pub matched: bool,
+    /// `AND condition`.
+    pub condition: Option<String>,
+    /// What it does.
+    pub action: MergeAction,
+}
+
+/// The action of a `MERGE` clause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeAction {
+    /// `UPDATE SET column = expression, ...`.
+    Update(Vec<(String, String)>),
+    /// `DELETE`.
+    Delete,
+    /// `INSERT [(columns)] VALUES (expressions)` (no columns: all, in order).
+    Insert {
+        /// The columns given.
+        columns: Vec<String>,
+        /// Their values.
+        values: Vec<String>,
+    },
+}
+
 /// A statement of ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CdcStatement {
@@ -55,6 +100,8 @@ pub enum CdcStatement {
         /// `IF EXISTS`.
         if_exists: bool,
     },
+    /// `MERGE INTO target USING source ON ... WHEN ...`.
+    Merge(Box<MergeStatement>),
     /// `SHOW TBLPROPERTIES name [(key)]`.
     ShowProperties {
         /// Table.
@@ -287,6 +334,8 @@ impl CdcParser<'_> {
             let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
             let name = self.table_name()?;
             CdcStatement::Drop { name, if_exists }
+        } else if top && self.peek_word(0, "MERGE") {
+            self.merge()?
         } else if top && self.peek_word(0, "SHOW") && self.peek_word(1, "TBLPROPERTIES") {
             self.p.next_token();
             self.p.next_token();
@@ -436,6 +485,105 @@ impl CdcParser<'_> {
             _ => {}
         }
         SequenceBy::Expr(e.to_string())
+    }
+
+    /// `MERGE INTO ...`, parsed by sqlparser and kept as SQL texts.
+    fn merge(&mut self) -> Result<CdcStatement> {
+        use datafusion::sql::sqlparser::ast::{
+            AssignmentTarget, MergeAction as SqlAction, MergeClauseKind, MergeInsertKind,
+            Statement, TableFactor,
+        };
+        let Statement::Merge(merge) = self.p.parse_statement()? else {
+            return Err(perr("expected MERGE INTO target USING source ON ..."));
+        };
+        let TableFactor::Table { name, alias, .. } = &merge.table else {
+            return Err(perr(
+                "MERGE INTO: the target must be a streaming table's name",
+            ));
+        };
+        let target = TableName::from_parts(&self.name_parts(name))?;
+        let target_alias = alias
+            .as_ref()
+            .map(|a| self.ident(&a.name))
+            .unwrap_or_else(|| target.table.clone());
+        let column = |n: &datafusion::sql::sqlparser::ast::ObjectName| -> Result<String> {
+            match self.name_parts(n).last() {
+                Some(c) => Ok(c.clone()),
+                None => Err(perr(format!("MERGE INTO {target}: empty column name"))),
+            }
+        };
+        let mut clauses = Vec::new();
+        for clause in &merge.clauses {
+            let matched = match clause.clause_kind {
+                MergeClauseKind::Matched => true,
+                MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget => false,
+                MergeClauseKind::NotMatchedBySource => {
+                    return Err(perr(format!(
+                        "MERGE INTO {target}: WHEN NOT MATCHED BY SOURCE is not supported"
+                    )))
+                }
+            };
+            let action = match &clause.action {
+                SqlAction::Update(update) => {
+                    if update.update_predicate.is_some() || update.delete_predicate.is_some() {
+                        return Err(perr(format!(
+                            "MERGE INTO {target}: UPDATE ... WHERE / DELETE WHERE is not supported; use WHEN MATCHED AND condition"
+                        )));
+                    }
+                    let mut set = Vec::new();
+                    for assignment in &update.assignments {
+                        let AssignmentTarget::ColumnName(name) = &assignment.target else {
+                            return Err(perr(format!(
+                                "MERGE INTO {target}: assign one column at a time"
+                            )));
+                        };
+                        set.push((column(name)?, assignment.value.to_string()));
+                    }
+                    MergeAction::Update(set)
+                }
+                SqlAction::Delete { .. } => MergeAction::Delete,
+                SqlAction::Insert(insert) => {
+                    let MergeInsertKind::Values(values) = &insert.kind else {
+                        return Err(perr(format!(
+                            "MERGE INTO {target}: INSERT takes VALUES (...)"
+                        )));
+                    };
+                    let [row] = values.rows.as_slice() else {
+                        return Err(perr(format!(
+                            "MERGE INTO {target}: INSERT takes one VALUES row"
+                        )));
+                    };
+                    MergeAction::Insert {
+                        columns: insert.columns.iter().map(column).collect::<Result<_>>()?,
+                        values: row.iter().map(|e| e.to_string()).collect(),
+                    }
+                }
+            };
+            if matched == matches!(action, MergeAction::Insert { .. }) {
+                return Err(perr(format!(
+                    "MERGE INTO {target}: WHEN {}MATCHED cannot {}",
+                    if matched { "" } else { "NOT " },
+                    if matched {
+                        "INSERT"
+                    } else {
+                        "UPDATE or DELETE"
+                    }
+                )));
+            }
+            clauses.push(MergeClause {
+                matched,
+                condition: clause.predicate.as_ref().map(|p| p.to_string()),
+                action,
+            });
+        }
+        Ok(CdcStatement::Merge(Box::new(MergeStatement {
+            target,
+            target_alias,
+            source: merge.source.to_string(),
+            on: merge.on.to_string(),
+            clauses,
+            dialect: self.dialect.clone(),
+        })))
     }
 
     /// `INSERT INTO target BY NAME query` of `CREATE FLOW name AS ...`: an

@@ -32,6 +32,8 @@ pub enum Operation {
     Update,
     /// DML.
     Delete,
+    /// DML.
+    Merge,
 }
 
 impl Operation {
@@ -53,6 +55,7 @@ impl Operation {
             Self::Insert => "INSERT",
             Self::Update => "UPDATE",
             Self::Delete => "DELETE",
+            Self::Merge => "MERGE",
         }
     }
 

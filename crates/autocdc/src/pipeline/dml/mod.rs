@@ -1,5 +1,5 @@
-//! DML on streaming tables (`DELETE FROM`, `UPDATE`, `INSERT INTO`), through
-//! DataFusion's `TableProvider` hooks, keeping the bookkeeping later flows
+//! DML on streaming tables (`DELETE FROM`, `UPDATE`, `INSERT INTO` through
+//! DataFusion's `TableProvider` hooks, `MERGE INTO` parsed by our front end), keeping the bookkeeping later flows
 //! sequence against (the documentation's "DML on targets"):
 //!
 //! * SCD 1 `DELETE`: matching live rows become tombstones at their stored
@@ -9,6 +9,8 @@
 //! * SCD 1 `INSERT`: new keys become live rows, each taking its key's
 //!   tombstone sequence, or the least sequence value (a live key, a key
 //!   inserted twice, a NULL key are errors naming it);
+//! * SCD 1 `MERGE` ([`merge`]): the first `WHEN` clause that holds for a
+//!   source row updates, deletes or inserts, with the same bookkeeping;
 //! * SCD 2 `INSERT`: each row is an UPSERT event at its `__START_AT` (and a
 //!   DELETE at its `__END_AT`, when set) folded into the key's history, so a
 //!   later flow event closes or splits it exactly like any other event.
@@ -40,6 +42,10 @@ use datafusion::physical_plan::{
 use deltalake_core::kernel::{Action, AddCDCFile};
 use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
+
+mod merge;
+
+pub use merge::merge;
 
 use super::{plan_update, Planning, UpdateSource};
 use crate::fold::columns::{
@@ -462,13 +468,7 @@ async fn insert_scd1(
     let now = written_at_value(chrono::Utc::now().timestamp_micros());
     // a key without a tombstone: the least sequence, older than any event
     let seq_type = raw_schema.field_with_name(SEQ_COL)?.data_type().clone();
-    let least = match &seq_type {
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-            Some(datafusion::common::ScalarValue::Utf8(Some(String::new())))
-        }
-        t => datafusion::common::ScalarValue::min(t),
-    }
-    .ok_or_else(|| {
+    let least = least_sequence(&seq_type).ok_or_else(|| {
         refuse(format!(
             "its sequence type {seq_type} has no least value to give rows of keys without a tombstone"
         ))
@@ -542,6 +542,17 @@ async fn insert_scd1(
     )
     .await?;
     Ok(inserted)
+}
+
+/// The least value of a sequence type: the sequence of a row written by DML
+/// for a key without a tombstone, older than any event.
+fn least_sequence(seq_type: &DataType) -> Option<datafusion::common::ScalarValue> {
+    match seq_type {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            Some(datafusion::common::ScalarValue::Utf8(Some(String::new())))
+        }
+        t => datafusion::common::ScalarValue::min(t),
+    }
 }
 
 fn raw_plan(table: &ScdTable) -> Result<LogicalPlanBuilder> {

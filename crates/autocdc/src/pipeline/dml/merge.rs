@@ -1,0 +1,503 @@
+//! `MERGE INTO t USING s ON c WHEN ...` on an SCD 1 target (SPEC §4.2):
+//! one commit with its change feed, like the other DML.
+//!
+//! ```text
+//!  source LEFT JOIN t (live rows) ON c ──► per source row: the first clause
+//!  whose kind (MATCHED / NOT MATCHED) and condition hold, and its values
+//!      │  (a target row matched twice, an inserted key twice or live: errors)
+//!      ▼
+//!  updates U, deletes D, inserts I (by key) ──► the table rewritten: rows of
+//!  other keys kept; U rows updated in place (sequence kept), D rows become
+//!  tombstones at their sequence, I rows live at their tombstone's sequence
+//!  (or the least); pre/post images, deletes and inserts in the change feed
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::datasource::{provider_as_source, MemTable};
+use datafusion::execution::session_state::SessionState;
+use datafusion::functions::expr_fn::coalesce;
+use datafusion::logical_expr::{cast, col, lit, when, JoinType, LogicalPlan, LogicalPlanBuilder};
+use datafusion::physical_plan::collect;
+use datafusion::sql::sqlparser::ast::Ident;
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
+use deltalake_core::protocol::{DeltaOperation, SaveMode};
+
+use super::{column, file_columns, key_positions, keyed_flow, least_sequence, raw_plan, rewrite};
+use crate::fold::columns::{
+    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
+    WRITTEN_AT_COL,
+};
+use crate::spec::resolve::written_at_value;
+use crate::spec::ScdType;
+use crate::sql::{MergeAction, MergeStatement};
+use crate::table::event::{CommitEvent, Operation};
+use crate::table::ScdTable;
+
+/// Run `merge` on `table`; returns the number of target rows it updated,
+/// deleted or inserted.
+pub async fn merge(
+    state: &SessionState,
+    table: Arc<ScdTable>,
+    merge: &MergeStatement,
+) -> Result<u64> {
+    let started = Instant::now();
+    let name = table.name().to_string();
+    let meta = table.meta();
+    if meta.stored_as != Some(ScdType::Type1) {
+        return Err(DataFusionError::NotImplemented(format!(
+            "MERGE INTO {name} ({}): MERGE is supported on SCD TYPE 1 targets only, for now",
+            meta.stored_as.map(|s| s.to_string()).unwrap_or_default()
+        )));
+    }
+    let refuse = |why: String| {
+        DataFusionError::Execution(format!("MERGE INTO {name}: {why}; nothing was changed"))
+    };
+    let flow = keyed_flow(&table, "MERGE")?;
+    let user = Arc::clone(&meta.user_schema);
+    let key_index = key_positions(&table, &flow)?;
+    let keys: Vec<String> = key_index
+        .iter()
+        .map(|&i| user.field(i).name().clone())
+        .collect();
+    let values: Vec<usize> = (0..user.fields().len())
+        .filter(|i| !key_index.contains(i))
+        .collect();
+    let position = |c: &str| -> Result<usize> {
+        user.fields()
+            .iter()
+            .position(|f| f.name() == c || f.name().eq_ignore_ascii_case(c))
+            .ok_or_else(|| refuse(format!("'{c}' is not a column of the table")))
+    };
+
+    // 1. per source row: the clause that applies, and its values
+    let quote = dialect_from_str(&merge.dialect)
+        .ok_or_else(|| {
+            DataFusionError::Plan(format!("unsupported SQL dialect '{}'", merge.dialect))
+        })?
+        .identifier_quote_style("c")
+        .unwrap_or('"');
+    let q = |s: &str| Ident::with_quote(quote, s).to_string();
+    let alias = q(&merge.target_alias);
+    let mut select: Vec<String> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("{alias}.{} AS __tk{i}", q(k)))
+        .collect();
+    let matched = format!("{alias}.{} IS NOT NULL", q(&keys[0]));
+    let mut case = String::from("CASE");
+    for (n, clause) in merge.clauses.iter().enumerate() {
+        let kind = if clause.matched {
+            matched.clone()
+        } else {
+            format!("NOT ({matched})")
+        };
+        let condition = clause.condition.as_deref().unwrap_or("TRUE");
+        case.push_str(&format!(" WHEN ({kind}) AND ({condition}) THEN {n}"));
+        match &clause.action {
+            MergeAction::Update(set) => {
+                for (c, e) in set {
+                    let i = position(c)?;
+                    if key_index.contains(&i) {
+                        return Err(refuse(format!("key column '{c}' cannot be updated")));
+                    }
+                    select.push(format!("({e}) AS __u{n}_{i}"));
+                }
+            }
+            MergeAction::Delete => {}
+            MergeAction::Insert {
+                columns,
+                values: exprs,
+            } => {
+                let columns: Vec<usize> = if columns.is_empty() {
+                    (0..user.fields().len()).collect()
+                } else {
+                    columns.iter().map(|c| position(c)).collect::<Result<_>>()?
+                };
+                if columns.len() != exprs.len() {
+                    return Err(refuse(format!(
+                        "INSERT gives {} values for {} columns",
+                        exprs.len(),
+                        columns.len()
+                    )));
+                }
+                for (i, e) in columns.iter().zip(exprs) {
+                    select.push(format!("({e}) AS __i{n}_{i}"));
+                }
+            }
+        }
+    }
+    case.push_str(" ELSE -1 END AS __clause");
+    select.push(case);
+    let target = format!("{}.{}", q(&table.name().schema), q(&table.name().table));
+    let sql = format!(
+        "SELECT {} FROM {} LEFT JOIN {target} AS {alias} ON {}",
+        select.join(", "),
+        merge.source,
+        merge.on
+    );
+    let plan = state.create_logical_plan(&sql).await?;
+    let rows = collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
+
+    // 2. the updates, deletes and inserts, by key
+    let mut matched_keys: HashMap<Vec<ScalarValue>, usize> = HashMap::new();
+    let mut inserted_keys: HashMap<Vec<ScalarValue>, ()> = HashMap::new();
+    let mut updates: Vec<(Vec<ScalarValue>, Vec<Option<ScalarValue>>)> = Vec::new();
+    let mut deletes: Vec<Vec<ScalarValue>> = Vec::new();
+    let mut inserts: Vec<Vec<ScalarValue>> = Vec::new();
+    let describe = |key: &[ScalarValue]| {
+        keys.iter()
+            .zip(key)
+            .map(|(k, v)| format!("{k} = {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for batch in &rows {
+        let clause_col = arrow::compute::cast(
+            batch.column(batch.schema().index_of("__clause")?),
+            &DataType::Int64,
+        )?;
+        let clauses = clause_col.as_primitive::<Int64Type>();
+        let scalar = |name: &str, row: usize| -> Result<Option<ScalarValue>> {
+            match batch.schema().index_of(name) {
+                Ok(i) => Ok(Some(ScalarValue::try_from_array(batch.column(i), row)?)),
+                Err(_) => Ok(None),
+            }
+        };
+        for row in 0..batch.num_rows() {
+            let target_key: Vec<ScalarValue> = (0..keys.len())
+                .map(|i| ScalarValue::try_from_array(batch.column(i), row))
+                .collect::<Result<_>>()?;
+            let is_match = !target_key[0].is_null();
+            if is_match {
+                let seen = matched_keys.entry(target_key.clone()).or_insert(0);
+                *seen += 1;
+                if *seen > 1 {
+                    return Err(refuse(format!(
+                        "the target row of key ({}) is matched by more than one source row",
+                        describe(&target_key)
+                    )));
+                }
+            }
+            if clauses.is_null(row) || clauses.value(row) < 0 {
+                continue;
+            }
+            let n = clauses.value(row) as usize;
+            match &merge.clauses[n].action {
+                MergeAction::Update(_) => {
+                    let set = values
+                        .iter()
+                        .map(|&i| scalar(&format!("__u{n}_{i}"), row))
+                        .collect::<Result<_>>()?;
+                    updates.push((target_key, set));
+                }
+                MergeAction::Delete => deletes.push(target_key),
+                MergeAction::Insert { .. } => {
+                    let values: Vec<ScalarValue> = (0..user.fields().len())
+                        .map(|i| {
+                            Ok(scalar(&format!("__i{n}_{i}"), row)?.unwrap_or(ScalarValue::Null))
+                        })
+                        .collect::<Result<_>>()?;
+                    let key: Vec<ScalarValue> =
+                        key_index.iter().map(|&i| values[i].clone()).collect();
+                    if key.iter().any(ScalarValue::is_null) {
+                        return Err(refuse(format!(
+                            "an inserted row has a NULL key ({})",
+                            keys.join(", ")
+                        )));
+                    }
+                    if inserted_keys.insert(key.clone(), ()).is_some() {
+                        return Err(refuse(format!(
+                            "key ({}) is inserted twice",
+                            describe(&key)
+                        )));
+                    }
+                    inserts.push(values);
+                }
+            }
+        }
+    }
+    let affected = (updates.len() + deletes.len() + inserts.len()) as u64;
+
+    // 3. as tables: U (key, per value column: assigned?, value), D (key), I (rows)
+    let key_fields: Vec<Field> = key_index
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| Field::new(format!("__k{n}"), user.field(i).data_type().clone(), true))
+        .collect();
+    let key_names: Vec<String> = key_fields.iter().map(|f| f.name().clone()).collect();
+    let column_of = |scalars: Vec<ScalarValue>, data_type: &DataType| -> Result<Arc<dyn Array>> {
+        let casted = scalars
+            .into_iter()
+            .map(|s| {
+                if s.is_null() {
+                    ScalarValue::try_from(data_type)
+                } else {
+                    s.cast_to(data_type)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if casted.is_empty() {
+            return Ok(arrow::array::new_empty_array(data_type));
+        }
+        ScalarValue::iter_to_array(casted)
+    };
+    let table_of = |fields: Vec<Field>, columns: Vec<Arc<dyn Array>>| -> Result<LogicalPlan> {
+        let schema = Arc::new(Schema::new(fields));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+        LogicalPlanBuilder::scan(
+            "__cdc_merge",
+            provider_as_source(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?)),
+            None,
+        )?
+        .build()
+    };
+    let keys_table = |rows: &[Vec<ScalarValue>]| -> Result<LogicalPlan> {
+        let columns = key_fields
+            .iter()
+            .enumerate()
+            .map(|(n, f)| column_of(rows.iter().map(|k| k[n].clone()).collect(), f.data_type()))
+            .collect::<Result<_>>()?;
+        table_of(key_fields.clone(), columns)
+    };
+    let mut u_fields = key_fields.clone();
+    let mut u_columns: Vec<Arc<dyn Array>> = key_fields
+        .iter()
+        .enumerate()
+        .map(|(n, f)| {
+            column_of(
+                updates.iter().map(|(k, _)| k[n].clone()).collect(),
+                f.data_type(),
+            )
+        })
+        .collect::<Result<_>>()?;
+    for (v, &i) in values.iter().enumerate() {
+        let field = user.field(i);
+        u_fields.push(Field::new(format!("__has{i}"), DataType::Boolean, false));
+        u_columns.push(column_of(
+            updates
+                .iter()
+                .map(|(_, set)| ScalarValue::Boolean(Some(set[v].is_some())))
+                .collect(),
+            &DataType::Boolean,
+        )?);
+        u_fields.push(Field::new(
+            format!("__set{i}"),
+            field.data_type().clone(),
+            true,
+        ));
+        u_columns.push(column_of(
+            updates
+                .iter()
+                .map(|(_, set)| set[v].clone().unwrap_or(ScalarValue::Null))
+                .collect(),
+            field.data_type(),
+        )?);
+    }
+    let updated_table = table_of(u_fields, u_columns)?;
+    let deleted_table = keys_table(&deletes)?;
+    let i_fields: Vec<Field> = user
+        .fields()
+        .iter()
+        .map(|f| Field::new(format!("__v_{}", f.name()), f.data_type().clone(), true))
+        .collect();
+    let i_columns = i_fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            column_of(
+                inserts.iter().map(|r| r[i].clone()).collect(),
+                f.data_type(),
+            )
+        })
+        .collect::<Result<_>>()?;
+    let inserted_table = table_of(i_fields, i_columns)?;
+    let inserted_keys_cols: Vec<String> = key_index
+        .iter()
+        .map(|&i| format!("__v_{}", user.field(i).name()))
+        .collect();
+
+    // 4. inserted keys must not be live
+    let live = || -> Result<LogicalPlanBuilder> {
+        raw_plan(&table)?.filter(column(KIND_COL).eq(lit(Kind::Upsert as i8)))
+    };
+    let clash = LogicalPlanBuilder::from(inserted_table.clone())
+        .join(
+            live()?.build()?,
+            JoinType::LeftSemi,
+            (inserted_keys_cols.clone(), keys.clone()),
+            None,
+        )?
+        .limit(0, Some(1))?
+        .build()?;
+    let clash = collect(state.create_physical_plan(&clash).await?, state.task_ctx()).await?;
+    if let Some(batch) = clash.iter().find(|b| b.num_rows() > 0) {
+        let key: Vec<ScalarValue> = inserted_keys_cols
+            .iter()
+            .map(|c| ScalarValue::try_from_array(batch.column(batch.schema().index_of(c)?), 0))
+            .collect::<Result<_>>()?;
+        return Err(refuse(format!(
+            "key ({}) inserted by WHEN NOT MATCHED is live",
+            describe(&key)
+        )));
+    }
+
+    // 5. the new state and its change feed
+    let raw_schema = table.raw_provider().schema();
+    let columns = file_columns(&table);
+    let now = written_at_value(chrono::Utc::now().timestamp_micros());
+    let seq_type = raw_schema.field_with_name(SEQ_COL)?.data_type().clone();
+    let least = least_sequence(&seq_type).ok_or_else(|| {
+        refuse(format!(
+            "its sequence type {seq_type} has no least value for inserted rows"
+        ))
+    })?;
+    let all = || columns.iter().map(|c| column(c)).collect::<Vec<_>>();
+    let affected_keys = LogicalPlanBuilder::from(keys_table(&[])?)
+        .union(
+            LogicalPlanBuilder::from(updated_table.clone())
+                .project(key_names.iter().map(|k| column(k)).collect::<Vec<_>>())?
+                .build()?,
+        )?
+        .union(deleted_table.clone())?
+        .union(
+            LogicalPlanBuilder::from(inserted_table.clone())
+                .project(
+                    inserted_keys_cols
+                        .iter()
+                        .zip(&key_names)
+                        .map(|(c, k)| column(c).alias(k))
+                        .collect::<Vec<_>>(),
+                )?
+                .build()?,
+        )?
+        .build()?;
+    let kept = raw_plan(&table)?
+        .join(
+            affected_keys,
+            JoinType::LeftAnti,
+            (keys.clone(), key_names.clone()),
+            None,
+        )?
+        .project(all())?
+        .build()?;
+    let updated_rows = |kind: i8| -> Result<LogicalPlan> {
+        let projection = columns
+            .iter()
+            .map(|c| {
+                let value = match user.fields().iter().position(|f| f.name() == c) {
+                    Some(i) if values.contains(&i) => {
+                        when(column(&format!("__has{i}")), column(&format!("__set{i}")))
+                            .otherwise(column(c))?
+                    }
+                    _ if c == KIND_COL => lit(kind),
+                    _ => column(c),
+                };
+                Ok(value.alias(c))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        live()?
+            .join(
+                updated_table.clone(),
+                JoinType::Inner,
+                (keys.clone(), key_names.clone()),
+                None,
+            )?
+            .project(projection)?
+            .build()
+    };
+    let old_rows = |target: &LogicalPlan, kind: i8, written: bool| -> Result<LogicalPlan> {
+        let projection = columns
+            .iter()
+            .map(|c| match c.as_str() {
+                KIND_COL => lit(kind).alias(c),
+                WRITTEN_AT_COL if written => lit(now.clone()).alias(c),
+                _ => column(c),
+            })
+            .collect::<Vec<_>>();
+        live()?
+            .join(
+                target.clone(),
+                JoinType::LeftSemi,
+                (keys.clone(), key_names.clone()),
+                None,
+            )?
+            .project(projection)?
+            .build()
+    };
+    let tombstones = raw_plan(&table)?
+        .filter(column(KIND_COL).eq(lit(Kind::Delete as i8)))?
+        .project(
+            keys.iter()
+                .zip(&key_names)
+                .map(|(k, n)| column(k).alias(format!("__t{n}")))
+                .chain([column(SEQ_COL).alias("__tomb_seq")])
+                .collect::<Vec<_>>(),
+        )?
+        .build()?;
+    let inserted_rows = |kind: i8| -> Result<LogicalPlan> {
+        let projection = columns
+            .iter()
+            .map(|c| {
+                let data_type = raw_schema.field_with_name(c)?.data_type().clone();
+                let value = match c.as_str() {
+                    SEQ_COL => coalesce(vec![
+                        col("__tomb_seq"),
+                        cast(lit(least.clone()), seq_type.clone()),
+                    ]),
+                    KIND_COL => lit(kind),
+                    WRITTEN_AT_COL => lit(now.clone()),
+                    c if user.field_with_name(c).is_ok() => column(&format!("__v_{c}")),
+                    _ => lit(ScalarValue::Null),
+                };
+                Ok(cast(value, data_type).alias(c))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        LogicalPlanBuilder::from(inserted_table.clone())
+            .join(
+                tombstones.clone(),
+                JoinType::Left,
+                (
+                    inserted_keys_cols.clone(),
+                    key_names
+                        .iter()
+                        .map(|n| format!("__t{n}"))
+                        .collect::<Vec<_>>(),
+                ),
+                None,
+            )?
+            .project(projection)?
+            .build()
+    };
+    let plan = LogicalPlanBuilder::from(kept)
+        .union(updated_rows(Kind::Upsert as i8)?)?
+        .union(old_rows(&deleted_table, Kind::Delete as i8, true)?)?
+        .union(inserted_rows(Kind::Upsert as i8)?)?
+        .union(old_rows(&updated_table, CHANGE_PREIMAGE, false)?)?
+        .union(updated_rows(CHANGE_POSTIMAGE)?)?
+        .union(old_rows(&deleted_table, CHANGE_DELETE, false)?)?
+        .union(inserted_rows(CHANGE_INSERT)?)?
+        .build()?;
+    let mut event = CommitEvent::new(Operation::Merge, None, started);
+    event.upserted = (updates.len() + inserts.len()) as u64;
+    event.deleted = deletes.len() as u64;
+    rewrite(
+        table,
+        state.clone(),
+        plan,
+        DeltaOperation::Write {
+            mode: SaveMode::Overwrite,
+            partition_by: None,
+            predicate: None,
+        },
+        event,
+        started,
+    )
+    .await?;
+    Ok(affected)
+}
