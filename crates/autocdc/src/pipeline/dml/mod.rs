@@ -1,6 +1,7 @@
 //! DML on streaming tables (`DELETE FROM`, `UPDATE`, `INSERT INTO` through
-//! DataFusion's `TableProvider` hooks, `MERGE INTO` parsed by our front end), keeping the bookkeeping later flows
-//! sequence against (the documentation's "DML on targets"):
+//! DataFusion's `TableProvider` hooks, `MERGE INTO` parsed by our front
+//! end), keeping the bookkeeping later flows sequence against (the
+//! documentation's "DML on targets"):
 //!
 //! * SCD 1 `DELETE`: matching live rows become tombstones at their stored
 //!   sequence, so a late event for the key stays dropped;
