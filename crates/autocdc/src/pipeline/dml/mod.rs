@@ -44,14 +44,16 @@ use deltalake_core::kernel::{Action, AddCDCFile};
 use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
 
+mod insert;
 mod merge;
 
+use insert::insert_scd1;
 pub use merge::merge;
 
 use super::{plan_update, Planning, UpdateSource};
 use crate::fold::columns::{
-    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, END_AT_COL, KIND_COL,
-    SEQ_COL, START_AT_COL, WRITTEN_AT_COL,
+    Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, END_AT_COL, KIND_COL, START_AT_COL,
+    WRITTEN_AT_COL,
 };
 use crate::spec::resolve::written_at_value;
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
@@ -349,200 +351,6 @@ async fn rewrite_rows(
     )
     .await?;
     Ok(hits)
-}
-
-/// `INSERT INTO t ...` on an SCD 1 target: each row is a live row of a key
-/// the table does not hold live (a live key, a key inserted twice or a NULL
-/// key is an error naming it, and nothing is written). A row takes the
-/// sequence of its key's tombstone, which it replaces, so replays of older
-/// events stay dropped; without one it takes the least value of the
-/// sequence type (older than any event: the next event of its key applies,
-/// a TRUNCATE removes it).
-async fn insert_scd1(
-    table: Arc<ScdTable>,
-    state: SessionState,
-    input: Arc<dyn ExecutionPlan>,
-    flow: FlowSpec,
-) -> Result<u64> {
-    let started = std::time::Instant::now();
-    let user = table.meta().user_schema;
-    let keys: Vec<String> = key_positions(&table, &flow)?
-        .into_iter()
-        .map(|i| user.field(i).name().clone())
-        .collect();
-    let schema = input.schema();
-    let batches = collect(input, state.task_ctx()).await?;
-    let inserted: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-    let source = || -> Result<LogicalPlanBuilder> {
-        LogicalPlanBuilder::scan(
-            "__cdc_insert",
-            provider_as_source(Arc::new(MemTable::try_new(
-                Arc::clone(&schema),
-                vec![batches.clone()],
-            )?)),
-            None,
-        )
-    };
-    let key_of = |batch: &RecordBatch| -> Result<String> {
-        let parts = keys
-            .iter()
-            .map(|k| {
-                let value = datafusion::common::ScalarValue::try_from_array(
-                    batch.column(batch.schema().index_of(k)?),
-                    0,
-                )?;
-                Ok(format!("{k} = {value}"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(parts.join(", "))
-    };
-    let first = |plan: LogicalPlan| {
-        let state = state.clone();
-        async move {
-            let plan = LogicalPlanBuilder::from(plan).limit(0, Some(1))?.build()?;
-            let batches =
-                collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
-            Ok::<_, DataFusionError>(batches.into_iter().find(|b| b.num_rows() > 0))
-        }
-    };
-    let refuse = |why: String| {
-        DataFusionError::Execution(format!(
-            "INSERT INTO {}: {why}; nothing was inserted",
-            table.name()
-        ))
-    };
-    let key_cols = || keys.iter().map(|k| column(k)).collect::<Vec<_>>();
-    // NULL keys, keys inserted twice, keys live already
-    let null_key = keys
-        .iter()
-        .map(|k| column(k).is_null())
-        .reduce(Expr::or)
-        .unwrap_or(lit(false));
-    if first(source()?.filter(null_key)?.build()?).await?.is_some() {
-        return Err(refuse(format!(
-            "a row has a NULL key ({})",
-            keys.join(", ")
-        )));
-    }
-    let twice = source()?
-        .aggregate(
-            key_cols(),
-            vec![datafusion::functions_aggregate::count::count(lit(1)).alias("__n")],
-        )?
-        .filter(col("__n").gt(lit(1i64)))?
-        .build()?;
-    if let Some(batch) = first(twice).await? {
-        return Err(refuse(format!(
-            "key ({}) is inserted twice",
-            key_of(&batch)?
-        )));
-    }
-    let stored = |kind: Kind| -> Result<LogicalPlanBuilder> {
-        let mut projection: Vec<Expr> = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| column(k).alias(format!("__k{i}")))
-            .collect();
-        projection.push(column(SEQ_COL).alias("__stored_seq"));
-        raw_plan(&table)?
-            .filter(column(KIND_COL).eq(lit(kind as i8)))?
-            .project(projection)
-    };
-    let stored_keys: Vec<String> = (0..keys.len()).map(|i| format!("__k{i}")).collect();
-    let live = source()?
-        .join(
-            stored(Kind::Upsert)?.build()?,
-            datafusion::logical_expr::JoinType::LeftSemi,
-            (keys.clone(), stored_keys.clone()),
-            None,
-        )?
-        .build()?;
-    if let Some(batch) = first(live).await? {
-        return Err(refuse(format!(
-            "key ({}) is live; UPDATE it, or DELETE it first",
-            key_of(&batch)?
-        )));
-    }
-
-    let raw_schema = table.raw_provider().schema();
-    let columns = file_columns(&table);
-    let now = written_at_value(chrono::Utc::now().timestamp_micros());
-    // a key without a tombstone: the least sequence, older than any event
-    let seq_type = raw_schema.field_with_name(SEQ_COL)?.data_type().clone();
-    let least = least_sequence(&seq_type).ok_or_else(|| {
-        refuse(format!(
-            "its sequence type {seq_type} has no least value to give rows of keys without a tombstone"
-        ))
-    })?;
-    // the new rows, each with its key's tombstone sequence
-    let with_tombstones = source()?
-        .join(
-            stored(Kind::Delete)?.build()?,
-            datafusion::logical_expr::JoinType::Left,
-            (keys.clone(), stored_keys.clone()),
-            None,
-        )?
-        .build()?;
-    let new_rows = |kind: i8| -> Result<LogicalPlan> {
-        let projection = columns
-            .iter()
-            .map(|c| {
-                let data_type = raw_schema.field_with_name(c)?.data_type().clone();
-                let value = match c.as_str() {
-                    SEQ_COL => coalesce(vec![
-                        col("__stored_seq"),
-                        cast(lit(least.clone()), seq_type.clone()),
-                    ]),
-                    KIND_COL => lit(kind),
-                    WRITTEN_AT_COL => lit(now.clone()),
-                    c if schema.field_with_name(c).is_ok() => {
-                        Expr::Column(Column::new(Some("__cdc_insert"), c))
-                    }
-                    _ => lit(datafusion::common::ScalarValue::Null),
-                };
-                Ok(cast(value, data_type).alias(c))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        LogicalPlanBuilder::from(with_tombstones.clone())
-            .project(projection)?
-            .build()
-    };
-    let all = || columns.iter().map(|c| column(c)).collect::<Vec<_>>();
-    // stored rows but the tombstones the new rows replace
-    let kept = raw_plan(&table)?
-        .filter(column(KIND_COL).not_eq(lit(Kind::Delete as i8)))?
-        .project(all())?
-        .union(
-            raw_plan(&table)?
-                .filter(column(KIND_COL).eq(lit(Kind::Delete as i8)))?
-                .join(
-                    source()?.project(key_cols())?.build()?,
-                    datafusion::logical_expr::JoinType::LeftAnti,
-                    (keys.clone(), keys.clone()),
-                    None,
-                )?
-                .project(all())?
-                .build()?,
-        )?
-        .union(new_rows(Kind::Upsert as i8)?)?
-        .union(new_rows(CHANGE_INSERT)?)?
-        .build()?;
-    let mut event = CommitEvent::new(Operation::Insert, None, started);
-    event.upserted = inserted;
-    rewrite(
-        table,
-        state,
-        kept,
-        DeltaOperation::Write {
-            mode: deltalake_core::protocol::SaveMode::Overwrite,
-            partition_by: None,
-            predicate: None,
-        },
-        event,
-        started,
-    )
-    .await?;
-    Ok(inserted)
 }
 
 /// The least value of a sequence type: the sequence of a row written by DML
