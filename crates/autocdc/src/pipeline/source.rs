@@ -220,12 +220,7 @@ fn changed_rows(
     provider: &Arc<dyn TableProvider>,
 ) -> Result<LogicalPlan> {
     let changes = changes_provider(table, from, None)?;
-    let columns: Vec<Expr> = provider
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| Expr::Column(Column::new_unqualified(f.name())))
-        .collect();
+    let columns = columns_of(provider);
     LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?
         .filter(col("_change_type").in_list(vec![lit("insert"), lit("update_postimage")], false))?
         .project(columns)?
@@ -255,12 +250,7 @@ async fn appended_rows(
     if let (StreamRead::AppendOnly, Some(first)) = (mode, versions.first()) {
         return Err(not_append_only(mode, name, *first));
     }
-    let columns: Vec<Expr> = provider
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| Expr::Column(Column::new_unqualified(f.name())))
-        .collect();
+    let columns = columns_of(provider);
     let skipped: Vec<Expr> = versions.into_iter().map(lit).collect();
     let mut kept = col("_change_type").eq(lit("insert"));
     if !skipped.is_empty() {
@@ -269,6 +259,16 @@ async fn appended_rows(
         );
     }
     changes()?.filter(kept)?.project(columns)?.build()
+}
+
+/// A reference to each column of `provider`, in order.
+fn columns_of(provider: &Arc<dyn TableProvider>) -> Vec<Expr> {
+    provider
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| Expr::Column(Column::new_unqualified(f.name())))
+        .collect()
 }
 
 /// No rows, with the columns of `schema`.

@@ -8,7 +8,7 @@ use deltalake_core::protocol::DeltaOperation;
 
 use crate::physical::commit_exec::result_schema;
 use crate::spec::FlowSpec;
-use crate::table::commit::data_files;
+use crate::table::commit::remove_all;
 use crate::table::delta_err;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::properties::{
@@ -53,12 +53,7 @@ impl CdcSession {
         let log_store = delta.log_store();
         let event = CommitEvent::new(Operation::FullRefresh, None, std::time::Instant::now());
         let mut actions = vec![event.action()];
-        actions.extend(
-            data_files(&delta)
-                .await?
-                .into_iter()
-                .map(|v| Action::Remove(v.remove_action(true))),
-        );
+        actions.extend(remove_all(&delta).await?);
         // forget what the flows read: they read their sources (and every
         // snapshot version) again
         let mut metadata = snapshot.metadata().clone();

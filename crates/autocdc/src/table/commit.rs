@@ -164,15 +164,7 @@ pub async fn commit_written(
             actions.extend(retired);
         }
         actions.extend(adds.iter().cloned().map(Action::Add));
-        actions.extend(change_files.into_iter().map(|f| {
-            Action::Cdc(AddCDCFile {
-                path: f.path,
-                size: f.size,
-                partition_values: f.partition_values,
-                data_change: false,
-                tags: None,
-            })
-        }));
+        actions.extend(change_files.into_iter().map(change_file_action));
     } else {
         // nothing changed: keep the current files, discard the rewritten ones
         BucketWriter::discard(&store, &adds).await?;
@@ -206,6 +198,26 @@ pub async fn commit_written(
         files_added: if changed { adds.len() } else { 0 },
         files_removed,
     })
+}
+
+/// The `cdc` action committing a change data file the writer wrote.
+pub(crate) fn change_file_action(file: Add) -> Action {
+    Action::Cdc(AddCDCFile {
+        path: file.path,
+        size: file.size,
+        partition_values: file.partition_values,
+        data_change: false,
+        tags: None,
+    })
+}
+
+/// `Remove` actions of every data file of `table`'s loaded version.
+pub(crate) async fn remove_all(table: &deltalake_core::DeltaTable) -> Result<Vec<Action>> {
+    Ok(data_files(table)
+        .await?
+        .into_iter()
+        .map(|v| Action::Remove(v.remove_action(true)))
+        .collect())
 }
 
 /// The data files of `table`'s loaded version.

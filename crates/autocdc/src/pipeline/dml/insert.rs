@@ -6,14 +6,12 @@ use arrow::array::RecordBatch;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
-use datafusion::functions::expr_fn::coalesce;
-use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use deltalake_core::protocol::DeltaOperation;
 
-use super::{column, file_columns, key_positions, least_sequence, raw_plan, rewrite};
-use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
-use crate::spec::resolve::written_at_value;
+use super::{column, file_columns, key_positions, raw_plan, rewrite, NewRows};
+use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL};
 use crate::spec::FlowSpec;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::ScdTable;
@@ -131,16 +129,8 @@ pub(super) async fn insert_scd1(
         )));
     }
 
-    let raw_schema = table.raw_provider().schema();
     let columns = file_columns(&table);
-    let now = written_at_value(chrono::Utc::now().timestamp_micros());
-    // a key without a tombstone: the least sequence, older than any event
-    let seq_type = raw_schema.field_with_name(SEQ_COL)?.data_type().clone();
-    let least = least_sequence(&seq_type).ok_or_else(|| {
-        refuse(format!(
-            "its sequence type {seq_type} has no least value to give rows of keys without a tombstone"
-        ))
-    })?;
+    let new = NewRows::new(&table, refuse)?;
     // the new rows, each with its key's tombstone sequence
     let with_tombstones = source()?
         .join(
@@ -151,25 +141,12 @@ pub(super) async fn insert_scd1(
         )?
         .build()?;
     let new_rows = |kind: i8| -> Result<LogicalPlan> {
-        let projection = columns
-            .iter()
-            .map(|c| {
-                let data_type = raw_schema.field_with_name(c)?.data_type().clone();
-                let value = match c.as_str() {
-                    SEQ_COL => coalesce(vec![
-                        col("__stored_seq"),
-                        cast(lit(least.clone()), seq_type.clone()),
-                    ]),
-                    KIND_COL => lit(kind),
-                    WRITTEN_AT_COL => lit(now.clone()),
-                    c if schema.field_with_name(c).is_ok() => {
-                        Expr::Column(Column::new(Some("__cdc_insert"), c))
-                    }
-                    _ => lit(datafusion::common::ScalarValue::Null),
-                };
-                Ok(cast(value, data_type).alias(c))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let projection = new.projection(kind, col("__stored_seq"), |c| {
+            schema
+                .field_with_name(c)
+                .is_ok()
+                .then(|| Expr::Column(Column::new(Some("__cdc_insert"), c)))
+        });
         LogicalPlanBuilder::from(with_tombstones.clone())
             .project(projection)?
             .build()

@@ -21,19 +21,17 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
-use datafusion::functions::expr_fn::coalesce;
-use datafusion::logical_expr::{cast, col, lit, when, JoinType, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{col, lit, when, JoinType, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::collect;
 use datafusion::sql::sqlparser::ast::Ident;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 
-use super::{column, file_columns, key_positions, keyed_flow, least_sequence, raw_plan, rewrite};
+use super::{column, file_columns, key_positions, keyed_flow, raw_plan, rewrite, NewRows};
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
     WRITTEN_AT_COL,
 };
-use crate::spec::resolve::written_at_value;
 use crate::spec::ScdType;
 use crate::sql::{MergeAction, MergeStatement};
 use crate::table::event::{CommitEvent, Operation};
@@ -348,15 +346,9 @@ pub async fn merge(
     }
 
     // 5. the new state and its change feed
-    let raw_schema = table.raw_provider().schema();
     let columns = file_columns(&table);
-    let now = written_at_value(chrono::Utc::now().timestamp_micros());
-    let seq_type = raw_schema.field_with_name(SEQ_COL)?.data_type().clone();
-    let least = least_sequence(&seq_type).ok_or_else(|| {
-        refuse(format!(
-            "its sequence type {seq_type} has no least value for inserted rows"
-        ))
-    })?;
+    let new = NewRows::new(&table, refuse)?;
+    let now = new.now.clone();
     let all = || columns.iter().map(|c| column(c)).collect::<Vec<_>>();
     let affected_keys = LogicalPlanBuilder::from(keys_table(&[])?)
         .union(
@@ -441,23 +433,11 @@ pub async fn merge(
         )?
         .build()?;
     let inserted_rows = |kind: i8| -> Result<LogicalPlan> {
-        let projection = columns
-            .iter()
-            .map(|c| {
-                let data_type = raw_schema.field_with_name(c)?.data_type().clone();
-                let value = match c.as_str() {
-                    SEQ_COL => coalesce(vec![
-                        col("__tomb_seq"),
-                        cast(lit(least.clone()), seq_type.clone()),
-                    ]),
-                    KIND_COL => lit(kind),
-                    WRITTEN_AT_COL => lit(now.clone()),
-                    c if user.field_with_name(c).is_ok() => column(&format!("__v_{c}")),
-                    _ => lit(ScalarValue::Null),
-                };
-                Ok(cast(value, data_type).alias(c))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let projection = new.projection(kind, col("__tomb_seq"), |c| {
+            user.field_with_name(c)
+                .is_ok()
+                .then(|| column(&format!("__v_{c}")))
+        });
         LogicalPlanBuilder::from(inserted_table.clone())
             .join(
                 tombstones.clone(),

@@ -40,7 +40,7 @@ use datafusion::physical_plan::{
     collect, execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
     PlanProperties,
 };
-use deltalake_core::kernel::{Action, AddCDCFile};
+use deltalake_core::kernel::Action;
 use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
 
@@ -52,13 +52,13 @@ pub use merge::merge;
 
 use super::{plan_update, Planning, UpdateSource};
 use crate::fold::columns::{
-    Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, END_AT_COL, KIND_COL, START_AT_COL,
-    WRITTEN_AT_COL,
+    Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, END_AT_COL, KIND_COL, SEQ_COL,
+    START_AT_COL, WRITTEN_AT_COL,
 };
 use crate::spec::resolve::written_at_value;
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::table::bucket::BUCKET_COL;
-use crate::table::commit::{data_files, write_rows, ChangeFeed, WrittenFiles};
+use crate::table::commit::{change_file_action, remove_all, write_rows, ChangeFeed, WrittenFiles};
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::provider::TargetDml;
 use crate::table::{delta_err, ScdTable};
@@ -277,22 +277,9 @@ async fn rewrite(
     let log_store = delta.log_store();
     event.duration_ms = started.elapsed().as_millis() as u64;
     let mut actions = vec![event.action()];
-    actions.extend(
-        data_files(&delta)
-            .await?
-            .into_iter()
-            .map(|v| Action::Remove(v.remove_action(true))),
-    );
+    actions.extend(remove_all(&delta).await?);
     actions.extend(adds.into_iter().map(Action::Add));
-    actions.extend(change_files.into_iter().map(|f| {
-        Action::Cdc(AddCDCFile {
-            path: f.path,
-            size: f.size,
-            partition_values: f.partition_values,
-            data_change: false,
-            tags: None,
-        })
-    }));
+    actions.extend(change_files.into_iter().map(change_file_action));
     crate::table::commit_builder()
         .with_actions(actions)
         .build(Some(snapshot), log_store, operation)
@@ -351,6 +338,67 @@ async fn rewrite_rows(
     )
     .await?;
     Ok(hits)
+}
+
+/// The data-file rows DML writes for keys that were not live (`INSERT`,
+/// `MERGE ... WHEN NOT MATCHED`): their values, the sequence of the key's
+/// tombstone or else the least one (older than any event), written now.
+struct NewRows {
+    /// Data-file columns and their types.
+    columns: Vec<(String, DataType)>,
+    /// The least sequence, typed.
+    least: Expr,
+    /// `__cdc_written_at` of the statement.
+    now: datafusion::common::ScalarValue,
+}
+
+impl NewRows {
+    /// For `table`; `refuse` words the error of a sequence type without a
+    /// least value.
+    fn new(table: &ScdTable, refuse: impl Fn(String) -> DataFusionError) -> Result<Self> {
+        let raw_schema = table.raw_provider().schema();
+        let columns = file_columns(table)
+            .into_iter()
+            .map(|c| {
+                let data_type = raw_schema.field_with_name(&c)?.data_type().clone();
+                Ok((c, data_type))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let seq_type = raw_schema.field_with_name(SEQ_COL)?.data_type().clone();
+        let least = least_sequence(&seq_type).ok_or_else(|| {
+            refuse(format!(
+                "its sequence type {seq_type} has no least value to give rows of keys without a tombstone"
+            ))
+        })?;
+        Ok(Self {
+            columns,
+            least: cast(lit(least), seq_type),
+            now: written_at_value(chrono::Utc::now().timestamp_micros()),
+        })
+    }
+
+    /// The projection of a row of kind `kind` (live, or a change kind):
+    /// `tombstone_seq` is its key's tombstone sequence (NULL without one),
+    /// `value(c)` its value of the user column `c` (`None`: not a user column).
+    fn projection(
+        &self,
+        kind: i8,
+        tombstone_seq: Expr,
+        value: impl Fn(&str) -> Option<Expr>,
+    ) -> Vec<Expr> {
+        self.columns
+            .iter()
+            .map(|(c, data_type)| {
+                let e = match c.as_str() {
+                    SEQ_COL => coalesce(vec![tombstone_seq.clone(), self.least.clone()]),
+                    KIND_COL => lit(kind),
+                    WRITTEN_AT_COL => lit(self.now.clone()),
+                    c => value(c).unwrap_or(lit(datafusion::common::ScalarValue::Null)),
+                };
+                cast(e, data_type.clone()).alias(c)
+            })
+            .collect()
+    }
 }
 
 /// The least value of a sequence type: the sequence of a row written by DML
