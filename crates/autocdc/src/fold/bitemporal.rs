@@ -37,8 +37,8 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::{
     EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
-    END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT,
-    SYSTEM_END_AT_COL, SYSTEM_SEQ_COL, SYSTEM_START_AT_COL,
+    END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_ERASED_THROUGH,
+    STORED_UPSERT_EVENT, SYSTEM_END_AT_COL, SYSTEM_SEQ_COL, SYSTEM_START_AT_COL,
 };
 use super::errors::{check_event_nulls, format_key};
 use super::kernel::{FoldKernel, GroupCarry};
@@ -213,20 +213,29 @@ struct Emit {
     system_start: Vec<Option<u32>>,
     system_end: Vec<Option<u32>>,
     kind: Vec<i8>,
+    /// Row whose `__cdc_written_at` the output row takes.
+    written: Vec<u32>,
 }
 
 impl Emit {
     fn event(&mut self, row: usize, kind: i8) {
+        let code = if kind == Kind::Delete as i8 {
+            STORED_DELETE_EVENT
+        } else {
+            STORED_UPSERT_EVENT
+        };
+        self.mark(row, code, row);
+    }
+
+    /// A hidden row with the stored code `code`, written at `written`'s time.
+    fn mark(&mut self, row: usize, code: i8, written: usize) {
         self.rows.push(row as u32);
         self.start.push(None);
         self.end.push(None);
         self.system_start.push(None);
         self.system_end.push(None);
-        self.kind.push(if kind == Kind::Delete as i8 {
-            STORED_DELETE_EVENT
-        } else {
-            STORED_UPSERT_EVENT
-        });
+        self.kind.push(code);
+        self.written.push(written as u32);
     }
 
     fn row(&mut self, r: &BiRow, kind: i8) {
@@ -236,6 +245,7 @@ impl Emit {
         self.system_start.push(Some(r.from as u32));
         self.system_end.push(r.to.map(|c| c as u32));
         self.kind.push(kind);
+        self.written.push(r.last as u32);
     }
 }
 
@@ -351,9 +361,31 @@ impl BitemporalFold {
             while stop < end && keys.row(stop) == keys.row(start) {
                 stop += 1;
             }
+            // a DML DELETE erases the key: its rows are deleted and every
+            // new event at or before its greatest sequence will be dropped
+            if let Some(statement) = (start..stop).find(|&i| origins.value(i) == Origin::Dml as i8)
+            {
+                self.erase(start..stop, statement, &enc, origins, &mut s, &mut emit);
+                start = stop;
+                continue;
+            }
+            let through = (start..stop).find(|&i| kinds.value(i) == STORED_ERASED_THROUGH);
             // 1. distinct events by (seq, system seq); equal pairs must be equal events
             s.kept.clear();
-            s.kept.extend(start..stop);
+            for i in start..stop {
+                if kinds.value(i) == STORED_ERASED_THROUGH {
+                    emit.mark(i, STORED_ERASED_THROUGH, i);
+                    continue;
+                }
+                if origins.value(i) == Origin::New as i8
+                    && through.is_some_and(|t| seqs.row(i) <= seqs.row(t))
+                {
+                    self.counts.input_rows += 1;
+                    self.counts.late += 1;
+                    continue;
+                }
+                s.kept.push(i);
+            }
             s.kept.sort_by(|&a, &b| {
                 seqs.row(a)
                     .cmp(&seqs.row(b))
@@ -424,6 +456,46 @@ impl BitemporalFold {
         self.build(batch, emit).map(Some)
     }
 
+    /// Erase the key of rows `group` for the DML row `statement`: its rows
+    /// are deleted (in the change feed), its events dropped, and an
+    /// erased-through mark at its greatest sequence kept.
+    fn erase(
+        &mut self,
+        group: std::ops::Range<usize>,
+        statement: usize,
+        enc: &Encoded<'_>,
+        origins: &Int8Array,
+        s: &mut Scratch,
+        emit: &mut Emit,
+    ) {
+        let mut subset = std::mem::take(&mut s.subset);
+        subset.clear();
+        subset.extend(group.clone().filter(|&i| {
+            origins.value(i) == Origin::Stored as i8 && enc.kinds.value(i) != STORED_ERASED_THROUGH
+        }));
+        subset.sort_by(|&a, &b| {
+            enc.seqs
+                .row(a)
+                .cmp(&enc.seqs.row(b))
+                .then_with(|| enc.systems.row(a).cmp(&enc.systems.row(b)))
+        });
+        subset.dedup_by(|a, b| {
+            enc.seqs.row(*a) == enc.seqs.row(*b) && enc.systems.row(*a) == enc.systems.row(*b)
+        });
+        let mut before = std::mem::take(&mut s.before);
+        fold_rows(&subset, enc, s, &mut before);
+        changes(&before, &[], enc, emit);
+        self.counts.deleted += before.len();
+        let greatest = group
+            .filter(|&i| origins.value(i) != Origin::Dml as i8)
+            .max_by(|&a, &b| enc.seqs.row(a).cmp(&enc.seqs.row(b)));
+        if let Some(g) = greatest {
+            emit.mark(g, STORED_ERASED_THROUGH, statement);
+        }
+        s.before = before;
+        s.subset = subset;
+    }
+
     fn build(&self, batch: &RecordBatch, emit: Emit) -> Result<RecordBatch> {
         let rows = UInt32Array::from(emit.rows);
         let seq = batch.column(self.layout.seq());
@@ -448,7 +520,7 @@ impl BitemporalFold {
         columns.push(Arc::new(Int8Array::from(emit.kind)));
         columns.push(take(
             batch.column(self.layout.written_at()).as_ref(),
-            &rows,
+            &UInt32Array::from(emit.written),
             None,
         )?);
         columns.push(take(system.as_ref(), &rows, None)?);

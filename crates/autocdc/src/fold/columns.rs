@@ -9,6 +9,20 @@ pub const KIND_COL: &str = "__cdc_kind";
 pub const STORED_UPSERT_EVENT: i8 = 3;
 /// Stored row kind of a hidden DELETE event kept in an SCD 2 history.
 pub const STORED_DELETE_EVENT: i8 = 4;
+/// Stored row kind of an UPSERT event written by a DML statement into an
+/// SCD 2 history: a new event of its key at its sequence is a replay of what
+/// the statement corrected, and dropped.
+pub const STORED_DML_UPSERT_EVENT: i8 = 5;
+/// Stored row kind of a DELETE event written by a DML statement (see
+/// [`STORED_DML_UPSERT_EVENT`]).
+pub const STORED_DML_DELETE_EVENT: i8 = 6;
+/// Stored row kind of an erasure mark: a DML statement removed its key's
+/// event at this sequence; a new event of the key at it is dropped.
+pub const STORED_ERASED_AT: i8 = 7;
+/// Stored row kind of a key's erasure mark: a DML statement deleted every
+/// version of the key; a new event of the key at or before this sequence is
+/// dropped. Marks expire with the tombstone retention.
+pub const STORED_ERASED_THROUGH: i8 = 8;
 /// Fold output row kind: a change data feed row, inserted visible row.
 pub const CHANGE_INSERT: i8 = 10;
 /// Change data feed row: the visible row before an update.
@@ -92,13 +106,24 @@ impl Kind {
 /// new event read from the flow's source. At equal sequence the stored state
 /// sorts first and wins (SCD 1 keeps no events, so a new event at a stored
 /// sequence is late or a replay).
+///
+/// SCD 2 and BITEMPORAL histories also hold what DML statements wrote
+/// ([`Origin::StoredByDml`]: events and erasure marks), and a DML statement's
+/// update brings the edited histories of its keys ([`Origin::Dml`]), which
+/// replace the stored ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i8)]
 pub enum Origin {
+    /// Event or erasure mark written by a DML statement, read back (sorts
+    /// before a new event of equal sequence, which it drops).
+    StoredByDml = -1,
     /// Row read back from the target.
     Stored = 0,
     /// Event read from the source in this update.
     New = 1,
+    /// Event of a DML statement's edited history: the key's history becomes
+    /// exactly the versions these events fold into.
+    Dml = 2,
 }
 
 /// Stored rows of an SCD 1 fold: the event columns but `__cdc_origin` and

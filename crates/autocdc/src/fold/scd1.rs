@@ -251,8 +251,8 @@ impl Scd1Fold {
                         g.prev = Slot::Here(i);
                         g.prev_origin = origin;
                     }
-                    (Origin::Stored, _) => self.counts.late += 1,
-                    (Origin::New, Origin::New) => {
+                    (Origin::Stored | Origin::StoredByDml, _) => self.counts.late += 1,
+                    (Origin::New | Origin::Dml, Origin::New | Origin::Dml) => {
                         if !self.same_event(batch, &g.prev, i)? {
                             let err = self.conflict_error(batch, i);
                             self.group = Some(g);
@@ -266,7 +266,7 @@ impl Scd1Fold {
                         }
                     }
                     // stored rows sort first at equal sequence
-                    (Origin::New, Origin::Stored) => {
+                    (Origin::New | Origin::Dml, Origin::Stored | Origin::StoredByDml) => {
                         g.winner = Slot::Here(i);
                         g.winner_origin = origin;
                         g.prev = Slot::Here(i);

@@ -33,7 +33,8 @@ use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{
     EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
-    END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_UPSERT_EVENT,
+    END_AT_COL, KIND_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT, STORED_DML_DELETE_EVENT,
+    STORED_DML_UPSERT_EVENT, STORED_ERASED_AT, STORED_ERASED_THROUGH, STORED_UPSERT_EVENT,
 };
 use super::errors::{check_event_nulls, conflict_error};
 use super::kernel::{FoldKernel, GroupCarry};
@@ -88,18 +89,24 @@ struct Emit {
     start: Vec<Option<u32>>,
     end: Vec<Option<u32>>,
     kind: Vec<i8>,
+    /// Row whose `__cdc_written_at` the output row takes (its own, but for
+    /// marks made by a DML statement: the statement's).
+    written: Vec<u32>,
 }
 
 impl Emit {
-    fn event(&mut self, row: usize, kind: i8) {
+    /// A hidden event (or erasure mark) with the stored code `code`.
+    fn event(&mut self, row: usize, code: i8) {
+        self.mark(row, code, row);
+    }
+
+    /// A hidden row with the stored code `code`, written at `written`'s time.
+    fn mark(&mut self, row: usize, code: i8, written: usize) {
         self.rows.push(row as u32);
         self.start.push(None);
         self.end.push(None);
-        self.kind.push(if kind == Kind::Delete as i8 {
-            STORED_DELETE_EVENT
-        } else {
-            STORED_UPSERT_EVENT
-        });
+        self.kind.push(code);
+        self.written.push(written as u32);
     }
 
     /// A change data feed row for a version.
@@ -108,16 +115,31 @@ impl Emit {
         self.start.push(Some(open as u32));
         self.end.push(close.map(|c| c as u32));
         self.kind.push(kind);
+        self.written.push(last as u32);
     }
 
     /// A version with the values of `last` (its latest absorbed event),
     /// valid over [seq(open), seq(close)).
     fn version(&mut self, last: usize, open: usize, close: Option<usize>) {
-        self.rows.push(last as u32);
-        self.start.push(Some(open as u32));
-        self.end.push(close.map(|c| c as u32));
-        self.kind.push(Kind::Upsert as i8);
+        self.change(last, open, close, Kind::Upsert as i8);
     }
+}
+
+/// The stored code of an event of kind `kind` from `origin`: DML-written
+/// events keep their mark.
+fn stored_code(kind: i8, origin: i8) -> i8 {
+    let dml = origin == Origin::StoredByDml as i8 || origin == Origin::Dml as i8;
+    match (kind == Kind::Delete as i8, dml) {
+        (false, false) => STORED_UPSERT_EVENT,
+        (true, false) => STORED_DELETE_EVENT,
+        (false, true) => STORED_DML_UPSERT_EVENT,
+        (true, true) => STORED_DML_DELETE_EVENT,
+    }
+}
+
+/// Whether a stored row of kind `kind` is an erasure mark (not an event).
+pub(super) fn is_mark(kind: i8) -> bool {
+    kind == STORED_ERASED_AT || kind == STORED_ERASED_THROUGH
 }
 
 /// Row encodings and codes of one batch, shared by its key groups.
@@ -136,6 +158,7 @@ struct BatchRows<'a> {
 struct Scratch {
     kept: Vec<usize>,
     stored: Vec<usize>,
+    marks: Vec<usize>,
     versions: Vec<Version>,
     before: Vec<Version>,
 }
@@ -277,7 +300,8 @@ impl Scd2Fold {
         self.build(batch, merged.as_ref(), emit).map(Some)
     }
 
-    /// Fold one key group (rows `start..stop`).
+    /// Fold one key group (rows `start..stop`): a DML statement's edited
+    /// history replaces the stored one; otherwise new events join it.
     fn fold_group(
         &mut self,
         batch: &RecordBatch,
@@ -286,30 +310,56 @@ impl Scd2Fold {
         emit: &mut Emit,
         scratch: &mut Scratch,
     ) -> Result<()> {
+        let origins = rows.origins;
+        if (start..stop).any(|i| origins.value(i) == Origin::Dml as i8) {
+            return self.replace_group(batch, (start, stop), rows, emit, scratch);
+        }
         let BatchRows {
             seqs,
             values,
-            targets,
             tracked,
             kinds,
-            origins,
+            ..
         } = *rows;
+        // a DML statement erased every version: new events at or before
+        // the mark are dropped
+        let through = (start..stop).find(|&i| {
+            origins.value(i) == Origin::StoredByDml as i8 && kinds.value(i) == STORED_ERASED_THROUGH
+        });
         // 1. events: drop replays, reject conflicts, keep every distinct event
         let Scratch {
             kept,
             stored,
             versions,
             before,
+            ..
         } = scratch;
         kept.clear();
+        // the latest DML-written row so far: it sorts before a new event of
+        // equal sequence, which replays what the statement corrected
+        let mut dml: Option<usize> = None;
         for i in start..stop {
-            let new = origins.value(i) == Origin::New as i8;
+            let origin = origins.value(i);
+            if origin == Origin::StoredByDml as i8 {
+                dml = Some(i);
+                if is_mark(kinds.value(i)) {
+                    emit.event(i, kinds.value(i));
+                    continue;
+                }
+            }
+            let new = origin == Origin::New as i8;
             if new {
                 self.counts.input_rows += 1;
+                let erased = through.is_some_and(|t| seqs.row(i) <= seqs.row(t))
+                    || dml.is_some_and(|d| seqs.row(d) == seqs.row(i));
+                if erased {
+                    self.counts.late += 1;
+                    continue;
+                }
             }
             if let Some(&p) = kept.last().filter(|&&p| seqs.row(p) == seqs.row(i)) {
                 if values.row(p) != values.row(i) {
-                    let stored = origins.value(p) == Origin::Stored as i8;
+                    let stored = origins.value(p) != Origin::New as i8;
                     return Err(conflict_error(&self.flow, &self.layout, batch, i, stored));
                 }
                 if new {
@@ -318,7 +368,7 @@ impl Scd2Fold {
                 continue;
             }
             kept.push(i);
-            emit.event(i, kinds.value(i));
+            emit.event(i, stored_code(kinds.value(i), origin));
             if new {
                 self.counts.events_added += 1;
             }
@@ -347,42 +397,109 @@ impl Scd2Fold {
         stored.extend(kept.iter().copied().filter(|&i| !is_new(i)));
         fold_versions(stored, kinds, tracked, before);
         // 3. the change data feed: versions matched by their start
-        let same_end = |a: Option<usize>, b: Option<usize>| match (a, b) {
-            (None, None) => true,
-            (Some(a), Some(b)) => seqs.row(a) == seqs.row(b),
-            _ => false,
-        };
-        let (mut o, mut n) = (0, 0);
-        while o < before.len() || n < versions.len() {
-            let order = match (before.get(o), versions.get(n)) {
-                (Some(old), Some(new)) => seqs.row(old.open).cmp(&seqs.row(new.open)),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                _ => std::cmp::Ordering::Greater,
-            };
-            match order {
-                std::cmp::Ordering::Less => {
-                    let old = &before[o];
-                    emit.change(old.last, old.open, old.close, CHANGE_DELETE);
-                    o += 1;
-                }
-                std::cmp::Ordering::Greater => {
-                    let new = &versions[n];
-                    emit.change(new.last, new.open, new.close, CHANGE_INSERT);
-                    n += 1;
-                }
-                std::cmp::Ordering::Equal => {
-                    let (old, new) = (&before[o], &versions[n]);
-                    if targets.row(old.last) != targets.row(new.last)
-                        || !same_end(old.close, new.close)
-                    {
-                        emit.change(old.last, old.open, old.close, CHANGE_PREIMAGE);
-                        emit.change(new.last, new.open, new.close, CHANGE_POSTIMAGE);
+        changes(before, versions, rows, emit);
+        Ok(())
+    }
+
+    /// A group with a DML statement's edited history (SPEC §4.2): the key's
+    /// history becomes exactly the statement's events, kept as DML-written;
+    /// sequences of stored events the statement removed are marked erased
+    /// (a key left without versions: erased through its greatest sequence).
+    ///
+    /// | stored                 | statement's events | stored after                  |
+    /// |------------------------|--------------------|-------------------------------|
+    /// | events e at s          | events d at t      | d (DML-written), versions of d|
+    /// | event at s, no d at s  | some version       | erased-at mark at s           |
+    /// | anything               | no version         | erased-through mark at max(s) |
+    /// | erased-at mark at s    | d at s             | dropped (d decides s)         |
+    fn replace_group(
+        &mut self,
+        batch: &RecordBatch,
+        (start, stop): (usize, usize),
+        rows: &BatchRows<'_>,
+        emit: &mut Emit,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let BatchRows {
+            seqs,
+            values,
+            tracked,
+            kinds,
+            origins,
+            ..
+        } = *rows;
+        let Scratch {
+            kept,
+            stored,
+            marks,
+            versions,
+            before,
+        } = scratch;
+        kept.clear();
+        stored.clear();
+        marks.clear();
+        for i in start..stop {
+            if origins.value(i) == Origin::Dml as i8 {
+                if let Some(&p) = kept.last().filter(|&&p| seqs.row(p) == seqs.row(i)) {
+                    if values.row(p) != values.row(i) {
+                        return Err(conflict_error(&self.flow, &self.layout, batch, i, false));
                     }
-                    o += 1;
-                    n += 1;
+                    continue;
+                }
+                kept.push(i);
+            } else if is_mark(kinds.value(i)) {
+                marks.push(i);
+            } else if origins.value(i) != Origin::New as i8 {
+                stored.push(i);
+            } else {
+                return Err(DataFusionError::Internal(format!(
+                    "flow '{}': a DML statement's update holds a source event",
+                    self.flow
+                )));
+            }
+        }
+        fold_versions(stored, kinds, tracked, before);
+        fold_versions(kept, kinds, tracked, versions);
+        // the statement's time, for the marks it makes
+        let now = kept[0];
+        if versions.is_empty() {
+            let greatest = stored
+                .iter()
+                .chain(marks.iter())
+                .copied()
+                .max_by(|&a, &b| seqs.row(a).cmp(&seqs.row(b)));
+            if let Some(g) = greatest {
+                emit.mark(g, STORED_ERASED_THROUGH, now);
+            }
+        } else {
+            let at = |list: &[usize], i: usize| {
+                list.binary_search_by(|&p| seqs.row(p).cmp(&seqs.row(i)))
+                    .is_ok()
+            };
+            for &i in kept.iter() {
+                emit.event(i, stored_code(kinds.value(i), Origin::Dml as i8));
+            }
+            for &m in marks.iter() {
+                if kinds.value(m) == STORED_ERASED_THROUGH || !at(kept, m) {
+                    emit.event(m, kinds.value(m));
+                }
+            }
+            for &i in stored.iter() {
+                let marked = marks
+                    .iter()
+                    .any(|&m| kinds.value(m) == STORED_ERASED_AT && seqs.row(m) == seqs.row(i));
+                if !at(kept, i) && !marked {
+                    emit.mark(i, STORED_ERASED_AT, now);
                 }
             }
         }
+        for v in versions.iter() {
+            emit.version(v.last, v.open, v.close);
+        }
+        let (upserted, deleted) = changes(before, versions, rows, emit);
+        self.counts.upserted += upserted;
+        self.counts.deleted += deleted;
+        self.counts.events_added += kept.len();
         Ok(())
     }
 
@@ -400,7 +517,7 @@ impl Scd2Fold {
             BooleanArray::from_iter(
                 emit.kind
                     .iter()
-                    .map(|&k| Some(k == STORED_UPSERT_EVENT || k == STORED_DELETE_EVENT)),
+                    .map(|&k| Some((STORED_UPSERT_EVENT..=STORED_ERASED_THROUGH).contains(&k))),
             )
         });
         for i in 0..self.layout.num_target() {
@@ -419,7 +536,7 @@ impl Scd2Fold {
         columns.push(Arc::new(Int8Array::from(emit.kind)));
         columns.push(take(
             batch.column(self.layout.written_at()).as_ref(),
-            &rows,
+            &UInt32Array::from(emit.written),
             None,
         )?);
         if let Some(list) = self.layout.update_list() {
@@ -430,6 +547,59 @@ impl Scd2Fold {
             columns,
         )?)
     }
+}
+
+/// The change data feed of a key from its versions `before` to `after`,
+/// matched by their start: a version only before is deleted, only after
+/// inserted, in both with other values or end updated. Returns the rows
+/// upserted (inserted or updated) and deleted.
+fn changes(
+    before: &[Version],
+    after: &[Version],
+    rows: &BatchRows<'_>,
+    emit: &mut Emit,
+) -> (usize, usize) {
+    let BatchRows { seqs, targets, .. } = *rows;
+    let same_end = |a: Option<usize>, b: Option<usize>| match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => seqs.row(a) == seqs.row(b),
+        _ => false,
+    };
+    let (mut upserted, mut deleted) = (0, 0);
+    let (mut o, mut n) = (0, 0);
+    while o < before.len() || n < after.len() {
+        let order = match (before.get(o), after.get(n)) {
+            (Some(old), Some(new)) => seqs.row(old.open).cmp(&seqs.row(new.open)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                let old = &before[o];
+                emit.change(old.last, old.open, old.close, CHANGE_DELETE);
+                deleted += 1;
+                o += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                let new = &after[n];
+                emit.change(new.last, new.open, new.close, CHANGE_INSERT);
+                upserted += 1;
+                n += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                let (old, new) = (&before[o], &after[n]);
+                if targets.row(old.last) != targets.row(new.last) || !same_end(old.close, new.close)
+                {
+                    emit.change(old.last, old.open, old.close, CHANGE_PREIMAGE);
+                    emit.change(new.last, new.open, new.close, CHANGE_POSTIMAGE);
+                    upserted += 1;
+                }
+                o += 1;
+                n += 1;
+            }
+        }
+    }
+    (upserted, deleted)
 }
 
 impl FoldKernel for Scd2Fold {

@@ -25,6 +25,8 @@ pub struct Ev {
     pub origin: Origin,
     /// System sequence (BITEMPORAL only).
     pub system: i64,
+    /// Stored code of an erasure mark (instead of `kind`).
+    pub mark: Option<i8>,
 }
 
 /// A new UPSERT of `id` to `v` at `seq`.
@@ -36,6 +38,16 @@ pub fn up(id: i64, v: &'static str, seq: i64) -> Ev {
         kind: Kind::Upsert,
         origin: Origin::New,
         system: seq,
+        mark: None,
+    }
+}
+
+/// An erasure mark of `id` with stored code `code` at `seq`, written by DML.
+pub fn mark(id: i64, code: i8, seq: i64) -> Ev {
+    Ev {
+        mark: Some(code),
+        origin: Origin::StoredByDml,
+        ..del(id, seq)
     }
 }
 
@@ -61,6 +73,22 @@ impl Ev {
     pub fn stored(self) -> Self {
         Self {
             origin: Origin::Stored,
+            ..self
+        }
+    }
+
+    /// The same, read back as written by a DML statement.
+    pub fn by_dml(self) -> Self {
+        Self {
+            origin: Origin::StoredByDml,
+            ..self
+        }
+    }
+
+    /// The same, in a DML statement's edited history.
+    pub fn dml(self) -> Self {
+        Self {
+            origin: Origin::Dml,
             ..self
         }
     }
@@ -114,7 +142,7 @@ pub fn batch(layout: &EventLayout, events: &[Ev]) -> RecordBatch {
         Arc::new(StringArray::from_iter(events.iter().map(|e| e.v))),
         Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.seq))),
         Arc::new(Int8Array::from_iter_values(
-            events.iter().map(|e| e.kind as i8),
+            events.iter().map(|e| e.mark.unwrap_or(e.kind as i8)),
         )),
         Arc::new(
             TimestampMicrosecondArray::from_iter_values(events.iter().map(|_| 0))

@@ -4,7 +4,10 @@ use super::super::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, STORED_DELETE_EVENT,
     STORED_UPSERT_EVENT,
 };
-use super::super::test_support::{del, every_split, fold, rows, spec, up, up_null, Ev};
+use super::super::columns::{
+    STORED_DML_DELETE_EVENT, STORED_DML_UPSERT_EVENT, STORED_ERASED_AT, STORED_ERASED_THROUGH,
+};
+use super::super::test_support::{del, every_split, fold, mark, rows, spec, up, up_null, Ev};
 use super::super::{FoldCounts, FoldSpec, PartialUpdates, ScdType};
 
 const VERSION: i8 = Kind::Upsert as i8;
@@ -179,4 +182,144 @@ fn partial_updates_merge_before_tracking() {
         events.contains(&"id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=2".to_string()),
         "{events:?}"
     );
+}
+
+/// Hidden rows written by DML: events, then erasure marks.
+fn dml_rows(spec: &FoldSpec, events: &[Ev]) -> (Vec<String>, Vec<String>) {
+    every_split(events.len(), |split| {
+        let (out, _) = fold(spec, events, None, split).expect("fold");
+        (
+            rows(&out, &[STORED_DML_UPSERT_EVENT, STORED_DML_DELETE_EVENT]),
+            rows(&out, &[STORED_ERASED_AT, STORED_ERASED_THROUGH]),
+        )
+    })
+}
+
+/// A DML statement's edited history replaces the stored one (SPEC §4.2):
+///
+/// | stored          | statement      | after                                 |
+/// |-----------------|----------------|---------------------------------------|
+/// | a@1 b@3 del@5   | a@1 x@3 del@5  | [1,3) a, [3,5) x; b→x an update        |
+/// | (events kept as flow-written) | | the statement's, DML-written; no marks |
+#[test]
+fn a_dml_history_replaces_the_stored_one() {
+    let spec = scd2(vec![1], None);
+    let events = [
+        up(1, "a", 1).stored(),
+        up(1, "b", 3).stored(),
+        del(1, 5).stored(),
+        up(1, "a", 1).dml(),
+        up(1, "x", 3).dml(),
+        del(1, 5).dml(),
+    ];
+    let (versions, flow_events, changes, counts) = run(&spec, &events);
+    assert_eq!(
+        versions,
+        [
+            "id=1 v=a start_at=1 end_at=3 cdc_seq=1",
+            "id=1 v=x start_at=3 end_at=5 cdc_seq=3",
+        ]
+    );
+    assert!(flow_events.is_empty(), "{flow_events:?}");
+    assert_eq!(
+        changes,
+        [
+            "id=1 v=b start_at=3 end_at=5 cdc_seq=3",
+            "id=1 v=x start_at=3 end_at=5 cdc_seq=3",
+        ]
+    );
+    let (dml, marks) = dml_rows(&spec, &events);
+    assert_eq!(
+        dml,
+        [
+            "id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=5",
+            "id=1 v=a start_at=NULL end_at=NULL cdc_seq=1",
+            "id=1 v=x start_at=NULL end_at=NULL cdc_seq=3",
+        ]
+    );
+    assert!(marks.is_empty(), "{marks:?}");
+    assert_eq!((counts.upserted, counts.deleted, counts.input_rows), (1, 0, 0));
+}
+
+/// A stored event the statement's history does not have (an absorbed
+/// upsert, a deleted version's start) leaves an erased-at mark; a key left
+/// without versions is erased through its greatest sequence, its versions
+/// deleted in the change feed.
+#[test]
+fn removed_events_leave_erasure_marks() {
+    let spec = scd2(vec![1], None);
+    let (_, marks) = dml_rows(
+        &spec,
+        &[
+            up(1, "a", 1).stored(),
+            up(1, "a", 2).stored(),
+            up(1, "z", 1).dml(),
+        ],
+    );
+    assert_eq!(marks, ["id=1 v=a start_at=NULL end_at=NULL cdc_seq=2"]);
+
+    let events = [
+        up(1, "a", 1).stored(),
+        del(1, 3).stored(),
+        up(1, "b", 5).stored(),
+        mark(1, STORED_ERASED_AT, 4),
+        del(1, 5).dml(),
+    ];
+    let (versions, _, changes, counts) = run(&spec, &events);
+    assert!(versions.is_empty(), "{versions:?}");
+    assert_eq!(
+        changes,
+        [
+            "id=1 v=a start_at=1 end_at=3 cdc_seq=1",
+            "id=1 v=b start_at=5 end_at=NULL cdc_seq=5",
+        ]
+    );
+    assert_eq!(counts.deleted, 2);
+    let (dml, marks) = dml_rows(&spec, &events);
+    assert!(dml.is_empty(), "{dml:?}");
+    assert_eq!(marks, ["id=1 v=b start_at=NULL end_at=NULL cdc_seq=5"]);
+}
+
+/// After DML, a new event at a DML-written sequence or an erased one is a
+/// replay of what was corrected and dropped as late; others fold as usual.
+/// After an erasure, every new event at or before its mark is dropped.
+#[test]
+fn replays_of_corrected_events_are_dropped() {
+    let spec = scd2(vec![1], None);
+    let (versions, _, _, counts) = run(
+        &spec,
+        &[
+            up(1, "z", 1).by_dml(),
+            mark(1, STORED_ERASED_AT, 2),
+            up(1, "a", 1),
+            up(1, "a", 2),
+            up(1, "c", 4),
+        ],
+    );
+    assert_eq!(
+        versions,
+        [
+            "id=1 v=c start_at=4 end_at=NULL cdc_seq=4",
+            "id=1 v=z start_at=1 end_at=4 cdc_seq=1",
+        ]
+    );
+    assert_eq!((counts.input_rows, counts.late, counts.events_added), (3, 2, 1));
+    let (dml, marks) = dml_rows(
+        &spec,
+        &[up(1, "z", 1).by_dml(), mark(1, STORED_ERASED_AT, 2), up(1, "c", 4)],
+    );
+    assert_eq!(dml, ["id=1 v=z start_at=NULL end_at=NULL cdc_seq=1"]);
+    assert_eq!(marks.len(), 1, "{marks:?}");
+
+    let (versions, _, _, counts) = run(
+        &spec,
+        &[
+            mark(1, STORED_ERASED_THROUGH, 5),
+            up(1, "x", 3),
+            up(1, "b", 5),
+            up(1, "y", 6),
+        ],
+    );
+    assert_eq!(versions, ["id=1 v=y start_at=6 end_at=NULL cdc_seq=6"]);
+    assert_eq!((counts.late, counts.events_added), (2, 1));
 }
