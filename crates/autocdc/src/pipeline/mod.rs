@@ -42,6 +42,7 @@ use futures::StreamExt;
 
 use crate::fold::columns::{
     Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
+    STORED_DML_DELETE_EVENT, STORED_DML_UPSERT_EVENT, STORED_ERASED_AT, STORED_ERASED_THROUGH,
     STORED_UPSERT_EVENT, SYSTEM_END_AT_COL, SYSTEM_SEQ_COL, SYSTEM_START_AT_COL, UPDATE_LIST_COL,
     WRITTEN_AT_COL,
 };
@@ -86,8 +87,12 @@ const TARGET_SCAN: &str = "__cdc_target";
 pub enum UpdateSource {
     /// The flow's change feed, read whole.
     Changes,
-    /// Change events planned by the caller (DML on a target).
+    /// Change events planned by the caller (`INSERT` into an SCD 2 target:
+    /// folded with the stored history like a flow's).
     Events(Box<LogicalPlan>),
+    /// A DML statement's edited histories ([`dml`]): for each key, the
+    /// events its history becomes (SCD 2), or one DELETE erasing it.
+    Dml(Box<LogicalPlan>),
     /// A snapshot (planned by the caller) at `version`.
     Snapshot {
         /// The snapshot rows.
@@ -117,6 +122,23 @@ pub mod source;
 pub mod staged;
 pub mod started;
 pub(crate) mod streams;
+
+/// `events` with every row's origin set to `origin`.
+fn with_origin(events: LogicalPlan, origin: Origin) -> Result<LogicalPlan> {
+    let projection: Vec<Expr> = events
+        .schema()
+        .columns()
+        .into_iter()
+        .map(|c| {
+            if c.name == ORIGIN_COL {
+                lit(origin as i8).alias(ORIGIN_COL)
+            } else {
+                Expr::Column(c)
+            }
+        })
+        .collect();
+    LogicalPlanBuilder::from(events).project(projection)?.build()
+}
 
 /// Plan one run of `flow` into `table`:
 /// `CdcCommit(CdcWrite(AutoCdc(events, truncates)))`.
@@ -148,9 +170,10 @@ pub async fn plan_update(
     // update has none — snapshots never truncate, nor flows without
     // APPLY AS TRUNCATE — and the costly events stay out of that input)
     let (resolved, events, touched, truncate_source, new_wins_ties) = match source {
-        UpdateSource::Changes | UpdateSource::Events(_) => {
+        UpdateSource::Changes | UpdateSource::Events(_) | UpdateSource::Dml(_) => {
+            let dml = matches!(source, UpdateSource::Dml(_));
             let source = match source {
-                UpdateSource::Events(plan) => *plan,
+                UpdateSource::Events(plan) | UpdateSource::Dml(plan) => *plan,
                 _ => {
                     let read = source::plan_changes(state, flow, &meta)
                         .await
@@ -161,9 +184,16 @@ pub async fn plan_update(
             };
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
             let mut events = resolved.events.clone();
+            if dml {
+                events = with_origin(events, Origin::Dml)?;
+            }
             // change events not newer than the last snapshot are older than
-            // an authoritative state and dropped
-            if let Some(watermark) = meta.properties.get(SNAPSHOT_WATERMARK_PROPERTY) {
+            // an authoritative state and dropped (what DML writes is not)
+            if let Some(watermark) = meta
+                .properties
+                .get(SNAPSHOT_WATERMARK_PROPERTY)
+                .filter(|_| !dml)
+            {
                 let watermark =
                     ScalarValue::try_from_string(watermark.clone(), &resolved.sequence_type)?;
                 events = LogicalPlanBuilder::from(events)
@@ -323,31 +353,64 @@ pub async fn plan_update(
         };
         let mut stored = target_projection(&resolved.target_schema);
         stored.push(cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL));
+        // retention: tombstones (SCD 1) and erasure marks (SCD 2) older
+        // than the threshold are gone, so a late event of their key applies
+        let cutoff = lit(written_at_value(
+            now_micros.saturating_sub(meta.tombstone_retention_secs.saturating_mul(1_000_000)),
+        ));
         // SCD 1 folds its stored rows (live rows and tombstones); SCD 2 folds
-        // its stored events, from which the versions are derived again
-        let (stored_kind, stored_filter) = if scd2 {
-            (
-                (col(KIND_COL) - lit(STORED_UPSERT_EVENT)).alias(KIND_COL),
+        // its stored events, from which the versions are derived again, and
+        // passes its erasure marks on
+        let (stored_kind, stored_origin, stored_filter) = if scd2 {
+            let code = |c: i8| lit(c);
+            let events = [
+                STORED_UPSERT_EVENT,
+                STORED_DELETE_EVENT,
+                STORED_DML_UPSERT_EVENT,
+                STORED_DML_DELETE_EVENT,
+            ];
+            let marks = [STORED_ERASED_AT, STORED_ERASED_THROUGH];
+            let kind = when(
                 col(KIND_COL).in_list(
-                    vec![lit(STORED_UPSERT_EVENT), lit(STORED_DELETE_EVENT)],
+                    vec![code(STORED_UPSERT_EVENT), code(STORED_DML_UPSERT_EVENT)],
                     false,
                 ),
+                lit(Kind::Upsert as i8),
+            )
+            .when(
+                col(KIND_COL).in_list(
+                    vec![code(STORED_DELETE_EVENT), code(STORED_DML_DELETE_EVENT)],
+                    false,
+                ),
+                lit(Kind::Delete as i8),
+            )
+            .otherwise(col(KIND_COL))?;
+            let origin = when(
+                col(KIND_COL).gt_eq(lit(STORED_DML_UPSERT_EVENT)),
+                lit(Origin::StoredByDml as i8),
+            )
+            .otherwise(lit(Origin::Stored as i8))?;
+            let live_marks = col(KIND_COL)
+                .in_list(marks.iter().map(|&m| code(m)).collect(), false)
+                .and(col(WRITTEN_AT_COL).gt_eq(cutoff));
+            (
+                kind.alias(KIND_COL),
+                origin.alias(ORIGIN_COL),
+                col(KIND_COL)
+                    .in_list(events.iter().map(|&e| code(e)).collect(), false)
+                    .or(live_marks),
             )
         } else {
-            // retention: tombstones older than the threshold are gone, so a
-            // late upsert of their key applies as new
-            let cutoff =
-                now_micros.saturating_sub(meta.tombstone_retention_secs.saturating_mul(1_000_000));
-            let expired =
-                kind_is(Kind::Delete).and(col(WRITTEN_AT_COL).lt(lit(written_at_value(cutoff))));
+            let expired = kind_is(Kind::Delete).and(col(WRITTEN_AT_COL).lt(cutoff));
             (
                 col(KIND_COL),
+                lit(Origin::Stored as i8).alias(ORIGIN_COL),
                 kind_is(Kind::Truncate).not().and(expired.not()),
             )
         };
         stored.push(stored_kind);
         stored.push(cast(col(WRITTEN_AT_COL), written_at_type()).alias(WRITTEN_AT_COL));
-        stored.push(lit(Origin::Stored as i8).alias(ORIGIN_COL));
+        stored.push(stored_origin);
         if let Some(system_type) = &resolved.system_sequence_type {
             stored.push(cast(col(SYSTEM_SEQ_COL), system_type.clone()).alias(SYSTEM_SEQ_COL));
         }

@@ -27,7 +27,7 @@ use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Column, DataFusionError, Result};
-use datafusion::datasource::{provider_as_source, MemTable};
+use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::functions::expr_fn::coalesce;
@@ -44,19 +44,20 @@ use deltalake_core::kernel::Action;
 use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
 
+mod history;
 mod insert;
 mod merge;
+mod versions;
 
+use history::History;
 use insert::insert_scd1;
 pub use merge::merge;
 
-use super::{plan_update, Planning, UpdateSource};
 use crate::fold::columns::{
-    Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, END_AT_COL, KIND_COL, SEQ_COL,
-    START_AT_COL, WRITTEN_AT_COL,
+    Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL, WRITTEN_AT_COL,
 };
 use crate::spec::resolve::written_at_value;
-use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::BUCKET_COL;
 use crate::table::commit::{change_file_action, remove_all, write_rows, ChangeFeed, WrittenFiles};
 use crate::table::event::{CommitEvent, Operation};
@@ -209,11 +210,13 @@ fn key_positions(table: &ScdTable, flow: &FlowSpec) -> Result<Vec<usize>> {
     Ok(positions)
 }
 
-fn require(table: &ScdTable, scd: ScdType, statement: &str) -> Result<()> {
-    let stored = table.meta().stored_as.unwrap_or(ScdType::Type1);
-    if stored != scd {
+/// BITEMPORAL targets take `DELETE` (erasure) only: their rows are beliefs
+/// over system time, written by their flows.
+fn refuse_on_bitemporal(table: &ScdTable, statement: &str) -> Result<()> {
+    if table.meta().stored_as == Some(ScdType::Bitemporal) {
         return Err(DataFusionError::NotImplemented(format!(
-            "{statement} on streaming table '{}' ({stored}) is not supported yet; it is on {scd} targets",
+            "{statement} on streaming table '{}' (BITEMPORAL) is not supported: its rows are \
+             beliefs over system time, written by its flows; DELETE erases whole keys",
             table.name()
         )));
     }
@@ -432,7 +435,14 @@ impl TargetDml for PipelineDml {
         state: &dyn datafusion::catalog::Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        require(&table, ScdType::Type1, "DELETE")?;
+        if table.meta().stored_as != Some(ScdType::Type1) {
+            let history = History::new(table, "DELETE")?;
+            let state = session_state(state)?;
+            return Ok(dml_exec(
+                "DELETE",
+                Box::pin(versions::delete(history, state, filters)),
+            ));
+        }
         keyed_flow(&table, "DELETE")?;
         let state = session_state(state)?;
         let now = written_at_value(chrono::Utc::now().timestamp_micros());
@@ -482,7 +492,15 @@ impl TargetDml for PipelineDml {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        require(&table, ScdType::Type1, "UPDATE")?;
+        if table.meta().stored_as != Some(ScdType::Type1) {
+            refuse_on_bitemporal(&table, "UPDATE")?;
+            let history = History::new(table, "UPDATE")?;
+            let state = session_state(state)?;
+            return Ok(dml_exec(
+                "UPDATE",
+                Box::pin(versions::update(history, state, assignments, filters)),
+            ));
+        }
         let flow = keyed_flow(&table, "UPDATE")?;
         let keys = key_positions(&table, &flow)?;
         let user = table.meta().user_schema;
@@ -567,65 +585,12 @@ impl TargetDml for PipelineDml {
                 Box::pin(insert_scd1(table, state, input, flow)),
             ));
         }
-        require(&table, ScdType::Type2, "INSERT")?;
-        let flow = keyed_flow(&table, "INSERT")?;
+        refuse_on_bitemporal(&table, "INSERT")?;
+        let history = History::new(table, "INSERT")?;
         let state = session_state(state)?;
-        let job = async move {
-            let schema = input.schema();
-            let batches = collect(input, state.task_ctx()).await?;
-            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-            let source = LogicalPlanBuilder::scan(
-                "__cdc_insert",
-                provider_as_source(Arc::new(MemTable::try_new(schema, vec![batches])?)),
-                None,
-            )?
-            .build()?;
-            let user: Vec<String> = table
-                .meta()
-                .user_schema
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            let event = |seq: &str, op: &str| -> Vec<Expr> {
-                let mut e: Vec<Expr> = user.iter().map(|c| column(c)).collect();
-                e.push(column(seq).alias("__dml_seq"));
-                e.push(lit(op).alias("__dml_op"));
-                e
-            };
-            let events = LogicalPlanBuilder::from(source.clone())
-                .project(event(START_AT_COL, "U"))?
-                .union(
-                    LogicalPlanBuilder::from(source)
-                        .filter(column(END_AT_COL).is_not_null())?
-                        .project(event(END_AT_COL, "D"))?
-                        .build()?,
-                )?
-                .build()?;
-            let mut spec = FlowSpec::new(
-                "__dml_insert",
-                flow.target.clone(),
-                FlowSource::Query(String::new()),
-            );
-            spec.keys = flow.keys.clone();
-            spec.sequence_by = Some(SequenceBy::Column("__dml_seq".into()));
-            spec.apply_as_deletes = Some("__dml_op = 'D'".into());
-            spec.columns = ColumnSelection::Only(user);
-            spec.stored_as_scd_type = ScdType::Type2;
-            spec.track_history = flow.track_history.clone();
-            let plan = plan_update(
-                &state,
-                Arc::clone(&table),
-                &spec,
-                Operation::Insert,
-                chrono::Utc::now(),
-                UpdateSource::Events(Box::new(events)),
-                Planning::Adaptive,
-            )
-            .await?;
-            collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
-            Ok(rows)
-        };
-        Ok(dml_exec("INSERT", Box::pin(job)))
+        Ok(dml_exec(
+            "INSERT",
+            Box::pin(versions::insert(history, state, input)),
+        ))
     }
 }
