@@ -17,20 +17,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::{col, lit, when, JoinType, LogicalPlan, LogicalPlanBuilder};
+use datafusion::functions::expr_fn::coalesce;
+use datafusion::logical_expr::{
+    col, lit, when, Expr, JoinType, LogicalPlan, LogicalPlanBuilder,
+};
 use datafusion::physical_plan::collect;
 use datafusion::sql::sqlparser::ast::Ident;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 
+use super::history::{History, DROP_COL};
 use super::{column, file_columns, key_positions, keyed_flow, raw_plan, rewrite, NewRows};
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
-    WRITTEN_AT_COL,
+    START_AT_COL, WRITTEN_AT_COL,
 };
 use crate::spec::ScdType;
 use crate::sql::{MergeAction, MergeStatement};
@@ -47,19 +52,45 @@ pub async fn merge(
     let started = Instant::now();
     let name = table.name().to_string();
     let meta = table.meta();
-    if meta.stored_as != Some(ScdType::Type1) {
-        return Err(DataFusionError::NotImplemented(format!(
-            "MERGE INTO {name} ({}): MERGE is supported on SCD TYPE 1 targets only, for now",
-            meta.stored_as.map(|s| s.to_string()).unwrap_or_default()
-        )));
-    }
+    let history = match meta.stored_as {
+        Some(ScdType::Type1) => None,
+        Some(ScdType::Type2) => Some(History::new(Arc::clone(&table), "MERGE")?),
+        stored => {
+            return Err(DataFusionError::NotImplemented(format!(
+                "MERGE INTO {name} ({}) is not supported: its rows are beliefs over system \
+                 time, written by its flows; DELETE erases whole keys",
+                stored.map(|s| s.to_string()).unwrap_or_default()
+            )))
+        }
+    };
     let refuse = |why: String| {
         DataFusionError::Execution(format!("MERGE INTO {name}: {why}; nothing was changed"))
     };
     let flow = keyed_flow(&table, "MERGE")?;
-    let user = Arc::clone(&meta.user_schema);
     let key_index = key_positions(&table, &flow)?;
+    // the columns clauses read and write: the user columns (SCD 2: and the
+    // business interval; a version is identified by its key and start)
+    let (user, identity) = match &history {
+        None => (Arc::clone(&meta.user_schema), key_index.clone()),
+        Some(history) => {
+            let provider = TableProvider::schema(table.as_ref());
+            let columns = history.version_columns();
+            let schema = Arc::new(Schema::new(
+                columns
+                    .iter()
+                    .map(|c| Ok(provider.field_with_name(c)?.clone()))
+                    .collect::<Result<Vec<_>>>()?,
+            ));
+            let start = schema.index_of(START_AT_COL)?;
+            let identity = key_index.iter().copied().chain([start]).collect();
+            (schema, identity)
+        }
+    };
     let keys: Vec<String> = key_index
+        .iter()
+        .map(|&i| user.field(i).name().clone())
+        .collect();
+    let identity_names: Vec<String> = identity
         .iter()
         .map(|&i| user.field(i).name().clone())
         .collect();
@@ -82,7 +113,7 @@ pub async fn merge(
         .unwrap_or('"');
     let q = |s: &str| Ident::with_quote(quote, s).to_string();
     let alias = q(&merge.target_alias);
-    let mut select: Vec<String> = keys
+    let mut select: Vec<String> = identity_names
         .iter()
         .enumerate()
         .map(|(i, k)| format!("{alias}.{} AS __tk{i}", q(k)))
@@ -149,7 +180,8 @@ pub async fn merge(
     let mut deletes: Vec<Vec<ScalarValue>> = Vec::new();
     let mut inserts: Vec<Vec<ScalarValue>> = Vec::new();
     let describe = |key: &[ScalarValue]| {
-        keys.iter()
+        identity_names
+            .iter()
             .zip(key)
             .map(|(k, v)| format!("{k} = {v}"))
             .collect::<Vec<_>>()
@@ -168,7 +200,7 @@ pub async fn merge(
             }
         };
         for row in 0..batch.num_rows() {
-            let target_key: Vec<ScalarValue> = (0..keys.len())
+            let target_key: Vec<ScalarValue> = (0..identity.len())
                 .map(|i| ScalarValue::try_from_array(batch.column(i), row))
                 .collect::<Result<_>>()?;
             let is_match = !target_key[0].is_null();
@@ -177,7 +209,8 @@ pub async fn merge(
                 *seen += 1;
                 if *seen > 1 {
                     return Err(refuse(format!(
-                        "the target row of key ({}) is matched by more than one source row",
+                        "the target {} ({}) is matched by more than one source row",
+                        if history.is_some() { "version" } else { "row of key" },
                         describe(&target_key)
                     )));
                 }
@@ -209,7 +242,8 @@ pub async fn merge(
                             keys.join(", ")
                         )));
                     }
-                    if inserted_keys.insert(key.clone(), ()).is_some() {
+                    // SCD 2 inserts versions: overlaps are checked with the history
+                    if history.is_none() && inserted_keys.insert(key.clone(), ()).is_some() {
                         return Err(refuse(format!(
                             "key ({}) is inserted twice",
                             describe(&key)
@@ -223,7 +257,7 @@ pub async fn merge(
     let affected = (updates.len() + deletes.len() + inserts.len()) as u64;
 
     // 3. as tables: U (key, per value column: assigned?, value), D (key), I (rows)
-    let key_fields: Vec<Field> = key_index
+    let key_fields: Vec<Field> = identity
         .iter()
         .enumerate()
         .map(|(n, &i)| Field::new(format!("__k{n}"), user.field(i).data_type().clone(), true))
@@ -319,6 +353,146 @@ pub async fn merge(
         .iter()
         .map(|&i| format!("__v_{}", user.field(i).name()))
         .collect();
+    let mut event = CommitEvent::new(Operation::Merge, None, started);
+    event.upserted = (updates.len() + inserts.len()) as u64;
+    event.deleted = deletes.len() as u64;
+    let tables = Actions {
+        updated: updated_table,
+        deleted: deleted_table,
+        inserted: inserted_table,
+        key_names,
+        inserted_keys_cols,
+        values,
+    };
+    match history {
+        Some(history) => merge_versions(state, &history, &identity_names, tables).await?,
+        None => {
+            apply_scd1(
+                state, table, keys, user, tables, (event, started), refuse, describe,
+            )
+            .await?
+        }
+    }
+    Ok(affected)
+}
+
+/// A MERGE's actions as tables: updated target rows (identity, and per
+/// value column `__has{i}` / `__set{i}`), deleted ones (identity), inserted
+/// rows (`__v_<column>`).
+struct Actions {
+    updated: LogicalPlan,
+    deleted: LogicalPlan,
+    inserted: LogicalPlan,
+    /// Identity columns of `updated` / `deleted` (`__k{n}`).
+    key_names: Vec<String>,
+    /// Key columns of `inserted`.
+    inserted_keys_cols: Vec<String>,
+    /// Value (non-key) columns, by position.
+    values: Vec<usize>,
+}
+
+/// SCD 2: the versions of the touched keys, updated, deleted (dropped) and
+/// inserted, become the keys' histories.
+async fn merge_versions(
+    state: &SessionState,
+    history: &History,
+    identity: &[String],
+    actions: Actions,
+) -> Result<()> {
+    let Actions {
+        updated,
+        deleted,
+        inserted,
+        key_names,
+        inserted_keys_cols,
+        values,
+    } = actions;
+    let columns = history.version_columns();
+    let key_count = history.keys.len();
+    let keys_of = |plan: &LogicalPlan, names: &[String]| -> Result<LogicalPlanBuilder> {
+        LogicalPlanBuilder::from(plan.clone()).project(
+            names[..key_count]
+                .iter()
+                .zip(&history.keys)
+                .map(|(n, k)| column(n).alias(k))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let touched = history.keys_of(
+        keys_of(&updated, &key_names)?
+            .union(keys_of(&deleted, &key_names)?.build()?)?
+            .union(keys_of(&inserted, &inserted_keys_cols)?.build()?)?,
+    )?;
+    let identity_of = |prefix: &str| -> Vec<String> {
+        (0..identity.len()).map(|n| format!("{prefix}{n}")).collect()
+    };
+    let deleted = LogicalPlanBuilder::from(deleted)
+        .project(
+            key_names
+                .iter()
+                .zip(identity_of("__d"))
+                .map(|(k, d)| column(k).alias(d))
+                .chain([lit(true).alias("__deleted")])
+                .collect::<Vec<_>>(),
+        )?
+        .build()?;
+    let mut edited: Vec<Expr> = Vec::with_capacity(columns.len() + 1);
+    for (i, c) in columns.iter().enumerate() {
+        edited.push(if values.contains(&i) {
+            when(column(&format!("__has{i}")).is_true(), column(&format!("__set{i}")))
+                .otherwise(column(c))?
+                .alias(c)
+        } else {
+            column(c)
+        });
+    }
+    edited.push(coalesce(vec![column("__deleted"), lit(false)]).alias(DROP_COL));
+    let edited = history
+        .versions_of(touched)?
+        .join(
+            updated,
+            JoinType::Left,
+            (identity.to_vec(), key_names.clone()),
+            None,
+        )?
+        .join(
+            deleted,
+            JoinType::Left,
+            (identity.to_vec(), identity_of("__d")),
+            None,
+        )?
+        .project(edited)?;
+    let new_versions = LogicalPlanBuilder::from(inserted).project(
+        columns
+            .iter()
+            .map(|c| column(&format!("__v_{c}")).alias(c))
+            .chain([lit(false).alias(DROP_COL)])
+            .collect::<Vec<_>>(),
+    )?;
+    let edited = edited.union(new_versions.build()?)?.build()?;
+    history.replace(state, edited, Operation::Merge).await
+}
+
+/// SCD 1: the table rewritten with the actions applied (live keys checked).
+#[allow(clippy::too_many_arguments)]
+async fn apply_scd1(
+    state: &SessionState,
+    table: Arc<ScdTable>,
+    keys: Vec<String>,
+    user: SchemaRef,
+    actions: Actions,
+    (event, started): (CommitEvent, Instant),
+    refuse: impl Fn(String) -> DataFusionError,
+    describe: impl Fn(&[ScalarValue]) -> String,
+) -> Result<()> {
+    let Actions {
+        updated: updated_table,
+        deleted: deleted_table,
+        inserted: inserted_table,
+        key_names,
+        inserted_keys_cols,
+        values,
+    } = actions;
 
     // 4. inserted keys must not be live
     let live = || -> Result<LogicalPlanBuilder> {
@@ -350,13 +524,12 @@ pub async fn merge(
     let new = NewRows::new(&table, refuse)?;
     let now = new.now.clone();
     let all = || columns.iter().map(|c| column(c)).collect::<Vec<_>>();
-    let affected_keys = LogicalPlanBuilder::from(keys_table(&[])?)
+    let affected_keys = LogicalPlanBuilder::from(deleted_table.clone())
         .union(
             LogicalPlanBuilder::from(updated_table.clone())
                 .project(key_names.iter().map(|k| column(k)).collect::<Vec<_>>())?
                 .build()?,
         )?
-        .union(deleted_table.clone())?
         .union(
             LogicalPlanBuilder::from(inserted_table.clone())
                 .project(
@@ -463,9 +636,6 @@ pub async fn merge(
         .union(old_rows(&deleted_table, CHANGE_DELETE, false)?)?
         .union(inserted_rows(CHANGE_INSERT)?)?
         .build()?;
-    let mut event = CommitEvent::new(Operation::Merge, None, started);
-    event.upserted = (updates.len() + inserts.len()) as u64;
-    event.deleted = deletes.len() as u64;
     rewrite(
         table,
         state.clone(),
@@ -478,6 +648,5 @@ pub async fn merge(
         event,
         started,
     )
-    .await?;
-    Ok(affected)
+    .await
 }
