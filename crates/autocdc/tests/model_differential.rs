@@ -245,6 +245,20 @@ fn dml() -> impl Strategy<Value = scd1::Dml> {
     ]
 }
 
+/// A DML statement on the versions of an SCD 2 target of keys 0..3.
+fn scd2_dml() -> impl Strategy<Value = scd2::Dml> {
+    let row = (value(), value()).prop_map(|(a, b)| [a, b]);
+    prop_oneof![
+        (0..3i32).prop_map(scd2::Dml::DeleteKey),
+        (0..3i32, 0..4usize).prop_map(|(id, n)| scd2::Dml::DeleteVersion(id, n)),
+        (0..3i32, 0..4usize, value()).prop_map(|(id, n, a)| scd2::Dml::Update(id, n, a)),
+        (0..3i32, 0..13i32).prop_map(|(id, end)| scd2::Dml::Close(id, end)),
+        (0..3i32, row, 0..13i32, prop::option::of(1..4i32)).prop_map(|(id, row, start, len)| {
+            scd2::Dml::Insert(id, row, start, len.map(|l| start + l))
+        }),
+    ]
+}
+
 /// Key events are unique per (key, seq), truncates per seq.
 fn by_key_seq(e: &Event) -> (i32, i32, i32, bool) {
     let truncate = e.kind == Kind::Truncate;
@@ -394,6 +408,53 @@ proptest! {
         };
         let got = runtime().block_on(engine(&updates, &clauses, select, width, partitions));
         prop_assert_eq!(got, expected, "partial: {:?}, tracked: {:?}, keys only: {}, updates: {:?}", partial, tracked, keys_only, updates);
+    }
+
+    /// SCD 2 with DML between updates: statements edit versions; the
+    /// edited versions become their keys' histories, replays of what they
+    /// corrected are ignored (a final replay of every event included), and
+    /// an erased key drops events at or before its greatest sequence.
+    #[test]
+    fn scd2_with_dml_equals_the_model(
+        events in events(14, false, by_key_seq),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        tracked in prop_oneof![Just([true, true]), Just([true, false]), Just([false, false])],
+        dml in prop::collection::vec(prop::collection::vec(scd2_dml(), 0..3), 4),
+        partitions in 1usize..4,
+    ) {
+        let mut updates = shuffle_and_split(&events, order, &cuts);
+        updates.push(events.clone());
+        let mut model = scd2::Scd2Dml::new(tracked);
+        let mut between = Vec::new();
+        for (update, ops) in updates.iter().zip(dml.iter().cycle()) {
+            model.apply(update);
+            between.push(ops.iter().filter_map(|op| model.dml(*op)).collect::<Vec<_>>());
+        }
+        let expected: Vec<Vec<Option<i32>>> = model
+            .versions()
+            .into_iter()
+            .map(|(id, a, b, start, end)| vec![Some(id), a, b, Some(start), end])
+            .collect();
+        let track = match tracked {
+            [true, true] => "",
+            [true, false] => "TRACK HISTORY ON (a)",
+            _ => "TRACK HISTORY ON * EXCEPT (a, b)",
+        };
+        let clauses = format!(
+            "APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, a, b) \
+             STORED AS SCD TYPE 2 {track}"
+        );
+        let got = runtime().block_on(engine_with(
+            &updates,
+            &between,
+            &clauses,
+            "SELECT id, a, b, __start_at, __end_at FROM t",
+            5,
+            partitions,
+            Fold::Sorted,
+        ));
+        prop_assert_eq!(got, expected, "tracked: {:?}, updates: {:?}, dml: {:?}", tracked, updates, between);
     }
 
     /// BITEMPORAL: the table is the beliefs at every system time, whatever
