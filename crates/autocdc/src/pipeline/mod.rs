@@ -87,9 +87,6 @@ const TARGET_SCAN: &str = "__cdc_target";
 pub enum UpdateSource {
     /// The flow's change feed, read whole.
     Changes,
-    /// Change events planned by the caller (`INSERT` into an SCD 2 target:
-    /// folded with the stored history like a flow's).
-    Events(Box<LogicalPlan>),
     /// A DML statement's edited histories ([`dml`]): for each key, the
     /// events its history becomes (SCD 2), or one DELETE erasing it.
     Dml(Box<LogicalPlan>),
@@ -137,7 +134,9 @@ fn with_origin(events: LogicalPlan, origin: Origin) -> Result<LogicalPlan> {
             }
         })
         .collect();
-    LogicalPlanBuilder::from(events).project(projection)?.build()
+    LogicalPlanBuilder::from(events)
+        .project(projection)?
+        .build()
 }
 
 /// Plan one run of `flow` into `table`:
@@ -170,10 +169,10 @@ pub async fn plan_update(
     // update has none — snapshots never truncate, nor flows without
     // APPLY AS TRUNCATE — and the costly events stay out of that input)
     let (resolved, events, touched, truncate_source, new_wins_ties) = match source {
-        UpdateSource::Changes | UpdateSource::Events(_) | UpdateSource::Dml(_) => {
+        UpdateSource::Changes | UpdateSource::Dml(_) => {
             let dml = matches!(source, UpdateSource::Dml(_));
             let source = match source {
-                UpdateSource::Events(plan) | UpdateSource::Dml(plan) => *plan,
+                UpdateSource::Dml(plan) => *plan,
                 _ => {
                     let read = source::plan_changes(state, flow, &meta)
                         .await

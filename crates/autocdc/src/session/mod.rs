@@ -152,7 +152,11 @@ impl CdcSession {
         let dialect = options.sql_parser.dialect.to_string();
         let normalize = options.sql_parser.enable_ident_normalization;
         match parse_cdc_statement(sql, &dialect, normalize)? {
-            None => self.ctx.sql(sql).await,
+            None => {
+                self.ctx
+                    .sql(&crate::sql::fold_update_targets(sql, &dialect, normalize))
+                    .await
+            }
             Some(statement) => self.execute(statement).await,
         }
     }

@@ -17,8 +17,10 @@
 //! Every other statement goes to DataFusion unchanged.
 
 mod parser;
+mod update_targets;
 
 pub use parser::{
     parse_cdc_statement, CdcStatement, CreateStreamingTable, MergeAction, MergeClause,
     MergeStatement,
 };
+pub use update_targets::fold_update_targets;

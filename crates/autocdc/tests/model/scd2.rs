@@ -116,7 +116,11 @@ impl Scd2Dml {
 
     /// Every version, sorted.
     pub fn versions(&self) -> Vec<Version> {
-        let mut out: Vec<Version> = self.keys.keys().flat_map(|id| self.versions_of(*id)).collect();
+        let mut out: Vec<Version> = self
+            .keys
+            .keys()
+            .flat_map(|id| self.versions_of(*id))
+            .collect();
         out.sort();
         out
     }

@@ -56,7 +56,10 @@ fn a_dml_delete_erases_the_key() {
             counts,
         )
     });
-    assert!(rows_left.is_empty() && hidden.is_empty(), "{rows_left:?} {hidden:?}");
+    assert!(
+        rows_left.is_empty() && hidden.is_empty(),
+        "{rows_left:?} {hidden:?}"
+    );
     assert_eq!((deletes, counts.deleted), (3, 3));
     assert_eq!(marks.len(), 1);
     assert!(marks[0].contains("cdc_seq=30"), "{marks:?}");

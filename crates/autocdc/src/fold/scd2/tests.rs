@@ -238,7 +238,10 @@ fn a_dml_history_replaces_the_stored_one() {
         ]
     );
     assert!(marks.is_empty(), "{marks:?}");
-    assert_eq!((counts.upserted, counts.deleted, counts.input_rows), (1, 0, 0));
+    assert_eq!(
+        (counts.upserted, counts.deleted, counts.input_rows),
+        (1, 0, 0)
+    );
 }
 
 /// A stored event the statement's history does not have (an absorbed
@@ -303,10 +306,17 @@ fn replays_of_corrected_events_are_dropped() {
             "id=1 v=z start_at=1 end_at=4 cdc_seq=1",
         ]
     );
-    assert_eq!((counts.input_rows, counts.late, counts.events_added), (3, 2, 1));
+    assert_eq!(
+        (counts.input_rows, counts.late, counts.events_added),
+        (3, 2, 1)
+    );
     let (dml, marks) = dml_rows(
         &spec,
-        &[up(1, "z", 1).by_dml(), mark(1, STORED_ERASED_AT, 2), up(1, "c", 4)],
+        &[
+            up(1, "z", 1).by_dml(),
+            mark(1, STORED_ERASED_AT, 2),
+            up(1, "c", 4),
+        ],
     );
     assert_eq!(dml, ["id=1 v=z start_at=NULL end_at=NULL cdc_seq=1"]);
     assert_eq!(marks.len(), 1, "{marks:?}");

@@ -118,7 +118,9 @@ impl History {
 
     /// Names the key columns take in a plan of keys (`__dml_k0`, ...).
     fn key_aliases(&self) -> Vec<String> {
-        (0..self.keys.len()).map(|n| format!("__dml_k{n}")).collect()
+        (0..self.keys.len())
+            .map(|n| format!("__dml_k{n}"))
+            .collect()
     }
 
     /// The distinct keys of `rows`.
@@ -172,7 +174,12 @@ impl History {
             self.check(state, windowed.clone()).await?;
         }
 
-        let user: Vec<String> = self.user.fields().iter().map(|f| f.name().clone()).collect();
+        let user: Vec<String> = self
+            .user
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         let seq_type = self
             .table
             .raw_provider()
@@ -226,11 +233,13 @@ impl History {
                 .project(upserts)?
                 .union(
                     LogicalPlanBuilder::from(windowed)
-                        .filter(column(END_AT_COL).is_not_null().and(
-                            column(NEXT_START)
-                                .is_null()
-                                .or(column(NEXT_START).not_eq(column(END_AT_COL))),
-                        ))?
+                        .filter(
+                            column(END_AT_COL).is_not_null().and(
+                                column(NEXT_START)
+                                    .is_null()
+                                    .or(column(NEXT_START).not_eq(column(END_AT_COL))),
+                            ),
+                        )?
                         .project(closes)?
                         .build()?,
                 )?
@@ -273,12 +282,13 @@ impl History {
         let bad = start
             .clone()
             .is_null()
-            .or(end.clone().is_not_null().and(end.clone().lt_eq(start.clone())))
-            .or(column(NEXT_START).is_not_null().and(
-                end.clone()
-                    .is_null()
-                    .or(end.clone().gt(column(NEXT_START))),
-            ));
+            .or(end
+                .clone()
+                .is_not_null()
+                .and(end.clone().lt_eq(start.clone())))
+            .or(column(NEXT_START)
+                .is_not_null()
+                .and(end.clone().is_null().or(end.clone().gt(column(NEXT_START)))));
         let plan = LogicalPlanBuilder::from(windowed)
             .filter(bad)?
             .limit(0, Some(1))?
@@ -329,7 +339,11 @@ pub(super) async fn count_rows(state: &SessionState, plan: LogicalPlanBuilder) -
     let counted = plan
         .aggregate(Vec::<Expr>::new(), vec![count(lit(1)).alias("__n")])?
         .build()?;
-    let batches = collect(state.create_physical_plan(&counted).await?, state.task_ctx()).await?;
+    let batches = collect(
+        state.create_physical_plan(&counted).await?,
+        state.task_ctx(),
+    )
+    .await?;
     let n = batches
         .first()
         .filter(|b| b.num_rows() > 0)

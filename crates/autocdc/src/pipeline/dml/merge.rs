@@ -23,9 +23,7 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::functions::expr_fn::coalesce;
-use datafusion::logical_expr::{
-    col, lit, when, Expr, JoinType, LogicalPlan, LogicalPlanBuilder,
-};
+use datafusion::logical_expr::{col, lit, when, Expr, JoinType, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::collect;
 use datafusion::sql::sqlparser::ast::Ident;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
@@ -210,7 +208,11 @@ pub async fn merge(
                 if *seen > 1 {
                     return Err(refuse(format!(
                         "the target {} ({}) is matched by more than one source row",
-                        if history.is_some() { "version" } else { "row of key" },
+                        if history.is_some() {
+                            "version"
+                        } else {
+                            "row of key"
+                        },
                         describe(&target_key)
                     )));
                 }
@@ -368,7 +370,14 @@ pub async fn merge(
         Some(history) => merge_versions(state, &history, &identity_names, tables).await?,
         None => {
             apply_scd1(
-                state, table, keys, user, tables, (event, started), refuse, describe,
+                state,
+                table,
+                keys,
+                user,
+                tables,
+                (event, started),
+                refuse,
+                describe,
             )
             .await?
         }
@@ -424,7 +433,9 @@ async fn merge_versions(
             .union(keys_of(&inserted, &inserted_keys_cols)?.build()?)?,
     )?;
     let identity_of = |prefix: &str| -> Vec<String> {
-        (0..identity.len()).map(|n| format!("{prefix}{n}")).collect()
+        (0..identity.len())
+            .map(|n| format!("{prefix}{n}"))
+            .collect()
     };
     let deleted = LogicalPlanBuilder::from(deleted)
         .project(
@@ -439,9 +450,12 @@ async fn merge_versions(
     let mut edited: Vec<Expr> = Vec::with_capacity(columns.len() + 1);
     for (i, c) in columns.iter().enumerate() {
         edited.push(if values.contains(&i) {
-            when(column(&format!("__has{i}")).is_true(), column(&format!("__set{i}")))
-                .otherwise(column(c))?
-                .alias(c)
+            when(
+                column(&format!("__has{i}")).is_true(),
+                column(&format!("__set{i}")),
+            )
+            .otherwise(column(c))?
+            .alias(c)
         } else {
             column(c)
         });

@@ -12,9 +12,11 @@
 //!   inserted twice, a NULL key are errors naming it);
 //! * SCD 1 `MERGE` ([`merge`]): the first `WHEN` clause that holds for a
 //!   source row updates, deletes or inserts, with the same bookkeeping;
-//! * SCD 2 `INSERT`: each row is an UPSERT event at its `__START_AT` (and a
-//!   DELETE at its `__END_AT`, when set) folded into the key's history, so a
-//!   later flow event closes or splits it exactly like any other event.
+//! * SCD 2 `DELETE`, `UPDATE`, `INSERT`, `MERGE` ([`versions`], [`merge`]):
+//!   statements edit versions, and the edited versions of each key become its
+//!   history, written by DML ([`history`]): replays of what they corrected
+//!   are ignored, an erased key stays erased within the retention;
+//! * BITEMPORAL `DELETE` erases whole keys; other DML is refused.
 //!
 //! Every statement is one Delta commit with its change data feed; it returns
 //! the number of rows affected. Schema-changing DML is refused by DataFusion

@@ -52,9 +52,7 @@ pub(super) async fn delete(
         .collect();
     edited.push(hit.alias(DROP_COL));
     let edited = history.versions_of(touched)?.project(edited)?.build()?;
-    history
-        .replace(&state, edited, Operation::Delete)
-        .await?;
+    history.replace(&state, edited, Operation::Delete).await?;
     Ok(deleted)
 }
 
@@ -79,16 +77,18 @@ async fn whole_keys(
         .filter(column("__dml_rows").not_eq(column("__dml_hit")))?
         .limit(0, Some(1))?
         .build()?;
-    let rows = collect(state.create_physical_plan(&partial).await?, state.task_ctx()).await?;
+    let rows = collect(
+        state.create_physical_plan(&partial).await?,
+        state.task_ctx(),
+    )
+    .await?;
     if let Some(batch) = rows.iter().find(|b| b.num_rows() > 0) {
         let n = |c: &str| -> Result<String> {
-            Ok(
-                datafusion::common::ScalarValue::try_from_array(
-                    batch.column(batch.schema().index_of(c)?),
-                    0,
-                )?
-                .to_string(),
-            )
+            Ok(datafusion::common::ScalarValue::try_from_array(
+                batch.column(batch.schema().index_of(c)?),
+                0,
+            )?
+            .to_string())
         };
         return Err(history.refuse(format!(
             "the condition matches {} of the {} rows of key ({}); DELETE on a BITEMPORAL \
@@ -131,20 +131,17 @@ pub(super) async fn update(
             let Some((_, e)) = assignments.iter().find(|(n, _)| n == c) else {
                 return Ok(column(c));
             };
-            let data_type = schema
-                .field_with_unqualified_name(c)?
-                .data_type()
-                .clone();
-            Ok(when(hit.clone(), cast(unnormalize_col(e.clone()), data_type))
-                .otherwise(column(c))?
-                .alias(c))
+            let data_type = schema.field_with_unqualified_name(c)?.data_type().clone();
+            Ok(
+                when(hit.clone(), cast(unnormalize_col(e.clone()), data_type))
+                    .otherwise(column(c))?
+                    .alias(c),
+            )
         })
         .collect::<Result<Vec<_>>>()?;
     edited.push(lit(false).alias(DROP_COL));
     let edited = versions.project(edited)?.build()?;
-    history
-        .replace(&state, edited, Operation::Update)
-        .await?;
+    history.replace(&state, edited, Operation::Update).await?;
     Ok(updated)
 }
 
@@ -200,8 +197,6 @@ pub(super) async fn insert(
     let edited = project(versions)?
         .union(project(rows()?)?.build()?)?
         .build()?;
-    history
-        .replace(&state, edited, Operation::Insert)
-        .await?;
+    history.replace(&state, edited, Operation::Insert).await?;
     Ok(inserted)
 }
