@@ -1,13 +1,17 @@
 //! `table_as_of('target', version)`: a streaming table as of an older Delta
-//! commit version (time travel) — its live rows then, bookkeeping hidden.
+//! commit version (time travel) — its live rows then, bookkeeping hidden, in
+//! the table's current columns (a column added since reads NULL).
 
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableFunctionImpl, TableProvider};
-use datafusion::common::{plan_err, Result, ScalarValue};
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::common::{plan_err, Column, Result, ScalarValue};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{
+    cast, col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
+};
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::TableRegistry;
@@ -82,13 +86,33 @@ impl TableProvider for AsOfTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let old = self.table.as_of(self.version).await?;
-        if old.schema() != self.schema() {
-            return plan_err!(
-                "table_as_of(): the schema of version {} differs from the current one; select its columns explicitly is not supported",
-                self.version
-            );
+        let schema = self.schema();
+        if old.schema() == schema {
+            return old.scan(state, projection, filters, limit).await;
         }
-        old.scan(state, projection, filters, limit).await
+        // an older schema (SPEC §2.9): its rows in the current columns, NULL
+        // in the columns added since, cast where a column widened since
+        let old_schema = old.schema();
+        let columns: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..schema.fields().len()).collect(),
+        };
+        let exprs: Vec<Expr> = columns
+            .iter()
+            .map(|&i| {
+                let field = schema.field(i);
+                let value = if old_schema.field_with_name(field.name()).is_ok() {
+                    col(Column::new_unqualified(field.name()))
+                } else {
+                    lit(ScalarValue::Null)
+                };
+                cast(value, field.data_type().clone()).alias(field.name())
+            })
+            .collect();
+        let plan = LogicalPlanBuilder::scan("__cdc_as_of", provider_as_source(Arc::new(old)), None)?
+            .project(exprs)?
+            .build()?;
+        state.create_physical_plan(&plan).await
     }
 
     fn supports_filters_pushdown(

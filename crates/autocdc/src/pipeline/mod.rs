@@ -120,6 +120,23 @@ pub mod staged;
 pub mod started;
 pub(crate) mod streams;
 
+/// The target columns of stored rows, each cast to its type; columns the
+/// stored files do not have yet (added by this update) are NULL.
+fn stored_projection(target_schema: &Schema, stored: &Schema) -> Vec<Expr> {
+    target_schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let value = if stored.field_with_name(f.name()).is_ok() {
+                col(Column::new_unqualified(f.name()))
+            } else {
+                lit(ScalarValue::Null)
+            };
+            cast(value, f.data_type().clone()).alias(f.name())
+        })
+        .collect()
+}
+
 /// `events` with every row's origin set to `origin`.
 fn with_origin(events: LogicalPlan, origin: Origin) -> Result<LogicalPlan> {
     let projection: Vec<Expr> = events
@@ -238,7 +255,11 @@ pub async fn plan_update(
                 Some(lit(version.clone())),
             )?;
             let target_columns = |side: i8| -> Vec<Expr> {
-                let mut cols = target_projection(&resolved.target_schema);
+                let mut cols = if side == SIDE_LIVE {
+                    stored_projection(&resolved.target_schema, &table.raw_provider().schema())
+                } else {
+                    target_projection(&resolved.target_schema)
+                };
                 cols.push(lit(side).alias(SIDE_COL));
                 cols
             };
@@ -294,6 +315,17 @@ pub async fn plan_update(
         }
     };
     let seq_type = resolved.sequence_type.clone();
+    // schema evolution (SPEC §2.9): new columns are NULL in stored rows; a
+    // widened column is rewritten in every file, so that every reader sees
+    // one type per column (no Delta type widening feature needed)
+    let evolved = meta.sequence_type.is_some() && resolved.target_schema.fields() != meta.user_schema.fields();
+    let widened = meta.user_schema.fields().iter().any(|old| {
+        resolved
+            .target_schema
+            .field_with_name(old.name())
+            .is_ok_and(|new| new.data_type() != old.data_type())
+    });
+    let touched = if widened { None } else { touched };
     // a small update of a large table retires the stored rows of its keys
     // with deletion vectors instead of rewriting whole buckets
     let superseded = match &touched {
@@ -350,7 +382,7 @@ pub async fn plan_update(
                 .build()?,
             None => raw,
         };
-        let mut stored = target_projection(&resolved.target_schema);
+        let mut stored = stored_projection(&resolved.target_schema, &table.raw_provider().schema());
         stored.push(cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL));
         // retention: tombstones (SCD 1) and erasure marks (SCD 2) older
         // than the threshold are gone, so a late event of their key applies
@@ -473,7 +505,7 @@ pub async fn plan_update(
 
     let delta = table.delta();
     let snapshot = delta.snapshot().map_err(delta_err)?;
-    let schema_needed = meta.sequence_type.is_none();
+    let schema_needed = meta.sequence_type.is_none() || evolved;
     let metadata = if register || schema_needed || !extra_config.is_empty() {
         let mut md = snapshot.metadata().clone();
         if schema_needed {

@@ -215,6 +215,135 @@ pub fn is_orderable(dt: &DataType) -> bool {
 
 /// Two types belong to the same family, so a source column may be cast to the
 /// target's type without changing its meaning.
+/// A declared target keeps exactly its columns; the flow's source types must
+/// convert into theirs.
+fn declared_columns(
+    flow: &str,
+    existing: &SchemaRef,
+    flow_columns: &[String],
+    source_schema: &DFSchema,
+) -> Result<SchemaRef> {
+    let existing_names: Vec<&String> = existing.fields().iter().map(|f| f.name()).collect();
+    let mut sorted_flow = flow_columns.to_vec();
+    sorted_flow.sort();
+    let mut sorted_target: Vec<String> = existing_names.iter().map(|s| s.to_string()).collect();
+    sorted_target.sort();
+    if sorted_flow != sorted_target {
+        return Err(flow_err(
+            flow,
+            "COLUMNS",
+            format!(
+                "the flow's columns ({}) do not match the columns declared for the target ({}); \
+                 a declared target keeps its columns: declare them again with \
+                 CREATE OR REFRESH STREAMING TABLE and run REFRESH ... FULL, or let the \
+                 target take its flows' columns by declaring none",
+                flow_columns.join(", "),
+                existing_names
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    for field in existing.fields() {
+        let source_type = source_schema
+            .field_with_unqualified_name(field.name())?
+            .data_type();
+        if !compatible(source_type, field.data_type()) {
+            return Err(flow_err(
+                flow,
+                "COLUMNS",
+                format!(
+                    "column '{}' has type {source_type} in the source but {} in the target",
+                    field.name(),
+                    field.data_type()
+                ),
+            ));
+        }
+    }
+    Ok(Arc::clone(existing))
+}
+
+/// A target column for the flow column `c`, typed by the source.
+fn new_column(flow: &str, c: &str, source_schema: &DFSchema) -> Result<Field> {
+    let dt = source_schema.field_with_unqualified_name(c)?.data_type();
+    if *dt == DataType::Null {
+        return Err(flow_err(flow, "COLUMNS", format!("column '{c}' has no type (only NULL literals): CAST it, or declare the target's columns")));
+    }
+    Ok(Field::new(c, storage_type(dt), true))
+}
+
+/// An undeclared target's columns after this flow (SPEC §2.9): its columns
+/// in order, each widened to the flow's type where that is wider, then the
+/// flow's new columns at the end. A column whose type changes other than by
+/// widening is an error naming it and both types.
+fn evolved_columns(
+    flow: &str,
+    existing: &SchemaRef,
+    flow_columns: &[String],
+    source_schema: &DFSchema,
+) -> Result<SchemaRef> {
+    let mut fields: Vec<Field> = Vec::with_capacity(existing.fields().len());
+    for field in existing.fields() {
+        if !flow_columns.contains(field.name()) {
+            fields.push(field.as_ref().clone());
+            continue;
+        }
+        let source = storage_type(
+            source_schema
+                .field_with_unqualified_name(field.name())?
+                .data_type(),
+        );
+        let target = field.data_type();
+        let data_type = if widens(target, &source) {
+            source
+        } else if source == *target || source == DataType::Null || widens(&source, target) {
+            target.clone()
+        } else {
+            return Err(flow_err(
+                flow,
+                "COLUMNS",
+                format!(
+                    "column '{}' has type {source} in the source but {target} in the target: \
+                     a target's column type may only widen (int8 → int16 → int32 → int64, \
+                     float32 → float64, decimal precision up, date → timestamp); nothing was \
+                     committed",
+                    field.name()
+                ),
+            ));
+        };
+        fields.push(Field::new(field.name(), data_type, true));
+    }
+    for c in flow_columns {
+        if existing.field_with_name(c).is_err() {
+            fields.push(new_column(flow, c, source_schema)?);
+        }
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// Whether a column of type `from` may widen to `to` (SPEC §2.9), both
+/// storage types.
+pub fn widens(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    let int_rank = |t: &DataType| match t {
+        Int8 => Some(1),
+        Int16 => Some(2),
+        Int32 => Some(3),
+        Int64 => Some(4),
+        _ => None,
+    };
+    match (from, to) {
+        (Float32, Float64) => true,
+        (Decimal128(p1, s1), Decimal128(p2, s2)) => {
+            s2 >= s1 && p2 > p1 && (*p2 as i16 - *s2 as i16) >= (*p1 as i16 - *s1 as i16)
+        }
+        (Date32, Timestamp(_, _)) => true,
+        _ => matches!((int_rank(from), int_rank(to)), (Some(a), Some(b)) if a < b),
+    }
+}
+
 fn compatible(source: &DataType, target: &DataType) -> bool {
     let s = storage_type(source);
     let t = storage_type(target);
@@ -549,58 +678,19 @@ pub fn resolve(
         return Err(flow_err(flow, "COLUMNS TO UPDATE", "all SCD TYPE 2 flows of a target must agree on using COLUMNS TO UPDATE (the target stores each event's list)"));
     }
 
-    // Target schema: the declared/existing one, else derived from the source.
+    // Target schema: the declared one; an undeclared target's evolved by
+    // the flow's columns (SPEC §2.9); else derived from the source.
     let target_schema: SchemaRef = match &target.columns {
+        Some(existing) if !existing.fields().is_empty() && target.declared => {
+            declared_columns(flow, existing, &target_columns, &source_schema)?
+        }
         Some(existing) if !existing.fields().is_empty() => {
-            let existing_names: Vec<&String> = existing.fields().iter().map(|f| f.name()).collect();
-            let mut sorted_flow = target_columns.clone();
-            sorted_flow.sort();
-            let mut sorted_target: Vec<String> =
-                existing_names.iter().map(|s| s.to_string()).collect();
-            sorted_target.sort();
-            if sorted_flow != sorted_target {
-                return Err(flow_err(
-                    flow,
-                    "COLUMNS",
-                    format!(
-                        "the flow's columns ({}) do not match the target's columns ({})",
-                        target_columns.join(", "),
-                        existing_names
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ));
-            }
-            for field in existing.fields() {
-                let source_type = source_schema
-                    .field_with_unqualified_name(field.name())?
-                    .data_type();
-                if !compatible(source_type, field.data_type()) {
-                    return Err(flow_err(
-                        flow,
-                        "COLUMNS",
-                        format!(
-                            "column '{}' has type {source_type} in the source but {} in the target",
-                            field.name(),
-                            field.data_type()
-                        ),
-                    ));
-                }
-            }
-            Arc::clone(existing)
+            evolved_columns(flow, existing, &target_columns, &source_schema)?
         }
         _ => {
             let fields: Vec<Field> = target_columns
                 .iter()
-                .map(|c| {
-                    let dt = source_schema.field_with_unqualified_name(c)?.data_type();
-                    if *dt == DataType::Null {
-                        return Err(flow_err(flow, "COLUMNS", format!("column '{c}' has no type (only NULL literals): CAST it, or declare the target's columns")));
-                    }
-                    Ok(Field::new(c, storage_type(dt), true))
-                })
+                .map(|c| new_column(flow, c, &source_schema))
                 .collect::<Result<_>>()?;
             Arc::new(Schema::new(fields))
         }
@@ -664,7 +754,19 @@ pub fn resolve(
             .otherwise(lit(Kind::Upsert as i8))?,
     };
 
-    let mut projection = target_projection(&target_schema);
+    // target columns the flow does not select are NULL in its events
+    let mut projection: Vec<Expr> = target_schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let value = if target_columns.contains(f.name()) {
+                Expr::Column(Column::new_unqualified(f.name()))
+            } else {
+                lit(ScalarValue::Null)
+            };
+            cast(value, f.data_type().clone()).alias(f.name())
+        })
+        .collect();
     projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));
     projection.push(kind.alias(KIND_COL));
     projection.push(lit(written_at_value(now_micros)).alias(WRITTEN_AT_COL));
