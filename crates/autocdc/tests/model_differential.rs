@@ -63,6 +63,7 @@ async fn engine(
     engine_with(
         updates,
         &[],
+        &[],
         clauses,
         select,
         width,
@@ -92,10 +93,56 @@ fn fold_choice() -> impl Strategy<Value = Fold> {
     ]
 }
 
+/// The source columns of one update (schema evolution): `b` may be
+/// missing, `a` may come as BIGINT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    b: bool,
+    wide_a: bool,
+}
+
+impl Shape {
+    const FULL: Shape = Shape {
+        b: true,
+        wide_a: false,
+    };
+
+    /// `events` as this shape's source query.
+    fn source_sql(self, events: &[Event]) -> String {
+        let a = if self.wide_a {
+            "CAST(a AS BIGINT) AS a"
+        } else {
+            "a"
+        };
+        let b = if self.b { ", b" } else { "" };
+        format!(
+            "SELECT id, {a}{b}, op, seq, st, cols FROM ({})",
+            model::source_sql(events)
+        )
+    }
+
+    /// What the model sees of `events` under this shape: no `b`, NULL.
+    fn apply(self, events: &[Event]) -> Vec<Event> {
+        events
+            .iter()
+            .map(|e| {
+                let mut e = *e;
+                if !self.b {
+                    e.values[1] = None;
+                }
+                e
+            })
+            .collect()
+    }
+}
+
 /// Run the updates; after update `i`, the statements `between[i]` (DML).
+/// Update `i` reads its source in `shapes[i]` (all columns without one).
+#[allow(clippy::too_many_arguments)]
 async fn engine_with(
     updates: &[Vec<Event>],
     between: &[Vec<String>],
+    shapes: &[Shape],
     clauses: &str,
     select: &str,
     width: usize,
@@ -139,9 +186,10 @@ async fn engine_with(
     .await
     .unwrap();
     for (i, update) in updates.iter().enumerate() {
+        let shape = shapes.get(i).copied().unwrap_or(Shape::FULL);
         s.sql(&format!(
             "CREATE OR REPLACE TABLE src AS {}",
-            model::source_sql(update)
+            shape.source_sql(update)
         ))
         .await
         .unwrap()
@@ -311,7 +359,7 @@ proptest! {
             ("SELECT id, a, b FROM t", 3)
         };
         let got = runtime().block_on(engine_with(
-            &updates, &[], &clauses, select, width, partitions, fold,
+            &updates, &[], &[], &clauses, select, width, partitions, fold,
         ));
         prop_assert_eq!(got, expected, "fold: {:?}, partial: {:?}, keys only: {}, updates: {:?}", fold, partial, keys_only, updates);
     }
@@ -355,7 +403,7 @@ proptest! {
              SEQUENCE BY seq COLUMNS (id, a, b) {to_update}"
         );
         let got = runtime().block_on(engine_with(
-            &updates, &between, &clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
+            &updates, &between, &[], &clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
         ));
         prop_assert_eq!(got, expected, "fold: {:?}, partial: {:?}, updates: {:?}, dml: {:?}", fold, partial, updates, between);
     }
@@ -448,6 +496,7 @@ proptest! {
         let got = runtime().block_on(engine_with(
             &updates,
             &between,
+            &[],
             &clauses,
             "SELECT id, a, b, __start_at, __end_at FROM t",
             5,
@@ -455,6 +504,74 @@ proptest! {
             Fold::Sorted,
         ));
         prop_assert_eq!(got, expected, "tracked: {:?}, updates: {:?}, dml: {:?}", tracked, updates, between);
+    }
+
+    /// Schema evolution (SPEC §2.9), SCD 1 and SCD 2: each update's source
+    /// may lack `b` (the target gains it when a source first has it; a
+    /// source without it writes NULL) and may bring `a` as BIGINT (the
+    /// column widens); the model sees NULL where the source had no `b`.
+    #[test]
+    fn schema_changes_equal_the_model(
+        events in events(14, false, by_key_seq),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        shapes in prop::collection::vec((any::<bool>(), prop::bool::weighted(0.3)), 4),
+        scd2 in any::<bool>(),
+        partitions in 1usize..4,
+    ) {
+        let mut shapes: Vec<Shape> = shapes.into_iter().map(|(b, wide_a)| Shape { b, wide_a }).collect();
+        // SCD 2 keeps every event: each event once (a replay with another
+        // shape would be a different event at the same sequence)
+        let events: Vec<Event> = if scd2 {
+            let mut seen = HashSet::new();
+            events.into_iter().filter(|e| seen.insert(*e)).collect()
+        } else {
+            events
+        };
+        let mut updates = shuffle_and_split(&events, order, &cuts);
+        if !scd2 {
+            // a final replay of everything (late, dropped)
+            updates.push(events.clone());
+        }
+        shapes.truncate(updates.len());
+        while shapes.len() < updates.len() {
+            shapes.push(Shape::FULL);
+        }
+        // the table has `b` by the end
+        if let Some(last) = shapes.last_mut() {
+            last.b = true;
+        }
+        let shaped: Vec<Vec<Event>> = updates.iter().zip(&shapes).map(|(u, s)| s.apply(u)).collect();
+        let (expected, clauses, select, width): (Vec<Vec<Option<i32>>>, &str, &str, usize) = if scd2 {
+            let all: Vec<Event> = shaped.concat();
+            (
+                scd2::history(&all, Partial::None, [true, true])
+                    .into_iter()
+                    .map(|(id, a, b, start, end)| vec![Some(id), a, b, Some(start), end])
+                    .collect(),
+                "APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq, st, cols) \
+                 STORED AS SCD TYPE 2",
+                "SELECT id, CAST(a AS INT), b, __start_at, __end_at FROM t",
+                5,
+            )
+        } else {
+            let mut model = scd1::Scd1::default();
+            for update in &shaped {
+                model.apply(update, Partial::None);
+            }
+            (
+                model.rows().into_iter().map(|(id, a, b)| vec![Some(id), a, b]).collect(),
+                "APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq, st, cols)",
+                "SELECT id, CAST(a AS INT), b FROM t",
+                3,
+            )
+        };
+        let got = runtime().block_on(engine_with(
+            &updates, &[], &shapes, clauses, select, width, partitions, Fold::Indexed,
+        ));
+        let mut expected = expected;
+        expected.sort();
+        prop_assert_eq!(got, expected, "scd2: {}, shapes: {:?}, updates: {:?}", scd2, shapes, updates);
     }
 
     /// BITEMPORAL: the table is the beliefs at every system time, whatever

@@ -109,9 +109,10 @@ impl TableProvider for AsOfTable {
                 cast(value, field.data_type().clone()).alias(field.name())
             })
             .collect();
-        let plan = LogicalPlanBuilder::scan("__cdc_as_of", provider_as_source(Arc::new(old)), None)?
-            .project(exprs)?
-            .build()?;
+        let plan =
+            LogicalPlanBuilder::scan("__cdc_as_of", provider_as_source(Arc::new(old)), None)?
+                .project(exprs)?
+                .build()?;
         state.create_physical_plan(&plan).await
     }
 

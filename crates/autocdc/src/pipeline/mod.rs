@@ -318,7 +318,8 @@ pub async fn plan_update(
     // schema evolution (SPEC §2.9): new columns are NULL in stored rows; a
     // widened column is rewritten in every file, so that every reader sees
     // one type per column (no Delta type widening feature needed)
-    let evolved = meta.sequence_type.is_some() && resolved.target_schema.fields() != meta.user_schema.fields();
+    let evolved = meta.sequence_type.is_some()
+        && resolved.target_schema.fields() != meta.user_schema.fields();
     let widened = meta.user_schema.fields().iter().any(|old| {
         resolved
             .target_schema
