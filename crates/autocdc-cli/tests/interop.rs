@@ -4,6 +4,9 @@
 //! table at its path and must return exactly the columns and rows of our
 //! `SELECT *` and `table_changes` (`interop/check_readers.py`).
 //!
+//! A table whose schema evolved (a column added, one widened) is also read
+//! at its older versions, with the columns it had then.
+//!
 //! Tables made with `SET autocdc.deletion_vectors = false` have no deletion
 //! vectors, so delta-rs' pyarrow reader (`to_pyarrow_table`) reads them too.
 //!
@@ -61,6 +64,14 @@ INSERT INTO src5 VALUES (1, 'a2', 'U', 2), (2, NULL, 'D', 2), (4, 'd', 'U', 2);
 REFRESH STREAMING TABLE plain_scd1;
 SET autocdc.deletion_vectors = true;
 
+CREATE TABLE src6 (id INT, a INT, seq INT) AS VALUES (1, 10, 1), (2, 20, 1);
+CREATE STREAMING TABLE evolved;
+CREATE FLOW f6 AS AUTO CDC INTO evolved FROM src6 KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq);
+CREATE OR REPLACE TABLE src6 (id INT, a INT, b TEXT, seq INT) AS VALUES (1, 11, 'x', 2);
+REFRESH STREAMING TABLE evolved;
+CREATE OR REPLACE TABLE src6 (id INT, a BIGINT, seq INT) AS VALUES (2, 5000000000, 3);
+REFRESH STREAMING TABLE evolved;
+
 CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'b'), (3, 'c');
 CREATE STREAMING TABLE snapped;
 CREATE FLOW f4 AS AUTO CDC INTO snapped FROM SNAPSHOT (SELECT * FROM snap) KEYS (id);
@@ -68,7 +79,21 @@ CREATE OR REPLACE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'B'), (4, 
 REFRESH STREAMING TABLE snapped;
 ";
 
-const TABLES: [&str; 5] = ["scd1", "scd2", "bitemporal", "snapped", "plain_scd1"];
+const TABLES: [&str; 6] = [
+    "scd1",
+    "scd2",
+    "bitemporal",
+    "snapped",
+    "evolved",
+    "plain_scd1",
+];
+
+/// Older versions of a table whose schema evolved since (SPEC §2.9), read
+/// at that version with its columns then: `(table, version, our query)`.
+const VERSIONS: [(&str, u64, &str); 2] = [
+    ("evolved", 1, "SELECT id, a FROM table_as_of('evolved', 1)"),
+    ("evolved", 2, "SELECT * FROM table_as_of('evolved', 2)"),
+];
 
 /// Tables created with `autocdc.deletion_vectors = false`, also read with
 /// delta-rs' pyarrow reader (which does not read deletion vectors).
@@ -128,6 +153,13 @@ fn delta_readers_see_exactly_our_rows_and_changes() {
             changes.display()
         ));
     }
+    for (table, version, query) in VERSIONS {
+        let out = exports.join(format!("{table}@{version}.parquet"));
+        script.push_str(&format!(
+            "COPY ({query}) TO '{}' STORED AS PARQUET;\n",
+            out.display()
+        ));
+    }
     let script_file = dir.path().join("flows.sql");
     std::fs::write(&script_file, script).expect("script");
     run(
@@ -144,13 +176,14 @@ fn delta_readers_see_exactly_our_rows_and_changes() {
             .arg(checker)
             .arg(&warehouse)
             .arg(&exports)
-            .args(TABLES),
+            .args(TABLES)
+            .args(VERSIONS.iter().map(|(t, v, _)| format!("{t}@{v}"))),
         "check_readers.py",
     );
-    // every table read three ways, the plain ones four
+    // every table read three ways, the plain ones four, older versions two
     assert_eq!(
         report.matches("same ").count(),
-        3 * TABLES.len() + PLAIN_TABLES,
+        3 * TABLES.len() + PLAIN_TABLES + 2 * VERSIONS.len(),
         "{report}"
     );
 }

@@ -10,6 +10,8 @@ WAREHOUSE/public/TABLE is read with Polars (`read_delta`), delta-rs
 exactly our columns and rows. Tables named `plain_*` were made without
 deletion vectors: their protocol must not ask readers for them, and delta-rs'
 pyarrow reader (`to_pyarrow_table`, which refuses them) must read them too.
+A TABLE written `name@V` is read at version V with Polars and delta-rs;
+EXPORTS holds our rows then as `name@V.parquet`.
 Prints one line per check; exits 1 on a difference.
 """
 
@@ -47,6 +49,15 @@ def main() -> int:
     warehouse, exports, tables = sys.argv[1], sys.argv[2], sys.argv[3:]
     ok = True
     for table in tables:
+        if "@" in table:
+            name, version = table.split("@")
+            path = f"{warehouse}/public/{name}"
+            ours = pl.read_parquet(f"{exports}/{table}.parquet")
+            ok &= same(f"{table} / polars read_delta", ours, pl.read_delta(path, version=int(version)))
+            dt = DeltaTable(path, version=int(version))
+            result = QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all()
+            ok &= same(f"{table} / delta-rs QueryBuilder", ours, pl.DataFrame(result))
+            continue
         path = f"{warehouse}/public/{table}"
         ours = pl.read_parquet(f"{exports}/{table}.parquet")
         ok &= same(f"{table} / polars read_delta", ours, pl.read_delta(path))
