@@ -1,0 +1,144 @@
+"""The Python module against the reference pages' flows (run by tests/python.rs)."""
+
+import os
+import tempfile
+import unittest
+
+import polars as pl
+import pyarrow as pa
+
+import datafusion_autocdc as cdc
+
+
+def users_cdf() -> pa.Table:
+    """The quickstart's change feed (a delete of 123 at 6)."""
+    return pa.table(
+        {
+            "userId": [124, 123, 125, 126, 123],
+            "name": ["Raul", "Isabel", "Mercedes", "Lily", None],
+            "city": ["Oaxaca", "Monterrey", "Tijuana", "Cancun", None],
+            "operation": ["INSERT", "INSERT", "INSERT", "INSERT", "DELETE"],
+            "sequenceNum": [1, 1, 2, 2, 6],
+        }
+    )
+
+
+class Flows(unittest.TestCase):
+    def setUp(self) -> None:
+        self.warehouse = os.path.join(tempfile.mkdtemp(), "warehouse")
+        self.s = cdc.CdcSession(self.warehouse)
+
+    def rows(self, query: str) -> list:
+        return pa.table(self.s.sql(query)).to_pylist()
+
+    def test_scd1_flow_from_pyarrow(self) -> None:
+        self.s.register("users", users_cdf())
+        self.s.create_streaming_table("target")
+        metrics = self.s.create_auto_cdc_flow(
+            target="target",
+            source="users",
+            keys=["userId"],
+            sequence_by="sequenceNum",
+            apply_as_deletes="operation = 'DELETE'",
+            except_column_list=["operation", "sequenceNum"],
+            stored_as_scd_type=1,
+        )
+        self.assertEqual(metrics["flow"], "target")
+        self.assertEqual(metrics["num_input_rows"], 5)
+        self.assertEqual(
+            self.rows('SELECT * FROM target ORDER BY "userId"'),
+            [
+                {"userId": 124, "name": "Raul", "city": "Oaxaca"},
+                {"userId": 125, "name": "Mercedes", "city": "Tijuana"},
+                {"userId": 126, "name": "Lily", "city": "Cancun"},
+            ],
+        )
+
+    def test_scd2_flow_from_polars_then_refresh(self) -> None:
+        events = pl.DataFrame(
+            {"id": [1, 1], "city": ["rome", "paris"], "seq": [1, 2]}
+        )
+        self.s.register("moves", events)
+        self.s.create_streaming_table("history")
+        self.s.create_auto_cdc_flow(
+            target="history", source="moves", keys=["id"], sequence_by="seq",
+            except_column_list=["seq"], stored_as_scd_type="2",
+        )
+        self.s.register(
+            "moves", pl.DataFrame({"id": [1], "city": ["oslo"], "seq": [3]})
+        )
+        runs = self.s.refresh("history")
+        self.assertEqual([(r["flow"], r["num_input_rows"]) for r in runs], [("history", 1)])
+        self.assertEqual(
+            self.rows("SELECT city, __start_at, __end_at FROM history ORDER BY __start_at"),
+            [
+                {"city": "rome", "__start_at": 1, "__end_at": 2},
+                {"city": "paris", "__start_at": 2, "__end_at": 3},
+                {"city": "oslo", "__start_at": 3, "__end_at": None},
+            ],
+        )
+
+    def test_snapshot_flow(self) -> None:
+        self.s.register("snap", pa.table({"id": [1, 2], "price": [10, 20]}))
+        self.s.create_streaming_table("products")
+        self.s.create_auto_cdc_from_snapshot_flow(
+            target="products", source="snap", keys=["id"], stored_as_scd_type=2,
+        )
+        self.s.register("snap", pa.table({"id": [1, 3], "price": [11, 30]}))
+        self.s.refresh("products")
+        rows = self.rows(
+            "SELECT id, price, __end_at IS NULL AS current FROM products ORDER BY id, price"
+        )
+        self.assertEqual(
+            rows,
+            [
+                {"id": 1, "price": 10, "current": False},
+                {"id": 1, "price": 11, "current": True},
+                {"id": 2, "price": 20, "current": False},
+                {"id": 3, "price": 30, "current": True},
+            ],
+        )
+
+    def test_results_are_arrow_for_every_reader(self) -> None:
+        result = self.s.sql("SELECT 1 AS a, 'x' AS b")
+        self.assertEqual(result.num_rows, 1)
+        self.assertEqual(result.column_names, ["a", "b"])
+        self.assertEqual(result.to_arrow_table().to_pylist(), [{"a": 1, "b": "x"}])
+        self.assertEqual(pl.DataFrame(result).to_dicts(), [{"a": 1, "b": "x"}])
+        self.assertIn("| a | b |", str(result))
+
+    def test_tables_survive_the_session(self) -> None:
+        self.s.register("users", users_cdf())
+        self.s.sql("CREATE STREAMING TABLE t")
+        self.s.create_auto_cdc_flow(
+            target="t", source="users", keys=["userId"], sequence_by="sequenceNum",
+            column_list=["userId", "city"],
+        )
+        again = cdc.CdcSession(self.warehouse)
+        self.assertEqual(pa.table(again.sql("SELECT count(*) AS n FROM t")).to_pylist(), [{"n": 4}])
+
+    def test_bad_arguments_and_engine_errors(self) -> None:
+        self.s.register("users", users_cdf())
+        self.s.create_streaming_table("target")
+        with self.assertRaises(TypeError):
+            self.s.create_auto_cdc_flow(
+                target="target", source="users", keys=["userId"],
+                sequence_by="sequenceNum", no_such_parameter=1,
+            )
+        with self.assertRaisesRegex(ValueError, "stored_as_scd_type"):
+            self.s.create_auto_cdc_flow(
+                target="target", source="users", keys=["userId"],
+                sequence_by="sequenceNum", stored_as_scd_type=3,
+            )
+        with self.assertRaisesRegex(TypeError, "register\\('x'\\): expected Arrow data"):
+            self.s.register("x", [1, 2, 3])
+        with self.assertRaisesRegex(cdc.AutoCdcError, "flow 'target'.*SEQUENCE BY.*nope"):
+            self.s.create_auto_cdc_flow(
+                target="target", source="users", keys=["userId"], sequence_by="nope",
+            )
+        # nothing was created by the failed flow
+        self.assertEqual(self.rows("SELECT count(*) AS n FROM target"), [{"n": 0}])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,331 @@
+//! `CdcSession`: a warehouse, its streaming tables and flows, from Python.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use datafusion::datasource::MemTable;
+use datafusion_autocdc::api::UpdateMetrics;
+use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::arrow_io::read_stream;
+use crate::engine_error;
+use crate::result::QueryResult;
+
+/// A session on a warehouse: a folder, `file://`, `memory://` or an object
+/// store URL. It owns the tokio runtime its calls run on; every call
+/// releases the GIL while the engine works.
+#[pyclass(name = "CdcSession", module = "datafusion_autocdc", frozen)]
+pub(crate) struct PyCdcSession {
+    session: Arc<CdcSession>,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl PyCdcSession {
+    /// Run `work` on the session's runtime with the GIL released.
+    fn run<T, F>(
+        &self,
+        py: Python<'_>,
+        work: impl FnOnce(Arc<CdcSession>) -> F + Send,
+    ) -> PyResult<T>
+    where
+        F: Future<Output = datafusion::error::Result<T>> + Send,
+        T: Send,
+    {
+        let session = Arc::clone(&self.session);
+        let runtime = Arc::clone(&self.runtime);
+        py.detach(move || runtime.block_on(work(session)))
+            .map_err(engine_error)
+    }
+}
+
+/// `stored_as_scd_type`: 1, 2, "1", "2" or "BITEMPORAL".
+fn scd_type(value: &Bound<'_, PyAny>) -> PyResult<ScdType> {
+    if let Ok(n) = value.extract::<i64>() {
+        return match n {
+            1 => Ok(ScdType::Type1),
+            2 => Ok(ScdType::Type2),
+            _ => Err(PyValueError::new_err(format!(
+                "stored_as_scd_type: expected 1, 2 or \"BITEMPORAL\", got {n}"
+            ))),
+        };
+    }
+    let Ok(text) = value.extract::<String>() else {
+        return Err(PyTypeError::new_err(format!(
+            "stored_as_scd_type: expected 1, 2 or \"BITEMPORAL\", got a {}",
+            value.get_type().name()?
+        )));
+    };
+    match text.trim().to_ascii_uppercase().as_str() {
+        "1" => Ok(ScdType::Type1),
+        "2" => Ok(ScdType::Type2),
+        "BITEMPORAL" => Ok(ScdType::Bitemporal),
+        _ => Err(PyValueError::new_err(format!(
+            "stored_as_scd_type: expected 1, 2 or \"BITEMPORAL\", got '{text}'"
+        ))),
+    }
+}
+
+/// A run's metrics as a dict (the columns of the SQL statements' result).
+fn metrics_dict<'py>(py: Python<'py>, m: &UpdateMetrics) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("flow", &m.flow)?;
+    d.set_item("num_upserted_rows", m.num_upserted_rows)?;
+    d.set_item("num_deleted_rows", m.num_deleted_rows)?;
+    d.set_item("num_input_rows", m.num_input_rows)?;
+    d.set_item("num_late_rows_dropped", m.num_late_rows_dropped)?;
+    d.set_item("commit_version", m.commit_version)?;
+    Ok(d)
+}
+
+#[pymethods]
+impl PyCdcSession {
+    #[new]
+    #[pyo3(signature = (warehouse = "./warehouse"))]
+    fn new(py: Python<'_>, warehouse: &str) -> PyResult<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| PyValueError::new_err(format!("CdcSession: no tokio runtime: {e}")))?;
+        let config = AutoCdcConfig::new(warehouse);
+        let session = py
+            .detach(|| runtime.block_on(CdcSession::open(config)))
+            .map_err(engine_error)?;
+        Ok(Self {
+            session: Arc::new(session),
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// Run one SQL statement (AUTO CDC statements included); returns its rows.
+    fn sql(&self, py: Python<'_>, query: String) -> PyResult<QueryResult> {
+        let (schema, batches) = self.run(py, move |s| async move {
+            let frame = s.sql(&query).await?;
+            let schema = Arc::new(frame.schema().as_arrow().clone());
+            Ok((schema, frame.collect().await?))
+        })?;
+        Ok(QueryResult::new(schema, batches))
+    }
+
+    /// Register Arrow data (anything with `__arrow_c_stream__`) as a table
+    /// named `name`, replacing one of that name.
+    fn register(&self, py: Python<'_>, name: String, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (schema, batches) = read_stream(data, &format!("register('{name}')"))?;
+        let table = MemTable::try_new(schema, vec![batches]).map_err(engine_error)?;
+        self.run(py, move |s| async move {
+            let ctx = s.context();
+            ctx.deregister_table(name.as_str())?;
+            ctx.register_table(name.as_str(), Arc::new(table))?;
+            Ok(())
+        })
+    }
+
+    /// Declare a streaming table (kept if it exists). `schema`: its columns
+    /// as SQL (`"id BIGINT, name STRING"`); without it the first flow's.
+    #[pyo3(signature = (name, *, schema = None, comment = None, table_properties = None))]
+    fn create_streaming_table(
+        &self,
+        py: Python<'_>,
+        name: String,
+        schema: Option<String>,
+        comment: Option<String>,
+        table_properties: Option<Vec<(String, String)>>,
+    ) -> PyResult<()> {
+        let mut properties = table_properties.unwrap_or_default();
+        if let Some(comment) = comment {
+            properties.push(("comment".to_string(), comment));
+        }
+        self.run(py, move |s| async move {
+            let mut builder = s.create_streaming_table(&name).table_properties(properties);
+            if let Some(schema) = schema {
+                builder = builder.schema(schema);
+            }
+            builder.await
+        })
+    }
+
+    /// Create an AUTO CDC flow and run its first update; returns its metrics.
+    /// Parameters as in the reference's `create_auto_cdc_flow`.
+    #[pyo3(signature = (
+        *, target, source, keys, sequence_by, apply_as_deletes = None,
+        apply_as_truncates = None, column_list = None, except_column_list = None,
+        stored_as_scd_type = None, track_history_column_list = None,
+        track_history_except_column_list = None, ignore_null_updates = false,
+        ignore_null_updates_column_list = None, ignore_null_updates_except_column_list = None,
+        columns_to_update = None, system_sequence_by = None, name = None, once = false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_auto_cdc_flow<'py>(
+        &self,
+        py: Python<'py>,
+        target: String,
+        source: String,
+        keys: Vec<String>,
+        sequence_by: &Bound<'py, PyAny>,
+        apply_as_deletes: Option<String>,
+        apply_as_truncates: Option<String>,
+        column_list: Option<Vec<String>>,
+        except_column_list: Option<Vec<String>>,
+        stored_as_scd_type: Option<&Bound<'py, PyAny>>,
+        track_history_column_list: Option<Vec<String>>,
+        track_history_except_column_list: Option<Vec<String>>,
+        ignore_null_updates: bool,
+        ignore_null_updates_column_list: Option<Vec<String>>,
+        ignore_null_updates_except_column_list: Option<Vec<String>>,
+        columns_to_update: Option<String>,
+        system_sequence_by: Option<String>,
+        name: Option<String>,
+        once: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if keys.is_empty() {
+            return Err(PyValueError::new_err(
+                "create_auto_cdc_flow: keys must name at least one column",
+            ));
+        }
+        let sequence: Result<String, Vec<String>> = if let Ok(column) =
+            sequence_by.extract::<String>()
+        {
+            Ok(column)
+        } else if let Ok(columns) = sequence_by.extract::<Vec<String>>() {
+            Err(columns)
+        } else {
+            return Err(PyTypeError::new_err(
+                "create_auto_cdc_flow: sequence_by must be a column name or a list of them (a STRUCT sequence)",
+            ));
+        };
+        let scd = stored_as_scd_type.map(scd_type).transpose()?;
+        if column_list.is_some() && except_column_list.is_some() {
+            return Err(PyValueError::new_err(
+                "create_auto_cdc_flow: give column_list or except_column_list, not both",
+            ));
+        }
+        let metrics = self.run(py, move |s| async move {
+            let mut flow = s.create_auto_cdc_flow(&target, &source).keys(keys);
+            flow = match sequence {
+                Ok(column) => flow.sequence_by(column),
+                Err(columns) => flow.sequence_by_struct(columns),
+            };
+            if let Some(name) = name {
+                flow = flow.name(name);
+            }
+            if let Some(c) = apply_as_deletes {
+                flow = flow.apply_as_deletes(c);
+            }
+            if let Some(c) = apply_as_truncates {
+                flow = flow.apply_as_truncates(c);
+            }
+            if let Some(c) = column_list {
+                flow = flow.column_list(c);
+            }
+            if let Some(c) = except_column_list {
+                flow = flow.except_column_list(c);
+            }
+            if let Some(scd) = scd {
+                flow = flow.stored_as_scd_type(scd);
+            }
+            if let Some(c) = track_history_column_list {
+                flow = flow.track_history_column_list(c);
+            }
+            if let Some(c) = track_history_except_column_list {
+                flow = flow.track_history_except_column_list(c);
+            }
+            if ignore_null_updates {
+                flow = flow.ignore_null_updates(true);
+            }
+            if let Some(c) = ignore_null_updates_column_list {
+                flow = flow.ignore_null_updates_column_list(c);
+            }
+            if let Some(c) = ignore_null_updates_except_column_list {
+                flow = flow.ignore_null_updates_except_column_list(c);
+            }
+            if let Some(c) = columns_to_update {
+                flow = flow.columns_to_update(c);
+            }
+            if let Some(c) = system_sequence_by {
+                flow = flow.system_sequence_by(c);
+            }
+            flow.once(once).await
+        })?;
+        metrics_dict(py, &metrics)
+    }
+
+    /// Create an AUTO CDC FROM SNAPSHOT flow reading the table `source` whole
+    /// at each update (periodic snapshots) and run its first update; returns
+    /// its metrics. A Python `next_snapshot_and_version` function is not
+    /// supported yet: pass a table (register the snapshot first).
+    #[pyo3(signature = (
+        *, target, source, keys, stored_as_scd_type = None,
+        track_history_column_list = None, track_history_except_column_list = None,
+        name = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_auto_cdc_from_snapshot_flow<'py>(
+        &self,
+        py: Python<'py>,
+        target: String,
+        source: &Bound<'py, PyAny>,
+        keys: Vec<String>,
+        stored_as_scd_type: Option<&Bound<'py, PyAny>>,
+        track_history_column_list: Option<Vec<String>>,
+        track_history_except_column_list: Option<Vec<String>>,
+        name: Option<String>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let Ok(source) = source.extract::<String>() else {
+            return Err(PyTypeError::new_err(
+                "create_auto_cdc_from_snapshot_flow: source must be a table name \
+                 (a next_snapshot_and_version function is not supported yet)",
+            ));
+        };
+        let scd = stored_as_scd_type.map(scd_type).transpose()?;
+        if scd == Some(ScdType::Bitemporal) {
+            return Err(PyValueError::new_err(
+                "create_auto_cdc_from_snapshot_flow: stored_as_scd_type must be 1 or 2",
+            ));
+        }
+        let runs = self.run(py, move |s| async move {
+            let mut flow = s
+                .create_auto_cdc_from_snapshot_flow(&target)
+                .source(&source)
+                .keys(keys);
+            if let Some(name) = name {
+                flow = flow.name(name);
+            }
+            if let Some(scd) = scd {
+                flow = flow.stored_as_scd_type(scd);
+            }
+            if let Some(c) = track_history_column_list {
+                flow = flow.track_history_column_list(c);
+            }
+            if let Some(c) = track_history_except_column_list {
+                flow = flow.track_history_except_column_list(c);
+            }
+            flow.await
+        })?;
+        let dicts = runs
+            .iter()
+            .map(|m| metrics_dict(py, m))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, dicts)
+    }
+
+    /// Run every flow of `target` again (`full`: from scratch); returns one
+    /// metrics dict per flow run.
+    #[pyo3(signature = (target, *, full = false))]
+    fn refresh<'py>(
+        &self,
+        py: Python<'py>,
+        target: String,
+        full: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let runs = self.run(py, move |s| async move {
+            s.refresh_streaming_table(&target, full).await
+        })?;
+        let dicts = runs
+            .iter()
+            .map(|m| metrics_dict(py, m))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, dicts)
+    }
+}

@@ -1,0 +1,81 @@
+//! Runs the module's Python tests (`python_tests/`): the extension module
+//! this package builds is loaded by CPython from a temporary folder, in a
+//! virtual environment created on first use under the cargo target's
+//! temporary folder (`AUTOCDC_PYTHON_VENV` to put it elsewhere) with
+//! pyarrow and Polars from the package registry.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The reader versions the tests were written against.
+const PACKAGES: [&str; 2] = ["pyarrow==26.0.1", "polars==2.1.0"];
+
+fn run(command: &mut Command, what: &str) -> String {
+    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+fn python() -> PathBuf {
+    let venv = std::env::var_os("AUTOCDC_PYTHON_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv"));
+    let python = venv.join("bin").join("python");
+    let ready = python.exists()
+        && Command::new(&python)
+            .args(["-c", "import pyarrow, polars"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ready {
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "python3 -m venv",
+        );
+        run(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet"])
+                .args(PACKAGES),
+            "pip install pyarrow polars",
+        );
+    }
+    python
+}
+
+/// The extension module cargo built for this test run: the package's
+/// cdylib, in the test binary's `deps` folder.
+fn extension_module() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("the test binary's folder");
+    let name = if cfg!(target_os = "macos") {
+        "libautocdc_python.dylib"
+    } else {
+        "libautocdc_python.so"
+    };
+    let module = deps.join(name);
+    assert!(module.exists(), "{} was not built", module.display());
+    module
+}
+
+#[test]
+fn python_tests_pass() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::copy(
+        extension_module(),
+        dir.path().join("datafusion_autocdc.abi3.so"),
+    )
+    .expect("copy the extension module");
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("python_tests");
+    let report = run(
+        Command::new(python())
+            .args(["-m", "unittest", "discover", "-v", "-s"])
+            .arg(&tests)
+            .env("PYTHONPATH", dir.path()),
+        "python -m unittest",
+    );
+    assert!(report.contains("OK"), "{report}");
+}
