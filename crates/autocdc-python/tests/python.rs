@@ -79,3 +79,33 @@ fn python_tests_pass() {
     );
     assert!(report.contains("OK"), "{report}");
 }
+
+/// The README's Python example runs as written (in a fresh folder).
+#[test]
+fn readme_python_example_runs() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    let start = readme
+        .find("## From Python")
+        .expect("the README's Python section");
+    let block = &readme[start..];
+    let open = block.find("```python").expect("a python block") + "```python".len();
+    let close = open + block[open..].find("```").expect("the block's end");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::copy(
+        extension_module(),
+        dir.path().join("datafusion_autocdc.abi3.so"),
+    )
+    .expect("copy the extension module");
+    let example = dir.path().join("example.py");
+    std::fs::write(&example, &block[open..close]).expect("example");
+    let output = run(
+        Command::new(python())
+            .arg(&example)
+            .current_dir(dir.path())
+            .env("PYTHONPATH", dir.path()),
+        "the README's Python example",
+    );
+    assert!(output.contains("| userId"), "{output}");
+}
