@@ -4,6 +4,7 @@ import os
 import tempfile
 import unittest
 
+import pandas as pd
 import polars as pl
 import pyarrow as pa
 
@@ -98,6 +99,19 @@ class Flows(unittest.TestCase):
                 {"id": 3, "price": 30, "current": True},
             ],
         )
+
+    def test_pandas_source(self) -> None:
+        self.s.register(
+            "feed", pd.DataFrame({"id": [1, 2, 1], "v": ["a", "b", "c"], "seq": [1, 1, 2]})
+        )
+        self.s.create_streaming_table("t")
+        self.s.create_auto_cdc_flow(
+            target="t", source="feed", keys=["id"], sequence_by="seq", column_list=["id", "v"],
+        )
+        self.assertEqual(
+            self.rows("SELECT * FROM t ORDER BY id"), [{"id": 1, "v": "c"}, {"id": 2, "v": "b"}]
+        )
+        self.assertEqual(self.s.sql("SELECT * FROM t ORDER BY id").to_pandas()["v"].tolist(), ["c", "b"])
 
     def test_results_are_arrow_for_every_reader(self) -> None:
         result = self.s.sql("SELECT 1 AS a, 'x' AS b")
