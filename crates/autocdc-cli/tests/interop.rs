@@ -17,6 +17,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../../autocdc-python/tests/support/venv.rs"]
+mod venv;
+use venv::run;
+
 /// The reader versions the test was written against.
 const PACKAGES: [&str; 3] = ["deltalake==1.6.6", "polars==2.1.0", "pyarrow==26.0.1"];
 
@@ -99,41 +103,14 @@ const VERSIONS: [(&str, u64, &str); 2] = [
 /// delta-rs' pyarrow reader (which does not read deletion vectors).
 const PLAIN_TABLES: usize = 1;
 
-fn run(command: &mut Command, what: &str) -> String {
-    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "{what} failed:\n{text}");
-    text
-}
-
 /// The Python of a virtual environment holding the readers (created if missing).
 fn readers_python() -> PathBuf {
-    let venv = std::env::var_os("AUTOCDC_INTEROP_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-venv"));
-    let python = venv.join("bin").join("python");
-    let ready = python.exists()
-        && Command::new(&python)
-            .args(["-c", "import deltalake, polars, pyarrow"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ready {
-        run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            "python3 -m venv",
-        );
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet"])
-                .args(PACKAGES),
-            "pip install deltalake polars pyarrow",
-        );
-    }
-    python
+    venv::venv_python(
+        "AUTOCDC_INTEROP_VENV",
+        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-venv"),
+        "deltalake, polars, pyarrow",
+        &PACKAGES,
+    )
 }
 
 #[test]

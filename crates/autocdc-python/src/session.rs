@@ -80,6 +80,23 @@ fn metrics_dict<'py>(py: Python<'py>, m: &UpdateMetrics) -> PyResult<Bound<'py, 
     Ok(d)
 }
 
+/// `builder` with `set` applied when a Python argument was given.
+fn with<B, T>(builder: B, value: Option<T>, set: impl FnOnce(B, T) -> B) -> B {
+    match value {
+        Some(v) => set(builder, v),
+        None => builder,
+    }
+}
+
+/// Runs' metrics as a list of dicts.
+fn metrics_list<'py>(py: Python<'py>, runs: &[UpdateMetrics]) -> PyResult<Bound<'py, PyList>> {
+    let dicts = runs
+        .iter()
+        .map(|m| metrics_dict(py, m))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, dicts)
+}
+
 #[pymethods]
 impl PyCdcSession {
     #[new]
@@ -202,50 +219,32 @@ impl PyCdcSession {
             ));
         }
         let metrics = self.run(py, move |s| async move {
-            let mut flow = s.create_auto_cdc_flow(&target, &source).keys(keys);
-            flow = match sequence {
+            let flow = s.create_auto_cdc_flow(&target, &source).keys(keys);
+            let flow = match sequence {
                 Ok(column) => flow.sequence_by(column),
                 Err(columns) => flow.sequence_by_struct(columns),
             };
-            if let Some(name) = name {
-                flow = flow.name(name);
-            }
-            if let Some(c) = apply_as_deletes {
-                flow = flow.apply_as_deletes(c);
-            }
-            if let Some(c) = apply_as_truncates {
-                flow = flow.apply_as_truncates(c);
-            }
-            if let Some(c) = column_list {
-                flow = flow.column_list(c);
-            }
-            if let Some(c) = except_column_list {
-                flow = flow.except_column_list(c);
-            }
-            if let Some(scd) = scd {
-                flow = flow.stored_as_scd_type(scd);
-            }
-            if let Some(c) = track_history_column_list {
-                flow = flow.track_history_column_list(c);
-            }
-            if let Some(c) = track_history_except_column_list {
-                flow = flow.track_history_except_column_list(c);
-            }
-            if ignore_null_updates {
-                flow = flow.ignore_null_updates(true);
-            }
-            if let Some(c) = ignore_null_updates_column_list {
-                flow = flow.ignore_null_updates_column_list(c);
-            }
-            if let Some(c) = ignore_null_updates_except_column_list {
-                flow = flow.ignore_null_updates_except_column_list(c);
-            }
-            if let Some(c) = columns_to_update {
-                flow = flow.columns_to_update(c);
-            }
-            if let Some(c) = system_sequence_by {
-                flow = flow.system_sequence_by(c);
-            }
+            let flow = with(flow, name, |f, v| f.name(v));
+            let flow = with(flow, apply_as_deletes, |f, v| f.apply_as_deletes(v));
+            let flow = with(flow, apply_as_truncates, |f, v| f.apply_as_truncates(v));
+            let flow = with(flow, column_list, |f, v| f.column_list(v));
+            let flow = with(flow, except_column_list, |f, v| f.except_column_list(v));
+            let flow = with(flow, scd, |f, v| f.stored_as_scd_type(v));
+            let flow = with(flow, track_history_column_list, |f, v| {
+                f.track_history_column_list(v)
+            });
+            let flow = with(flow, track_history_except_column_list, |f, v| {
+                f.track_history_except_column_list(v)
+            });
+            let flow = flow.ignore_null_updates(ignore_null_updates);
+            let flow = with(flow, ignore_null_updates_column_list, |f, v| {
+                f.ignore_null_updates_column_list(v)
+            });
+            let flow = with(flow, ignore_null_updates_except_column_list, |f, v| {
+                f.ignore_null_updates_except_column_list(v)
+            });
+            let flow = with(flow, columns_to_update, |f, v| f.columns_to_update(v));
+            let flow = with(flow, system_sequence_by, |f, v| f.system_sequence_by(v));
             flow.once(once).await
         })?;
         metrics_dict(py, &metrics)
@@ -285,29 +284,21 @@ impl PyCdcSession {
             ));
         }
         let runs = self.run(py, move |s| async move {
-            let mut flow = s
+            let flow = s
                 .create_auto_cdc_from_snapshot_flow(&target)
                 .source(&source)
                 .keys(keys);
-            if let Some(name) = name {
-                flow = flow.name(name);
-            }
-            if let Some(scd) = scd {
-                flow = flow.stored_as_scd_type(scd);
-            }
-            if let Some(c) = track_history_column_list {
-                flow = flow.track_history_column_list(c);
-            }
-            if let Some(c) = track_history_except_column_list {
-                flow = flow.track_history_except_column_list(c);
-            }
+            let flow = with(flow, name, |f, v| f.name(v));
+            let flow = with(flow, scd, |f, v| f.stored_as_scd_type(v));
+            let flow = with(flow, track_history_column_list, |f, v| {
+                f.track_history_column_list(v)
+            });
+            let flow = with(flow, track_history_except_column_list, |f, v| {
+                f.track_history_except_column_list(v)
+            });
             flow.await
         })?;
-        let dicts = runs
-            .iter()
-            .map(|m| metrics_dict(py, m))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, dicts)
+        metrics_list(py, &runs)
     }
 
     /// Run every flow of `target` again (`full`: from scratch); returns one
@@ -322,10 +313,6 @@ impl PyCdcSession {
         let runs = self.run(py, move |s| async move {
             s.refresh_streaming_table(&target, full).await
         })?;
-        let dicts = runs
-            .iter()
-            .map(|m| metrics_dict(py, m))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, dicts)
+        metrics_list(py, &runs)
     }
 }

@@ -9,6 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod support;
+use support::venv::{self, run};
+
 /// The reader versions the tests were written against.
 const PACKAGES: [&str; 4] = [
     "pyarrow==26.0.1",
@@ -16,17 +19,6 @@ const PACKAGES: [&str; 4] = [
     "pandas==2.3.3",
     "pytest==8.4.2",
 ];
-
-fn run(command: &mut Command, what: &str) -> String {
-    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "{what} failed:\n{text}");
-    text
-}
 
 /// Whether a `python3` can run here.
 fn have_python() -> bool {
@@ -41,28 +33,12 @@ fn have_python() -> bool {
 }
 
 fn python() -> PathBuf {
-    let venv = std::env::var_os("AUTOCDC_PYTHON_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv"));
-    let python = venv.join("bin").join("python");
-    let ready = python.exists()
-        && Command::new(&python)
-            .args(["-c", "import pyarrow, polars, pandas, pytest"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ready {
-        run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            "python3 -m venv",
-        );
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet"])
-                .args(PACKAGES),
-            "pip install pyarrow polars pandas pytest",
-        );
-    }
-    python
+    venv::venv_python(
+        "AUTOCDC_PYTHON_VENV",
+        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv"),
+        "pyarrow, polars, pandas, pytest",
+        &PACKAGES,
+    )
 }
 
 /// The extension module cargo built for this test run: the package's

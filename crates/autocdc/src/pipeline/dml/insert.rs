@@ -4,13 +4,12 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use datafusion::common::{Column, DataFusionError, Result};
-use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use deltalake_core::protocol::DeltaOperation;
 
-use super::{column, file_columns, key_positions, raw_plan, rewrite, NewRows};
+use super::{column, file_columns, key_positions, raw_plan, rewrite, InsertedRows, NewRows};
 use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL};
 use crate::spec::FlowSpec;
 use crate::table::event::{CommitEvent, Operation};
@@ -36,18 +35,9 @@ pub(super) async fn insert_scd1(
         .map(|i| user.field(i).name().clone())
         .collect();
     let schema = input.schema();
-    let batches = collect(input, state.task_ctx()).await?;
-    let inserted: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-    let source = || -> Result<LogicalPlanBuilder> {
-        LogicalPlanBuilder::scan(
-            "__cdc_insert",
-            provider_as_source(Arc::new(MemTable::try_new(
-                Arc::clone(&schema),
-                vec![batches.clone()],
-            )?)),
-            None,
-        )
-    };
+    let rows = InsertedRows::collect(input, &state).await?;
+    let inserted = rows.count;
+    let source = || rows.scan();
     let key_of = |batch: &RecordBatch| -> Result<String> {
         let parts = keys
             .iter()

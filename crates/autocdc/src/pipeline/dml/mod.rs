@@ -29,7 +29,7 @@ use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Column, DataFusionError, Result};
-use datafusion::datasource::provider_as_source;
+use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::functions::expr_fn::coalesce;
@@ -241,15 +241,47 @@ fn column(name: &str) -> Expr {
     Expr::Column(Column::new_unqualified(name))
 }
 
-fn matching(filters: Vec<Expr>) -> Expr {
+/// `WHERE` filters as one predicate that is false where they are NULL.
+fn predicate(filters: Vec<Expr>) -> Expr {
     let filter = filters
         .into_iter()
         .map(unnormalize_col)
         .reduce(Expr::and)
         .unwrap_or(lit(true));
+    coalesce(vec![filter, lit(false)])
+}
+
+/// Live rows of the data files that `filters` match.
+fn matching(filters: Vec<Expr>) -> Expr {
     col(KIND_COL)
         .eq(lit(Kind::Upsert as i8))
-        .and(coalesce(vec![filter, lit(false)]))
+        .and(predicate(filters))
+}
+
+/// The rows an `INSERT` brings, collected once: how many, and a scan of them.
+struct InsertedRows {
+    count: u64,
+    rows: Arc<MemTable>,
+}
+
+impl InsertedRows {
+    async fn collect(input: Arc<dyn ExecutionPlan>, state: &SessionState) -> Result<Self> {
+        let schema = input.schema();
+        let batches = collect(input, state.task_ctx()).await?;
+        let count = batches.iter().map(|b| b.num_rows() as u64).sum();
+        Ok(Self {
+            count,
+            rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
+        })
+    }
+
+    fn scan(&self) -> Result<LogicalPlanBuilder> {
+        LogicalPlanBuilder::scan(
+            "__cdc_insert",
+            provider_as_source(Arc::clone(&self.rows) as _),
+            None,
+        )
+    }
 }
 
 /// Rewrite the whole table from `plan` (rows in the data file layout, change

@@ -6,27 +6,15 @@
 use std::sync::Arc;
 
 use datafusion::common::Result;
-use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
-use datafusion::functions::expr_fn::coalesce;
 use datafusion::functions_aggregate::expr_fn::{count, sum};
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::{cast, lit, when, Expr, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
-use super::column;
 use super::history::{count_rows, History, DROP_COL};
+use super::{column, predicate, InsertedRows};
 use crate::table::event::Operation;
-
-/// `WHERE` filters as one predicate that is false where they are NULL.
-fn predicate(filters: Vec<Expr>) -> Expr {
-    let filter = filters
-        .into_iter()
-        .map(unnormalize_col)
-        .reduce(Expr::and)
-        .unwrap_or(lit(true));
-    coalesce(vec![filter, lit(false)])
-}
 
 /// `DELETE FROM t [WHERE ...]`: the matching versions leave their keys'
 /// histories (BITEMPORAL: every row of each key must match; the key is
@@ -152,22 +140,11 @@ pub(super) async fn insert(
     state: SessionState,
     input: Arc<dyn ExecutionPlan>,
 ) -> Result<u64> {
-    let schema = input.schema();
-    let batches = collect(input, state.task_ctx()).await?;
-    let inserted: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-    if inserted == 0 {
+    let inserted = InsertedRows::collect(input, &state).await?;
+    if inserted.count == 0 {
         return Ok(0);
     }
-    let rows = || -> Result<LogicalPlanBuilder> {
-        LogicalPlanBuilder::scan(
-            "__cdc_insert",
-            provider_as_source(Arc::new(MemTable::try_new(
-                Arc::clone(&schema),
-                vec![batches.clone()],
-            )?)),
-            None,
-        )
-    };
+    let rows = || inserted.scan();
     let null_key = history
         .keys
         .iter()
@@ -198,5 +175,5 @@ pub(super) async fn insert(
         .union(project(rows()?)?.build()?)?
         .build()?;
     history.replace(&state, edited, Operation::Insert).await?;
-    Ok(inserted)
+    Ok(inserted.count)
 }
