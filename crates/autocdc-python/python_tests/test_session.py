@@ -100,6 +100,66 @@ class Flows(unittest.TestCase):
             ],
         )
 
+    def test_snapshot_flow_from_a_function(self) -> None:
+        snapshots = {
+            1: pa.table({"id": [1, 2], "price": [10, 20]}),
+            2: pa.table({"id": [1], "price": [15]}),
+        }
+
+        def next_snapshot_and_version(latest):
+            version = 1 if latest is None else latest + 1
+            return (snapshots[version], version) if version in snapshots else None
+
+        self.s.create_streaming_table("prices")
+        runs = self.s.create_auto_cdc_from_snapshot_flow(
+            target="prices", source=next_snapshot_and_version, keys=["id"],
+        )
+        self.assertEqual(len(runs), 2)
+        self.assertEqual(self.rows("SELECT * FROM prices"), [{"id": 1, "price": 15}])
+        snapshots[3] = pa.table({"id": [1, 3], "price": [15, 30]})
+        self.s.refresh("prices")
+        self.assertEqual(
+            self.rows("SELECT * FROM prices ORDER BY id"),
+            [{"id": 1, "price": 15}, {"id": 3, "price": 30}],
+        )
+
+    def test_partial_updates_and_bitemporal(self) -> None:
+        self.s.register(
+            "feed",
+            pa.table({"id": [1, 1], "a": [1, None], "b": ["x", "y"], "seq": [1, 2]}),
+        )
+        self.s.create_streaming_table("partial")
+        self.s.create_auto_cdc_flow(
+            target="partial", source="feed", keys=["id"], sequence_by="seq",
+            except_column_list=["seq"], ignore_null_updates=True,
+        )
+        self.assertEqual(self.rows("SELECT * FROM partial"), [{"id": 1, "a": 1, "b": "y"}])
+        self.s.register(
+            "bev", pa.table({"id": [1, 1], "v": ["a", "b"], "bt": [10, 10], "st": [100, 200]})
+        )
+        self.s.create_streaming_table("bi")
+        self.s.create_auto_cdc_flow(
+            target="bi", source="bev", keys=["id"], sequence_by="bt",
+            system_sequence_by="st", except_column_list=["bt", "st"],
+            stored_as_scd_type="BITEMPORAL",
+        )
+        self.assertEqual(
+            self.rows("SELECT v, __system_start_at, __system_end_at FROM bi ORDER BY __system_start_at"),
+            [
+                {"v": "a", "__system_start_at": 100, "__system_end_at": 200},
+                {"v": "b", "__system_start_at": 200, "__system_end_at": None},
+            ],
+        )
+
+    def test_a_failed_run_commits_nothing(self) -> None:
+        self.s.register("feed", pa.table({"id": [1, 1], "v": ["a", "b"], "seq": [1, 1]}))
+        self.s.create_streaming_table("t")
+        with self.assertRaisesRegex(cdc.AutoCdcError, "conflicting events for key"):
+            self.s.create_auto_cdc_flow(
+                target="t", source="feed", keys=["id"], sequence_by="seq",
+            )
+        self.assertEqual(self.rows("SELECT count(*) AS n FROM event_log('t')"), [{"n": 1}])
+
     def test_pandas_source(self) -> None:
         self.s.register(
             "feed", pd.DataFrame({"id": [1, 2, 1], "v": ["a", "b", "c"], "seq": [1, 1, 2]})

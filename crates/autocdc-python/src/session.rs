@@ -80,6 +80,37 @@ fn metrics_dict<'py>(py: Python<'py>, m: &UpdateMetrics) -> PyResult<Bound<'py, 
     Ok(d)
 }
 
+/// Call a Python `next_snapshot_and_version(latest_version)`: its snapshot
+/// as a DataFrame of `ctx`, and its version; `None` when it has no newer one.
+fn next_snapshot(
+    function: &Py<PyAny>,
+    ctx: &datafusion::prelude::SessionContext,
+    latest: Option<i64>,
+) -> datafusion::error::Result<Option<(datafusion::prelude::DataFrame, i64)>> {
+    let failed = |e: PyErr| {
+        datafusion::error::DataFusionError::Execution(format!("next_snapshot_and_version: {e}"))
+    };
+    let snapshot = Python::attach(|py| -> PyResult<Option<_>> {
+        let out = function.call1(py, (latest,))?;
+        if out.is_none(py) {
+            return Ok(None);
+        }
+        let (data, version): (Bound<'_, PyAny>, i64) = out.extract(py).map_err(|_| {
+            PyTypeError::new_err("must return (data, version) with an integer version, or None")
+        })?;
+        Ok(Some((
+            read_stream(&data, "next_snapshot_and_version")?,
+            version,
+        )))
+    })
+    .map_err(failed)?;
+    let Some(((schema, batches), version)) = snapshot else {
+        return Ok(None);
+    };
+    let table = MemTable::try_new(schema, vec![batches])?;
+    Ok(Some((ctx.read_table(Arc::new(table))?, version)))
+}
+
 /// `builder` with `set` applied when a Python argument was given.
 fn with<B, T>(builder: B, value: Option<T>, set: impl FnOnce(B, T) -> B) -> B {
     match value {
@@ -250,10 +281,12 @@ impl PyCdcSession {
         metrics_dict(py, &metrics)
     }
 
-    /// Create an AUTO CDC FROM SNAPSHOT flow reading the table `source` whole
-    /// at each update (periodic snapshots) and run its first update; returns
-    /// its metrics. A Python `next_snapshot_and_version` function is not
-    /// supported yet: pass a table (register the snapshot first).
+    /// Create an AUTO CDC FROM SNAPSHOT flow and process every available
+    /// snapshot; returns one metrics dict per snapshot. `source` is a table
+    /// name (read whole at each update: periodic snapshots) or a function
+    /// `next_snapshot_and_version(latest_version)` returning `(data,
+    /// version)` — data with `__arrow_c_stream__`, an integer version — or
+    /// `None` when there is no newer snapshot.
     #[pyo3(signature = (
         *, target, source, keys, stored_as_scd_type = None,
         track_history_column_list = None, track_history_except_column_list = None,
@@ -271,10 +304,14 @@ impl PyCdcSession {
         track_history_except_column_list: Option<Vec<String>>,
         name: Option<String>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let Ok(source) = source.extract::<String>() else {
+        let source: Result<String, Py<PyAny>> = if let Ok(table) = source.extract::<String>() {
+            Ok(table)
+        } else if source.is_callable() {
+            Err(source.clone().unbind())
+        } else {
             return Err(PyTypeError::new_err(
-                "create_auto_cdc_from_snapshot_flow: source must be a table name \
-                 (a next_snapshot_and_version function is not supported yet)",
+                "create_auto_cdc_from_snapshot_flow: source must be a table name or a \
+                 function next_snapshot_and_version(latest_version)",
             ));
         };
         let scd = stored_as_scd_type.map(scd_type).transpose()?;
@@ -284,10 +321,16 @@ impl PyCdcSession {
             ));
         }
         let runs = self.run(py, move |s| async move {
-            let flow = s
-                .create_auto_cdc_from_snapshot_flow(&target)
-                .source(&source)
-                .keys(keys);
+            let flow = s.create_auto_cdc_from_snapshot_flow(&target).keys(keys);
+            let flow = match source {
+                Ok(table) => flow.source(&table),
+                Err(function) => {
+                    let ctx = s.context().clone();
+                    flow.next_snapshot_and_version(move |latest: Option<i64>| {
+                        next_snapshot(&function, &ctx, latest)
+                    })
+                }
+            };
             let flow = with(flow, name, |f, v| f.name(v));
             let flow = with(flow, scd, |f, v| f.stored_as_scd_type(v));
             let flow = with(flow, track_history_column_list, |f, v| {
