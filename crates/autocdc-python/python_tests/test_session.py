@@ -4,6 +4,7 @@ import os
 import tempfile
 import unittest
 
+import datafusion
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -159,6 +160,29 @@ class Flows(unittest.TestCase):
                 target="t", source="feed", keys=["id"], sequence_by="seq",
             )
         self.assertEqual(self.rows("SELECT count(*) AS n FROM event_log('t')"), [{"n": 1}])
+
+    def test_targets_in_a_datafusion_session(self) -> None:
+        self.s.register("users", users_cdf())
+        self.s.create_streaming_table("target")
+        self.s.create_auto_cdc_flow(
+            target="target", source="users", keys=["userId"], sequence_by="sequenceNum",
+            apply_as_deletes="operation = 'DELETE'",
+            except_column_list=["operation", "sequenceNum"],
+        )
+        ctx = datafusion.SessionContext()
+        ctx.register_table("t", self.s.table_provider("target"))
+        query = 'SELECT * FROM {} ORDER BY "userId"'
+        theirs = ctx.sql(query.format("t")).to_arrow_table().to_pylist()
+        self.assertEqual(theirs, self.rows(query.format("target")))
+        self.assertEqual(len(theirs), 3)
+        ctx.register_table("changes", self.s.table_changes_provider("target", 1))
+        changes = 'SELECT "userId", _change_type FROM {} ORDER BY "userId"'
+        self.assertEqual(
+            ctx.sql(changes.format("changes")).to_arrow_table().to_pylist(),
+            self.rows(changes.format("table_changes('target', 1)")),
+        )
+        with self.assertRaisesRegex(ValueError, "no streaming table"):
+            self.s.table_provider("nope")
 
     def test_pandas_source(self) -> None:
         self.s.register(

@@ -18,6 +18,7 @@
 use pyo3::prelude::*;
 
 mod arrow_io;
+mod provider;
 mod result;
 mod session;
 
@@ -42,6 +43,7 @@ pub(crate) fn engine_error_arrow(e: arrow::error::ArrowError) -> PyErr {
 fn datafusion_autocdc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PyCdcSession>()?;
     m.add_class::<result::QueryResult>()?;
+    m.add_class::<provider::PyTableProvider>()?;
     m.add("AutoCdcError", m.py().get_type::<AutoCdcError>())?;
     Ok(())
 }

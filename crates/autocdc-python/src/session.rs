@@ -3,8 +3,11 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use datafusion::catalog::TableFunctionArgs;
 use datafusion::datasource::MemTable;
+use datafusion::logical_expr::lit;
 use datafusion_autocdc::api::UpdateMetrics;
+use datafusion_autocdc::table::TableName;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -12,6 +15,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::arrow_io::read_stream;
 use crate::engine_error;
+use crate::provider::{OwnSessionScan, PyTableProvider};
 use crate::result::QueryResult;
 
 /// A session on a warehouse: a folder, `file://`, `memory://` or an object
@@ -24,6 +28,16 @@ pub(crate) struct PyCdcSession {
 }
 
 impl PyCdcSession {
+    /// `provider` for a foreign session: scans planned and run here.
+    fn foreign(&self, provider: Arc<dyn datafusion::catalog::TableProvider>) -> PyTableProvider {
+        let scan = OwnSessionScan::new(
+            provider,
+            self.session.context().state(),
+            self.runtime.handle().clone(),
+        );
+        PyTableProvider::new(Arc::new(scan), Arc::clone(&self.runtime))
+    }
+
     /// Run `work` on the session's runtime with the GIL released.
     fn run<T, F>(
         &self,
@@ -342,6 +356,48 @@ impl PyCdcSession {
             flow.await
         })?;
         metrics_list(py, &runs)
+    }
+
+    /// The streaming table `name` for a datafusion-python `SessionContext`
+    /// (`ctx.register_table("t", s.table_provider("t"))`), read there as
+    /// `sql` reads it.
+    fn table_provider(&self, name: &str) -> PyResult<PyTableProvider> {
+        let parsed = TableName::parse(name).map_err(engine_error)?;
+        let table = self.session.streaming_table(&parsed).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "table_provider('{name}'): no streaming table of that name in this session"
+            ))
+        })?;
+        let scan = OwnSessionScan::new(
+            table,
+            self.session.context().state(),
+            self.runtime.handle().clone(),
+        );
+        Ok(PyTableProvider::new(
+            Arc::new(scan),
+            Arc::clone(&self.runtime),
+        ))
+    }
+
+    /// The change data feed of the streaming table `name` from version
+    /// `from_version` (to `to_version`, inclusive) for a datafusion-python
+    /// `SessionContext`: what `table_changes(name, from[, to])` returns.
+    #[pyo3(signature = (name, from_version, to_version = None))]
+    fn table_changes_provider(
+        &self,
+        name: &str,
+        from_version: i64,
+        to_version: Option<i64>,
+    ) -> PyResult<PyTableProvider> {
+        let ctx = self.session.context();
+        let function = ctx.table_function("table_changes").map_err(engine_error)?;
+        let mut args = vec![lit(name.to_string()), lit(from_version)];
+        args.extend(to_version.map(lit));
+        let state = ctx.state();
+        let provider = function
+            .create_table_provider_with_args(TableFunctionArgs::new(&args, &state))
+            .map_err(engine_error)?;
+        Ok(self.foreign(provider))
     }
 
     /// Run every flow of `target` again (`full`: from scratch); returns one

@@ -3,7 +3,7 @@
 //! builds is loaded by CPython from a temporary folder, in a virtual
 //! environment created on first use under the cargo target's temporary
 //! folder (`AUTOCDC_PYTHON_VENV` to put it elsewhere) with pytest, pyarrow,
-//! pandas and Polars from the package registry. Without a `python3` the
+//! pandas, Polars and datafusion from the package registry. Without a `python3` the
 //! tests say so and pass: the Rust tests need no Python.
 
 use std::path::{Path, PathBuf};
@@ -13,11 +13,12 @@ mod support;
 use support::venv::{self, run};
 
 /// The reader versions the tests were written against.
-const PACKAGES: [&str; 4] = [
+const PACKAGES: [&str; 5] = [
     "pyarrow==26.0.1",
     "polars==2.1.0",
     "pandas==2.3.3",
     "pytest==8.4.2",
+    "datafusion==55.0.0",
 ];
 
 /// Whether a `python3` can run here.
@@ -36,7 +37,7 @@ fn python() -> PathBuf {
     venv::venv_python(
         "AUTOCDC_PYTHON_VENV",
         &Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-venv"),
-        "pyarrow, polars, pandas, pytest",
+        "pyarrow, polars, pandas, pytest, datafusion",
         &PACKAGES,
     )
 }
