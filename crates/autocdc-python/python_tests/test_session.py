@@ -181,8 +181,12 @@ class Flows(unittest.TestCase):
             ctx.sql(changes.format("changes")).to_arrow_table().to_pylist(),
             self.rows(changes.format("table_changes('target', 1)")),
         )
+        ctx.register_table("before", self.s.table_as_of_provider("target", 0))
+        self.assertEqual(ctx.sql("SELECT count(*) AS n FROM before").to_arrow_table().to_pylist(), [{"n": 0}])
         with self.assertRaisesRegex(ValueError, "no streaming table"):
             self.s.table_provider("nope")
+        with self.assertRaisesRegex(cdc.AutoCdcError, "versions are 0 to 1"):
+            self.s.table_as_of_provider("target", 7)
 
     def test_pandas_source(self) -> None:
         self.s.register(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use datafusion::catalog::TableFunctionArgs;
 use datafusion::datasource::MemTable;
-use datafusion::logical_expr::lit;
+use datafusion::logical_expr::{lit, Expr};
 use datafusion_autocdc::api::UpdateMetrics;
 use datafusion_autocdc::table::TableName;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
@@ -36,6 +36,18 @@ impl PyCdcSession {
             self.runtime.handle().clone(),
         );
         PyTableProvider::new(Arc::new(scan), Arc::clone(&self.runtime))
+    }
+
+    /// The table our table function `function` returns for `args`, for a
+    /// foreign session.
+    fn function_provider(&self, function: &str, args: &[Expr]) -> PyResult<PyTableProvider> {
+        let ctx = self.session.context();
+        let function = ctx.table_function(function).map_err(engine_error)?;
+        let state = ctx.state();
+        let provider = function
+            .create_table_provider_with_args(TableFunctionArgs::new(args, &state))
+            .map_err(engine_error)?;
+        Ok(self.foreign(provider))
     }
 
     /// Run `work` on the session's runtime with the GIL released.
@@ -389,15 +401,16 @@ impl PyCdcSession {
         from_version: i64,
         to_version: Option<i64>,
     ) -> PyResult<PyTableProvider> {
-        let ctx = self.session.context();
-        let function = ctx.table_function("table_changes").map_err(engine_error)?;
         let mut args = vec![lit(name.to_string()), lit(from_version)];
         args.extend(to_version.map(lit));
-        let state = ctx.state();
-        let provider = function
-            .create_table_provider_with_args(TableFunctionArgs::new(&args, &state))
-            .map_err(engine_error)?;
-        Ok(self.foreign(provider))
+        self.function_provider("table_changes", &args)
+    }
+
+    /// The streaming table `name` as of commit `version` for a
+    /// datafusion-python `SessionContext`: what `table_as_of(name, version)`
+    /// returns.
+    fn table_as_of_provider(&self, name: &str, version: i64) -> PyResult<PyTableProvider> {
+        self.function_provider("table_as_of", &[lit(name.to_string()), lit(version)])
     }
 
     /// Run every flow of `target` again (`full`: from scratch); returns one
