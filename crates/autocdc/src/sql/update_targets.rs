@@ -14,9 +14,14 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 /// `sql` with the unquoted `SET` targets of a single `UPDATE` in lower case
 /// (when `normalize`); unchanged otherwise, and when it does not parse (the
-/// planner reports that).
+/// planner reports that). Only text starting with `UPDATE` is parsed.
 pub fn fold_update_targets<'a>(sql: &'a str, dialect: &str, normalize: bool) -> Cow<'a, str> {
-    if !normalize {
+    // every other statement passes without a second parse
+    let is_update = sql
+        .trim_start()
+        .get(..6)
+        .is_some_and(|w| w.eq_ignore_ascii_case("update"));
+    if !normalize || !is_update {
         return Cow::Borrowed(sql);
     }
     let Some(dialect) = dialect_from_str(dialect) else {
