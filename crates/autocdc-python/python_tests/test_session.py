@@ -124,6 +124,55 @@ class Flows(unittest.TestCase):
             [{"id": 1, "price": 15}, {"id": 3, "price": 30}],
         )
 
+    def test_snapshot_versions_that_are_not_integers(self) -> None:
+        import datetime as dt
+
+        days = {
+            dt.datetime(2024, 5, 1, 6, 0): pa.table({"id": [1, 2], "price": [10, 20]}),
+            dt.datetime(2024, 5, 2, 6, 0): pa.table({"id": [1], "price": [15]}),
+        }
+        seen = []
+
+        def by_timestamp(latest):
+            seen.append(latest)
+            later = sorted(d for d in days if latest is None or d > latest)
+            return (days[later[0]], later[0]) if later else None
+
+        self.s.create_streaming_table("daily")
+        runs = self.s.create_auto_cdc_from_snapshot_flow(
+            target="daily", source=by_timestamp, keys=["id"], stored_as_scd_type=2,
+        )
+        self.assertEqual(len(runs), 2)
+        # the function gets back the datetime it returned
+        self.assertEqual(seen, [None, dt.datetime(2024, 5, 1, 6, 0), dt.datetime(2024, 5, 2, 6, 0)])
+        self.assertEqual(
+            self.rows("SELECT id, price, __start_at, __end_at FROM daily ORDER BY id, __start_at"),
+            [
+                {"id": 1, "price": 10, "__start_at": dt.datetime(2024, 5, 1, 6, 0),
+                 "__end_at": dt.datetime(2024, 5, 2, 6, 0)},
+                {"id": 1, "price": 15, "__start_at": dt.datetime(2024, 5, 2, 6, 0), "__end_at": None},
+                {"id": 2, "price": 20, "__start_at": dt.datetime(2024, 5, 1, 6, 0),
+                 "__end_at": dt.datetime(2024, 5, 2, 6, 0)},
+            ],
+        )
+
+        names = {"2024-05-01": pa.table({"id": [1], "v": ["a"]}), "2024-05-03": pa.table({"id": [1], "v": ["b"]})}
+
+        def by_name(latest):
+            later = sorted(n for n in names if latest is None or n > latest)
+            return (names[later[0]], later[0]) if later else None
+
+        self.s.create_streaming_table("named")
+        self.s.create_auto_cdc_from_snapshot_flow(target="named", source=by_name, keys=["id"])
+        self.assertEqual(self.rows("SELECT * FROM named"), [{"id": 1, "v": "b"}])
+
+        self.s.create_streaming_table("flags")
+        with self.assertRaisesRegex(cdc.AutoCdcError, "version must be an integer.*got True"):
+            self.s.create_auto_cdc_from_snapshot_flow(
+                target="flags", source=lambda latest: (pa.table({"id": [1]}), True), keys=["id"],
+            )
+        self.assertEqual(self.rows("SELECT count(*) AS n FROM flags"), [{"n": 0}])
+
     def test_partial_updates_and_bitemporal(self) -> None:
         self.s.register(
             "feed",

@@ -21,6 +21,8 @@ mod arrow_io;
 mod provider;
 mod result;
 mod session;
+mod table_function;
+mod version;
 
 pyo3::create_exception!(
     datafusion_autocdc,
@@ -44,6 +46,7 @@ fn datafusion_autocdc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PyCdcSession>()?;
     m.add_class::<result::QueryResult>()?;
     m.add_class::<provider::PyTableProvider>()?;
+    m.add_class::<table_function::PyTableFunction>()?;
     m.add("AutoCdcError", m.py().get_type::<AutoCdcError>())?;
     Ok(())
 }

@@ -154,6 +154,30 @@ impl ExecutionPlan for OwnRuntimeExec {
     }
 }
 
+/// The logical extension codec of a foreign `session` (a datafusion-python
+/// `SessionContext`, or the codec capsule itself), for the FFI object
+/// `method` returns.
+pub(crate) fn foreign_codec(
+    session: &Bound<'_, PyAny>,
+    method: &str,
+) -> PyResult<FFI_LogicalExtensionCodec> {
+    let codec = if session.hasattr("__datafusion_logical_extension_codec__")? {
+        session.call_method0("__datafusion_logical_extension_codec__")?
+    } else {
+        session.clone()
+    };
+    let codec = codec.cast::<PyCapsule>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "{method}: the session has no logical extension codec"
+        ))
+    })?;
+    let pointer = codec.pointer_checked(Some(CODEC))?;
+    // SAFETY: a capsule named `datafusion_logical_extension_codec` holds an
+    // FFI_LogicalExtensionCodec (DataFusion's FFI); it is cloned, the
+    // capsule keeps its own
+    Ok(unsafe { pointer.cast::<FFI_LogicalExtensionCodec>().as_ref() }.clone())
+}
+
 /// A streaming table for a foreign DataFusion session; its scans run on the
 /// `CdcSession`'s runtime.
 #[pyclass(name = "TableProvider", module = "datafusion_autocdc", frozen)]
@@ -179,21 +203,7 @@ impl PyTableProvider {
         py: Python<'py>,
         session: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        let codec = if session.hasattr("__datafusion_logical_extension_codec__")? {
-            session.call_method0("__datafusion_logical_extension_codec__")?
-        } else {
-            session
-        };
-        let codec = codec.cast::<PyCapsule>().map_err(|_| {
-            pyo3::exceptions::PyTypeError::new_err(
-                "__datafusion_table_provider__: the session has no logical extension codec",
-            )
-        })?;
-        let pointer = codec.pointer_checked(Some(CODEC))?;
-        // SAFETY: a capsule named `datafusion_logical_extension_codec` holds
-        // an FFI_LogicalExtensionCodec (DataFusion's FFI); it is cloned, the
-        // capsule keeps its own
-        let codec = unsafe { pointer.cast::<FFI_LogicalExtensionCodec>().as_ref() }.clone();
+        let codec = foreign_codec(&session, "__datafusion_table_provider__")?;
         let provider = FFI_TableProvider::new_with_ffi_codec(
             Arc::clone(&self.provider),
             false,

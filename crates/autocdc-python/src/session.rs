@@ -17,6 +17,8 @@ use crate::arrow_io::read_stream;
 use crate::engine_error;
 use crate::provider::{OwnSessionScan, PyTableProvider};
 use crate::result::QueryResult;
+use crate::table_function::PyTableFunction;
+use crate::version::{self, Version};
 
 /// A session on a warehouse: a folder, `file://`, `memory://` or an object
 /// store URL. It owns the tokio runtime its calls run on; every call
@@ -111,22 +113,23 @@ fn metrics_dict<'py>(py: Python<'py>, m: &UpdateMetrics) -> PyResult<Bound<'py, 
 fn next_snapshot(
     function: &Py<PyAny>,
     ctx: &datafusion::prelude::SessionContext,
-    latest: Option<i64>,
-) -> datafusion::error::Result<Option<(datafusion::prelude::DataFrame, i64)>> {
+    latest: Option<Version>,
+) -> datafusion::error::Result<Option<(datafusion::prelude::DataFrame, Version)>> {
     let failed = |e: PyErr| {
         datafusion::error::DataFusionError::Execution(format!("next_snapshot_and_version: {e}"))
     };
     let snapshot = Python::attach(|py| -> PyResult<Option<_>> {
+        let latest = latest.map(|v| version::to_python(py, &v)).transpose()?;
         let out = function.call1(py, (latest,))?;
         if out.is_none(py) {
             return Ok(None);
         }
-        let (data, version): (Bound<'_, PyAny>, i64) = out.extract(py).map_err(|_| {
-            PyTypeError::new_err("must return (data, version) with an integer version, or None")
-        })?;
+        let (data, version): (Bound<'_, PyAny>, Bound<'_, PyAny>) = out
+            .extract(py)
+            .map_err(|_| PyTypeError::new_err("must return (data, version) or None"))?;
         Ok(Some((
             read_stream(&data, "next_snapshot_and_version")?,
-            version,
+            version::to_version(&version)?,
         )))
     })
     .map_err(failed)?;
@@ -311,8 +314,9 @@ impl PyCdcSession {
     /// snapshot; returns one metrics dict per snapshot. `source` is a table
     /// name (read whole at each update: periodic snapshots) or a function
     /// `next_snapshot_and_version(latest_version)` returning `(data,
-    /// version)` — data with `__arrow_c_stream__`, an integer version — or
-    /// `None` when there is no newer snapshot.
+    /// version)` — data with `__arrow_c_stream__`; the version an integer,
+    /// string, date, timestamp or any ordered value pyarrow types, the same
+    /// type at every call — or `None` when there is no newer snapshot.
     #[pyo3(signature = (
         *, target, source, keys, stored_as_scd_type = None,
         track_history_column_list = None, track_history_except_column_list = None,
@@ -352,7 +356,7 @@ impl PyCdcSession {
                 Ok(table) => flow.source(&table),
                 Err(function) => {
                     let ctx = s.context().clone();
-                    flow.next_snapshot_and_version(move |latest: Option<i64>| {
+                    flow.next_snapshot_and_version(move |latest: Option<Version>| {
                         next_snapshot(&function, &ctx, latest)
                     })
                 }
@@ -380,13 +384,23 @@ impl PyCdcSession {
                 "table_provider('{name}'): no streaming table of that name in this session"
             ))
         })?;
-        let scan = OwnSessionScan::new(
-            table,
-            self.session.context().state(),
-            self.runtime.handle().clone(),
-        );
-        Ok(PyTableProvider::new(
-            Arc::new(scan),
+        Ok(self.foreign(table))
+    }
+
+    /// Our table function `name` (`table_changes`, `table_as_of`,
+    /// `event_log`, `stream`) for a datafusion-python `SessionContext`:
+    /// `ctx.register_udtf(datafusion.udtf(s.table_function(n), n))`; calls
+    /// there return what they return in `sql`.
+    fn table_function(&self, name: &str) -> PyResult<PyTableFunction> {
+        let ctx = self.session.context();
+        let function = ctx.table_function(name).map_err(|_| {
+            PyValueError::new_err(format!(
+                "table_function('{name}'): no table function of that name in this session"
+            ))
+        })?;
+        Ok(PyTableFunction::new(
+            function,
+            ctx.state(),
             Arc::clone(&self.runtime),
         ))
     }

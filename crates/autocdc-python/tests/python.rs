@@ -118,12 +118,20 @@ fn readme_python_example_runs() {
     let start = readme
         .find("## From Python")
         .expect("the README's Python section");
-    let block = &readme[start..];
-    let open = block.find("```python").expect("a python block") + "```python".len();
-    let close = open + block[open..].find("```").expect("the block's end");
+    let section = &readme[start..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    // the section's python blocks, in order, as one script
+    let script: String = section
+        .split("```python")
+        .skip(1)
+        .map(|block| &block[..block.find("```").expect("the block's end")])
+        .collect();
+    assert!(script.contains("register_udtf"), "{script}");
     let dir = module_folder();
     let example = dir.path().join("example.py");
-    std::fs::write(&example, &block[open..close]).expect("example");
+    std::fs::write(&example, script).expect("example");
     let output = run(
         Command::new(python())
             .arg(&example)
@@ -132,4 +140,5 @@ fn readme_python_example_runs() {
         "the README's Python example",
     );
     assert!(output.contains("| userId"), "{output}");
+    assert!(output.contains("_change_type"), "{output}");
 }
