@@ -154,7 +154,7 @@ pub fn all_nullable(schema: &arrow::datatypes::Schema) -> arrow::datatypes::Sche
 /// __cdc_kind, __cdc_written_at, __cdc_origin]`, followed by
 /// `__cdc_system_seq` (BITEMPORAL) and `__cdc_columns_to_update` (COLUMNS TO
 /// UPDATE) when the flow has them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct EventLayout {
     /// Names of the target (user) columns, in order.
     pub target_columns: Vec<String>,

@@ -53,7 +53,7 @@ impl std::fmt::Display for ScdType {
 
 /// What an `AutoCdc` operator folds: shared by the logical node, the exec
 /// and the kernels.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Serialize, Deserialize)]
 pub struct FoldSpec {
     /// Flow name (for messages).
     pub flow: String,

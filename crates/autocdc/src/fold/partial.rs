@@ -42,7 +42,7 @@ use super::rows::{row_converter, to_rows};
 use super::scd1::{FoldCounts, Scd1Fold};
 
 /// Which partial-update option a flow uses.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, serde::Serialize, serde::Deserialize)]
 pub enum PartialUpdates {
     /// `IGNORE NULL UPDATES`: a NULL in one of these target columns keeps the
     /// current value.

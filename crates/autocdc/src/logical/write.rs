@@ -20,6 +20,9 @@ pub struct WriteRequest {
     pub flow: String,
     /// The target's object store, rooted at the table.
     pub store: Arc<dyn ObjectStore>,
+    /// Where `store` is rooted: how another process finds the same store
+    /// (see [`crate::physical::CdcPhysicalCodec`]).
+    pub location: url::Url,
     /// Number of key buckets of the table.
     pub buckets: i32,
     /// Key column positions in the fold output.

@@ -133,6 +133,11 @@ impl AutoCdcExec {
         }
     }
 
+    /// What the operator folds, and how.
+    pub fn spec(&self) -> &FoldSpec {
+        &self.spec
+    }
+
     /// Flow name.
     pub fn flow(&self) -> &str {
         &self.spec.flow

@@ -2,6 +2,7 @@
 
 mod adaptive;
 mod auto_cdc_exec;
+mod codec;
 pub mod commit_exec;
 pub(crate) mod one_shot;
 mod planner;
@@ -9,6 +10,7 @@ mod snapshot_diff_exec;
 mod write_exec;
 
 pub use auto_cdc_exec::AutoCdcExec;
+pub use codec::{CdcPhysicalCodec, StoreResolver};
 pub use commit_exec::CdcCommitExec;
 pub use planner::{CdcExtensionPlanner, CdcQueryPlanner};
 pub use snapshot_diff_exec::SnapshotDiffExec;

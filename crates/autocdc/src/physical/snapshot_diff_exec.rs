@@ -71,7 +71,37 @@ pub struct SnapshotDiffExec {
     sorting: Arc<AtomicBool>,
 }
 
+/// The configuration of a [`SnapshotDiffExec`] (the arguments of
+/// [`SnapshotDiffExec::new`]).
+#[derive(Debug)]
+pub struct DiffOptions<'a> {
+    /// Flow name.
+    pub flow: &'a str,
+    /// Key column positions.
+    pub key_indices: &'a [usize],
+    /// The snapshot's version.
+    pub version: &'a ScalarValue,
+    /// The update's written-at time.
+    pub written_at: &'a ScalarValue,
+    /// Whether the indexed engine is used.
+    pub indexed: bool,
+    /// Bytes one partition's indexed diff may hold (0: only the pool decides).
+    pub indexed_cap: usize,
+}
+
 impl SnapshotDiffExec {
+    /// The operator's configuration.
+    pub fn options(&self) -> DiffOptions<'_> {
+        DiffOptions {
+            flow: &self.flow,
+            key_indices: &self.key_indices,
+            version: &self.version,
+            written_at: &self.written_at,
+            indexed: self.indexed,
+            indexed_cap: self.indexed_cap,
+        }
+    }
+
     /// Create the operator; `indexed` asks for the indexed engine (used when
     /// the keys fit it), `indexed_cap` bounds it per partition (0: no bound
     /// of its own).

@@ -59,6 +59,11 @@ pub struct CdcWriteExec {
 }
 
 impl CdcWriteExec {
+    /// Where and how the operator writes.
+    pub fn request(&self) -> &Arc<WriteRequest> {
+        &self.request
+    }
+
     /// Create the operator over a fold.
     pub fn try_new(request: Arc<WriteRequest>, input: Arc<dyn ExecutionPlan>) -> Result<Self> {
         if input.downcast_ref::<AutoCdcExec>().is_none() {

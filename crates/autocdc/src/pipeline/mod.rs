@@ -575,6 +575,7 @@ pub async fn plan_update(
         target: table.name().clone(),
         flow: flow.name.clone(),
         store: delta.object_store(),
+        location: delta.table_url().clone(),
         buckets: meta.buckets,
         key_indices: resolved.layout.key_indices.clone(),
         // a target without rows can only gain rows: Delta readers derive

@@ -1,10 +1,12 @@
 //! `EXPLAIN [ANALYZE] REFRESH STREAMING TABLE`: the plan of each flow's next
-//! update, read without data; with ANALYZE, the update run.
+//! update, read without data; with ANALYZE, the update run. Also the same
+//! plans as physical plans, for callers that ship or inspect them.
 
 use std::sync::Arc;
 
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 
 use crate::pipeline::{plan_update, Planning, UpdateSource};
@@ -13,7 +15,7 @@ use crate::spec::FlowSpec;
 use crate::sql::CdcStatement;
 use crate::table::event::Operation;
 use crate::table::properties::last_version_property;
-use crate::table::ScdTable;
+use crate::table::{ScdTable, TableName};
 
 use super::CdcSession;
 
@@ -132,5 +134,25 @@ impl CdcSession {
             )));
         }
         self.ctx.read_batches(batches)
+    }
+
+    /// The physical plan of each flow's next update of `target`, planned
+    /// without reading data (as `EXPLAIN REFRESH STREAMING TABLE` plans it),
+    /// with the flow's name. Nothing runs and nothing is committed.
+    pub async fn update_plans(
+        &self,
+        target: &str,
+    ) -> Result<Vec<(String, Arc<dyn ExecutionPlan>)>> {
+        let table = self.table(&TableName::parse(target)?).await?;
+        table.refresh().await?;
+        let state = self.ctx.state();
+        let mut plans = Vec::new();
+        for flow in Self::flows_to_run(&table, false) {
+            let plan = self
+                .plan_flow_for_explain(&table, &flow, Planning::ReadNothing)
+                .await?;
+            plans.push((flow.name.clone(), state.create_physical_plan(&plan).await?));
+        }
+        Ok(plans)
     }
 }

@@ -23,7 +23,9 @@ use super::published::{PublishedLocation, STATE_FOLDER, STATE_TABLE};
 pub const DEFAULT_SCHEMA: &str = "public";
 
 /// A normalised `schema.table` name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct TableName {
     /// Schema (folder) name.
     pub schema: String,

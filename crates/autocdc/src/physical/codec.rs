@@ -1,0 +1,243 @@
+//! `CdcPhysicalCodec`: our execution plans as bytes, so that a plan holding
+//! them can be shipped to another process (DataFusion's `datafusion-proto`,
+//! Ballista's executors) and rebuilt there.
+//!
+//! | node               | payload                                                   | inputs              |
+//! |--------------------|-----------------------------------------------------------|---------------------|
+//! | `AutoCdcExec`      | its `FoldSpec` (flow, layout, SCD type, tracked columns, partial updates, fold options) | events, truncates |
+//! | `SnapshotDiffExec` | flow, key positions, version and written-at (as `datafusion-proto` scalars), engine options | snapshot ⋈ live rows |
+//! | `CdcWriteExec`     | target, flow, table location, buckets, key positions, change feed mode | the fold |
+//!
+//! The payload is one tagged JSON document (the node's configuration is
+//! small; the plans around it are `datafusion-proto` protobuf). Children are
+//! encoded by `datafusion-proto` itself and handed back in order.
+//!
+//! `CdcCommitExec` is never encoded: the commit runs where the update was
+//! planned. `CdcWriteExec` writes through an object store, which is not
+//! data: the payload carries the table's location, and the decoding side
+//! finds the store for it in its `RuntimeEnv` (or in the resolver given to
+//! [`CdcPhysicalCodec::with_store_resolver`]), so every process that decodes
+//! must reach the warehouse.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use object_store::path::Path;
+use object_store::prefix::PrefixStore;
+use object_store::ObjectStore;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use url::Url;
+
+use super::{AutoCdcExec, CdcWriteExec, SnapshotDiffExec};
+use crate::fold::FoldSpec;
+use crate::logical::WriteRequest;
+use crate::table::commit::ChangeFeed;
+use crate::table::TableName;
+
+/// Finds the object store rooted at a table's location.
+pub type StoreResolver =
+    Arc<dyn Fn(&Url, &TaskContext) -> Result<Arc<dyn ObjectStore>> + Send + Sync>;
+
+/// Encodes and decodes [`AutoCdcExec`], [`SnapshotDiffExec`] and
+/// [`CdcWriteExec`] (see the module docs). Compose it with other codecs
+/// (Ballista's) rather than replacing them: it refuses every other node.
+#[derive(Clone)]
+pub struct CdcPhysicalCodec {
+    stores: StoreResolver,
+}
+
+impl fmt::Debug for CdcPhysicalCodec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CdcPhysicalCodec").finish_non_exhaustive()
+    }
+}
+
+impl Default for CdcPhysicalCodec {
+    fn default() -> Self {
+        Self {
+            stores: Arc::new(store_from_runtime),
+        }
+    }
+}
+
+impl CdcPhysicalCodec {
+    /// A codec finding stores in the decoding task's `RuntimeEnv`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A codec finding stores with `resolver` (a process whose stores are
+    /// not registered in its `RuntimeEnv`, tests on an in-memory store).
+    pub fn with_store_resolver(resolver: StoreResolver) -> Self {
+        Self { stores: resolver }
+    }
+}
+
+/// The store registered for `location`'s scheme and authority in the
+/// task's `RuntimeEnv`, rooted at `location`'s path.
+fn store_from_runtime(location: &Url, ctx: &TaskContext) -> Result<Arc<dyn ObjectStore>> {
+    let root = ObjectStoreUrl::parse(&location[..url::Position::BeforePath])?;
+    let store = ctx.runtime_env().object_store(&root)?;
+    let prefix =
+        Path::from_url_path(location.path()).map_err(|e| DataFusionError::External(Box::new(e)))?;
+    Ok(Arc::new(PrefixStore::new(store, prefix)))
+}
+
+/// The payload of one node.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "node")]
+enum Node {
+    AutoCdc {
+        spec: FoldSpec,
+    },
+    SnapshotDiff {
+        flow: String,
+        key_indices: Vec<usize>,
+        /// `datafusion-proto` encoding of the version scalar.
+        version: Vec<u8>,
+        /// `datafusion-proto` encoding of the written-at scalar.
+        written_at: Vec<u8>,
+        indexed: bool,
+        indexed_cap: usize,
+    },
+    Write {
+        target: TableName,
+        flow: String,
+        location: Url,
+        buckets: i32,
+        key_indices: Vec<usize>,
+        change_feed: ChangeFeed,
+    },
+}
+
+fn encode_scalar(value: &ScalarValue) -> Result<Vec<u8>> {
+    let proto = datafusion_proto::protobuf::ScalarValue::try_from(value)
+        .map_err(|e| DataFusionError::Internal(format!("encoding {value:?}: {e}")))?;
+    Ok(proto.encode_to_vec())
+}
+
+fn decode_scalar(bytes: &[u8]) -> Result<ScalarValue> {
+    let proto = datafusion_proto::protobuf::ScalarValue::decode(bytes)
+        .map_err(|e| DataFusionError::Internal(format!("decoding a scalar: {e}")))?;
+    ScalarValue::try_from(&proto)
+        .map_err(|e| DataFusionError::Internal(format!("decoding a scalar: {e}")))
+}
+
+/// `inputs` as exactly `N` children of `node`.
+fn children<const N: usize>(
+    node: &str,
+    inputs: &[Arc<dyn ExecutionPlan>],
+) -> Result<[Arc<dyn ExecutionPlan>; N]> {
+    <[Arc<dyn ExecutionPlan>; N]>::try_from(inputs.to_vec()).map_err(|got| {
+        DataFusionError::Internal(format!(
+            "CdcPhysicalCodec: {node} takes {N} inputs, got {}",
+            got.len()
+        ))
+    })
+}
+
+impl PhysicalExtensionCodec for CdcPhysicalCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let node: Node = serde_json::from_slice(buf).map_err(|e| {
+            DataFusionError::Internal(format!("CdcPhysicalCodec: not one of our nodes: {e}"))
+        })?;
+        Ok(match node {
+            Node::AutoCdc { spec } => {
+                let [events, truncates] = children("AutoCdcExec", inputs)?;
+                Arc::new(AutoCdcExec::try_new(spec, events, truncates)?)
+            }
+            Node::SnapshotDiff {
+                flow,
+                key_indices,
+                version,
+                written_at,
+                indexed,
+                indexed_cap,
+            } => {
+                let [input] = children("SnapshotDiffExec", inputs)?;
+                Arc::new(SnapshotDiffExec::new(
+                    flow,
+                    key_indices,
+                    decode_scalar(&version)?,
+                    decode_scalar(&written_at)?,
+                    input,
+                    indexed,
+                    indexed_cap,
+                ))
+            }
+            Node::Write {
+                target,
+                flow,
+                location,
+                buckets,
+                key_indices,
+                change_feed,
+            } => {
+                let [input] = children("CdcWriteExec", inputs)?;
+                let store = (self.stores)(&location, ctx)?;
+                let request = WriteRequest {
+                    target,
+                    flow,
+                    store,
+                    location,
+                    buckets,
+                    key_indices,
+                    change_feed,
+                };
+                Arc::new(CdcWriteExec::try_new(Arc::new(request), input)?)
+            }
+        })
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        let payload = if let Some(exec) = node.downcast_ref::<AutoCdcExec>() {
+            Node::AutoCdc {
+                spec: exec.spec().clone(),
+            }
+        } else if let Some(exec) = node.downcast_ref::<SnapshotDiffExec>() {
+            let options = exec.options();
+            Node::SnapshotDiff {
+                flow: options.flow.to_string(),
+                key_indices: options.key_indices.to_vec(),
+                version: encode_scalar(options.version)?,
+                written_at: encode_scalar(options.written_at)?,
+                indexed: options.indexed,
+                indexed_cap: options.indexed_cap,
+            }
+        } else if let Some(exec) = node.downcast_ref::<CdcWriteExec>() {
+            let request = exec.request();
+            Node::Write {
+                target: request.target.clone(),
+                flow: request.flow.clone(),
+                location: request.location.clone(),
+                buckets: request.buckets,
+                key_indices: request.key_indices.clone(),
+                change_feed: request.change_feed,
+            }
+        } else {
+            return Err(DataFusionError::NotImplemented(format!(
+                "CdcPhysicalCodec encodes AutoCdcExec, SnapshotDiffExec and CdcWriteExec, not {}",
+                node.name()
+            )));
+        };
+        serde_json::to_writer(buf, &payload)
+            .map_err(|e| DataFusionError::Internal(format!("CdcPhysicalCodec: {e}")))
+    }
+}
