@@ -367,19 +367,10 @@ pub async fn plan_update(
 
     let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
         let raw = raw_target()?;
-        // read only the buckets this update touches (and the watermark row)
+        // read only the buckets this update touches
         let raw = match &touched {
             Some(buckets) => LogicalPlanBuilder::from(raw)
-                .filter(
-                    col(BUCKET_COL).in_list(
-                        buckets
-                            .iter()
-                            .chain([&WATERMARK_BUCKET])
-                            .map(|b| lit(*b))
-                            .collect(),
-                        false,
-                    ),
-                )?
+                .filter(col(BUCKET_COL).in_list(buckets.iter().map(|b| lit(*b)).collect(), false))?
                 .build()?,
             None => raw,
         };
@@ -466,14 +457,21 @@ pub async fn plan_update(
                 )?;
                 LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?
             }
-            None => raw.clone(),
+            None => raw,
         };
         let stored_rows = LogicalPlanBuilder::from(raw_rows)
             .filter(stored_filter)?
             .project(stored)?
             .build()?;
-        let stored_watermark = LogicalPlanBuilder::from(raw)
-            .filter(kind_is(Kind::Truncate))?
+        // the watermark row lives in its own bucket: read only that one
+        // (a small update would otherwise read the kind column of every
+        // file of the buckets it touches)
+        let stored_watermark = LogicalPlanBuilder::from(raw_target()?)
+            .filter(
+                col(BUCKET_COL)
+                    .eq(lit(WATERMARK_BUCKET))
+                    .and(kind_is(Kind::Truncate)),
+            )?
             .project(vec![cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL)])?
             .build()?;
         (

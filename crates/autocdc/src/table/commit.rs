@@ -282,6 +282,7 @@ pub async fn write_rows(
             Arc::clone(store),
             Arc::clone(&schema),
             Arc::clone(&change_schema),
+            key_indices.to_vec(),
             rows,
         )));
     }
@@ -424,10 +425,13 @@ async fn write_routed(
     store: Arc<dyn object_store::ObjectStore>,
     schema: SchemaRef,
     change_schema: SchemaRef,
+    key_indices: Vec<usize>,
     mut rows: tokio::sync::mpsc::Receiver<RoutedRows>,
 ) -> Result<(Vec<Add>, Vec<Add>, Vec<Add>)> {
-    let mut visible = BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible);
-    let mut hidden = BucketWriter::new(Arc::clone(&store), schema, FileRows::Hidden);
+    let mut visible = BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible)
+        .with_key_filters(&key_indices);
+    let mut hidden = BucketWriter::new(Arc::clone(&store), schema, FileRows::Hidden)
+        .with_key_filters(&key_indices);
     let mut changes = BucketWriter::new(store, change_schema, FileRows::Changes);
     while let Some((kind, batch, buckets)) = rows.recv().await {
         match kind {

@@ -38,6 +38,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use roaring::RoaringTreemap;
 
+use super::key_bloom::KeyValues;
+
 use crate::fold::rows::row_converter;
 
 /// Magic number of the `RoaringBitmapArray` format.
@@ -178,6 +180,9 @@ pub struct KeySet {
     /// Types of the key columns (the row format compares bytes: probed
     /// columns are cast to them).
     schema: SchemaRef,
+    /// The keys as bloom filters check them, when few enough to prune row
+    /// groups with ([`super::key_bloom`]).
+    values: Option<KeyValues>,
 }
 
 impl KeySet {
@@ -196,6 +201,7 @@ impl KeySet {
             keys.extend(rows.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
             hashes.extend(hash_rows(batch.columns(), &hash_state, &mut buffer)?.iter());
         }
+        let values = KeyValues::try_new(batches, keys.len())?;
         Ok(Self {
             converter,
             keys,
@@ -203,6 +209,7 @@ impl KeySet {
             hash_state,
             names,
             schema,
+            values,
         })
     }
 
@@ -293,14 +300,40 @@ pub async fn superseded_rows(
     let mut reader = object_reader(store, path, size);
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await?;
-    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
+    let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
+    let groups = row_groups_to_probe(&mut builder, keys).await?;
+    let mut marks = RoaringTreemap::new();
+    if groups.is_empty() {
+        return Ok((marks, metadata));
+    }
+    // where each row group to read starts, in the file's row order
+    let starts: Vec<u64> = {
+        let row_groups = builder.metadata().row_groups();
+        let mut first = 0u64;
+        let firsts: Vec<u64> = row_groups
+            .iter()
+            .map(|rg| {
+                let start = first;
+                first += rg.num_rows() as u64;
+                start
+            })
+            .collect();
+        groups.iter().map(|&g| firsts[g]).collect()
+    };
+    let lengths: Vec<u64> = groups
+        .iter()
+        .map(|&g| builder.metadata().row_group(g).num_rows() as u64)
+        .collect();
     let mask = ProjectionMask::columns(
         builder.parquet_schema(),
         keys.names.iter().map(String::as_str),
     );
-    let mut stream = builder.with_projection(mask).build()?;
-    let mut marks = RoaringTreemap::new();
-    let mut first = 0u64;
+    let mut stream = builder
+        .with_projection(mask)
+        .with_row_groups(groups)
+        .build()?;
+    // (row group being read, its rows not read yet)
+    let (mut group, mut left) = (0usize, lengths[0]);
     let mut hashes = Vec::new();
     while let Some(batch) = stream.try_next().await? {
         // the projection keeps file order: put the columns in key order, as
@@ -322,10 +355,78 @@ pub async fn superseded_rows(
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        keys.mark(&columns, first, &mut hashes, &mut marks)?;
-        first += batch.num_rows() as u64;
+        // a batch may run over the end of a row group: mark each part at
+        // its own position
+        let mut offset = 0usize;
+        while offset < batch.num_rows() {
+            while left == 0 {
+                group += 1;
+                left = *lengths.get(group).ok_or_else(|| {
+                    DataFusionError::Internal(format!(
+                        "data file '{path}': more rows than its row groups"
+                    ))
+                })?;
+            }
+            let n = (batch.num_rows() - offset).min(left as usize);
+            let part: Vec<ArrayRef> = columns.iter().map(|c| c.slice(offset, n)).collect();
+            let first = starts[group] + (lengths[group] - left);
+            keys.mark(&part, first, &mut hashes, &mut marks)?;
+            offset += n;
+            left -= n as u64;
+        }
     }
     Ok((marks, metadata))
+}
+
+/// The row groups of the file that may hold one of `keys`: those whose key
+/// columns' bloom filters admit a key ([`super::key_bloom`]); all of them
+/// when the keys are many or the file has no filters.
+async fn row_groups_to_probe<T>(
+    builder: &mut ParquetRecordBatchStreamBuilder<T>,
+    keys: &KeySet,
+) -> Result<Vec<usize>>
+where
+    T: deltalake_core::parquet::arrow::async_reader::AsyncFileReader + Send + 'static,
+{
+    let count = builder.metadata().num_row_groups();
+    let Some(values) = &keys.values else {
+        return Ok((0..count).collect());
+    };
+    // the leaf column of each key column (top-level columns of one leaf)
+    let schema = builder.parquet_schema();
+    let leaves: Option<Vec<usize>> = keys
+        .names
+        .iter()
+        .map(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n))
+        .collect();
+    let Some(leaves) = leaves else {
+        return Ok((0..count).collect());
+    };
+    let checkable: Vec<bool> = leaves
+        .iter()
+        .enumerate()
+        .map(|(c, &leaf)| values.checkable(c, schema.column(leaf).physical_type()))
+        .collect();
+    if !checkable.contains(&true) {
+        return Ok((0..count).collect());
+    }
+    let mut groups = Vec::with_capacity(count);
+    for group in 0..count {
+        let mut filters = Vec::with_capacity(leaves.len());
+        for (&leaf, &usable) in leaves.iter().zip(&checkable) {
+            filters.push(if usable {
+                builder
+                    .get_row_group_column_bloom_filter(group, leaf)
+                    .await?
+            } else {
+                None
+            });
+        }
+        if values.may_be_in(&filters) {
+            groups.push(group);
+        }
+    }
+    Ok(groups)
 }
 
 #[cfg(test)]
@@ -406,6 +507,68 @@ mod tests {
         let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
         assert_eq!(metadata.metadata().file_metadata().num_rows(), 8);
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1, 3, 5, 7]);
+        Ok(())
+    }
+
+    /// With bloom filters on the key column, only the row groups that may
+    /// hold a key are read, and the rows found are the same; a file storing
+    /// the key under a narrower type is read whole (its filters hashed
+    /// other bytes).
+    #[tokio::test]
+    async fn bloom_filters_skip_row_groups_without_the_keys() -> Result<()> {
+        use deltalake_core::parquet::arrow::ArrowWriter;
+        use deltalake_core::parquet::file::properties::WriterProperties;
+        use deltalake_core::parquet::schema::types::ColumnPath;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let mut files = Vec::new();
+        for (name, data_type) in [("wide", DataType::Int64), ("narrow", DataType::Int32)] {
+            let schema = Arc::new(Schema::new(vec![Field::new(
+                "id",
+                data_type.clone(),
+                false,
+            )]));
+            let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..20_000));
+            let properties = WriterProperties::builder()
+                .set_max_row_group_row_count(Some(1000))
+                .set_column_bloom_filter_enabled(ColumnPath::from("id"), true)
+                .set_column_bloom_filter_fpp(ColumnPath::from("id"), 0.01)
+                .build();
+            let mut bytes = Vec::new();
+            let mut writer =
+                ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
+            writer.write(&RecordBatch::try_new(
+                schema,
+                vec![cast(&ids, &data_type)?],
+            )?)?;
+            writer.close()?;
+            let path = Path::from(format!("{name}.parquet"));
+            let size = bytes.len() as u64;
+            store.put(&path, PutPayload::from(bytes)).await?;
+            files.push((path, size));
+        }
+        let key_schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let keys = RecordBatch::try_new(
+            key_schema,
+            vec![Arc::new(Int64Array::from(vec![
+                1_500, 1_999, 17_000, 99_999,
+            ]))],
+        )?;
+        let set = KeySet::try_new(vec!["id".into()], &[keys])?;
+        for (path, size) in &files {
+            let (marks, _) = superseded_rows(&store, path, *size, &set).await?;
+            assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1_500, 1_999, 17_000]);
+            let mut builder =
+                ParquetRecordBatchStreamBuilder::new(object_reader(&store, path, *size)).await?;
+            let groups = row_groups_to_probe(&mut builder, &set).await?;
+            if path.as_ref() == "wide.parquet" {
+                // groups 1 and 17, and at most a few false positives of 20
+                assert!(groups.contains(&1) && groups.contains(&17), "{groups:?}");
+                assert!(groups.len() <= 5, "{groups:?}");
+            } else {
+                assert_eq!(groups.len(), 20);
+            }
+        }
         Ok(())
     }
 

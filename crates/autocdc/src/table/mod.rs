@@ -11,6 +11,7 @@ pub mod bucket;
 pub mod commit;
 pub mod deletion_vectors;
 pub mod event;
+mod key_bloom;
 pub mod manifest;
 pub mod meta;
 pub mod properties;
