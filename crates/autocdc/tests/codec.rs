@@ -18,14 +18,8 @@ use datafusion_proto::physical_plan::{DefaultPhysicalProtoConverter, PhysicalExt
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 
-async fn run(s: &CdcSession, sql: &str) {
-    s.sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
+mod common;
+use common::exec;
 
 /// Our nodes of `plan`, depth first.
 fn our_nodes(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Arc<dyn ExecutionPlan>>) {
@@ -99,13 +93,13 @@ fn codec_on(store: Arc<dyn ObjectStore>) -> CdcPhysicalCodec {
 async fn every_node_and_option_round_trips() -> Result<()> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(&store))).await?;
-    run(
+    exec(
         &s,
         "CREATE TABLE ev (id INT, a TEXT, b INT, op TEXT, seq INT, st INT, cols VARCHAR[]) AS VALUES
            (1, 'x', 1, 'U', 1, 10, ['a']), (2, 'y', 2, 'U', 1, 10, NULL), (1, NULL, 3, 'D', 2, 20, NULL)",
     )
     .await;
-    run(
+    exec(
         &s,
         "CREATE TABLE snap (id INT, a TEXT) AS VALUES (1, 'x'), (2, 'y')",
     )
@@ -119,8 +113,8 @@ async fn every_node_and_option_round_trips() -> Result<()> {
     ];
     let mut seen = 0;
     for (target, clauses) in flows {
-        run(&s, &format!("CREATE STREAMING TABLE {target}")).await;
-        run(
+        exec(&s, &format!("CREATE STREAMING TABLE {target}")).await;
+        exec(
             &s,
             &format!("CREATE FLOW {target} AS AUTO CDC INTO {target} FROM ev {clauses}"),
         )
@@ -130,8 +124,8 @@ async fn every_node_and_option_round_trips() -> Result<()> {
         }
     }
     for (target, scd) in [("snap1", 1), ("snap2", 2)] {
-        run(&s, &format!("CREATE STREAMING TABLE {target}")).await;
-        run(
+        exec(&s, &format!("CREATE STREAMING TABLE {target}")).await;
+        exec(
             &s,
             &format!("CREATE FLOW {target} AS AUTO CDC INTO {target} FROM SNAPSHOT (SELECT * FROM snap) KEYS (id) STORED AS SCD TYPE {scd}"),
         )
@@ -156,13 +150,13 @@ async fn every_node_and_option_round_trips() -> Result<()> {
 async fn a_decoded_write_writes_where_the_location_resolves() -> Result<()> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(&store))).await?;
-    run(
+    exec(
         &s,
         "CREATE TABLE ev (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
     )
     .await;
-    run(&s, "CREATE STREAMING TABLE t").await;
-    run(
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
         &s,
         "CREATE FLOW f AS AUTO CDC INTO t FROM ev KEYS (id) SEQUENCE BY seq",
     )

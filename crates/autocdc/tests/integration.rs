@@ -6,6 +6,9 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::SessionContext;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 
+mod common;
+use common::exec;
+
 #[allow(dead_code)]
 #[path = "../../../examples/rust_api.rs"]
 mod rust_api;
@@ -29,15 +32,6 @@ fn lines(batches: &[RecordBatch]) -> Vec<String> {
         .skip(1)
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect()
-}
-
-async fn exec(s: &CdcSession, sql: &str) {
-    s.sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 /// The flow definition lives in the warehouse: a new process REFRESHes it.

@@ -1,4 +1,5 @@
-//! Helpers shared by the property tests.
+//! Helpers shared by the integration tests (each test file uses some).
+#![allow(dead_code)]
 
 use proptest::sample::Index;
 
@@ -22,4 +23,14 @@ pub fn shuffle_and_split<T: Clone>(events: &[T], order: u64, cuts: &[Index]) -> 
         start = p.max(start);
     }
     updates
+}
+
+/// Run `sql` to completion, panicking with the statement and the error.
+pub async fn exec(s: &datafusion_autocdc::CdcSession, sql: &str) {
+    s.sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
