@@ -19,7 +19,7 @@
 //! false negatives). Files without filters (written before) are read whole.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::compute::cast;
+use arrow::compute::{can_cast_types, cast};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::Result;
 use deltalake_core::parquet::basic::Type as PhysicalType;
@@ -43,6 +43,17 @@ enum ValueKind {
     I32,
     I64,
     Bytes,
+}
+
+impl ValueKind {
+    /// The Arrow type values are read as.
+    fn data_type(self) -> DataType {
+        match self {
+            ValueKind::I32 => DataType::Int32,
+            ValueKind::I64 => DataType::Int64,
+            ValueKind::Bytes => DataType::Binary,
+        }
+    }
 }
 
 fn value_kind(data_type: &DataType) -> Option<ValueKind> {
@@ -98,7 +109,11 @@ impl KeyValues {
             let Some(columns) = batch
                 .columns()
                 .iter()
-                .map(|c| value_kind(c.data_type()).map(|kind| (kind, c)))
+                .map(|c| {
+                    value_kind(c.data_type())
+                        .filter(|kind| can_cast_types(c.data_type(), &kind.data_type()))
+                        .map(|kind| (kind, c))
+                })
                 .collect::<Option<Vec<_>>>()
             else {
                 return Ok(None);
@@ -144,24 +159,86 @@ impl KeyValues {
 /// The values of `column` (no NULLs: keys are never NULL).
 fn values(kind: ValueKind, column: &ArrayRef) -> Result<Vec<Value>> {
     Ok(match kind {
-        ValueKind::I32 => cast(column, &DataType::Int32)?
+        ValueKind::I32 => cast(column, &kind.data_type())?
             .as_primitive::<Int32Type>()
             .values()
             .iter()
             .map(|v| Value::I32(*v))
             .collect(),
-        ValueKind::I64 => cast(column, &DataType::Int64)?
+        ValueKind::I64 => cast(column, &kind.data_type())?
             .as_primitive::<Int64Type>()
             .values()
             .iter()
             .map(|v| Value::I64(*v))
             .collect(),
         ValueKind::Bytes => {
-            let column = cast(column, &DataType::Binary)?;
+            let column = cast(column, &kind.data_type())?;
             let column = column.as_binary::<i32>();
             (0..column.len())
                 .map(|i| Value::Bytes(column.value(i).into()))
                 .collect()
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int16Array, StringArray, StringViewArray};
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    fn keys(column: ArrayRef) -> KeyValues {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "k",
+            column.data_type().clone(),
+            false,
+        )]));
+        let batch = RecordBatch::try_new(schema, vec![column]).unwrap();
+        KeyValues::try_new(&[batch], 2).unwrap().expect("checkable")
+    }
+
+    /// Keys are checked with the bytes Parquet hashed when it wrote them:
+    /// strings (any string type) as their bytes, small integers as `i32`.
+    #[test]
+    fn keys_are_checked_as_parquet_hashed_them() {
+        let mut strings = Sbbf::new_with_ndv_fpp(100, 0.01).unwrap();
+        strings.insert("alpha");
+        strings.insert("beta");
+        for column in [
+            Arc::new(StringArray::from(vec!["beta", "gamma"])) as ArrayRef,
+            Arc::new(StringViewArray::from(vec!["beta", "gamma"])),
+        ] {
+            assert!(keys(column).may_be_in(&[Some(strings.clone())]));
+        }
+        let absent = keys(Arc::new(StringArray::from(vec!["delta", "epsilon"])));
+        assert!(!absent.may_be_in(&[Some(strings.clone())]));
+        assert!(absent.may_be_in(&[None]), "no filter: may hold anything");
+
+        let mut ints = Sbbf::new_with_ndv_fpp(100, 0.01).unwrap();
+        ints.insert(&7i32);
+        assert!(keys(Arc::new(Int16Array::from(vec![3, 7]))).may_be_in(&[Some(ints.clone())]));
+        assert!(!keys(Arc::new(Int16Array::from(vec![3, 8]))).may_be_in(&[Some(ints)]));
+    }
+
+    #[test]
+    fn too_many_keys_or_unsupported_types_check_nothing() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Float64, false)]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(arrow::array::Float64Array::from(vec![1.0]))],
+        )
+        .unwrap();
+        assert!(KeyValues::try_new(&[batch], 1).unwrap().is_none());
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Int16, false)])),
+            vec![Arc::new(Int16Array::from(vec![1]))],
+        )
+        .unwrap();
+        assert!(KeyValues::try_new(&[batch], BLOOM_PROBE_MAX_KEYS + 1)
+            .unwrap()
+            .is_none());
+    }
 }
