@@ -146,6 +146,13 @@ impl ExecutionPlan for CdcWriteExec {
         vec![&self.input]
     }
 
+    /// The write takes the fold's partitions as they are: a fold of one
+    /// partition (a small input) must not get a round-robin repartition
+    /// between it and the write, which writes the output of a fold only.
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
     fn apply_expressions(
         &self,
         _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
