@@ -306,24 +306,20 @@ pub async fn superseded_rows(
     if groups.is_empty() {
         return Ok((marks, metadata));
     }
-    // where each row group to read starts, in the file's row order
-    let starts: Vec<u64> = {
+    // (first row, rows) of each row group to read, in the file's row order
+    let spans: Vec<(u64, u64)> = {
         let row_groups = builder.metadata().row_groups();
-        let mut first = 0u64;
-        let firsts: Vec<u64> = row_groups
+        let firsts = row_groups.iter().scan(0u64, |first, rg| {
+            let start = *first;
+            *first += rg.num_rows() as u64;
+            Some(start)
+        });
+        let firsts: Vec<u64> = firsts.collect();
+        groups
             .iter()
-            .map(|rg| {
-                let start = first;
-                first += rg.num_rows() as u64;
-                start
-            })
-            .collect();
-        groups.iter().map(|&g| firsts[g]).collect()
+            .map(|&g| (firsts[g], row_groups[g].num_rows() as u64))
+            .collect()
     };
-    let lengths: Vec<u64> = groups
-        .iter()
-        .map(|&g| builder.metadata().row_group(g).num_rows() as u64)
-        .collect();
     let mask = ProjectionMask::columns(
         builder.parquet_schema(),
         keys.names.iter().map(String::as_str),
@@ -333,7 +329,7 @@ pub async fn superseded_rows(
         .with_row_groups(groups)
         .build()?;
     // (row group being read, its rows not read yet)
-    let (mut group, mut left) = (0usize, lengths[0]);
+    let (mut group, mut left) = (0usize, spans[0].1);
     let mut hashes = Vec::new();
     while let Some(batch) = stream.try_next().await? {
         // the projection keeps file order: put the columns in key order, as
@@ -361,7 +357,7 @@ pub async fn superseded_rows(
         while offset < batch.num_rows() {
             while left == 0 {
                 group += 1;
-                left = *lengths.get(group).ok_or_else(|| {
+                left = spans.get(group).map(|span| span.1).ok_or_else(|| {
                     DataFusionError::Internal(format!(
                         "data file '{path}': more rows than its row groups"
                     ))
@@ -369,7 +365,8 @@ pub async fn superseded_rows(
             }
             let n = (batch.num_rows() - offset).min(left as usize);
             let part: Vec<ArrayRef> = columns.iter().map(|c| c.slice(offset, n)).collect();
-            let first = starts[group] + (lengths[group] - left);
+            let (start, rows) = spans[group];
+            let first = start + (rows - left);
             keys.mark(&part, first, &mut hashes, &mut marks)?;
             offset += n;
             left -= n as u64;
