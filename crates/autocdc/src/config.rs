@@ -94,6 +94,13 @@ datafusion::common::extensions_options! {
         /// it touches, which compacts each into one file without the rows
         /// its vectors deleted. 0: no limit.
         pub deletion_vector_max_files_per_bucket: usize, default = 8
+        /// Updates read a target's stored rows as plain Parquet scans
+        /// (`StoredFilesExec` over a `DataSourceExec`, deletion vectors
+        /// applied by row position) instead of delta-rs' scan, and write
+        /// one manifest per fold partition, so that their plans can be
+        /// serialised and run by other processes (set by the Ballista
+        /// integration).
+        pub plain_parquet_reads: bool, default = false
     }
 }
 

@@ -176,7 +176,16 @@ async fn engine_with(
     } else {
         vec!["SET autocdc.deletion_vectors = false".to_string()]
     };
-    for setting in setting.map(str::to_string).into_iter().chain(rewrite) {
+    // and half of each half plans as for a cluster: stored rows read as
+    // plain Parquet scans (deletion vectors applied by position), one
+    // manifest per fold partition
+    let plain = (events % 4 >= 2).then(|| "SET autocdc.plain_parquet_reads = true".to_string());
+    for setting in setting
+        .map(str::to_string)
+        .into_iter()
+        .chain(rewrite)
+        .chain(plain)
+    {
         s.sql(&setting).await.unwrap().collect().await.unwrap();
     }
     s.sql(&format!(

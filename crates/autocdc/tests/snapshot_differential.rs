@@ -165,6 +165,11 @@ async fn run(snapshots: &[Snapshot], engine: Engine, vectors: Vectors, partition
             exec("SET autocdc.deletion_vectors = false".into()).await;
         }
     }
+    // half the cases plan as for a cluster: stored rows read as plain
+    // Parquet scans, one manifest per fold partition
+    if snapshots.len() % 2 == 0 {
+        exec("SET autocdc.plain_parquet_reads = true".into()).await;
+    }
     exec("CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '3')".into()).await;
     let mut previous = Snapshot::new();
     let mut feed_rows = 0;

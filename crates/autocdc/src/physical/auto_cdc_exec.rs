@@ -158,6 +158,26 @@ impl AutoCdcExec {
         }
     }
 
+    /// Counts of the last execution of one partition.
+    pub fn partition_counts(&self, partition: usize) -> FoldCounts {
+        let m = self.metrics.clone_inner();
+        let get = |name: &str| {
+            m.iter()
+                .filter(|x| x.partition() == Some(partition) && x.value().name() == name)
+                .map(|x| x.value().as_usize())
+                .sum()
+        };
+        FoldCounts {
+            input_rows: get(metric::INPUT_ROWS),
+            upserted: get(metric::UPSERTED),
+            deleted: get(metric::DELETED),
+            tombstones: get(metric::TOMBSTONES),
+            late: get(metric::LATE),
+            duplicates: get(metric::DUPLICATES),
+            events_added: get(metric::EVENTS_ADDED),
+        }
+    }
+
     /// Whether the last execution raised the truncate watermark.
     pub fn truncated(&self) -> bool {
         self.metrics

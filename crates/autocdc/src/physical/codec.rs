@@ -6,7 +6,8 @@
 //! |--------------------|-----------------------------------------------------------|---------------------|
 //! | `AutoCdcExec`      | its `FoldSpec` (flow, layout, SCD type, tracked columns, partial updates, fold options) | events, truncates |
 //! | `SnapshotDiffExec` | flow, key positions, version and written-at (as `datafusion-proto` scalars), engine options | snapshot ⋈ live rows |
-//! | `CdcWriteExec`     | target, flow, table location, buckets, key positions, change feed mode | the fold |
+//! | `CdcWriteExec`     | target, flow, table location, buckets, key positions, change feed mode, per partition | the fold |
+//! | `StoredFilesExec`  | the row mask of each state-store file (Roaring, portable format) | the Parquet scan |
 //!
 //! The payload is one tagged JSON document (the node's configuration is
 //! small; the plans around it are `datafusion-proto` protobuf). Children are
@@ -31,6 +32,7 @@ use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 use prost::Message;
+use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 use url::Url;
 
@@ -38,6 +40,7 @@ use super::{AutoCdcExec, CdcWriteExec, SnapshotDiffExec};
 use crate::fold::FoldSpec;
 use crate::logical::WriteRequest;
 use crate::table::commit::ChangeFeed;
+use crate::table::plain_files::{RowMask, StoredFilesExec};
 use crate::table::TableName;
 
 /// Finds the object store rooted at a table's location.
@@ -113,7 +116,46 @@ enum Node {
         buckets: i32,
         key_indices: Vec<usize>,
         change_feed: ChangeFeed,
+        #[serde(default)]
+        per_partition: bool,
     },
+    StoredFiles {
+        masks: Vec<Option<Mask>>,
+    },
+}
+
+/// A [`RowMask`] in a payload.
+#[derive(Debug, Serialize, Deserialize)]
+struct Mask {
+    deleted: bool,
+    /// The positions, in Roaring's portable serialisation.
+    rows: Vec<u8>,
+}
+
+impl Mask {
+    fn encode(mask: &RowMask) -> Result<Self> {
+        let (deleted, rows) = match mask {
+            RowMask::Deleted(rows) => (true, rows),
+            RowMask::Selected(rows) => (false, rows),
+        };
+        let mut bytes = Vec::with_capacity(rows.serialized_size());
+        rows.serialize_into(&mut bytes)
+            .map_err(|e| DataFusionError::Internal(format!("CdcPhysicalCodec: a row mask: {e}")))?;
+        Ok(Self {
+            deleted,
+            rows: bytes,
+        })
+    }
+
+    fn decode(self) -> Result<RowMask> {
+        let rows = RoaringTreemap::deserialize_from(self.rows.as_slice())
+            .map_err(|e| DataFusionError::Internal(format!("CdcPhysicalCodec: a row mask: {e}")))?;
+        Ok(if self.deleted {
+            RowMask::Deleted(rows)
+        } else {
+            RowMask::Selected(rows)
+        })
+    }
 }
 
 fn encode_scalar(value: &ScalarValue) -> Result<Vec<u8>> {
@@ -184,6 +226,7 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                 buckets,
                 key_indices,
                 change_feed,
+                per_partition,
             } => {
                 let [input] = children("CdcWriteExec", inputs)?;
                 let store = (self.stores)(&location, ctx)?;
@@ -196,7 +239,17 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                     key_indices,
                     change_feed,
                 };
-                Arc::new(CdcWriteExec::try_new(Arc::new(request), input)?)
+                Arc::new(
+                    CdcWriteExec::try_new(Arc::new(request), input)?.per_partition(per_partition),
+                )
+            }
+            Node::StoredFiles { masks } => {
+                let [input] = children("StoredFilesExec", inputs)?;
+                let masks = masks
+                    .into_iter()
+                    .map(|m| m.map(Mask::decode).transpose())
+                    .collect::<Result<Vec<_>>>()?;
+                Arc::new(StoredFilesExec::try_new(Arc::new(masks), input)?)
             }
         })
     }
@@ -230,10 +283,19 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                 buckets: request.buckets,
                 key_indices: request.key_indices.clone(),
                 change_feed: request.change_feed,
+                per_partition: exec.is_per_partition(),
+            }
+        } else if let Some(exec) = node.downcast_ref::<StoredFilesExec>() {
+            Node::StoredFiles {
+                masks: exec
+                    .masks()
+                    .iter()
+                    .map(|m| m.as_ref().map(Mask::encode).transpose())
+                    .collect::<Result<_>>()?,
             }
         } else {
             return Err(DataFusionError::NotImplemented(format!(
-                "CdcPhysicalCodec encodes AutoCdcExec, SnapshotDiffExec and CdcWriteExec, not {}",
+                "CdcPhysicalCodec encodes AutoCdcExec, SnapshotDiffExec, CdcWriteExec and StoredFilesExec, not {}",
                 node.name()
             )));
         };

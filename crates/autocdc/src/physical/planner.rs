@@ -43,10 +43,12 @@ impl ExtensionPlanner for CdcExtensionPlanner {
             let [input] = physical_inputs else {
                 return Err(DataFusionError::Internal("CdcWrite needs one input".into()));
             };
-            return Ok(Some(Arc::new(CdcWriteExec::try_new(
-                Arc::clone(&n.request),
-                Arc::clone(input),
-            )?)));
+            let per_partition =
+                crate::config::autocdc_options(session_state.config()).plain_parquet_reads;
+            return Ok(Some(Arc::new(
+                CdcWriteExec::try_new(Arc::clone(&n.request), Arc::clone(input))?
+                    .per_partition(per_partition),
+            )));
         }
         if let Some(n) = node.as_any().downcast_ref::<CdcCommitNode>() {
             let [input] = physical_inputs else {

@@ -16,6 +16,13 @@
 //! row when the target has one; it is written once. The output is the
 //! manifest ([`crate::table::manifest`]): the commit reads it and nothing
 //! else.
+//!
+//! *Per partition* (for plans run by a cluster, whose tasks each run one
+//! partition of the fold): partition `p` writes the rows of fold partition
+//! `p` and returns their manifest, so a bucket gets a file series per fold
+//! partition that holds its keys. Each partition writes the watermark row it
+//! carries; the commit keeps one of those files
+//! ([`Manifest`](crate::table::manifest::Manifest)).
 
 use std::fmt;
 use std::pin::Pin;
@@ -54,11 +61,33 @@ use crate::table::manifest::{encode, manifest_schema};
 pub struct CdcWriteExec {
     request: Arc<WriteRequest>,
     input: Arc<dyn ExecutionPlan>,
+    /// Whether each fold partition is written by a partition of its own.
+    per_partition: bool,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl CdcWriteExec {
+    /// Whether each fold partition is written by a partition of its own
+    /// (see the module docs).
+    pub fn is_per_partition(&self) -> bool {
+        self.per_partition
+    }
+
+    /// The operator writing each fold partition in a partition of its own.
+    pub fn per_partition(self, per_partition: bool) -> Self {
+        let partitions = if per_partition {
+            self.input.output_partitioning().partition_count()
+        } else {
+            1
+        };
+        Self {
+            per_partition,
+            properties: Arc::new(write_properties(partitions)),
+            ..self
+        }
+    }
+
     /// Where and how the operator writes.
     pub fn request(&self) -> &Arc<WriteRequest> {
         &self.request
@@ -72,19 +101,23 @@ impl CdcWriteExec {
                 input.name()
             )));
         }
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(manifest_schema()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
         Ok(Self {
             request,
             input,
-            properties,
+            per_partition: false,
+            properties: Arc::new(write_properties(1)),
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
+}
+
+fn write_properties(partitions: usize) -> PlanProperties {
+    PlanProperties::new(
+        EquivalenceProperties::new(manifest_schema()),
+        Partitioning::UnknownPartitioning(partitions),
+        EmissionType::Final,
+        Boundedness::Bounded,
+    )
 }
 
 /// Metrics of [`CdcWriteExec`].
@@ -119,7 +152,11 @@ impl DisplayAs for CdcWriteExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
-                write!(f, "CdcWriteExec: {}", self.request)
+                write!(f, "CdcWriteExec: {}", self.request)?;
+                if self.per_partition {
+                    write!(f, ", per_partition")?;
+                }
+                Ok(())
             }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "target={}", self.request.target)?;
@@ -167,7 +204,9 @@ impl ExecutionPlan for CdcWriteExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("CdcWriteExec needs one child".into()))?;
-        Ok(Arc::new(Self::try_new(Arc::clone(&self.request), input)?))
+        Ok(Arc::new(
+            Self::try_new(Arc::clone(&self.request), input)?.per_partition(self.per_partition),
+        ))
     }
 
     fn execute(
@@ -175,18 +214,25 @@ impl ExecutionPlan for CdcWriteExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
+        let partitions = self.properties.output_partitioning().partition_count();
+        if partition >= partitions {
             return Err(DataFusionError::Internal(format!(
-                "CdcWriteExec has one partition, got {partition}"
+                "CdcWriteExec has {partitions} partitions, got {partition}"
             )));
         }
-        let writers = context.session_config().target_partitions();
-        // the fold's partitions run on tasks of their own
-        let rows = if self.input.output_partitioning().partition_count() > 1 {
-            CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, context)?
+        let (rows, writers) = if self.per_partition {
+            (self.input.execute(partition, context)?, 1)
         } else {
-            self.input.execute(0, context)?
+            let writers = context.session_config().target_partitions();
+            // the fold's partitions run on tasks of their own
+            let rows = if self.input.output_partitioning().partition_count() > 1 {
+                CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, context)?
+            } else {
+                self.input.execute(0, context)?
+            };
+            (rows, writers)
         };
+        let per_partition = self.per_partition;
         let metrics = WriteMetrics::new(&self.metrics);
         let rows = OneWatermark::new(rows, metrics.rows_written.clone())?;
         let saw_watermark = rows.seen();
@@ -215,7 +261,13 @@ impl ExecutionPlan for CdcWriteExec {
             metrics.bytes_written.add(bytes);
             let counts = fold
                 .downcast_ref::<AutoCdcExec>()
-                .map(AutoCdcExec::counts)
+                .map(|fold| {
+                    if per_partition {
+                        fold.partition_counts(partition)
+                    } else {
+                        fold.counts()
+                    }
+                })
                 .unwrap_or_default();
             encode(&written, &counts, saw_watermark.value() > 0)
         };

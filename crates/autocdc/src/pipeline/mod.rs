@@ -60,6 +60,7 @@ use crate::table::event::Operation;
 use crate::table::properties::{
     checkpoint_app_id, last_version_property, FLOW_KEY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
+use crate::table::plain_files::PlainFilesTable;
 use crate::table::superseded::Superseded;
 use crate::table::{delta_err, ScdTable};
 use staged::{stage_events, StagedEvents};
@@ -177,8 +178,14 @@ pub async fn plan_update(
     // SCD 2 and BITEMPORAL targets keep every event and derive their rows
     let scd2 = flow.stored_as_scd_type != ScdType::Type1;
     let bitemporal = flow.stored_as_scd_type == ScdType::Bitemporal;
+    let plain_reads = crate::config::autocdc_options(state.config()).plain_parquet_reads;
+    let stored_provider = if plain_reads {
+        Arc::new(plain_files(state, &table).await?) as Arc<dyn datafusion::catalog::TableProvider>
+    } else {
+        table.raw_provider()
+    };
     let raw_target = || -> Result<LogicalPlan> {
-        LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(table.raw_provider()), None)?
+        LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(Arc::clone(&stored_provider)), None)?
             .build()
     };
     let mut extra_config: Vec<(String, String)> = Vec::new();
@@ -449,6 +456,15 @@ pub async fn plan_update(
         }
         // with deletion vectors, only the stored rows of the update's keys
         let raw_rows = match &superseded {
+            Some(superseded) if plain_reads => {
+                let delta = table.delta();
+                let rows = superseded.plain_provider(
+                    &delta.table_url(),
+                    table.raw_provider().schema(),
+                    &partition_columns(&delta)?,
+                )?;
+                LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?
+            }
             Some(superseded) => {
                 let rows = superseded.provider(
                     &table.delta().object_store(),
@@ -628,6 +644,31 @@ async fn superseded_keys(
         return Ok(None);
     }
     Ok(Some(Arc::new(KeySet::try_new(names, &batches)?)))
+}
+
+/// The stored rows of `table` as plain Parquet scans
+/// (`autocdc.plain_parquet_reads`).
+async fn plain_files(state: &SessionState, table: &ScdTable) -> Result<PlainFilesTable> {
+    let delta = table.delta();
+    PlainFilesTable::load(
+        &delta.table_url(),
+        &delta.object_store(),
+        table.raw_provider().schema(),
+        &partition_columns(&delta)?,
+        data_files(&delta).await?,
+        state.config().target_partitions(),
+    )
+    .await
+}
+
+/// The partition columns of a Delta table.
+fn partition_columns(delta: &deltalake_core::DeltaTable) -> Result<Vec<String>> {
+    Ok(delta
+        .snapshot()
+        .map_err(delta_err)?
+        .metadata()
+        .partition_columns()
+        .to_vec())
 }
 
 /// The stored rows of `keys` in the data files of the buckets `touched`.

@@ -12,7 +12,10 @@
 //! | `summary` | NULL                       | what the fold did; one row  |
 //!
 //! `action` is the Delta action in its log (JSON) form. Summaries are
-//! summed: a commit may gather the manifests of several writers.
+//! summed: a commit may gather the manifests of several writers. Writers
+//! of one fold partition each (a cluster's tasks) each write the truncate
+//! watermark row they carry: the first such file read is kept, the others
+//! stay unreferenced (vacuum removes them).
 
 use std::sync::{Arc, LazyLock};
 
@@ -21,6 +24,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::Add;
 
+use super::bucket::{BUCKET_COL, WATERMARK_BUCKET};
 use super::commit::WrittenFiles;
 use crate::fold::FoldCounts;
 
@@ -120,7 +124,12 @@ pub struct Manifest {
     pub truncated: bool,
     /// Summaries read: one per writer.
     pub writers: usize,
+    /// Whether a watermark file was kept.
+    watermark_file: bool,
 }
+
+/// The bucket partition value of a watermark file.
+static WATERMARK_TEXT: LazyLock<String> = LazyLock::new(|| WATERMARK_BUCKET.to_string());
 
 impl Manifest {
     /// Add the rows of one manifest batch.
@@ -143,8 +152,16 @@ impl Manifest {
                     let add: Add = serde_json::from_str(actions.value(row)).map_err(|e| {
                         DataFusionError::Internal(format!("manifest: bad {entry} entry: {e}"))
                     })?;
+                    let watermark = add
+                        .partition_values
+                        .get(BUCKET_COL)
+                        .is_some_and(|b| b.as_deref() == Some(WATERMARK_TEXT.as_str()));
                     match entry {
-                        ADD => self.written.adds.push(add),
+                        ADD if watermark && self.watermark_file => {}
+                        ADD => {
+                            self.watermark_file |= watermark;
+                            self.written.adds.push(add)
+                        }
                         _ => self.written.change_files.push(add),
                     }
                 }

@@ -15,6 +15,7 @@ mod key_bloom;
 pub mod manifest;
 pub mod meta;
 pub mod properties;
+pub mod plain_files;
 pub mod provider;
 pub mod published;
 pub mod stored_rows;

@@ -33,6 +33,7 @@ use deltalake_core::kernel::{Action, Add, LogicalFileView};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 
+use super::plain_files::{PlainFilesTable, RowMask};
 use super::deletion_vectors::{read_vector, superseded_rows, write_vectors, KeySet};
 use super::stored_rows::{StoredRowsTable, SupersededFile};
 
@@ -111,6 +112,28 @@ impl Superseded {
             schema,
             groups,
         )))
+    }
+
+    /// The rows found as plain Parquet scans of their files, each file
+    /// read for its found positions only (`autocdc.plain_parquet_reads`);
+    /// `location` is the table's root URL, `schema` its raw schema.
+    pub fn plain_provider(
+        &self,
+        location: &url::Url,
+        schema: SchemaRef,
+        partition_columns: &[String],
+    ) -> Result<Arc<dyn TableProvider>> {
+        let files = self
+            .files
+            .iter()
+            .map(|f| (f.view.clone(), Some(RowMask::Selected(f.rows.clone()))))
+            .collect();
+        Ok(Arc::new(PlainFilesTable::try_new(
+            location,
+            schema,
+            partition_columns,
+            files,
+        )?))
     }
 
     /// The actions retiring the rows found: for each file, a `remove` and an
