@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::prelude::SessionConfig;
 
 use crate::clock::{Clock, SystemClock};
@@ -21,6 +22,9 @@ pub struct AutoCdcConfig {
     pub clock: Arc<dyn Clock>,
     /// Object store of a `memory://` warehouse (default: a fresh one).
     pub memory_store: Option<Arc<dyn object_store::ObjectStore>>,
+    /// Physical optimizer rules run after DataFusion's own (how a cluster
+    /// integration takes over the writing part of update plans).
+    pub physical_optimizer_rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
 }
 
 impl Default for AutoCdcConfig {
@@ -37,6 +41,7 @@ impl AutoCdcConfig {
             session_config: SessionConfig::new(),
             clock: Arc::new(SystemClock),
             memory_store: None,
+            physical_optimizer_rules: Vec::new(),
         }
     }
 
@@ -56,6 +61,15 @@ impl AutoCdcConfig {
     /// Use another clock (tests of retention).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Run `rule` after DataFusion's physical optimizer rules.
+    pub fn with_physical_optimizer_rule(
+        mut self,
+        rule: Arc<dyn PhysicalOptimizerRule + Send + Sync>,
+    ) -> Self {
+        self.physical_optimizer_rules.push(rule);
         self
     }
 

@@ -70,12 +70,15 @@ impl CdcSession {
             }
             _ => Warehouse::open(&config.warehouse)?,
         });
-        let state = AutoCdc::install(
+        let mut builder = AutoCdc::install(
             SessionStateBuilder::new()
                 .with_config(crate::config::with_autocdc_options(config.session_config))
                 .with_default_features(),
-        )
-        .build();
+        );
+        for rule in config.physical_optimizer_rules {
+            builder = builder.with_physical_optimizer_rule(rule);
+        }
+        let state = builder.build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_object_store(warehouse.root(), warehouse.store());
         let (catalog, schema) = {
