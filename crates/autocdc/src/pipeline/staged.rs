@@ -62,6 +62,16 @@ pub enum StagedEvents {
     },
 }
 
+/// `schema` with every field nullable.
+fn all_nullable(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// Pull `events` (laid out as `layout`) once, bucketing them into `buckets`.
 pub async fn stage_events(
     state: &SessionState,
@@ -73,7 +83,9 @@ pub async fn stage_events(
     let mut stream = DataFrame::new(state.clone(), events.clone())
         .execute_stream()
         .await?;
-    let schema = stream.schema();
+    // declared nullable: a plan may say a column holds no NULL while its
+    // batches do, and a staged table travels in plans that check
+    let schema = all_nullable(&stream.schema());
     let reservation = MemoryConsumer::new(format!("CdcStagedEvents[{flow}]"))
         .register(&state.runtime_env().memory_pool);
     let mut pulled: Vec<RecordBatch> = Vec::new();
@@ -98,6 +110,7 @@ pub async fn stage_events(
                 .build()?;
             return Ok(StagedEvents::Large { events });
         }
+        let batch = batch.with_schema(Arc::clone(&schema))?;
         let kinds = batch.column(layout.kind()).as_primitive::<Int8Type>();
         let keys: Vec<ArrayRef> = layout
             .key_indices
