@@ -1,9 +1,14 @@
 //! `autocdc`: an interactive SQL shell for `datafusion-autocdc`.
 //!
 //! ```text
-//! autocdc [--warehouse URL] [-c SQL]... [-f FILE]... [--format F] [--maxrows N] [-q]
+//! autocdc [--warehouse URL] [--ballista df://HOST:PORT|standalone]
+//!         [-c SQL]... [-f FILE]... [--format F] [--maxrows N] [-q]
 //! ```
 //!
+//! * `--ballista` runs every update of the session on an Apache DataFusion
+//!   Ballista cluster: `df://HOST:PORT` reaches a running `autocdc-scheduler`,
+//!   `standalone` starts a scheduler and two executors in this process (it
+//!   prints the tasks each executor ran to stderr at exit);
 //! * `-c SQL` runs the statements of a command string;
 //! * `-f FILE` runs the statements of a SQL script;
 //! * without either, statements are read from standard input: a statement runs once a
@@ -31,6 +36,7 @@ use clap::Parser;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
+use autocdc_ballista::{open_session, Cluster};
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 
 use crate::print::{Format, MaxRows, PrintOptions};
@@ -66,6 +72,11 @@ struct Args {
     #[arg(long, value_name = "URL", default_value = "./warehouse")]
     warehouse: String,
 
+    /// Run updates on a Ballista cluster: `df://HOST:PORT` (a running
+    /// `autocdc-scheduler`) or `standalone` (one started in this process).
+    #[arg(long, value_name = "CLUSTER")]
+    ballista: Option<String>,
+
     /// Output format of results.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -95,13 +106,37 @@ async fn main() -> ExitCode {
     }
     let mut config = AutoCdcConfig::new(args.warehouse.as_str());
     config.session_config = config.session_config.with_information_schema(true);
-    let session = match CdcSession::open(config).await {
-        Ok(session) => session,
+    let opened = match &args.ballista {
+        None => CdcSession::open(config).await.map(|s| (s, None)),
+        Some(cluster) => match Cluster::parse(cluster) {
+            Ok(cluster) => open_session(config, &cluster)
+                .await
+                .map(|c| (c.session, c.standalone)),
+            Err(error) => Err(error),
+        },
+    };
+    let (session, standalone) = match opened {
+        Ok(opened) => opened,
         Err(error) => {
             eprintln!("Error: cannot open warehouse {}: {error}", args.warehouse);
             return ExitCode::FAILURE;
         }
     };
+    let code = run(args, session).await;
+    if let Some(cluster) = standalone {
+        let tasks: Vec<String> = cluster
+            .tasks
+            .snapshot()
+            .into_iter()
+            .map(|(executor, n)| format!("{executor}={n}"))
+            .collect();
+        eprintln!("ballista standalone: tasks by executor: {}", tasks.join(", "));
+    }
+    code
+}
+
+/// Run the commands and scripts of `args` (or the interactive shell) in `session`.
+async fn run(args: Args, session: CdcSession) -> ExitCode {
 
     let shell = Shell {
         session,

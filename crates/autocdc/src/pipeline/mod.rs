@@ -241,6 +241,11 @@ pub async fn plan_update(
                             let truncate_source = truncates.then(|| staged.clone());
                             (staged, touched, truncate_source)
                         }
+                        // a plan for a cluster reads the source again: a
+                        // run started here cannot travel
+                        StagedEvents::Large { .. } if plain_reads => {
+                            (events.clone(), None, truncates.then(|| events.clone()))
+                        }
                         // a resumed run is read once: the truncate events
                         // (if any) are read from the source again
                         StagedEvents::Large { events: staged } => {
@@ -315,6 +320,9 @@ pub async fn plan_update(
                     let touched = touched_buckets(state, &resolved, &changes, meta.buckets).await?;
                     (changes, touched)
                 }
+                // (a plan for a cluster diffs again: a run started here
+                // cannot travel)
+                PlannedDiff::Large(_) if plain_reads => (diff, None),
                 PlannedDiff::Large(changes) => (changes, None),
                 PlannedDiff::NotRun => (diff, None),
             };

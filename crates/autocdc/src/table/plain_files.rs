@@ -331,11 +331,16 @@ impl TableProvider for PlainFilesTable {
                     .with_partition_values(values),
             );
         }
-        let file_groups: Vec<FileGroup> = grouped
+        let mut file_groups: Vec<FileGroup> = grouped
             .into_iter()
             .filter(|g| !g.is_empty())
             .map(FileGroup::new)
             .collect();
+        if file_groups.is_empty() {
+            // one empty partition: a scan of none would have no partition,
+            // which operators needing one cannot take
+            file_groups.push(FileGroup::new(Vec::new()));
+        }
         let mut columns: Vec<usize> = match projection {
             Some(p) => p.clone(),
             None => (0..self.schema.fields().len()).collect(),

@@ -1,0 +1,257 @@
+//! `DistributedWriteExec`: the writing part of an update, run by a Ballista
+//! cluster; and `DistributeWrites`, the physical optimizer rule that puts it
+//! under every `CdcCommitExec` whose input can travel.
+//!
+//! ```text
+//!  client                                   cluster
+//!  CdcCommitExec ◄── manifests ───────────┐
+//!    DistributedWriteExec ── plan bytes ──► scheduler: stages, tasks
+//!      CdcWriteExec (per partition)          executors: scans, shuffles,
+//!        AutoCdcExec ...                     fold, files to the warehouse
+//! ```
+//!
+//! The subtree under the commit is encoded with [`crate::physical_codec`]
+//! and submitted as a physical plan; its output (one manifest per write
+//! partition) streams back, and the commit runs here, once. A subtree that
+//! cannot be encoded (a source only this process can read: an in-progress
+//! stream, delta-rs' change feed scan) runs here, and `EXPLAIN` says why.
+//! A retried or failed task leaves files no manifest names: they are never
+//! committed (vacuum removes them).
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use ballista_core::execution_plans::execute_physical_plan;
+use ballista_core::extension::SessionConfigExt;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::config::ConfigOptions;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+use datafusion_autocdc::physical::CdcCommitExec;
+use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
+use datafusion_proto::protobuf::PhysicalPlanNode;
+use futures::TryStreamExt;
+
+use crate::codec::physical_codec;
+
+/// Where the input of a commit runs.
+#[derive(Debug, Clone)]
+enum Placement {
+    /// On the cluster whose scheduler listens at this URL (`http://host:port`).
+    Cluster(String),
+    /// Here: the plan cannot be encoded, for this reason.
+    Local(String),
+}
+
+/// Runs its input on a Ballista cluster (see the module docs).
+pub struct DistributedWriteExec {
+    input: Arc<dyn ExecutionPlan>,
+    placement: Placement,
+    codec: Arc<dyn PhysicalExtensionCodec>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl fmt::Debug for DistributedWriteExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedWriteExec")
+            .field("placement", &self.placement)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DistributedWriteExec {
+    fn new(input: Arc<dyn ExecutionPlan>, placement: Placement) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            input.equivalence_properties().clone(),
+            // the cluster's output comes back as one stream
+            datafusion::physical_plan::Partitioning::UnknownPartitioning(1),
+            input.pipeline_behavior(),
+            input.boundedness(),
+        ));
+        Self {
+            input,
+            placement,
+            codec: physical_codec(),
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    /// Whether the input runs on the cluster (else here).
+    pub fn is_distributed(&self) -> bool {
+        matches!(self.placement, Placement::Cluster(_))
+    }
+}
+
+impl DisplayAs for DistributedWriteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match &self.placement {
+            Placement::Cluster(url) => write!(f, "DistributedWriteExec: scheduler={url}"),
+            Placement::Local(why) => {
+                write!(f, "DistributedWriteExec: runs locally ({why})")
+            }
+        }
+    }
+}
+
+impl ExecutionPlan for DistributedWriteExec {
+    fn name(&self) -> &str {
+        "DistributedWriteExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    /// The input is shown (and optimised) as a child, but run by the
+    /// cluster when the placement says so.
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children.pop().ok_or_else(|| {
+            DataFusionError::Internal("DistributedWriteExec needs one child".into())
+        })?;
+        Ok(Arc::new(Self::new(input, self.placement.clone())))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "DistributedWriteExec has one partition, got {partition}"
+            )));
+        }
+        let scheduler = match &self.placement {
+            Placement::Local(_) => {
+                let input = Arc::clone(&self.input);
+                return if input.output_partitioning().partition_count() == 1 {
+                    input.execute(0, context)
+                } else {
+                    datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec::new(
+                        input,
+                    )
+                    .execute(0, context)
+                };
+            }
+            Placement::Cluster(url) => url.clone(),
+        };
+        let job_time = MetricBuilder::new(&self.metrics).subset_time("cluster_time", 0);
+        let input = Arc::clone(&self.input);
+        let codec = Arc::clone(&self.codec);
+        let schema = input.schema();
+        let session_config = context.session_config().clone();
+        let session_id = context.session_id();
+        let run = async move {
+            let timer = job_time.timer();
+            let ballista = session_config.ballista_config();
+            let stream = execute_physical_plan::<PhysicalPlanNode>(
+                scheduler,
+                &ballista,
+                input,
+                codec.as_ref(),
+                session_id,
+                session_config,
+            )
+            .await?;
+            let batches: Vec<_> = stream.try_collect().await?;
+            timer.done();
+            Ok::<_, DataFusionError>(futures::stream::iter(batches.into_iter().map(Ok)))
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::once(run).try_flatten(),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Puts a [`DistributedWriteExec`] under every `CdcCommitExec` (see the
+/// module docs).
+#[derive(Debug)]
+pub struct DistributeWrites {
+    /// The scheduler's gRPC endpoint (`http://host:port`), once known.
+    scheduler: Arc<OnceLock<String>>,
+}
+
+impl DistributeWrites {
+    /// Run update writes on the cluster whose scheduler endpoint is set in
+    /// `scheduler` (plans made before it is set run here).
+    pub fn new(scheduler: Arc<OnceLock<String>>) -> Self {
+        Self { scheduler }
+    }
+}
+
+impl PhysicalOptimizerRule for DistributeWrites {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let codec = physical_codec();
+        plan.transform_down(|node| {
+            if node.downcast_ref::<CdcCommitExec>().is_none() {
+                return Ok(Transformed::no(node));
+            }
+            let [input] = node.children()[..] else {
+                return Ok(Transformed::no(node));
+            };
+            if input.downcast_ref::<DistributedWriteExec>().is_some() {
+                return Ok(Transformed::no(node));
+            }
+            let encoded = PhysicalPlanNode::try_from_physical_plan(Arc::clone(input), codec.as_ref());
+            let placement = match (self.scheduler.get(), encoded) {
+                (Some(url), Ok(_)) => Placement::Cluster(url.clone()),
+                (None, _) => Placement::Local("no cluster yet".to_string()),
+                (_, Err(e)) => Placement::Local(first_line(&e.to_string())),
+            };
+            let write = Arc::new(DistributedWriteExec::new(Arc::clone(input), placement));
+            #[allow(deprecated)]
+            let node = node.with_new_children(vec![write])?;
+            Ok(Transformed::new(node, true, TreeNodeRecursion::Jump))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "distribute_writes"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// The first line of an error message (they can hold whole plans).
+fn first_line(message: &str) -> String {
+    message.lines().next().unwrap_or_default().to_string()
+}

@@ -1,0 +1,49 @@
+-- Three updates of an SCD 1 flow (deletes, a truncate, late events), an
+-- SCD 2 flow and a snapshot flow, with their targets and change feeds.
+-- `{dir}` is replaced by a folder of the test's.
+SET datafusion.execution.target_partitions = 4;
+CREATE EXTERNAL TABLE changes (id INT, name VARCHAR, city VARCHAR, op VARCHAR, seq INT)
+  STORED AS PARQUET LOCATION '{dir}/changes/';
+CREATE VIEW changes_without_truncates AS SELECT * FROM changes WHERE op <> 'TRUNCATE';
+INSERT INTO changes VALUES
+  (1, 'Ann', 'Oslo', 'INSERT', 1), (2, 'Bob', 'Rome', 'INSERT', 1),
+  (3, 'Cy', 'Lima', 'INSERT', 2), (4, 'Di', 'Kyiv', 'INSERT', 2), (4, 'Di', 'Riga', 'UPDATE', 1);
+CREATE TABLE snap (id INT, name VARCHAR) AS VALUES (1, 'a'), (2, 'b'), (3, 'c');
+
+CREATE STREAMING TABLE s1;
+CREATE FLOW s1_flow AS AUTO CDC INTO s1 FROM changes KEYS (id)
+  APPLY AS DELETE WHEN op = 'DELETE' APPLY AS TRUNCATE WHEN op = 'TRUNCATE'
+  SEQUENCE BY seq COLUMNS * EXCEPT (op, seq) STORED AS SCD TYPE 1;
+CREATE STREAMING TABLE s2;
+CREATE FLOW s2_flow AS AUTO CDC INTO s2 FROM changes_without_truncates KEYS (id)
+  APPLY AS DELETE WHEN op = 'DELETE'
+  SEQUENCE BY seq COLUMNS * EXCEPT (op, seq) STORED AS SCD TYPE 2;
+CREATE STREAMING TABLE sn;
+CREATE FLOW sn_flow AS AUTO CDC INTO sn FROM SNAPSHOT (SELECT * FROM snap) KEYS (id) STORED AS SCD TYPE 1;
+
+-- update 2: an update, a delete, a late event, a new key
+INSERT INTO changes VALUES
+  (2, 'Bob', 'Paris', 'UPDATE', 3), (3, NULL, NULL, 'DELETE', 3),
+  (1, 'Ann', 'Late', 'UPDATE', 0), (5, 'Ed', 'Nice', 'INSERT', 3);
+CREATE OR REPLACE TABLE snap (id INT, name VARCHAR) AS VALUES (1, 'a'), (2, 'b2'), (4, 'd');
+REFRESH STREAMING TABLE s1;
+REFRESH STREAMING TABLE s2;
+REFRESH STREAMING TABLE sn;
+
+-- update 3: a truncate (SCD 1), then newer events
+INSERT INTO changes VALUES
+  (0, NULL, NULL, 'TRUNCATE', 4), (4, 'Di', 'Kyiv', 'UPDATE', 5), (6, 'Flo', 'Bern', 'INSERT', 5);
+CREATE OR REPLACE TABLE snap (id INT, name VARCHAR) AS VALUES (2, 'b3'), (4, 'd'), (5, 'e');
+REFRESH STREAMING TABLE s1;
+REFRESH STREAMING TABLE s2;
+REFRESH STREAMING TABLE sn;
+
+SELECT * FROM s1 ORDER BY id;
+SELECT id, name, city, __START_AT, __END_AT FROM s2 ORDER BY id, __START_AT;
+SELECT * FROM sn ORDER BY id;
+SELECT id, name, city, _change_type, _commit_version FROM table_changes('s1', 0)
+  ORDER BY _commit_version, id, _change_type;
+SELECT id, name, city, __START_AT, _change_type, _commit_version FROM table_changes('s2', 0)
+  ORDER BY _commit_version, id, __START_AT, _change_type;
+SELECT id, name, _change_type, _commit_version FROM table_changes('sn', 0)
+  ORDER BY _commit_version, id, _change_type;
