@@ -8,7 +8,9 @@ use ballista_core::extension::SessionConfigExt;
 use ballista_core::ids::new_instance_id;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::ExecutorRegistration;
-use ballista_core::serde::scheduler::{ExecutorOperatingSystemSpecification, ExecutorSpecification};
+use ballista_core::serde::scheduler::{
+    ExecutorOperatingSystemSpecification, ExecutorSpecification,
+};
 use ballista_core::serde::BallistaCodec;
 use ballista_core::utils::{create_grpc_server, GrpcServerConfig};
 use ballista_core::{ConfigProducer, RuntimeProducer, BALLISTA_PROTOCOL_VERSION};
@@ -112,7 +114,11 @@ async fn start_executor(
         host: Some("localhost".to_string()),
         port: port as u32,
         grpc_port: 0,
-        specification: Some(ExecutorSpecification::default().with_vcores(vcores as u32).into()),
+        specification: Some(
+            ExecutorSpecification::default()
+                .with_vcores(vcores as u32)
+                .into(),
+        ),
         os_info: Some(ExecutorOperatingSystemSpecification::default().into()),
         ballista_protocol_version: BALLISTA_PROTOCOL_VERSION,
     };

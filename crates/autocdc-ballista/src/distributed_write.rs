@@ -228,7 +228,8 @@ impl PhysicalOptimizerRule for DistributeWrites {
             if input.downcast_ref::<DistributedWriteExec>().is_some() {
                 return Ok(Transformed::no(node));
             }
-            let encoded = PhysicalPlanNode::try_from_physical_plan(Arc::clone(input), codec.as_ref());
+            let encoded =
+                PhysicalPlanNode::try_from_physical_plan(Arc::clone(input), codec.as_ref());
             let placement = match (self.scheduler.get(), encoded) {
                 (Some(url), Ok(_)) => Placement::Cluster(url.clone()),
                 (None, _) => Placement::Local("no cluster yet".to_string()),

@@ -53,8 +53,7 @@ pub async fn open_session(config: AutoCdcConfig, cluster: &Cluster) -> Result<Cl
         Cluster::Remote(url) => (scheduler_url(url)?, None),
         Cluster::Standalone { executors } => {
             let cluster =
-                start_standalone(&session.context().state(), *executors, STANDALONE_VCORES)
-                    .await?;
+                start_standalone(&session.context().state(), *executors, STANDALONE_VCORES).await?;
             (cluster.scheduler.clone(), Some(cluster))
         }
     };

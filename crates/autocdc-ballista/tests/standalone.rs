@@ -67,7 +67,12 @@ async fn standalone_updates_equal_local_ones() -> Result<()> {
     }
 
     // both executors ran tasks
-    let tasks = cluster.standalone.as_ref().expect("standalone").tasks.snapshot();
+    let tasks = cluster
+        .standalone
+        .as_ref()
+        .expect("standalone")
+        .tasks
+        .snapshot();
     assert_eq!(tasks.len(), 2, "{tasks:?}");
     assert!(tasks.values().all(|&n| n > 0), "{tasks:?}");
 
@@ -81,7 +86,10 @@ async fn standalone_updates_equal_local_ones() -> Result<()> {
             .await?;
         let text = pretty_format_batches(&plan)?.to_string();
         assert!(
-            text.contains(&format!("DistributedWriteExec: scheduler={}", cluster.scheduler)),
+            text.contains(&format!(
+                "DistributedWriteExec: scheduler={}",
+                cluster.scheduler
+            )),
             "{text}"
         );
         assert!(text.contains("StoredFilesExec"), "{text}");
@@ -105,10 +113,12 @@ impl datafusion::physical_plan::streaming::PartitionStream for Generated {
         _ctx: std::sync::Arc<datafusion::execution::TaskContext>,
     ) -> datafusion::execution::SendableRecordBatchStream {
         let batch = self.0.clone();
-        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
-            batch.schema(),
-            futures::stream::iter([Ok(batch)]),
-        ))
+        Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                batch.schema(),
+                futures::stream::iter([Ok(batch)]),
+            ),
+        )
     }
 }
 
@@ -121,8 +131,14 @@ async fn plans_that_cannot_travel_run_locally_and_say_so() -> Result<()> {
     let cluster = open_session(config(dir.path()), &Cluster::Standalone { executors: 2 }).await?;
     let s = &cluster.session;
     let batch = arrow::record_batch::RecordBatch::try_from_iter([
-        ("id", Arc::new(arrow::array::Int32Array::from(vec![1, 2])) as arrow::array::ArrayRef),
-        ("v", Arc::new(arrow::array::StringArray::from(vec!["a", "b"]))),
+        (
+            "id",
+            Arc::new(arrow::array::Int32Array::from(vec![1, 2])) as arrow::array::ArrayRef,
+        ),
+        (
+            "v",
+            Arc::new(arrow::array::StringArray::from(vec!["a", "b"])),
+        ),
         ("seq", Arc::new(arrow::array::Int32Array::from(vec![1, 1]))),
     ])?;
     let table = datafusion::catalog::streaming::StreamingTable::try_new(
@@ -136,7 +152,11 @@ async fn plans_that_cannot_travel_run_locally_and_say_so() -> Result<()> {
     ] {
         s.sql(sql).await?.collect().await?;
     }
-    let rows = s.sql("SELECT id, v FROM t ORDER BY id").await?.collect().await?;
+    let rows = s
+        .sql("SELECT id, v FROM t ORDER BY id")
+        .await?
+        .collect()
+        .await?;
     assert_eq!(
         pretty_format_batches(&rows)?.to_string(),
         "+----+---+\n| id | v |\n+----+---+\n| 1  | a |\n| 2  | b |\n+----+---+"
@@ -147,6 +167,9 @@ async fn plans_that_cannot_travel_run_locally_and_say_so() -> Result<()> {
         .collect()
         .await?;
     let text = pretty_format_batches(&plan)?.to_string();
-    assert!(text.contains("DistributedWriteExec: runs locally ("), "{text}");
+    assert!(
+        text.contains("DistributedWriteExec: runs locally ("),
+        "{text}"
+    );
     Ok(())
 }

@@ -32,11 +32,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use autocdc_ballista::{open_session, Cluster};
 use clap::Parser;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
-use autocdc_ballista::{open_session, Cluster};
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 
 use crate::print::{Format, MaxRows, PrintOptions};
@@ -130,14 +130,16 @@ async fn main() -> ExitCode {
             .into_iter()
             .map(|(executor, n)| format!("{executor}={n}"))
             .collect();
-        eprintln!("ballista standalone: tasks by executor: {}", tasks.join(", "));
+        eprintln!(
+            "ballista standalone: tasks by executor: {}",
+            tasks.join(", ")
+        );
     }
     code
 }
 
 /// Run the commands and scripts of `args` (or the interactive shell) in `session`.
 async fn run(args: Args, session: CdcSession) -> ExitCode {
-
     let shell = Shell {
         session,
         print: PrintOptions {

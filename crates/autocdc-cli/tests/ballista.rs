@@ -35,7 +35,10 @@ fn run_cli(extra: &[&str]) -> (String, String) {
         .expect("autocdc runs");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "autocdc {extra:?} failed:\n{stderr}\n{stdout}");
+    assert!(
+        out.status.success(),
+        "autocdc {extra:?} failed:\n{stderr}\n{stdout}"
+    );
     (stdout, stderr)
 }
 

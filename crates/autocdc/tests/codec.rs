@@ -11,8 +11,7 @@ use datafusion::common::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::{displayable, ExecutionPlan};
 use datafusion_autocdc::physical::{
-    CdcCommitExec,
-    AutoCdcExec, CdcPhysicalCodec, CdcWriteExec, SnapshotDiffExec, StoreResolver,
+    AutoCdcExec, CdcCommitExec, CdcPhysicalCodec, CdcWriteExec, SnapshotDiffExec, StoreResolver,
 };
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 use datafusion_proto::physical_plan::{DefaultPhysicalProtoConverter, PhysicalExtensionCodec};
@@ -247,8 +246,8 @@ impl datafusion::physical_optimizer::PhysicalOptimizerRule for ShipWrites {
                 return Ok(Transformed::no(node));
             }
             let child = Arc::clone(node.children()[0]);
-            let bytes = PhysicalPlanNode::try_from_physical_plan(child, &self.codec)?
-                .encode_to_vec();
+            let bytes =
+                PhysicalPlanNode::try_from_physical_plan(child, &self.codec)?.encode_to_vec();
             let decoded = PhysicalPlanNode::decode(bytes.as_slice())
                 .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
                 .try_into_physical_plan(&self.decoder.task_ctx(), &self.codec)?;

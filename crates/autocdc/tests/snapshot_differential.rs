@@ -167,7 +167,7 @@ async fn run(snapshots: &[Snapshot], engine: Engine, vectors: Vectors, partition
     }
     // half the cases plan as for a cluster: stored rows read as plain
     // Parquet scans, one manifest per fold partition
-    if snapshots.len() % 2 == 0 {
+    if snapshots.len().is_multiple_of(2) {
         exec("SET autocdc.plain_parquet_reads = true".into()).await;
     }
     exec("CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '3')".into()).await;

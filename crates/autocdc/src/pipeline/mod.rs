@@ -57,10 +57,10 @@ use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET
 use crate::table::commit::{bucket_of, data_files, ChangeFeed, CommitRequest};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::Operation;
+use crate::table::plain_files::PlainFilesTable;
 use crate::table::properties::{
     checkpoint_app_id, last_version_property, FLOW_KEY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
-use crate::table::plain_files::PlainFilesTable;
 use crate::table::superseded::Superseded;
 use crate::table::{delta_err, ScdTable};
 use staged::{stage_events, StagedEvents};
@@ -185,8 +185,12 @@ pub async fn plan_update(
         table.raw_provider()
     };
     let raw_target = || -> Result<LogicalPlan> {
-        LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(Arc::clone(&stored_provider)), None)?
-            .build()
+        LogicalPlanBuilder::scan(
+            TARGET_SCAN,
+            provider_as_source(Arc::clone(&stored_provider)),
+            None,
+        )?
+        .build()
     };
     let mut extra_config: Vec<(String, String)> = Vec::new();
     // `truncate_source`: what the truncate events are read from (`None`: the
@@ -467,7 +471,7 @@ pub async fn plan_update(
             Some(superseded) if plain_reads => {
                 let delta = table.delta();
                 let rows = superseded.plain_provider(
-                    &delta.table_url(),
+                    delta.table_url(),
                     table.raw_provider().schema(),
                     &partition_columns(&delta)?,
                 )?;
@@ -659,7 +663,7 @@ async fn superseded_keys(
 async fn plain_files(state: &SessionState, table: &ScdTable) -> Result<PlainFilesTable> {
     let delta = table.delta();
     PlainFilesTable::load(
-        &delta.table_url(),
+        delta.table_url(),
         &delta.object_store(),
         table.raw_provider().schema(),
         &partition_columns(&delta)?,

@@ -69,7 +69,10 @@ fn all_nullable(schema: &SchemaRef) -> SchemaRef {
         .iter()
         .map(|f| f.as_ref().clone().with_nullable(true))
         .collect();
-    Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone()))
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
 }
 
 /// Pull `events` (laid out as `layout`) once, bucketing them into `buckets`.

@@ -43,7 +43,9 @@ use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
+};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::datasource::TableType;
@@ -53,7 +55,9 @@ use datafusion::logical_expr::utils::expr_to_columns;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties,
@@ -195,11 +199,8 @@ impl PlainFilesTable {
         partition_columns: &[String],
         files: Vec<(LogicalFileView, Option<RowMask>)>,
     ) -> Result<Self> {
-        let store_url = ObjectStoreUrl::parse(format!(
-            "{}://{}",
-            location.scheme(),
-            location.authority()
-        ))?;
+        let store_url =
+            ObjectStoreUrl::parse(format!("{}://{}", location.scheme(), location.authority()))?;
         let root = Path::from_url_path(location.path())
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let partition_fields = partition_columns
@@ -244,9 +245,7 @@ impl PlainFilesTable {
         let df_schema = DFSchema::try_from(Arc::clone(&partition_schema))?;
         let columns = (0..self.partition_fields.len())
             .map(|c| {
-                ScalarValue::iter_to_array(
-                    self.files.iter().map(|f| f.partition_values[c].clone()),
-                )
+                ScalarValue::iter_to_array(self.files.iter().map(|f| f.partition_values[c].clone()))
             })
             .collect::<Result<Vec<_>>>()?;
         let values = RecordBatch::try_new(partition_schema, columns)?;
@@ -305,17 +304,22 @@ impl TableProvider for PlainFilesTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let kept = self.pruned(state, filters)?;
         let data_columns = self.schema.fields().len() - self.partition_fields.len();
-        let file_schema = Arc::new(Schema::new(
-            self.schema.fields()[..data_columns].to_vec(),
-        ));
+        let file_schema = Arc::new(Schema::new(self.schema.fields()[..data_columns].to_vec()));
         let mut partition_cols = self.partition_fields.clone();
-        partition_cols.push(Arc::new(Field::new(FILE_INDEX_COL, DataType::UInt32, false)));
+        partition_cols.push(Arc::new(Field::new(
+            FILE_INDEX_COL,
+            DataType::UInt32,
+            false,
+        )));
         let table_schema = TableSchema::builder(file_schema)
             .with_table_partition_cols(partition_cols)
             .build();
         let source = Arc::new(ParquetSource::new(table_schema));
         // groups of about equal bytes, each file whole in one group
-        let groups = state.config().target_partitions().clamp(1, kept.len().max(1));
+        let groups = state
+            .config()
+            .target_partitions()
+            .clamp(1, kept.len().max(1));
         let mut order = kept.clone();
         order.sort_by_key(|&i| std::cmp::Reverse(self.files[i].size));
         let mut loads = vec![0u64; groups];
@@ -372,7 +376,10 @@ pub struct StoredFilesExec {
 
 impl StoredFilesExec {
     /// The operator over `input`, whose last column is the file index.
-    pub fn try_new(masks: Arc<Vec<Option<RowMask>>>, input: Arc<dyn ExecutionPlan>) -> Result<Self> {
+    pub fn try_new(
+        masks: Arc<Vec<Option<RowMask>>>,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Result<Self> {
         let input_schema = input.schema();
         let last = input_schema.fields().len().checked_sub(1);
         match last.map(|i| input_schema.field(i)) {
@@ -522,9 +529,14 @@ struct MaskedStream {
 impl MaskedStream {
     fn apply(&mut self, batch: RecordBatch) -> Result<RecordBatch> {
         let last = batch.num_columns() - 1;
-        let index = batch.column(last).as_primitive_opt::<UInt32Type>().ok_or_else(|| {
-            DataFusionError::Internal(format!("StoredFilesExec: {FILE_INDEX_COL} is not UInt32"))
-        })?;
+        let index = batch
+            .column(last)
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "StoredFilesExec: {FILE_INDEX_COL} is not UInt32"
+                ))
+            })?;
         let rows = batch.project(&(0..last).collect::<Vec<_>>())?;
         let rows = RecordBatch::try_new_with_options(
             Arc::clone(&self.schema),
@@ -548,7 +560,9 @@ impl MaskedStream {
                 ))
             })?;
             let mask = match &self.masks[file] {
-                Some(mask) => Some(&*self.sorted[file].get_or_insert_with(|| SortedMask::new(mask))),
+                Some(mask) => {
+                    Some(&*self.sorted[file].get_or_insert_with(|| SortedMask::new(mask)))
+                }
                 None => None,
             };
             match (mask, &mut keep) {

@@ -33,8 +33,8 @@ use deltalake_core::kernel::{Action, Add, LogicalFileView};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 
-use super::plain_files::{PlainFilesTable, RowMask};
 use super::deletion_vectors::{read_vector, superseded_rows, write_vectors, KeySet};
+use super::plain_files::{PlainFilesTable, RowMask};
 use super::stored_rows::{StoredRowsTable, SupersededFile};
 
 /// The stored rows of an update's keys, by data file: what the fold reads
