@@ -1,6 +1,7 @@
 //! Where updates run: a Ballista cluster reached at its scheduler, or one
 //! started in this process (a scheduler and executors on loopback ports).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
@@ -70,6 +71,16 @@ pub struct Standalone {
     pub scheduler: String,
     /// Tasks each executor ran.
     pub tasks: TaskCounts,
+    /// The executors' work folders (shuffle files), removed with the last
+    /// handle on the cluster.
+    work_dirs: Vec<Arc<tempfile::TempDir>>,
+}
+
+impl Standalone {
+    /// The executors' work folders (their shuffle files).
+    pub fn work_dirs(&self) -> Vec<&Path> {
+        self.work_dirs.iter().map(|d| d.path()).collect()
+    }
 }
 
 /// Start a scheduler and `executors` executors in this process, each with
@@ -87,6 +98,7 @@ pub async fn start_standalone(
         .map_err(to_df)?;
     let scheduler = format!("http://localhost:{}", address.port());
     let tasks = TaskCounts::default();
+    let mut work_dirs = Vec::new();
     for _ in 0..executors.max(1) {
         let client = loop {
             match SchedulerGrpcClient::connect(scheduler.clone()).await {
@@ -94,9 +106,19 @@ pub async fn start_standalone(
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             }
         };
-        start_executor(client, state, vcores, tasks.clone()).await?;
+        let work_dir = Arc::new(
+            tempfile::Builder::new()
+                .prefix("autocdc-executor-")
+                .tempdir()?,
+        );
+        start_executor(client, state, vcores, tasks.clone(), &work_dir).await?;
+        work_dirs.push(work_dir);
     }
-    Ok(Standalone { scheduler, tasks })
+    Ok(Standalone {
+        scheduler,
+        tasks,
+        work_dirs,
+    })
 }
 
 /// One in-process executor polling `scheduler` for tasks.
@@ -105,6 +127,7 @@ async fn start_executor(
     state: &SessionState,
     vcores: usize,
     tasks: TaskCounts,
+    work_dir: &tempfile::TempDir,
 ) -> Result<()> {
     let listener = TcpListener::bind("localhost:0").await?;
     let port = listener.local_addr()?.port();
@@ -126,11 +149,7 @@ async fn start_executor(
     let runtime = Arc::clone(state.runtime_env());
     let config_producer: ConfigProducer = Arc::new(move || config.clone());
     let runtime_producer: RuntimeProducer = Arc::new(move |_| Ok(Arc::clone(&runtime)));
-    let work_dir = tempfile::Builder::new()
-        .prefix("autocdc-executor-")
-        .tempdir()?
-        .keep();
-    let work_dir = work_dir.to_string_lossy().to_string();
+    let work_dir = work_dir.path().to_string_lossy().to_string();
     let executor = Arc::new(Executor::new(
         registration,
         &work_dir,

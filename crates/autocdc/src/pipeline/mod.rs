@@ -57,7 +57,7 @@ use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET
 use crate::table::commit::{bucket_of, data_files, ChangeFeed, CommitRequest};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::Operation;
-use crate::table::plain_files::PlainFilesTable;
+use crate::table::plain_files::{PlainFilesTable, TableLocation};
 use crate::table::properties::{
     checkpoint_app_id, last_version_property, FLOW_KEY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
@@ -180,7 +180,7 @@ pub async fn plan_update(
     let bitemporal = flow.stored_as_scd_type == ScdType::Bitemporal;
     let plain_reads = crate::config::autocdc_options(state.config()).plain_parquet_reads;
     let stored_provider = if plain_reads {
-        Arc::new(plain_files(state, &table).await?) as Arc<dyn datafusion::catalog::TableProvider>
+        Arc::new(plain_files(&table).await?) as Arc<dyn datafusion::catalog::TableProvider>
     } else {
         table.raw_provider()
     };
@@ -470,11 +470,12 @@ pub async fn plan_update(
         let raw_rows = match &superseded {
             Some(superseded) if plain_reads => {
                 let delta = table.delta();
-                let rows = superseded.plain_provider(
-                    delta.table_url(),
-                    table.raw_provider().schema(),
-                    &partition_columns(&delta)?,
-                )?;
+                let rows = superseded.plain_provider(TableLocation {
+                    url: delta.table_url(),
+                    store: delta.object_store(),
+                    schema: table.raw_provider().schema(),
+                    partition_columns: &partition_columns(&delta)?,
+                })?;
                 LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?
             }
             Some(superseded) => {
@@ -660,17 +661,17 @@ async fn superseded_keys(
 
 /// The stored rows of `table` as plain Parquet scans
 /// (`autocdc.plain_parquet_reads`).
-async fn plain_files(state: &SessionState, table: &ScdTable) -> Result<PlainFilesTable> {
+async fn plain_files(table: &ScdTable) -> Result<PlainFilesTable> {
     let delta = table.delta();
-    PlainFilesTable::load(
-        delta.table_url(),
-        &delta.object_store(),
-        table.raw_provider().schema(),
-        &partition_columns(&delta)?,
+    PlainFilesTable::with_vectors(
+        TableLocation {
+            url: delta.table_url(),
+            store: delta.object_store(),
+            schema: table.raw_provider().schema(),
+            partition_columns: &partition_columns(&delta)?,
+        },
         data_files(&delta).await?,
-        state.config().target_partitions(),
     )
-    .await
 }
 
 /// The partition columns of a Delta table.

@@ -62,7 +62,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties,
 };
-use deltalake_core::kernel::LogicalFileView;
+use deltalake_core::kernel::{DeletionVectorDescriptor, LogicalFileView};
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -126,6 +126,18 @@ impl SortedMask {
     }
 }
 
+/// Which rows of a data file a plain read passes on.
+#[derive(Debug, Clone)]
+pub enum FileRows {
+    /// Every row.
+    All,
+    /// The rows of this mask.
+    Masked(RowMask),
+    /// Every row but those of this deletion vector (read by the scans that
+    /// read the file).
+    Vector(DeletionVectorDescriptor),
+}
+
 /// One data file of a plain read.
 #[derive(Debug, Clone)]
 pub struct PlainFile {
@@ -135,14 +147,16 @@ pub struct PlainFile {
     pub size: u64,
     /// Its partition values, in the table's partition column order.
     pub partition_values: Vec<ScalarValue>,
-    /// The rows read (`None`: all).
-    pub mask: Option<RowMask>,
+    /// The rows read.
+    pub rows: FileRows,
 }
 
 /// The stored rows of a target as plain Parquet scans (see the module docs).
 pub struct PlainFilesTable {
     /// The store the files are read from (registered in the session).
     store_url: ObjectStoreUrl,
+    /// The table's store, rooted at the table (deletion vectors).
+    store: Arc<dyn ObjectStore>,
     /// Raw schema: data columns, then the partition columns.
     schema: SchemaRef,
     /// The partition columns, at the end of `schema`.
@@ -159,46 +173,52 @@ impl fmt::Debug for PlainFilesTable {
     }
 }
 
+/// Where a plain read finds a table: its root URL (the files, through the
+/// session's stores), its store rooted there (deletion vectors), its raw
+/// schema (partition columns last) and partition columns.
+pub struct TableLocation<'a> {
+    pub url: &'a Url,
+    pub store: Arc<dyn ObjectStore>,
+    pub schema: SchemaRef,
+    pub partition_columns: &'a [String],
+}
+
 impl PlainFilesTable {
-    /// The data files `views` of the table at `location` (its root URL),
-    /// in `schema` (the raw schema: partition columns last), each read
-    /// whole but for the rows its deletion vector (read from `store`,
-    /// rooted at the table) marks; `concurrency` vectors read at once.
-    pub async fn load(
-        location: &Url,
-        store: &Arc<dyn ObjectStore>,
-        schema: SchemaRef,
-        partition_columns: &[String],
-        views: Vec<LogicalFileView>,
-        concurrency: usize,
-    ) -> Result<Self> {
-        let files = futures::stream::iter(views)
+    /// The data files `views`, each read whole but for the rows its
+    /// deletion vector marks (vectors are read by the scans that need them).
+    pub fn with_vectors(table: TableLocation<'_>, views: Vec<LogicalFileView>) -> Result<Self> {
+        let files = views
+            .into_iter()
             .map(|view| {
-                let store = Arc::clone(store);
-                async move {
-                    let mask = match view.deletion_vector_descriptor() {
-                        Some(descriptor) => {
-                            Some(RowMask::Deleted(read_vector(&store, &descriptor).await?))
-                        }
-                        None => None,
-                    };
-                    Ok::<_, DataFusionError>((view, mask))
-                }
+                let rows = match view.deletion_vector_descriptor() {
+                    Some(descriptor) => FileRows::Vector(descriptor),
+                    None => FileRows::All,
+                };
+                (view, rows)
             })
-            .buffered(concurrency.max(1))
-            .try_collect::<Vec<_>>()
-            .await?;
-        Self::try_new(location, schema, partition_columns, files)
+            .collect();
+        Self::try_new(table, files)
     }
 
-    /// The files `files` (each with the rows to read) of the table at
-    /// `location`, in `schema`.
-    pub fn try_new(
-        location: &Url,
-        schema: SchemaRef,
-        partition_columns: &[String],
-        files: Vec<(LogicalFileView, Option<RowMask>)>,
+    /// The data files of `files`, each read for the rows of its mask.
+    pub fn with_masks(
+        table: TableLocation<'_>,
+        files: Vec<(LogicalFileView, RowMask)>,
     ) -> Result<Self> {
+        let files = files
+            .into_iter()
+            .map(|(view, mask)| (view, FileRows::Masked(mask)))
+            .collect();
+        Self::try_new(table, files)
+    }
+
+    fn try_new(table: TableLocation<'_>, files: Vec<(LogicalFileView, FileRows)>) -> Result<Self> {
+        let TableLocation {
+            url: location,
+            store,
+            schema,
+            partition_columns,
+        } = table;
         let store_url =
             ObjectStoreUrl::parse(format!("{}://{}", location.scheme(), location.authority()))?;
         let root = Path::from_url_path(location.path())
@@ -209,7 +229,7 @@ impl PlainFilesTable {
             .collect::<Result<Vec<_>>>()?;
         let files = files
             .into_iter()
-            .map(|(view, mask)| {
+            .map(|(view, rows)| {
                 let values = view.partition_values_map();
                 let partition_values = partition_fields
                     .iter()
@@ -222,16 +242,42 @@ impl PlainFilesTable {
                     path: Path::from_iter(root.parts().chain(view.object_store_path().parts())),
                     size: view.size().max(0) as u64,
                     partition_values,
-                    mask,
+                    rows,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             store_url,
+            store,
             schema,
             partition_fields,
             files,
         })
+    }
+
+    /// The masks of the files `kept` (by file index; `None` for the others
+    /// and files read whole), reading their deletion vectors, `concurrency`
+    /// at once.
+    async fn masks(&self, kept: &[usize], concurrency: usize) -> Result<Vec<Option<RowMask>>> {
+        let read = futures::stream::iter(kept.iter().copied())
+            .map(|i| async move {
+                let mask = match &self.files[i].rows {
+                    FileRows::All => None,
+                    FileRows::Masked(mask) => Some(mask.clone()),
+                    FileRows::Vector(descriptor) => Some(RowMask::Deleted(
+                        read_vector(&self.store, descriptor).await?,
+                    )),
+                };
+                Ok::<_, DataFusionError>((i, mask))
+            })
+            .buffer_unordered(concurrency.max(1))
+            .try_collect::<Vec<_>>()
+            .await?;
+        let mut masks = vec![None; self.files.len()];
+        for (i, mask) in read {
+            masks[i] = mask;
+        }
+        Ok(masks)
     }
 
     /// Indices of the files whose partition values satisfy every filter
@@ -356,7 +402,9 @@ impl TableProvider for PlainFilesTable {
             .with_projection_indices(Some(columns))?
             .build();
         let scan = DataSourceExec::from_data_source(config);
-        let masks = self.files.iter().map(|f| f.mask.clone()).collect();
+        let masks = self
+            .masks(&kept, state.config().target_partitions())
+            .await?;
         Ok(Arc::new(StoredFilesExec::try_new(Arc::new(masks), scan)?))
     }
 }

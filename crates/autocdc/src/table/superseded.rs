@@ -34,7 +34,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 
 use super::deletion_vectors::{read_vector, superseded_rows, write_vectors, KeySet};
-use super::plain_files::{PlainFilesTable, RowMask};
+use super::plain_files::{PlainFilesTable, RowMask, TableLocation};
 use super::stored_rows::{StoredRowsTable, SupersededFile};
 
 /// The stored rows of an update's keys, by data file: what the fold reads
@@ -115,25 +115,14 @@ impl Superseded {
     }
 
     /// The rows found as plain Parquet scans of their files, each file
-    /// read for its found positions only (`autocdc.plain_parquet_reads`);
-    /// `location` is the table's root URL, `schema` its raw schema.
-    pub fn plain_provider(
-        &self,
-        location: &url::Url,
-        schema: SchemaRef,
-        partition_columns: &[String],
-    ) -> Result<Arc<dyn TableProvider>> {
+    /// read for its found positions only (`autocdc.plain_parquet_reads`).
+    pub fn plain_provider(&self, table: TableLocation<'_>) -> Result<Arc<dyn TableProvider>> {
         let files = self
             .files
             .iter()
-            .map(|f| (f.view.clone(), Some(RowMask::Selected(f.rows.clone()))))
+            .map(|f| (f.view.clone(), RowMask::Selected(f.rows.clone())))
             .collect();
-        Ok(Arc::new(PlainFilesTable::try_new(
-            location,
-            schema,
-            partition_columns,
-            files,
-        )?))
+        Ok(Arc::new(PlainFilesTable::with_masks(table, files)?))
     }
 
     /// The actions retiring the rows found: for each file, a `remove` and an
