@@ -34,7 +34,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use arrow::array::{Array, AsArray, BooleanArray, BooleanBufferBuilder, RecordBatch, UInt32Array};
+use arrow::array::{Array, AsArray, BooleanArray, BooleanBufferBuilder, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
@@ -82,15 +82,6 @@ pub enum RowMask {
     Deleted(RoaringTreemap),
     /// Only these rows.
     Selected(RoaringTreemap),
-}
-
-impl RowMask {
-    /// Rows the mask names.
-    fn len(&self) -> u64 {
-        match self {
-            RowMask::Deleted(rows) | RowMask::Selected(rows) => rows.len(),
-        }
-    }
 }
 
 /// A [`RowMask`] as sorted positions, for finding a batch's among them.
@@ -585,21 +576,28 @@ impl MaskedStream {
                     "StoredFilesExec: {FILE_INDEX_COL} is not UInt32"
                 ))
             })?;
-        let rows = batch.project(&(0..last).collect::<Vec<_>>())?;
+        if index.null_count() > 0 {
+            return Err(DataFusionError::Internal(format!(
+                "StoredFilesExec: NULL {FILE_INDEX_COL}"
+            )));
+        }
         let rows = RecordBatch::try_new_with_options(
             Arc::clone(&self.schema),
-            rows.columns().to_vec(),
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+            batch.columns()[..last].to_vec(),
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?;
+        let files = index.values();
         // runs of one file (a batch of a Parquet scan holds one file's rows)
         let mut keep: Option<BooleanBufferBuilder> = None;
         let mut start = 0;
-        while start < index.len() {
-            let file = file_at(index, start)?;
-            let mut end = start + 1;
-            while end < index.len() && file_at(index, end)? == file {
-                end += 1;
-            }
+        while start < files.len() {
+            let file = files[start];
+            let end = start
+                + files[start..]
+                    .iter()
+                    .position(|&f| f != file)
+                    .unwrap_or(files.len() - start);
+            let file = file as usize;
             let len = end - start;
             let position = self.positions.get_mut(file).ok_or_else(|| {
                 DataFusionError::Internal(format!(
@@ -618,7 +616,7 @@ impl MaskedStream {
                 (None, Some(builder)) => builder.append_n(len, true),
                 (Some(mask), _) => {
                     let builder = keep.get_or_insert_with(|| {
-                        let mut b = BooleanBufferBuilder::new(index.len());
+                        let mut b = BooleanBufferBuilder::new(files.len());
                         b.append_n(start, true);
                         b
                     });
@@ -636,15 +634,6 @@ impl MaskedStream {
         self.rows_masked.add(rows.num_rows() - kept.num_rows());
         Ok(kept)
     }
-}
-
-fn file_at(index: &UInt32Array, row: usize) -> Result<usize> {
-    if index.is_null(row) {
-        return Err(DataFusionError::Internal(format!(
-            "StoredFilesExec: NULL {FILE_INDEX_COL}"
-        )));
-    }
-    Ok(index.value(row) as usize)
 }
 
 impl Stream for MaskedStream {
@@ -668,9 +657,4 @@ impl RecordBatchStream for MaskedStream {
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }
-}
-
-/// Rows named by the masks of `masks` (for display and tests).
-pub fn masked_rows(masks: &[Option<RowMask>]) -> u64 {
-    masks.iter().flatten().map(RowMask::len).sum()
 }
