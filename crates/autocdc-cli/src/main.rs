@@ -20,7 +20,8 @@
 //! Results are printed as tables (or CSV, TSV, JSON, newline-delimited JSON:
 //! `--format`), followed by the row count and the elapsed time (not with
 //! `-q`); see [`print`]. `information_schema` is on, as in `datafusion-cli`:
-//! `SHOW TABLES`, `SHOW COLUMNS FROM t`, `DESCRIBE t`.
+//! `SHOW TABLES`, `SHOW COLUMNS FROM t`, `DESCRIBE t`; and `EXPLAIN` draws
+//! plans as trees, as there (`EXPLAIN FORMAT indent …` indents them).
 
 mod print;
 mod progress;
@@ -36,6 +37,7 @@ use autocdc_ballista::{open_session, Cluster};
 use clap::Parser;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::format::ExplainFormat;
 use datafusion::error::{DataFusionError, Result};
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 
@@ -106,6 +108,9 @@ async fn main() -> ExitCode {
     }
     let mut config = AutoCdcConfig::new(args.warehouse.as_str());
     config.session_config = config.session_config.with_information_schema(true);
+    // plans print as boxes, as in datafusion-cli (`SET datafusion.explain.format
+    // = 'indent'` or `EXPLAIN FORMAT indent …` prints them indented)
+    config.session_config.options_mut().explain.format = ExplainFormat::Tree;
     let opened = match &args.ballista {
         None => CdcSession::open(config).await.map(|s| (s, None)),
         Some(cluster) => match Cluster::parse(cluster) {

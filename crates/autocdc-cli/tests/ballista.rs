@@ -1,9 +1,15 @@
-//! `autocdc --ballista`: the script `cluster_script.sql` of the Ballista
-//! crate (SCD 1 with deletes, a truncate and late events, SCD 2, a snapshot
-//! flow; three updates each) run on a cluster prints what it prints run
-//! locally — its targets and change feeds — and both executors ran tasks.
-//! Once on a scheduler and two executors started as processes on
-//! 127.0.0.1 (`df://127.0.0.1:PORT`), once on a standalone cluster.
+//! `autocdc --ballista`: the scripts of the Ballista crate run on a cluster
+//! print what they print run locally — their targets and change feeds — and
+//! both executors ran tasks:
+//! * `cluster_script.sql`: SCD 1 with deletes, a truncate and late events,
+//!   SCD 2, a snapshot flow; three small updates each;
+//! * `cluster_plain_reads.sql`: SCD 1, SCD 2, BITEMPORAL and snapshot flows
+//!   over 200 000 events, three updates each, large enough that the
+//!   cluster reads several stored files per bucket (plain Parquet reads,
+//!   which must never be split into byte ranges).
+//!
+//! Both on a scheduler and two executors started as processes on 127.0.0.1
+//! (`df://127.0.0.1:PORT`); the first also on a standalone cluster.
 
 use std::fs::File;
 use std::net::{TcpListener, TcpStream};
@@ -12,18 +18,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SCRIPT: &str = include_str!("../../autocdc-ballista/tests/cluster_script.sql");
+const PLAIN_READS: &str = include_str!("../../autocdc-ballista/tests/cluster_plain_reads.sql");
 
-/// Write the script for `dir` (its sources live there) and return its path.
-fn script_in(dir: &Path) -> PathBuf {
+/// Write `script` for `dir` (its sources live there) and return its path.
+fn script_in(script: &str, dir: &Path) -> PathBuf {
     let path = dir.join("script.sql");
-    std::fs::write(&path, SCRIPT.replace("{dir}", &dir.to_string_lossy())).expect("script");
+    std::fs::write(&path, script.replace("{dir}", &dir.to_string_lossy())).expect("script");
     path
 }
 
-/// Run the CLI on the script in a fresh folder; stdout and stderr.
-fn run_cli(extra: &[&str]) -> (String, String) {
+/// Run the CLI on `script` in a fresh folder; stdout and stderr.
+fn run_cli(script: &str, extra: &[&str]) -> (String, String) {
     let dir = tempfile::tempdir().expect("a folder");
-    let script = script_in(dir.path());
+    let script = script_in(script, dir.path());
     let warehouse = dir.path().join("warehouse");
     let out = Command::new(env!("CARGO_BIN_EXE_autocdc"))
         .args(["-q", "--format", "csv", "--warehouse"])
@@ -95,7 +102,10 @@ fn tasks_in(log: &Path) -> usize {
 
 #[test]
 fn a_cluster_of_processes_prints_what_a_local_run_prints() {
-    let (local, _) = run_cli(&[]);
+    let local: Vec<String> = [SCRIPT, PLAIN_READS]
+        .iter()
+        .map(|script| run_cli(script, &[]).0)
+        .collect();
 
     let logs = tempfile::tempdir().expect("a folder");
     let scheduler_port = free_port();
@@ -135,8 +145,11 @@ fn a_cluster_of_processes_prints_what_a_local_run_prints() {
     // (executors register with their first poll)
     std::thread::sleep(Duration::from_secs(2));
 
-    let (remote, _) = run_cli(&["--ballista", &format!("df://127.0.0.1:{scheduler_port}")]);
-    assert_eq!(remote, local);
+    let cluster = format!("df://127.0.0.1:{scheduler_port}");
+    for (script, local) in [SCRIPT, PLAIN_READS].iter().zip(&local) {
+        let (remote, _) = run_cli(script, &["--ballista", &cluster]);
+        assert_eq!(&remote, local);
+    }
     for (_, log, _) in &executors {
         let tasks = tasks_in(log);
         assert!(
@@ -150,8 +163,8 @@ fn a_cluster_of_processes_prints_what_a_local_run_prints() {
 
 #[test]
 fn a_standalone_cluster_prints_what_a_local_run_prints() {
-    let (local, _) = run_cli(&[]);
-    let (remote, stderr) = run_cli(&["--ballista", "standalone"]);
+    let (local, _) = run_cli(SCRIPT, &[]);
+    let (remote, stderr) = run_cli(SCRIPT, &["--ballista", "standalone"]);
     assert_eq!(remote, local);
     let line = stderr
         .lines()

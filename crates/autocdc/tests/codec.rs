@@ -224,6 +224,9 @@ struct ShipWrites {
     /// Where plans are decoded: a context that knows the warehouse store.
     decoder: datafusion::prelude::SessionContext,
     shipped: Arc<std::sync::atomic::AtomicUsize>,
+    /// Partitions the decoded plan is optimised for again (`None`: the
+    /// session's), as a cluster's scheduler does.
+    partitions: Option<usize>,
 }
 
 impl std::fmt::Debug for ShipWrites {
@@ -236,7 +239,7 @@ impl datafusion::physical_optimizer::PhysicalOptimizerRule for ShipWrites {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &datafusion::config::ConfigOptions,
+        config: &datafusion::config::ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         use datafusion::common::tree_node::{Transformed, TreeNode};
         use datafusion_proto::physical_plan::AsExecutionPlan;
@@ -251,6 +254,17 @@ impl datafusion::physical_optimizer::PhysicalOptimizerRule for ShipWrites {
             let decoded = PhysicalPlanNode::decode(bytes.as_slice())
                 .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
                 .try_into_physical_plan(&self.decoder.task_ctx(), &self.codec)?;
+            // where a plan lands it is optimised again (perhaps for more
+            // partitions): here any file scan that may be split into byte
+            // ranges is split
+            let mut eager = config.clone();
+            if let Some(partitions) = self.partitions {
+                eager.execution.target_partitions = partitions;
+            }
+            eager.optimizer.repartition_file_min_size = 0;
+            let decoded =
+                datafusion::physical_optimizer::ensure_requirements::EnsureRequirements::new()
+                    .optimize(decoded, &eager)?;
             self.shipped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             #[allow(deprecated)]
@@ -312,7 +326,7 @@ async fn shipped_updates_equal_local_ones() -> Result<()> {
         "SELECT id, a, _change_type, _commit_version FROM table_changes('s1', 0) ORDER BY _commit_version, id, _change_type",
         "SELECT id, a, _change_type, _commit_version FROM table_changes('sn', 0) ORDER BY _commit_version, id, _change_type",
     ];
-    let run = |shipped: Option<Arc<std::sync::atomic::AtomicUsize>>| async move {
+    let run = |shipped: Option<Arc<std::sync::atomic::AtomicUsize>>, partitions| async move {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let mut config = AutoCdcConfig::in_memory_on(Arc::clone(&store)).with_session_config(
             datafusion::prelude::SessionConfig::new()
@@ -329,6 +343,7 @@ async fn shipped_updates_equal_local_ones() -> Result<()> {
                 codec: codec_on(Arc::clone(&store)),
                 decoder,
                 shipped: Arc::clone(shipped),
+                partitions,
             }));
         }
         let s = CdcSession::open(config).await?;
@@ -351,9 +366,15 @@ async fn shipped_updates_equal_local_ones() -> Result<()> {
         }
         Ok::<_, datafusion::error::DataFusionError>((out, text))
     };
-    let (local, _) = run(None).await?;
+    let (local, _) = run(None, None).await?;
+    // optimised again for 16 partitions where it lands: the fold and the
+    // writes have other partitions than planned, the targets are the same
+    let (wider, _) = run(Some(Arc::default()), Some(16)).await?;
+    for (l, r) in local.iter().zip(&wider) {
+        assert_eq!(l, r);
+    }
     let shipped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (remote, plan) = run(Some(Arc::clone(&shipped))).await?;
+    let (remote, plan) = run(Some(Arc::clone(&shipped)), None).await?;
     for (l, r) in local.iter().zip(&remote) {
         assert_eq!(l, r);
     }

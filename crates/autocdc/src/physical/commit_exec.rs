@@ -24,6 +24,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
@@ -31,7 +32,8 @@ use datafusion::physical_plan::metrics::{
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PlanProperties,
 };
 use futures::StreamExt;
 
@@ -182,7 +184,13 @@ impl ExecutionPlan for CdcCommitExec {
                 "CdcCommitExec has one partition, got {partition}"
             )));
         }
-        let mut input = self.input.execute(0, context)?;
+        // every manifest: an input re-optimised elsewhere (a cluster's
+        // scheduler) may come back with several partitions and no merge
+        let mut input = if self.input.output_partitioning().partition_count() > 1 {
+            CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, context)?
+        } else {
+            self.input.execute(0, context)?
+        };
         let request = Arc::clone(&self.request);
         let metrics = CommitMetrics::new(&self.metrics);
         let fut = async move {

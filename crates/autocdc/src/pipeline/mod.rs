@@ -223,13 +223,11 @@ pub async fn plan_update(
             {
                 let watermark =
                     ScalarValue::try_from_string(watermark.clone(), &resolved.sequence_type)?;
-                events = LogicalPlanBuilder::from(events)
-                    .filter(
-                        col(SEQ_COL)
-                            .gt(lit(watermark))
-                            .or(col(KIND_COL).eq(lit(Kind::Truncate as i8))),
-                    )?
-                    .build()?;
+                let mut newer = col(SEQ_COL).gt(lit(watermark));
+                if flow.apply_as_truncates.is_some() {
+                    newer = newer.or(col(KIND_COL).eq(lit(Kind::Truncate as i8)));
+                }
+                events = LogicalPlanBuilder::from(events).filter(newer)?.build()?;
             }
             let truncates = flow.apply_as_truncates.is_some();
             // the source is read once, here; the plan reads what was staged
@@ -369,9 +367,15 @@ pub async fn plan_update(
     };
 
     let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
-    let new_rows = LogicalPlanBuilder::from(events.clone())
-        .filter(kind_is(Kind::Truncate).not())?
-        .build()?;
+    // only a flow with APPLY AS TRUNCATE has truncate events (and a
+    // truncate source): no filter otherwise, which the optimizer would
+    // keep as one that is always true
+    let new_rows = match truncate_source {
+        Some(_) => LogicalPlanBuilder::from(events.clone())
+            .filter(kind_is(Kind::Truncate).not())?
+            .build()?,
+        None => events.clone(),
+    };
     let new_truncates = match truncate_source {
         None => LogicalPlanBuilder::empty(false)
             .project(vec![

@@ -2,10 +2,13 @@
 //! update, read without data; with ANALYZE, the update run. Also the same
 //! plans as physical plans, for callers that ship or inspect them.
 
+use std::str::FromStr;
 use std::sync::Arc;
 
+use datafusion::common::format::ExplainFormat;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
-use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{ExplainOption, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 
@@ -101,6 +104,7 @@ impl CdcSession {
         statement: CdcStatement,
         analyze: bool,
         verbose: bool,
+        format: Option<&str>,
     ) -> Result<DataFrame> {
         let CdcStatement::Refresh { name, full } = statement else {
             return Err(DataFusionError::NotImplemented(
@@ -114,6 +118,7 @@ impl CdcSession {
             self.clear(&table).await?;
         }
         let state = self.ctx.state();
+        let format = explain_format(&state, format, analyze, verbose)?;
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
             // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
@@ -124,7 +129,12 @@ impl CdcSession {
             };
             let plan = self.plan_flow_for_explain(&table, &flow, planning).await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
-                .explain(verbose, analyze)?
+                .explain_option_format(
+                    ExplainOption::default()
+                        .with_verbose(verbose)
+                        .with_analyze(analyze)
+                        .with_format(format.clone()),
+                )?
                 .build()?;
             batches.extend(DataFrame::new(state.clone(), explained).collect().await?);
         }
@@ -154,5 +164,30 @@ impl CdcSession {
             plans.push((flow.name.clone(), state.create_physical_plan(&plan).await?));
         }
         Ok(plans)
+    }
+}
+
+/// The format of an `EXPLAIN … REFRESH`, as DataFusion chooses it for
+/// `EXPLAIN <query>`: the statement's `FORMAT`, else the session's
+/// `datafusion.explain.format`; `VERBOSE` and `ANALYZE` print indented
+/// (DataFusion renders neither as a tree or a graph).
+fn explain_format(
+    state: &SessionState,
+    format: Option<&str>,
+    analyze: bool,
+    verbose: bool,
+) -> Result<ExplainFormat> {
+    let asked = format.map(ExplainFormat::from_str).transpose()?;
+    match asked {
+        Some(ExplainFormat::Tree | ExplainFormat::Graphviz) if analyze || verbose => {
+            Err(DataFusionError::Plan(format!(
+                "EXPLAIN {} REFRESH: FORMAT {} is not supported (indent is)",
+                if analyze { "ANALYZE" } else { "VERBOSE" },
+                format.unwrap_or_default(),
+            )))
+        }
+        Some(f) => Ok(f),
+        None if analyze || verbose => Ok(ExplainFormat::Indent),
+        None => Ok(state.config_options().explain.format.clone()),
     }
 }

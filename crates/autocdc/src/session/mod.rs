@@ -220,8 +220,12 @@ impl CdcSession {
             CdcStatement::Explain {
                 analyze,
                 verbose,
+                format,
                 statement,
-            } => self.explain(*statement, analyze, verbose).await,
+            } => {
+                self.explain(*statement, analyze, verbose, format.as_deref())
+                    .await
+            }
         }
     }
 

@@ -749,9 +749,12 @@ pub fn resolve(
         (None, None) => lit(Kind::Upsert as i8),
         (Some(t), None) => when(t, lit(Kind::Truncate as i8)).otherwise(lit(Kind::Upsert as i8))?,
         (None, Some(d)) => when(d, lit(Kind::Delete as i8)).otherwise(lit(Kind::Upsert as i8))?,
+        // nested, not `CASE WHEN t … WHEN d … ELSE …`: the optimizer rewrites
+        // the update's `kind != truncate` over the flat form into
+        // `t IS NOT TRUE AND (d IS TRUE OR d IS NOT TRUE)`, a filter that
+        // evaluates a tautology on every event
         (Some(t), Some(d)) => when(t, lit(Kind::Truncate as i8))
-            .when(d, lit(Kind::Delete as i8))
-            .otherwise(lit(Kind::Upsert as i8))?,
+            .otherwise(when(d, lit(Kind::Delete as i8)).otherwise(lit(Kind::Upsert as i8))?)?,
     };
 
     // target columns the flow does not select are NULL in its events

@@ -109,12 +109,15 @@ pub enum CdcStatement {
         /// The one property asked for.
         key: Option<String>,
     },
-    /// `EXPLAIN [ANALYZE] [VERBOSE] <statement>`.
+    /// `EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f] <statement>`.
     Explain {
         /// `ANALYZE`: run it and show metrics.
         analyze: bool,
         /// `VERBOSE`.
         verbose: bool,
+        /// `FORMAT f` (`indent`, `tree`, `pgjson`, `graphviz`); without it
+        /// the session's `datafusion.explain.format`.
+        format: Option<String>,
         /// The explained statement.
         statement: Box<CdcStatement>,
     },
@@ -289,9 +292,22 @@ impl CdcParser<'_> {
             self.p.next_token();
             let analyze = self.word("ANALYZE");
             let verbose = self.word("VERBOSE");
+            let format = if self.word("FORMAT") {
+                match self.p.next_token().token {
+                    Token::Word(w) => Some(w.value.to_lowercase()),
+                    t => {
+                        return Err(perr(format!(
+                            "EXPLAIN FORMAT: expected a format, found {t}"
+                        )))
+                    }
+                }
+            } else {
+                None
+            };
             return Ok(self.statement(false)?.map(|s| CdcStatement::Explain {
                 analyze,
                 verbose,
+                format,
                 statement: Box::new(s),
             }));
         }

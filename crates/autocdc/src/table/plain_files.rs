@@ -18,8 +18,10 @@
 //!
 //! A file's mask is by row position, so the Parquet scan must yield every
 //! row of a file, in order: the scan is built without a predicate and
-//! without splitting files, and `StoredFilesExec` stops filters from being
-//! pushed into it; it refuses an input whose files were split. Each file
+//! without splitting files (its file groups are its declared partitioning,
+//! which optimizers keep, here and wherever the plan is decoded), and
+//! `StoredFilesExec` stops filters from being pushed into it; it refuses
+//! an input whose files were split. Each file
 //! sits in one file group and a group is read file after file, so a
 //! stream's running count per file is the row position.
 //!
@@ -388,8 +390,14 @@ impl TableProvider for PlainFilesTable {
         };
         // the file index, after the projected columns
         columns.push(self.schema.fields().len());
+        // Declared partitioning: file groups are the partitions, so no
+        // optimizer (this process's, a scheduler's, an executor's) splits
+        // them into byte ranges (`FileScanConfig::repartitioned`); the
+        // declaration travels with the plan's bytes.
+        let partitions = Partitioning::UnknownPartitioning(file_groups.len());
         let config = FileScanConfigBuilder::new(self.store_url.clone(), source)
             .with_file_groups(file_groups)
+            .with_output_partitioning(Some(partitions))
             .with_projection_indices(Some(columns))?
             .build();
         let scan = DataSourceExec::from_data_source(config);
