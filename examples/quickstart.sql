@@ -36,5 +36,9 @@ REFRESH STREAMING TABLE users;
 
 SELECT * FROM users ORDER BY userid;
 
--- The update plan, with the AutoCdc operator.
-EXPLAIN REFRESH STREAMING TABLE users;
+-- The target's change data feed: what each update changed.
+SELECT userid, name, city, _change_type, _commit_version
+FROM table_changes('users', 0) ORDER BY _commit_version, userid, _change_type DESC;
+
+-- The next update's plan, drawn as a tree (EXPLAIN FORMAT indent … indents it):
+-- EXPLAIN REFRESH STREAMING TABLE users;

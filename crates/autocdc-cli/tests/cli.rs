@@ -176,3 +176,67 @@ fn readme_statement_examples_run() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Width of the widest line, in characters.
+fn widest(text: &str) -> usize {
+    text.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+}
+
+/// The quickstart runs and a person reads its output at a glance: no line
+/// is wider than 120 columns; it ends with the target's change feed.
+#[test]
+fn quickstart_output_fits_120_columns() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart.sql");
+    let (output, _dir) = autocdc(&["-f", &script.to_string_lossy()]);
+    let text = stdout(&output);
+    assert!(
+        output.status.success(),
+        "stdout:\n{text}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(widest(&text) <= 120, "{} columns:\n{text}", widest(&text));
+    assert!(
+        text.contains("| 126    | Lily     | Merida      |"),
+        "{text}"
+    );
+    assert!(text.contains("update_postimage"), "{text}");
+}
+
+/// `EXPLAIN` draws plans as trees, as datafusion-cli does, within 120
+/// columns; `EXPLAIN FORMAT indent` and `SET datafusion.explain.format`
+/// indent them.
+#[test]
+fn explain_draws_trees_and_indents_on_request() {
+    let setup = "CREATE TABLE feed (id INT, v TEXT, op TEXT, seq INT) AS VALUES (1, 'a', 'U', 1);
+         CREATE STREAMING TABLE t;
+         CREATE FLOW f AS AUTO CDC INTO t FROM feed KEYS (id) APPLY AS DELETE WHEN op = 'D'
+           SEQUENCE BY seq COLUMNS * EXCEPT (op, seq) STORED AS SCD TYPE 2;";
+    for (explain, tree) in [
+        ("EXPLAIN REFRESH STREAMING TABLE t", true),
+        ("EXPLAIN SELECT * FROM t", true),
+        ("EXPLAIN FORMAT indent REFRESH STREAMING TABLE t", false),
+        (
+            "SET datafusion.explain.format = 'indent'; EXPLAIN REFRESH STREAMING TABLE t",
+            false,
+        ),
+    ] {
+        let (output, _dir) = autocdc(&["-q", "-c", &format!("{setup} {explain}")]);
+        let text = stdout(&output);
+        assert!(
+            output.status.success(),
+            "{explain}\nstdout:\n{text}\nstderr:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(text.contains('┌'), tree, "{explain}:\n{text}");
+        if tree {
+            assert!(
+                widest(&text) <= 120,
+                "{explain}: {} columns:\n{text}",
+                widest(&text)
+            );
+        } else if explain.contains("REFRESH") {
+            assert!(text.contains("AutoCdcExec: flow=f"), "{explain}:\n{text}");
+        }
+    }
+}
