@@ -61,3 +61,6 @@ SELECT count(*), md5(string_agg(concat_ws('|', id, v, __START_AT, __END_AT, _cha
   FROM table_changes('t2', 0);
 SELECT count(*), md5(string_agg(concat_ws('|', id, v, _change_type, _commit_version), ','
   ORDER BY _commit_version, id, _change_type, v)) FROM table_changes('tn', 0);
+SELECT count(*), md5(string_agg(concat_ws('|', id, v, __START_AT, __END_AT, __SYSTEM_START_AT,
+  __SYSTEM_END_AT, _change_type, _commit_version), ',' ORDER BY _commit_version, id, __START_AT,
+  __SYSTEM_START_AT, _change_type, __END_AT, __SYSTEM_END_AT)) FROM table_changes('tb', 0);

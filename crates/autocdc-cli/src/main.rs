@@ -26,6 +26,7 @@
 mod print;
 mod progress;
 mod split;
+mod warnings;
 
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -106,6 +107,7 @@ async fn main() -> ExitCode {
         eprintln!("Error: cannot create warehouse {}: {error}", args.warehouse);
         return ExitCode::FAILURE;
     }
+    warnings::show();
     let mut config = AutoCdcConfig::new(args.warehouse.as_str());
     config.session_config = config.session_config.with_information_schema(true);
     // plans print as boxes, as in datafusion-cli (`SET datafusion.explain.format

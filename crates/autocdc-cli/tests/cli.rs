@@ -240,3 +240,26 @@ fn explain_draws_trees_and_indents_on_request() {
         }
     }
 }
+
+/// A snapshot version not newer than the last processed one is skipped, and
+/// the CLI says so on stderr; the run goes on.
+#[test]
+fn a_skipped_snapshot_version_prints_a_warning() {
+    let script = "CREATE TABLE snaps (v BIGINT, id INT) AS VALUES (10, 1);
+        CREATE STREAMING TABLE u;
+        CREATE FLOW g AS AUTO CDC INTO u FROM SNAPSHOT (SELECT id FROM snaps)
+          WITH VERSION (SELECT CASE WHEN (SELECT count(*) FROM last_snapshot_version()) = 0
+            THEN CAST(10 AS BIGINT) ELSE CAST(5 AS BIGINT) END AS v)
+          KEYS (id);
+        SELECT count(*) AS n FROM u;";
+    let (output, _dir) = autocdc(&["-q", "--format", "csv", "-c", script]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: flow 'g': snapshot version 5 skipped: not newer than the last processed version 10"
+        ),
+        "{stderr}"
+    );
+    assert!(stdout(&output).ends_with("n\n1\n"), "{}", stdout(&output));
+}

@@ -9,6 +9,7 @@
 //! | `flow`                   | `VARCHAR`              | NULL for DML and other commits           |
 //! | `num_upserted_rows` …    | `BIGINT`               | NULL for commits without counts          |
 //! | `duration_ms`            | `BIGINT`               | from planning to the commit              |
+//! | `details`                | `VARCHAR`              | what a commit without data says (a skipped snapshot version), else NULL |
 
 use std::sync::{Arc, LazyLock};
 
@@ -47,6 +48,7 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         count("num_input_rows"),
         count("num_late_rows_dropped"),
         count("duration_ms"),
+        Field::new("details", DataType::Utf8, true),
     ]))
 });
 
@@ -169,6 +171,11 @@ fn batch(entries: &[Entry]) -> Result<RecordBatch> {
             count(|e| e.input),
             count(|e| e.late),
             count(|e| e.duration_ms),
+            Arc::new(StringArray::from_iter(
+                entries
+                    .iter()
+                    .map(|e| event_of(e).and_then(|ev| ev.details.as_deref())),
+            )),
         ],
     )?)
 }

@@ -1,13 +1,14 @@
 //! `table_changes('target', from_version [, to_version])`: the change data
 //! feed of a streaming table's published table, read through deltalake's
 //! own CDF reader, as any Delta reader reads it: the target's visible
-//! columns plus `_change_type`, `_commit_version` and `_commit_timestamp`.
+//! columns plus `_change_type`, `_commit_version` (BIGINT) and
+//! `_commit_timestamp` (TIMESTAMP, UTC), the types Delta gives them.
 //! Versions are inclusive.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableFunctionImpl, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -23,6 +24,13 @@ use crate::fold::columns::INTERNAL_PREFIX;
 use crate::table::provider::{plan_read, ReadRequest};
 use crate::table::published::{publish, PublishedLocation};
 use crate::table::{ScdTable, TableName};
+
+/// The change feed's commit version: a Delta `long` (deltalake reads it as
+/// `UInt64`; a reader sees `BIGINT`).
+const COMMIT_VERSION: &str = "_commit_version";
+/// The change feed's commit time: a Delta `timestamp` (deltalake reads it
+/// as milliseconds without a zone; a reader sees microseconds in UTC).
+const COMMIT_TIMESTAMP: &str = "_commit_timestamp";
 
 /// The streaming tables of a session, by name.
 pub type TableRegistry = Arc<Mutex<HashMap<TableName, Arc<ScdTable>>>>;
@@ -106,7 +114,14 @@ pub(crate) fn changes_provider(
         .fields()
         .iter()
         .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
-        .cloned()
+        .map(|f| match f.name().as_str() {
+            COMMIT_VERSION => Arc::new(f.as_ref().clone().with_data_type(DataType::Int64)),
+            COMMIT_TIMESTAMP => Arc::new(f.as_ref().clone().with_data_type(DataType::Timestamp(
+                TimeUnit::Microsecond,
+                Some("UTC".into()),
+            ))),
+            _ => Arc::clone(f),
+        })
         .collect();
     let source = match table.published_location() {
         Some(location) => ChangesSource::Published {

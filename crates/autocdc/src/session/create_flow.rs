@@ -58,7 +58,9 @@ impl CdcSession {
                 kind(spec.append)
             )));
         }
-        if spec.append {
+        if spec.append && !spec.once {
+            // (a flow that runs once appends its query's rows once: any
+            // source will do)
             check_append_sources(&self.ctx.state(), &spec).await?;
         } else {
             check_joins_target(&spec, meta.flows.values(), &target, &target_columns)?;

@@ -57,6 +57,22 @@ pub fn check_joins_target<'a>(
             "snapshot and change-feed flows can share only an SCD TYPE 1 target".to_string(),
         );
     }
+    // the reference: "the AUTO CDC flows do not use IGNORE NULL UPDATES" on
+    // a target that also takes snapshots (a snapshot states whole rows)
+    if mixing {
+        let partial = |f: &FlowSpec| !f.source.is_snapshot() && f.ignore_null_updates.is_some();
+        let clash = if partial(spec) {
+            Some(spec)
+        } else {
+            others.clone().into_iter().find(|f| partial(f))
+        };
+        if let Some(cdc) = clash {
+            return plan_err(format!(
+                "IGNORE NULL UPDATES: target '{target}' takes snapshots and AUTO CDC flows, whose flows do not use IGNORE NULL UPDATES (flow '{}' does)",
+                cdc.name
+            ));
+        }
+    }
     // one key per target, a set of columns (a name that is no target column
     // is left to the flow's own validation, which names its clause)
     let keys = name_set(&spec.keys, target_columns);

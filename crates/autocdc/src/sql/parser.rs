@@ -602,24 +602,23 @@ impl CdcParser<'_> {
         })))
     }
 
-    /// `INSERT INTO target BY NAME query` of `CREATE FLOW name AS ...`: an
-    /// append flow.
+    /// `INSERT INTO [ONCE] target BY NAME query` of `CREATE FLOW name AS
+    /// ...`: an append flow (`ONCE`: run when defined and on a full refresh
+    /// only).
     fn append_flow(&mut self, name: String) -> Result<CdcStatement> {
         self.expect_word("INSERT")?;
         self.expect_word("INTO")?;
+        let once = self.word("ONCE");
         let target = self.table_name()?;
         if !(self.word("BY") && self.word("NAME")) {
             return Err(perr(format!(
-                "flow '{name}': an append flow is written INSERT INTO {target} BY NAME <query>"
+                "flow '{name}': an append flow is written INSERT INTO [ONCE] {target} BY NAME <query>"
             )));
         }
         let query = self.p.parse_query()?.to_string();
-        Ok(CdcStatement::CreateFlow(Box::new(FlowSpec::append(
-            name,
-            target.to_string(),
-            query,
-            self.dialect.clone(),
-        ))))
+        let mut spec = FlowSpec::append(name, target.to_string(), query, self.dialect.clone());
+        spec.once = once;
+        Ok(CdcStatement::CreateFlow(Box::new(spec)))
     }
 
     fn flow_body(&mut self, name: Option<String>) -> Result<CdcStatement> {

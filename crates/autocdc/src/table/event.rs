@@ -6,6 +6,7 @@
 //! |---------------------------------|-----------------------------------------------|
 //! | `operation`                     | [`Operation`]: `CREATE FLOW`, `REFRESH`, ...  |
 //! | `operationParameters.flow`      | the flow that ran (absent for DML)            |
+//! | `operationParameters.details`   | what a commit without data says (a skipped snapshot version) |
 //! | `operationMetrics.numUpsertedRows` … `durationMs` | the run's counts, as strings (as Spark writes them) |
 //!
 //! The state store's commit carries it, and the published table's commit of
@@ -34,6 +35,9 @@ pub enum Operation {
     Delete,
     /// DML.
     Merge,
+    /// A snapshot flow met a version not newer than its last: nothing of
+    /// it was applied (the commit holds only its event).
+    SnapshotSkipped,
 }
 
 impl Operation {
@@ -56,12 +60,16 @@ impl Operation {
             Self::Update => "UPDATE",
             Self::Delete => "DELETE",
             Self::Merge => "MERGE",
+            Self::SnapshotSkipped => "SNAPSHOT SKIPPED",
         }
     }
 
     /// Whether a flow runs in it (DML and clearing name none).
     pub fn runs_flow(self) -> bool {
-        matches!(self, Self::CreateFlow | Self::Refresh)
+        matches!(
+            self,
+            Self::CreateFlow | Self::Refresh | Self::SnapshotSkipped
+        )
     }
 }
 
@@ -82,6 +90,8 @@ pub struct CommitEvent {
     pub late: u64,
     /// From planning to the commit.
     pub duration_ms: u64,
+    /// What a commit without data says (why a snapshot version was skipped).
+    pub details: Option<String>,
 }
 
 /// The metric names, in [`CommitEvent`] order.
@@ -104,7 +114,14 @@ impl CommitEvent {
             input: 0,
             late: 0,
             duration_ms: started.elapsed().as_millis() as u64,
+            details: None,
         }
+    }
+
+    /// The same entry saying `details`.
+    pub fn with_details(mut self, details: impl Into<String>) -> Self {
+        self.details = Some(details.into());
+        self
     }
 
     /// The commit information action carrying it (committed first).
@@ -112,6 +129,9 @@ impl CommitEvent {
         let mut parameters = HashMap::new();
         if let Some(flow) = &self.flow {
             parameters.insert("flow".to_string(), Value::String(flow.clone()));
+        }
+        if let Some(details) = &self.details {
+            parameters.insert("details".to_string(), Value::String(details.clone()));
         }
         let values = [
             self.upserted,
@@ -140,12 +160,15 @@ impl CommitEvent {
     /// operation and no counts.
     pub fn read(info: &CommitInfo) -> Option<(Self, bool)> {
         let operation = info.operation.clone()?;
-        let flow = info
-            .operation_parameters
-            .as_ref()
-            .and_then(|p| p.get("flow"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        let parameter = |name: &str| {
+            info.operation_parameters
+                .as_ref()
+                .and_then(|p| p.get(name))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let flow = parameter("flow");
+        let details = parameter("details");
         let metrics = info.info.get("operationMetrics").and_then(Value::as_object);
         let metric = |name: &str| -> Option<u64> {
             let value = metrics?.get(name)?;
@@ -163,6 +186,7 @@ impl CommitEvent {
                 input: metric(METRICS[2]).unwrap_or(0),
                 late: metric(METRICS[3]).unwrap_or(0),
                 duration_ms: metric(METRICS[4]).unwrap_or(0),
+                details,
             },
             counted,
         ))
@@ -189,6 +213,13 @@ mod tests {
         );
         let parsed: CommitInfo = serde_json::from_str(&json).unwrap();
         assert_eq!(CommitEvent::read(&parsed), Some((event, true)));
+        // a skip says why
+        let skip = CommitEvent::new(Operation::SnapshotSkipped, Some("f"), Instant::now())
+            .with_details("snapshot version 5 skipped");
+        let Action::CommitInfo(info) = skip.action() else {
+            panic!("not a commit info")
+        };
+        assert_eq!(CommitEvent::read(&info), Some((skip, true)));
         // DML names no flow
         let dml = CommitEvent::new(Operation::Delete, Some("f"), Instant::now());
         assert_eq!(dml.flow, None);

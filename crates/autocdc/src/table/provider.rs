@@ -16,7 +16,7 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::{
-    col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
+    cast, col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
 };
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake_core::DeltaTable;
@@ -336,6 +336,27 @@ pub(crate) async fn plan_read(
     read: ReadRequest<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let mut builder = LogicalPlanBuilder::scan(name, provider_as_source(source), None)?;
+    // columns the source holds in another type are read as `schema` has them
+    // (the caller's filters are in `schema`'s types; the optimizer takes them
+    // through the casts to the source)
+    let source_schema = Arc::clone(builder.schema());
+    let retyped = schema.fields().iter().any(|f| {
+        source_schema
+            .field_with_unqualified_name(f.name())
+            .is_ok_and(|s| s.data_type() != f.data_type())
+    });
+    if retyped {
+        let columns = source_schema.fields().iter().map(|s| {
+            let column = Expr::Column(Column::new_unqualified(s.name()));
+            match schema.field_with_name(s.name()) {
+                Ok(f) if s.data_type() != f.data_type() => {
+                    cast(column, f.data_type().clone()).alias(f.name())
+                }
+                _ => column,
+            }
+        });
+        builder = builder.project(columns)?;
+    }
     for f in keep
         .into_iter()
         .chain(read.filters.iter().map(|f| unnormalize_col(f.clone())))
