@@ -155,6 +155,7 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
                     properties: vec![],
                     dialect: "generic".into(),
                     query: None,
+                    flow: None,
                 },
             };
             let mut statement = declared;

@@ -168,21 +168,34 @@ impl CdcSession {
     pub async fn execute(&self, statement: CdcStatement) -> Result<DataFrame> {
         match statement {
             CdcStatement::CreateStreamingTable(c) => {
-                // `AS query`: the table's append flow, named after it
-                let flow = c.query.clone().map(|query| {
-                    crate::spec::FlowSpec::append(
-                        c.name.table.clone(),
-                        c.name.to_string(),
-                        query,
-                        c.dialect.clone(),
-                    )
-                });
+                // `AS query`: the table's append flow, named after it;
+                // `FLOW AUTO CDC …`: its AUTO CDC flow, likewise
+                let flow = c
+                    .query
+                    .clone()
+                    .map(|query| {
+                        crate::spec::FlowSpec::append(
+                            c.name.table.clone(),
+                            c.name.to_string(),
+                            query,
+                            c.dialect.clone(),
+                        )
+                    })
+                    .or_else(|| c.flow.clone().map(|f| *f));
+                let name = c.name.clone();
+                let existed = self.table(&name).await.is_ok();
                 self.create_table(c).await?;
                 match flow {
-                    Some(flow) => {
-                        let batches = self.create_flow(flow).await?;
-                        self.ctx.read_batches(batches)
-                    }
+                    Some(flow) => match self.create_flow(flow).await {
+                        Ok(batches) => self.ctx.read_batches(batches),
+                        Err(e) => {
+                            // one statement: a table it created goes with its flow
+                            if !existed {
+                                self.drop_table(&name, true).await?;
+                            }
+                            Err(e)
+                        }
+                    },
                     None => self.empty(),
                 }
             }

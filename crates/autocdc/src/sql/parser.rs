@@ -32,6 +32,9 @@ pub struct CreateStreamingTable {
     /// `AS query`: the query of the table's append flow (named after the
     /// table).
     pub query: Option<String>,
+    /// `FLOW AUTO CDC [ONCE] FROM …`: the table's AUTO CDC flow (named after
+    /// the table).
+    pub flow: Option<Box<FlowSpec>>,
 }
 
 /// `MERGE INTO target USING source ON condition WHEN ...`, its parts as SQL
@@ -436,10 +439,17 @@ impl CdcParser<'_> {
                 break;
             }
         }
-        let query = if self.word("AS") {
-            Some(self.p.parse_query()?.to_string())
+        let (query, flow) = if self.word("AS") {
+            (Some(self.p.parse_query()?.to_string()), None)
+        } else if self.word("FLOW") {
+            // the inline flow: `FLOW AUTO CDC [ONCE] FROM …`
+            self.expect_word("AUTO")?;
+            self.expect_word("CDC")?;
+            let once = self.word("ONCE");
+            let spec = self.flow_from(name.table.clone(), &name, once)?;
+            (None, Some(Box::new(spec)))
         } else {
-            None
+            (None, None)
         };
         Ok(CdcStatement::CreateStreamingTable(CreateStreamingTable {
             name,
@@ -449,6 +459,7 @@ impl CdcParser<'_> {
             properties,
             dialect: self.dialect.clone(),
             query,
+            flow,
         }))
     }
 
@@ -632,6 +643,14 @@ impl CdcParser<'_> {
         self.expect_word("INTO")?;
         let target = self.table_name()?;
         let flow_name = name.unwrap_or_else(|| target.table.clone());
+        let spec = self.flow_from(flow_name, &target, once)?;
+        Ok(CdcStatement::CreateFlow(Box::new(spec)))
+    }
+
+    /// The part of an AUTO CDC flow from `FROM` on (of `CREATE FLOW … AS
+    /// AUTO CDC [ONCE] INTO target`, or of `CREATE STREAMING TABLE target
+    /// … FLOW AUTO CDC [ONCE]`).
+    fn flow_from(&mut self, flow_name: String, target: &TableName, once: bool) -> Result<FlowSpec> {
         self.expect_word("FROM")?;
         let mut stream = StreamRead::Rows;
         let source = if self.word("SNAPSHOT") {
@@ -760,7 +779,7 @@ impl CdcParser<'_> {
                 break;
             }
         }
-        Ok(CdcStatement::CreateFlow(Box::new(spec)))
+        Ok(spec)
     }
 }
 
