@@ -171,5 +171,31 @@ async fn plans_that_cannot_travel_run_locally_and_say_so() -> Result<()> {
         text.contains("DistributedWriteExec: runs locally ("),
         "{text}"
     );
+
+    // expectations count in this process: a flow checked by them runs here
+    for sql in [
+        "CREATE TABLE events (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, NULL, 1)",
+        "CREATE STREAMING TABLE checked (id INT, v STRING, \
+         CONSTRAINT has_v EXPECT (v IS NOT NULL) ON VIOLATION DROP ROW)",
+        "CREATE FLOW checked_flow AS AUTO CDC INTO checked FROM events KEYS (id) SEQUENCE BY seq \
+         COLUMNS (id, v)",
+    ] {
+        s.sql(sql).await?.collect().await?;
+    }
+    let rows = s.sql("SELECT id, v FROM checked").await?.collect().await?;
+    assert_eq!(
+        pretty_format_batches(&rows)?.to_string(),
+        "+----+---+\n| id | v |\n+----+---+\n| 1  | a |\n+----+---+"
+    );
+    let plan = s
+        .sql("EXPLAIN FORMAT indent REFRESH STREAMING TABLE checked")
+        .await?
+        .collect()
+        .await?;
+    let text = pretty_format_batches(&plan)?.to_string();
+    assert!(
+        text.contains("DistributedWriteExec: runs locally (") && text.contains("ExpectationsExec"),
+        "{text}"
+    );
     Ok(())
 }

@@ -156,6 +156,7 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
                     dialect: "generic".into(),
                     query: None,
                     flow: None,
+                    expectations: vec![],
                 },
             };
             let mut statement = declared;

@@ -160,3 +160,35 @@ async fn explain_prints_in_the_sessions_format() -> Result<()> {
     assert!(err.to_string().contains("boxes"), "{err}");
     Ok(())
 }
+
+/// A target's expectations are checked between a flow's events and the fold,
+/// and `EXPLAIN ANALYZE` counts each one's passed and failed rows.
+#[tokio::test]
+async fn expectations_sit_between_the_events_and_the_fold() -> Result<()> {
+    let s = session().await?;
+    for sql in [
+        "CREATE STREAMING TABLE checked (id INT, v STRING, \
+         CONSTRAINT has_v EXPECT (v IS NOT NULL) ON VIOLATION DROP ROW)",
+        "CREATE FLOW checked_flow AS AUTO CDC INTO checked FROM feed KEYS (id) \
+         SEQUENCE BY seq COLUMNS (id, v)",
+    ] {
+        run(&s, sql).await?;
+    }
+    let plan = run(&s, "EXPLAIN FORMAT indent REFRESH STREAMING TABLE checked").await?;
+    let lines: Vec<&str> = plan.lines().collect();
+    let fold = lines.iter().position(|l| l.contains("AutoCdcExec"));
+    let check = lines.iter().position(|l| {
+        l.contains("ExpectationsExec: flow=checked_flow, expectations=[has_v DROP ROW]")
+    });
+    assert!(
+        matches!((fold, check), (Some(f), Some(c)) if f < c),
+        "{plan}"
+    );
+    let analyzed = run(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE checked").await?;
+    // feed: (1 a) (2 b) (1 NULL D) (0 NULL T) (2 c): two rows without v
+    assert!(
+        analyzed.contains("passed_has_v=3") && analyzed.contains("failed_has_v=2"),
+        "{analyzed}"
+    );
+    Ok(())
+}

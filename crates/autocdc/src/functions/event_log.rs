@@ -10,6 +10,7 @@
 //! | `num_upserted_rows` …    | `BIGINT`               | NULL for commits without counts          |
 //! | `duration_ms`            | `BIGINT`               | from planning to the commit              |
 //! | `details`                | `VARCHAR`              | what a commit without data says (a skipped snapshot version), else NULL |
+//! | `expectations`           | `VARCHAR`              | JSON: per expectation of the table, the rows `passed`, `failed`, `dropped`; NULL without |
 
 use std::sync::{Arc, LazyLock};
 
@@ -49,6 +50,7 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         count("num_late_rows_dropped"),
         count("duration_ms"),
         Field::new("details", DataType::Utf8, true),
+        Field::new("expectations", DataType::Utf8, true),
     ]))
 });
 
@@ -175,6 +177,11 @@ fn batch(entries: &[Entry]) -> Result<RecordBatch> {
                 entries
                     .iter()
                     .map(|e| event_of(e).and_then(|ev| ev.details.as_deref())),
+            )),
+            Arc::new(StringArray::from_iter(
+                entries
+                    .iter()
+                    .map(|e| event_of(e).and_then(|ev| ev.expectations.as_deref())),
             )),
         ],
     )?)

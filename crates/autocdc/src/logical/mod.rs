@@ -7,15 +7,19 @@
 //!     │
 //!  AutoCdc      sequencing and folding of change events into the new state
 //!     │
+//!  [Expectations]  (targets with expectations) the events checked
+//!     │
 //!  [SnapshotDiff]  (snapshot flows) the change events between two snapshots
 //! ```
 
 mod auto_cdc;
 mod commit;
+mod expectations;
 mod snapshot_diff;
 mod write;
 
 pub use auto_cdc::AutoCdcNode;
 pub use commit::{CdcCommitNode, UPDATE_RESULT_COLUMNS};
+pub use expectations::ExpectationsNode;
 pub use snapshot_diff::SnapshotDiffNode;
 pub use write::{CdcWriteNode, WriteRequest};

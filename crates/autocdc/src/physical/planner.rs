@@ -11,8 +11,10 @@ use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
-use super::{AutoCdcExec, CdcCommitExec, CdcWriteExec, SnapshotDiffExec};
-use crate::logical::{AutoCdcNode, CdcCommitNode, CdcWriteNode, SnapshotDiffNode};
+use super::{AutoCdcExec, CdcCommitExec, CdcWriteExec, ExpectationsExec, SnapshotDiffExec};
+use crate::logical::{
+    AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, SnapshotDiffNode,
+};
 
 /// Plans [`AutoCdcNode`], [`SnapshotDiffNode`], [`CdcWriteNode`] and [`CdcCommitNode`].
 #[derive(Debug, Default)]
@@ -22,12 +24,12 @@ pub struct CdcExtensionPlanner;
 impl ExtensionPlanner for CdcExtensionPlanner {
     async fn plan_extension(
         &self,
-        _planner: &dyn PhysicalPlanner,
+        planner: &dyn PhysicalPlanner,
         node: &dyn UserDefinedLogicalNode,
-        _logical_inputs: &[&LogicalPlan],
+        logical_inputs: &[&LogicalPlan],
         physical_inputs: &[Arc<dyn ExecutionPlan>],
         session_state: &dyn Session,
-        _planning_ctx: &PhysicalPlanningContext,
+        planning_ctx: &PhysicalPlanningContext,
     ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         if let Some(n) = node.as_any().downcast_ref::<AutoCdcNode>() {
             let [events, truncates] = physical_inputs else {
@@ -37,6 +39,26 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                 n.spec.clone(),
                 Arc::clone(events),
                 Arc::clone(truncates),
+            )?)));
+        }
+        if let Some(n) = node.as_any().downcast_ref::<ExpectationsNode>() {
+            let ([input], [logical]) = (physical_inputs, logical_inputs) else {
+                return Err(DataFusionError::Internal(
+                    "Expectations needs one input".into(),
+                ));
+            };
+            let conditions = n
+                .conditions
+                .iter()
+                .map(|c| {
+                    planner.create_physical_expr(c, logical.schema(), session_state, planning_ctx)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Some(Arc::new(ExpectationsExec::try_new(
+                n.flow.clone(),
+                conditions,
+                Arc::clone(&n.counts),
+                Arc::clone(input),
             )?)));
         }
         if let Some(n) = node.as_any().downcast_ref::<CdcWriteNode>() {

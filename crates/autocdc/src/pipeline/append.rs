@@ -116,6 +116,13 @@ pub async fn run_append(
     let rows = LogicalPlanBuilder::from(read.plan)
         .project(columns)?
         .build()?;
+    // the table's expectations check the rows to append
+    let (rows, expectations) = if meta.decl.expectations.is_empty() {
+        (rows, None)
+    } else {
+        let (rows, counts) = super::check_expectations(state, flow, &meta.decl.expectations, rows)?;
+        (rows, Some(counts))
+    };
     let physical = state.create_physical_plan(&rows).await?;
     let delta = table.delta();
     let store = delta.object_store();
@@ -176,6 +183,7 @@ pub async fn run_append(
     let mut event = CommitEvent::new(operation, Some(&flow.name), started);
     event.upserted = appended;
     event.input = appended;
+    event.expectations = expectations.map(|c| c.to_json());
     let mut actions = vec![event.action()];
     actions.extend(adds.into_iter().map(Action::Add));
     if changed_metadata {

@@ -27,14 +27,15 @@ use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{Field, Int32Type, Schema};
+use arrow::datatypes::{DataType, Field, Int32Type, Schema};
 use datafusion::common::Column;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{
-    cast, col, lit, when, Expr, Extension, LogicalPlan, LogicalPlanBuilder, ScalarUDF,
+    cast, col, lit, when, Expr, ExprSchemable, Extension, LogicalPlan, LogicalPlanBuilder,
+    ScalarUDF,
 };
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::{MetadataExt, StructType};
@@ -48,9 +49,13 @@ use crate::fold::columns::{
 };
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::FoldSpec;
-use crate::logical::{AutoCdcNode, CdcCommitNode, CdcWriteNode, SnapshotDiffNode, WriteRequest};
+use crate::logical::{
+    AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, SnapshotDiffNode, WriteRequest,
+};
+use crate::spec::expectations::{Expectation, ExpectationCounts};
 use crate::spec::resolve::{
-    resolve, target_projection, update_list_type, written_at_type, written_at_value, ResolvedFlow,
+    plan_sql_expr, resolve, target_projection, update_list_type, written_at_type, written_at_value,
+    ResolvedFlow,
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
@@ -157,6 +162,47 @@ fn with_origin(events: LogicalPlan, origin: Origin) -> Result<LogicalPlan> {
         .build()
 }
 
+/// `rows` (a flow's events) under the check of the target's
+/// `expectations`, and the counts the check keeps.
+pub(crate) fn check_expectations(
+    state: &SessionState,
+    flow: &FlowSpec,
+    expectations: &[Expectation],
+    rows: LogicalPlan,
+) -> Result<(LogicalPlan, Arc<ExpectationCounts>)> {
+    let schema = Arc::clone(rows.schema());
+    let conditions = expectations
+        .iter()
+        .map(|e| {
+            let clause = |m: String| {
+                DataFusionError::Plan(format!(
+                    "flow '{}': expectation '{}' ({}): {m}",
+                    flow.name,
+                    e.name,
+                    e.describe()
+                ))
+            };
+            let condition = plan_sql_expr(state, &e.condition, &e.dialect, &schema)
+                .map_err(|err| clause(err.to_string()))?;
+            match condition.get_type(schema.as_ref()) {
+                Ok(DataType::Boolean | DataType::Null) => Ok(condition),
+                Ok(t) => Err(clause(format!(
+                    "the condition has type {t}, expected BOOLEAN"
+                ))),
+                Err(err) => Err(clause(err.to_string())),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let counts = Arc::new(ExpectationCounts::new(expectations.to_vec()));
+    let node = ExpectationsNode::new(flow.name.clone(), conditions, Arc::clone(&counts), rows);
+    Ok((
+        LogicalPlan::Extension(Extension {
+            node: Arc::new(node),
+        }),
+        counts,
+    ))
+}
+
 /// Plan one run of `flow` into `table`:
 /// `CdcCommit(CdcWrite(AutoCdc(events, truncates)))`.
 /// `operation` is what the run is for the event log; the first run
@@ -193,6 +239,9 @@ pub async fn plan_update(
         .build()
     };
     let mut extra_config: Vec<(String, String)> = Vec::new();
+    // the target's expectations check what a flow brings (not DML, and
+    // snapshot flows take none)
+    let expected = matches!(source, UpdateSource::Changes) && !meta.decl.expectations.is_empty();
     // `truncate_source`: what the truncate events are read from (`None`: the
     // update has none — snapshots never truncate, nor flows without
     // APPLY AS TRUNCATE — and the costly events stay out of that input)
@@ -375,6 +424,12 @@ pub async fn plan_update(
             .filter(kind_is(Kind::Truncate).not())?
             .build()?,
         None => events.clone(),
+    };
+    let (new_rows, expectations) = if expected {
+        let (rows, counts) = check_expectations(state, flow, &meta.decl.expectations, new_rows)?;
+        (rows, Some(counts))
+    } else {
+        (new_rows, None)
     };
     let new_truncates = match truncate_source {
         None => LogicalPlanBuilder::empty(false)
@@ -601,6 +656,7 @@ pub async fn plan_update(
         superseded,
         operation,
         started,
+        expectations,
     };
     let write = WriteRequest {
         target: table.name().clone(),

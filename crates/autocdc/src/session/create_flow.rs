@@ -42,6 +42,19 @@ impl CdcSession {
             .iter()
             .map(|f| f.name().clone())
             .collect();
+        if spec.source.is_snapshot() && !meta.decl.expectations.is_empty() {
+            let names: Vec<&str> = meta
+                .decl
+                .expectations
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect();
+            return Err(DataFusionError::Plan(format!(
+                "flow '{}': target '{target}' has expectations (CONSTRAINT {}), and a snapshot flow takes none (AUTO CDC FROM SNAPSHOT defines no expectations)",
+                spec.name,
+                names.join(", ")
+            )));
+        }
         if let Some(other) = meta.flows.values().find(|f| f.append != spec.append) {
             let kind = |append: bool| {
                 if append {

@@ -74,6 +74,7 @@ impl CdcSession {
             .map_err(delta_err)?;
         let decl = TableDecl {
             declared_columns: !c.columns.is_empty(),
+            expectations: c.expectations.clone(),
         };
         let mut config: Vec<(String, Option<String>)> = vec![(
             TABLE_KEY.to_string(),

@@ -7,6 +7,7 @@
 //! exactly. [`resolve`] validates a spec against the source and target schemas
 //! and produces a [`ResolvedFlow`].
 
+pub mod expectations;
 pub mod resolve;
 pub mod shared_target;
 

@@ -11,6 +11,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
+use crate::spec::expectations::{Expectation, OnViolation};
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy, StreamRead};
 use crate::table::TableName;
 
@@ -35,6 +36,9 @@ pub struct CreateStreamingTable {
     /// `FLOW AUTO CDC [ONCE] FROM …`: the table's AUTO CDC flow (named after
     /// the table).
     pub flow: Option<Box<FlowSpec>>,
+    /// `CONSTRAINT name EXPECT (condition) [ON VIOLATION …]` among the
+    /// columns.
+    pub expectations: Vec<Expectation>,
 }
 
 /// `MERGE INTO target USING source ON condition WHEN ...`, its parts as SQL
@@ -393,10 +397,22 @@ impl CdcParser<'_> {
             .parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
         let name = self.table_name()?;
         let mut columns = Vec::new();
+        let mut expectations: Vec<Expectation> = Vec::new();
         if self.p.consume_token(&Token::LParen) {
             loop {
-                let def = self.p.parse_column_def()?;
-                columns.push((self.ident(&def.name), def.data_type.to_string()));
+                if self.word("CONSTRAINT") {
+                    let expectation = self.expectation(&name)?;
+                    if expectations.iter().any(|e| e.name == expectation.name) {
+                        return Err(perr(format!(
+                            "streaming table '{name}': CONSTRAINT {} is defined twice",
+                            expectation.name
+                        )));
+                    }
+                    expectations.push(expectation);
+                } else {
+                    let def = self.p.parse_column_def()?;
+                    columns.push((self.ident(&def.name), def.data_type.to_string()));
+                }
                 if !self.p.consume_token(&Token::Comma) {
                     break;
                 }
@@ -460,7 +476,47 @@ impl CdcParser<'_> {
             dialect: self.dialect.clone(),
             query,
             flow,
+            expectations,
         }))
+    }
+
+    /// `name EXPECT (condition) [ON VIOLATION {DROP ROW | FAIL UPDATE}]`,
+    /// after `CONSTRAINT`.
+    fn expectation(&mut self, table: &TableName) -> Result<Expectation> {
+        let name = self.p.parse_identifier()?;
+        let name = self.ident(&name);
+        if !self.word("EXPECT") {
+            return Err(perr(format!(
+                "streaming table '{table}': CONSTRAINT {name}: expected EXPECT (condition), found {}",
+                self.p.peek_token().token
+            )));
+        }
+        self.expect_token(Token::LParen)?;
+        let condition = self.p.parse_expr()?.to_string();
+        self.expect_token(Token::RParen)?;
+        let on_violation = if self.word("ON") {
+            self.expect_word("VIOLATION")?;
+            if self.word("DROP") {
+                self.expect_word("ROW")?;
+                OnViolation::DropRow
+            } else if self.word("FAIL") {
+                self.expect_word("UPDATE")?;
+                OnViolation::FailUpdate
+            } else {
+                return Err(perr(format!(
+                    "streaming table '{table}': CONSTRAINT {name}: ON VIOLATION takes DROP ROW or FAIL UPDATE, found {}",
+                    self.p.peek_token().token
+                )));
+            }
+        } else {
+            OnViolation::Keep
+        };
+        Ok(Expectation {
+            name,
+            condition,
+            on_violation,
+            dialect: self.dialect.clone(),
+        })
     }
 
     fn column_list(&mut self) -> Result<Vec<String>> {

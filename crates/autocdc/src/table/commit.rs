@@ -36,6 +36,7 @@ use super::{delta_err, ScdTable, TableName};
 use crate::error::CdcError;
 use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
 use crate::fold::FoldCounts;
+use crate::spec::expectations::ExpectationCounts;
 use crate::spec::FlowSpec;
 
 /// Column of the change data feed files holding the change type.
@@ -91,6 +92,8 @@ pub struct CommitRequest {
     pub operation: Operation,
     /// When the update was planned.
     pub started: Instant,
+    /// The counts of the target's expectations on the update's rows.
+    pub expectations: Option<Arc<ExpectationCounts>>,
 }
 
 /// The files one update wrote (nothing committed yet): what
@@ -135,6 +138,7 @@ pub async fn commit_written(
     event.deleted = counts.deleted as u64;
     event.input = counts.input_rows as u64;
     event.late = counts.late as u64;
+    event.expectations = request.expectations.as_ref().map(|e| e.to_json());
     let mut actions = vec![event.action()];
     let mut files_removed = 0;
     if changed {

@@ -7,6 +7,7 @@
 //! | `operation`                     | [`Operation`]: `CREATE FLOW`, `REFRESH`, ...  |
 //! | `operationParameters.flow`      | the flow that ran (absent for DML)            |
 //! | `operationParameters.details`   | what a commit without data says (a skipped snapshot version) |
+//! | `operationParameters.expectations` | the run's expectation counts (JSON)        |
 //! | `operationMetrics.numUpsertedRows` … `durationMs` | the run's counts, as strings (as Spark writes them) |
 //!
 //! The state store's commit carries it, and the published table's commit of
@@ -92,6 +93,9 @@ pub struct CommitEvent {
     pub duration_ms: u64,
     /// What a commit without data says (why a snapshot version was skipped).
     pub details: Option<String>,
+    /// The target's expectations on the run's rows: a JSON array of
+    /// `{"name", "passed", "failed", "dropped"}`.
+    pub expectations: Option<String>,
 }
 
 /// The metric names, in [`CommitEvent`] order.
@@ -115,6 +119,7 @@ impl CommitEvent {
             late: 0,
             duration_ms: started.elapsed().as_millis() as u64,
             details: None,
+            expectations: None,
         }
     }
 
@@ -132,6 +137,12 @@ impl CommitEvent {
         }
         if let Some(details) = &self.details {
             parameters.insert("details".to_string(), Value::String(details.clone()));
+        }
+        if let Some(expectations) = &self.expectations {
+            parameters.insert(
+                "expectations".to_string(),
+                Value::String(expectations.clone()),
+            );
         }
         let values = [
             self.upserted,
@@ -169,6 +180,7 @@ impl CommitEvent {
         };
         let flow = parameter("flow");
         let details = parameter("details");
+        let expectations = parameter("expectations");
         let metrics = info.info.get("operationMetrics").and_then(Value::as_object);
         let metric = |name: &str| -> Option<u64> {
             let value = metrics?.get(name)?;
@@ -187,6 +199,7 @@ impl CommitEvent {
                 late: metric(METRICS[3]).unwrap_or(0),
                 duration_ms: metric(METRICS[4]).unwrap_or(0),
                 details,
+                expectations,
             },
             counted,
         ))

@@ -27,6 +27,9 @@ pub const DEFAULT_TOMBSTONE_GC_SECS: i64 = 172_800;
 pub struct TableDecl {
     /// Columns were declared by `CREATE STREAMING TABLE t (...)`.
     pub declared_columns: bool,
+    /// Its `CONSTRAINT … EXPECT …` clauses, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expectations: Vec<crate::spec::expectations::Expectation>,
 }
 
 /// Table-level metadata decoded from a Delta snapshot.
