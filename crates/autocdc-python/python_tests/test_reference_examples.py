@@ -8,6 +8,7 @@ the same source rows, the same `create_auto_cdc_flow` /
 """
 
 import datetime as dt
+import json
 import os
 import tempfile
 import unittest
@@ -329,6 +330,115 @@ class ReferenceExamples(unittest.TestCase):
                 ("x20", "y20", 20, None, 200, None),
             ],
         )
+
+    def test_bitemporal_example_with_its_once_append_flow(self) -> None:
+        """The page's Python example as written: the source is a streaming
+        table filled once by `@dp.append_flow(target="cdc_source", once=True)`
+        (here `create_append_flow(..., once=True)` over the same rows)."""
+        self.s.create_streaming_table(name="cdc_source")
+        self.s.register(
+            "load_cdc_source",
+            pa.table(
+                {
+                    "id": pa.array([1, 1], pa.int32()),
+                    "x": ["x10", "x20"],
+                    "y": ["y10", "y20"],
+                    "bt": pa.array([10, 20], pa.int32()),
+                    "st": pa.array([100, 200], pa.int32()),
+                }
+            ),
+        )
+        appended = self.s.create_append_flow(
+            target="cdc_source", source="load_cdc_source", once=True
+        )
+        self.assertEqual(appended["num_upserted_rows"], 2)
+        self.s.create_streaming_table(name="target_bitemporal")
+        self.s.create_auto_cdc_flow(
+            target="target_bitemporal",
+            source="cdc_source",
+            keys=["id"],
+            sequence_by="bt",
+            system_sequence_by="st",
+            stored_as_scd_type="bitemporal",
+        )
+        self.assertEqual(
+            self.rows(
+                "SELECT x, y, __START_AT, __END_AT, __SYSTEM_START_AT, __SYSTEM_END_AT "
+                "FROM target_bitemporal ORDER BY __START_AT, __SYSTEM_START_AT"
+            ),
+            [
+                ("x10", "y10", 10, None, 100, 200),
+                ("x10", "y10", 10, 20, 200, None),
+                ("x20", "y20", 20, None, 200, None),
+            ],
+        )
+        # once: a refresh appends nothing again
+        self.s.refresh("cdc_source")
+        self.assertEqual(self.rows("SELECT count(*) FROM cdc_source"), [(2,)])
+
+    def test_expectations(self) -> None:
+        """`expect_all` / `expect_all_or_drop` / `expect_all_or_fail` of
+        `create_streaming_table`: kept and counted, dropped, or failing."""
+        self.s.register(
+            "events",
+            pa.table(
+                {
+                    "id": pa.array([1, -2, 3], pa.int32()),
+                    "name": ["a", "b", None],
+                    "seq": pa.array([1, 1, 1], pa.int32()),
+                }
+            ),
+        )
+        self.s.create_streaming_table(
+            "checked",
+            expect_all={"has_name": "name IS NOT NULL"},
+            expect_all_or_drop={"valid_id": "id > 0"},
+        )
+        self.s.create_auto_cdc_flow(
+            target="checked", source="events", keys=["id"], sequence_by="seq",
+            column_list=["id", "name"],
+        )
+        self.assertEqual(self.rows("SELECT * FROM checked ORDER BY id"), [(1, "a"), (3, None)])
+        (counts,) = self.rows("SELECT expectations FROM event_log('checked') WHERE flow = 'checked'")
+        self.assertEqual(
+            json.loads(counts[0]),
+            [
+                {"name": "has_name", "passed": 2, "failed": 1, "dropped": 0},
+                {"name": "valid_id", "passed": 2, "failed": 1, "dropped": 1},
+            ],
+        )
+        self.s.create_streaming_table("strict", expect_all_or_fail={"has_name": "name IS NOT NULL"})
+        with self.assertRaisesRegex(Exception, "expectation 'has_name'.*FAIL UPDATE.*id=3"):
+            self.s.create_auto_cdc_flow(
+                target="strict", source="events", keys=["id"], sequence_by="seq",
+                column_list=["id", "name"],
+            )
+
+    def test_once_snapshot_backfill(self) -> None:
+        """`once=True` on a snapshot flow: a backfill, run again only by a
+        full refresh, while the change flow keeps processing."""
+        self.s.register("backfill", pa.table({"id": pa.array([1, 2], pa.int32()), "v": ["b1", "b2"]}))
+        self.s.register(
+            "feed",
+            pa.table({"id": pa.array([2], pa.int32()), "v": ["f2"], "seq": pa.array([5], pa.int64())}),
+        )
+        self.s.create_streaming_table("hydrated")
+        runs = self.s.create_auto_cdc_from_snapshot_flow(
+            target="hydrated",
+            source=lambda latest: None
+            if latest is not None
+            else (pa.table({"id": pa.array([1, 2], pa.int32()), "v": ["b1", "b2"]}), 0),
+            keys=["id"],
+            once=True,
+        )
+        self.assertEqual(len(runs), 1)
+        self.s.create_auto_cdc_flow(
+            target="hydrated", source="feed", keys=["id"], sequence_by="seq", name="changes",
+            except_column_list=["seq"],
+        )
+        self.assertEqual(self.rows("SELECT * FROM hydrated ORDER BY id"), [(1, "b1"), (2, "f2")])
+        refreshed = self.s.refresh("hydrated")
+        self.assertEqual([r["flow"] for r in refreshed], ["changes"])
 
     def test_bitemporal_worked_changes(self) -> None:
         """Company A's four changes, one run each, with the table after each."""

@@ -149,6 +149,16 @@ fn with<B, T>(builder: B, value: Option<T>, set: impl FnOnce(B, T) -> B) -> B {
 }
 
 /// Runs' metrics as a list of dicts.
+/// `{name: condition}` of an `expect_all*` argument, in its order.
+fn expectations(dict: Option<Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+    let Some(dict) = dict else {
+        return Ok(Vec::new());
+    };
+    dict.iter()
+        .map(|(name, condition)| Ok((name.extract()?, condition.extract()?)))
+        .collect()
+}
+
 fn metrics_list<'py>(py: Python<'py>, runs: &[UpdateMetrics]) -> PyResult<Bound<'py, PyList>> {
     let dicts = runs
         .iter()
@@ -201,7 +211,14 @@ impl PyCdcSession {
 
     /// Declare a streaming table (kept if it exists). `schema`: its columns
     /// as SQL (`"id BIGINT, name STRING"`); without it the first flow's.
-    #[pyo3(signature = (name, *, schema = None, comment = None, table_properties = None))]
+    /// `expect_all` / `expect_all_or_drop` / `expect_all_or_fail`: its
+    /// expectations, `{name: condition}` (failing rows kept and counted,
+    /// dropped, or failing the update).
+    #[pyo3(signature = (
+        name, *, schema = None, comment = None, table_properties = None,
+        expect_all = None, expect_all_or_drop = None, expect_all_or_fail = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn create_streaming_table(
         &self,
         py: Python<'_>,
@@ -209,13 +226,24 @@ impl PyCdcSession {
         schema: Option<String>,
         comment: Option<String>,
         table_properties: Option<Vec<(String, String)>>,
+        expect_all: Option<Bound<'_, PyDict>>,
+        expect_all_or_drop: Option<Bound<'_, PyDict>>,
+        expect_all_or_fail: Option<Bound<'_, PyDict>>,
     ) -> PyResult<()> {
+        let expect_all = expectations(expect_all)?;
+        let expect_all_or_drop = expectations(expect_all_or_drop)?;
+        let expect_all_or_fail = expectations(expect_all_or_fail)?;
         let mut properties = table_properties.unwrap_or_default();
         if let Some(comment) = comment {
             properties.push(("comment".to_string(), comment));
         }
         self.run(py, move |s| async move {
-            let mut builder = s.create_streaming_table(&name).table_properties(properties);
+            let mut builder = s
+                .create_streaming_table(&name)
+                .table_properties(properties)
+                .expect_all(expect_all)
+                .expect_all_or_drop(expect_all_or_drop)
+                .expect_all_or_fail(expect_all_or_fail);
             if let Some(schema) = schema {
                 builder = builder.schema(schema);
             }
@@ -320,7 +348,7 @@ impl PyCdcSession {
     #[pyo3(signature = (
         *, target, source, keys, stored_as_scd_type = None,
         track_history_column_list = None, track_history_except_column_list = None,
-        name = None
+        name = None, once = false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn create_auto_cdc_from_snapshot_flow<'py>(
@@ -333,6 +361,7 @@ impl PyCdcSession {
         track_history_column_list: Option<Vec<String>>,
         track_history_except_column_list: Option<Vec<String>>,
         name: Option<String>,
+        once: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let source: Result<String, Py<PyAny>> = if let Ok(table) = source.extract::<String>() {
             Ok(table)
@@ -369,9 +398,44 @@ impl PyCdcSession {
             let flow = with(flow, track_history_except_column_list, |f, v| {
                 f.track_history_except_column_list(v)
             });
-            flow.await
+            flow.once(once).await
         })?;
         metrics_list(py, &runs)
+    }
+
+    /// Create an append flow (the reference's `@dp.append_flow`) and run it
+    /// once; returns its metrics. `source`: a streaming table whose new rows
+    /// each run appends (with `once`, any table or registered data, appended
+    /// whole); or `query`: the rows as SQL. `once`: append when created and
+    /// on a full refresh only.
+    #[pyo3(signature = (*, target, source = None, query = None, once = false, name = None))]
+    fn create_append_flow<'py>(
+        &self,
+        py: Python<'py>,
+        target: String,
+        source: Option<String>,
+        query: Option<String>,
+        once: bool,
+        name: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let flow_source = match (source, query) {
+            (Some(table), None) => Ok(table),
+            (None, Some(sql)) => Err(sql),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "create_append_flow: give source (a table) or query (SQL), one of them",
+                ))
+            }
+        };
+        let metrics = self.run(py, move |s| async move {
+            let flow = s.create_append_flow(&target).once(once);
+            let flow = match flow_source {
+                Ok(table) => flow.source(table),
+                Err(sql) => flow.query(sql),
+            };
+            with(flow, name, |f, v| f.name(v)).await
+        })?;
+        metrics_dict(py, &metrics)
     }
 
     /// The streaming table `name` for a datafusion-python `SessionContext`

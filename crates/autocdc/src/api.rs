@@ -25,6 +25,7 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::prelude::DataFrame;
 
 use crate::session::{CdcSession, SnapshotFunction};
+use crate::spec::expectations::{Expectation, OnViolation};
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
 use crate::table::TableName;
@@ -102,9 +103,60 @@ pub struct CreateStreamingTableBuilder<'a> {
     name: String,
     schema: Option<String>,
     properties: Vec<(String, String)>,
+    expectations: Vec<Expectation>,
 }
 
 impl CreateStreamingTableBuilder<'_> {
+    /// `expect_all`: expectations `(name, condition)` whose failing rows are
+    /// kept and counted.
+    pub fn expect_all<I, K, V>(self, expectations: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.expect(expectations, OnViolation::Keep)
+    }
+
+    /// `expect_all_or_drop`: expectations whose failing rows are dropped.
+    pub fn expect_all_or_drop<I, K, V>(self, expectations: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.expect(expectations, OnViolation::DropRow)
+    }
+
+    /// `expect_all_or_fail`: expectations whose failing rows fail the update.
+    pub fn expect_all_or_fail<I, K, V>(self, expectations: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.expect(expectations, OnViolation::FailUpdate)
+    }
+
+    fn expect<I, K, V>(mut self, expectations: I, on_violation: OnViolation) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.expectations.extend(
+            expectations
+                .into_iter()
+                .map(|(name, condition)| Expectation {
+                    name: name.into(),
+                    condition: condition.into(),
+                    on_violation,
+                    dialect: "generic".into(),
+                }),
+        );
+        self
+    }
+
     /// Declare the columns, as SQL: `"id BIGINT, name STRING, amount DECIMAL(10, 2)"`.
     pub fn schema(mut self, columns: impl Into<String>) -> Self {
         self.schema = Some(columns.into());
@@ -161,6 +213,19 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
             };
             let mut statement = declared;
             statement.properties.extend(self.properties);
+            for expectation in self.expectations {
+                if statement
+                    .expectations
+                    .iter()
+                    .any(|e| e.name == expectation.name)
+                {
+                    return Err(DataFusionError::Plan(format!(
+                        "create_streaming_table('{}'): expectation '{}' is defined twice",
+                        self.name, expectation.name
+                    )));
+                }
+                statement.expectations.push(expectation);
+            }
             self.session.create_table(statement).await
         })
     }
@@ -185,6 +250,7 @@ impl CdcSession {
             name: name.to_string(),
             schema: None,
             properties: Vec::new(),
+            expectations: Vec::new(),
         }
     }
 
@@ -397,6 +463,13 @@ impl CdcSession {
 impl SnapshotFlowBuilder<'_> {
     flow_setters!();
 
+    /// `once`: process the available snapshots when created and again on a
+    /// full refresh only (a backfill beside change flows).
+    pub fn once(mut self, once: bool) -> Self {
+        self.spec.once = once;
+        self
+    }
+
     /// `source`: a table read whole at every update (periodic snapshots).
     pub fn source(self, table: &str) -> Self {
         self.snapshot_query(format!("SELECT * FROM {table}"))
@@ -465,6 +538,92 @@ impl<'a> IntoFuture for SnapshotFlowBuilder<'a> {
             }
             let batches = self.session.create_flow(self.spec).await?;
             UpdateMetrics::from_batches(&batches)
+        })
+    }
+}
+
+/// Builder of an append flow (`create_append_flow`, the reference's
+/// `@dp.append_flow`); `.await` creates the flow and runs it once.
+#[must_use = "a flow builder does nothing until awaited"]
+pub struct AppendFlowBuilder<'a> {
+    session: &'a CdcSession,
+    target: String,
+    name: Option<String>,
+    source: Option<AppendSource>,
+    once: bool,
+}
+
+/// What an append flow appends.
+enum AppendSource {
+    /// A table: its new rows (`STREAM t`); all of it for a `once` flow.
+    Table(String),
+    /// The rows of a query.
+    Query(String),
+}
+
+impl CdcSession {
+    /// `create_append_flow(target=...)`: start building an append flow into
+    /// `target`; give it a `source` table or a `query`.
+    pub fn create_append_flow(&self, target: &str) -> AppendFlowBuilder<'_> {
+        AppendFlowBuilder {
+            session: self,
+            target: target.to_string(),
+            name: None,
+            source: None,
+            once: false,
+        }
+    }
+}
+
+impl AppendFlowBuilder<'_> {
+    /// `name`: the flow name (default: the target's name).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    /// `source`: a streaming table whose new rows each run appends (`STREAM
+    /// t`); with `once`, any table, appended whole once.
+    pub fn source(mut self, table: impl Into<String>) -> Self {
+        self.source = Some(AppendSource::Table(table.into()));
+        self
+    }
+    /// The rows to append as a SQL query (reading streams as `STREAM t`).
+    pub fn query(mut self, sql: impl Into<String>) -> Self {
+        self.source = Some(AppendSource::Query(sql.into()));
+        self
+    }
+    /// `once`: append when created and on a full refresh only.
+    pub fn once(mut self, once: bool) -> Self {
+        self.once = once;
+        self
+    }
+}
+
+impl<'a> IntoFuture for AppendFlowBuilder<'a> {
+    type Output = Result<UpdateMetrics>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let target = TableName::parse(&self.target)?;
+            let name = self.name.unwrap_or_else(|| target.table.clone());
+            let query = match self.source {
+                Some(AppendSource::Table(table)) if self.once => format!("SELECT * FROM {table}"),
+                Some(AppendSource::Table(table)) => format!("SELECT * FROM STREAM {table}"),
+                Some(AppendSource::Query(sql)) => sql,
+                None => {
+                    return Err(DataFusionError::Plan(format!(
+                        "append flow '{name}': give a source table or a query"
+                    )))
+                }
+            };
+            let mut spec = FlowSpec::append(name, target.to_string(), query, "generic".into());
+            spec.once = self.once;
+            let batches = self.session.create_flow(spec).await?;
+            UpdateMetrics::from_batches(&batches)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| DataFusionError::Internal("flow run returned no metrics".into()))
         })
     }
 }

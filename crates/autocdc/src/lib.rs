@@ -61,7 +61,7 @@ use std::sync::Arc;
 
 use datafusion::execution::session_state::SessionStateBuilder;
 
-pub use api::AutoCdcFlowBuilder;
+pub use api::{AppendFlowBuilder, AutoCdcFlowBuilder};
 pub use config::AutoCdcConfig;
 pub use error::CdcError;
 pub use session::CdcSession;

@@ -18,7 +18,10 @@
 //! ```
 //!
 //! The merge computes, for each column, the index of the row whose value each
-//! merged row takes, then builds the columns with one `take` each.
+//! merged row takes, then builds the columns with one `take` each. Under
+//! `IGNORE NULL UPDATES` a STRUCT column is merged field by field the same
+//! way (a NULL field keeps the field's value, recursively; a NULL struct
+//! keeps the whole struct).
 //!
 //! Two chains are folded: a *history* (SCD 2: all events of the key, the
 //! chain starts empty) and the *latest* row (SCD 1: the stored row is the base;
@@ -26,9 +29,10 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::array::{
-    make_comparator, Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array,
+    make_comparator, Array, ArrayRef, AsArray, RecordBatch, StringArray, StructArray, UInt32Array,
 };
 use arrow::compute::{cast, concat_batches, take, SortOptions};
 use arrow::datatypes::{DataType, Int8Type, SchemaRef};
@@ -200,6 +204,9 @@ impl Merger {
         let mut current: Vec<Option<u32>> = vec![None; n];
         let mut live = false;
         let mut stored_seq: Option<usize> = None;
+        // per row: `None` passes its own values on, `Some(live)` is an
+        // upsert (whether the key had a live row before it)
+        let mut steps: Vec<Option<bool>> = Vec::with_capacity(end);
         for i in 0..end {
             if i == 0 || keys.row(i) != keys.row(i - 1) {
                 live = false;
@@ -237,8 +244,10 @@ impl Merger {
                 for s in sources.iter_mut() {
                     s.push(Some(i as u32));
                 }
+                steps.push(None);
                 continue;
             }
+            steps.push(Some(live));
             let row_writes = &writes[i * n..(i + 1) * n];
             for (c, s) in sources.iter_mut().enumerate() {
                 if row_writes[c] || !live {
@@ -250,7 +259,18 @@ impl Merger {
         }
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
         for (c, s) in sources.into_iter().enumerate() {
-            columns.push(take(batch.column(c).as_ref(), &UInt32Array::from(s), None)?);
+            let column = batch.column(c);
+            let merged = take(column.as_ref(), &UInt32Array::from(s), None)?;
+            // IGNORE NULL UPDATES reaches into structs: a NULL field keeps
+            // the field's value (a NULL struct keeps the whole struct)
+            let merged = match column.as_struct_opt() {
+                Some(structs) if self.ignore[c] => {
+                    let written: Vec<bool> = (0..end).map(|i| writes[i * n + c]).collect();
+                    merge_struct_fields(structs, &merged, &steps, &written)?
+                }
+                _ => merged,
+            };
+            columns.push(merged);
         }
         for column in &batch.columns()[n..] {
             columns.push(column.slice(0, end));
@@ -276,6 +296,59 @@ impl Merger {
         }
         Ok(true)
     }
+}
+
+/// The row each row of a column takes its value from, for a column written
+/// where `written` holds, over the chain `steps` (see [`Merger::merge`]).
+fn column_sources(steps: &[Option<bool>], written: &[bool]) -> Vec<Option<u32>> {
+    let mut current = None;
+    steps
+        .iter()
+        .zip(written)
+        .enumerate()
+        .map(|(i, (step, &w))| match step {
+            None => Some(i as u32),
+            Some(live) => {
+                if w || !live {
+                    current = w.then_some(i as u32);
+                }
+                current
+            }
+        })
+        .collect()
+}
+
+/// `merged` (a struct column already merged as a whole) with each field
+/// merged on its own: a field takes its value from the last row that wrote
+/// the struct with that field not NULL, recursively.
+fn merge_struct_fields(
+    column: &StructArray,
+    merged: &ArrayRef,
+    steps: &[Option<bool>],
+    written: &[bool],
+) -> Result<ArrayRef> {
+    let fields = column
+        .columns()
+        .iter()
+        .map(|field| {
+            let field_written: Vec<bool> = written
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| w && field.is_valid(i))
+                .collect();
+            let sources = UInt32Array::from(column_sources(steps, &field_written));
+            let value = take(field.as_ref(), &sources, None)?;
+            match field.as_struct_opt() {
+                Some(inner) => merge_struct_fields(inner, &value, steps, &field_written),
+                None => Ok(value),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(StructArray::try_new(
+        column.fields().clone(),
+        fields,
+        merged.nulls().cloned(),
+    )?))
 }
 
 /// SCD 1 fold with partial updates: merges whole key groups, then folds the
