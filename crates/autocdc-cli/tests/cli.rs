@@ -146,17 +146,17 @@ fn maxrows_and_json_formats() {
     assert_eq!(stdout(&output), "{\"n\":1}\n{\"n\":2}\n");
 }
 
-/// The README's example of each statement runs as written (on small
-/// stand-ins for the quickstart's tables).
+/// The SQL reference's example of each statement (`docs/sql.md`) runs as
+/// written (on small stand-ins for the quickstart's tables).
 #[test]
-fn readme_statement_examples_run() {
+fn sql_reference_statement_examples_run() {
     let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sql.md"),
     )
-    .expect("README.md");
+    .expect("docs/sql.md");
     let start = readme
         .find("One example of each")
-        .expect("the README's statement examples");
+        .expect("the SQL reference's statement examples");
     let block = &readme[start..];
     let open = block.find("```sql").expect("an sql block") + "```sql".len();
     let close = open + block[open..].find("```").expect("the block's end");
@@ -262,4 +262,25 @@ fn a_skipped_snapshot_version_prints_a_warning() {
         "{stderr}"
     );
     assert!(stdout(&output).ends_with("n\n1\n"), "{}", stdout(&output));
+}
+
+/// The README's SQL example runs as written and shows the change feed.
+#[test]
+fn readme_sql_example_runs() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .expect("README.md");
+    let section = &readme[readme.find("## SQL").expect("the README's SQL section")..];
+    let open = section.find("```sql").expect("an sql block") + "```sql".len();
+    let close = open + section[open..].find("```").expect("the block's end");
+    let (output, _dir) = autocdc(&["-q", "--format", "csv", "-c", &section[open..close]]);
+    let text = stdout(&output);
+    assert!(
+        output.status.success(),
+        "stdout:\n{text}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("124,Raul,Oaxaca"), "{text}");
+    assert!(text.contains("_change_type"), "{text}");
 }

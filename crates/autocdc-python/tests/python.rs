@@ -106,39 +106,49 @@ fn quickstart_example_runs() {
     );
 }
 
-/// The README's Python example runs as written (in a fresh folder).
-#[test]
-fn readme_python_example_runs() {
-    if !have_python() {
-        return;
-    }
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .expect("README.md");
-    let start = readme
-        .find("## From Python")
-        .expect("the README's Python section");
-    let section = &readme[start..];
-    let section = &section[..section[3..]
-        .find("\n## ")
-        .map_or(section.len(), |end| end + 3)];
-    // the section's python blocks, in order, as one script
-    let script: String = section
-        .split("```python")
+/// The Python blocks of `text`, in order, as one script.
+fn python_blocks(text: &str) -> String {
+    text.split("```python")
         .skip(1)
         .map(|block| &block[..block.find("```").expect("the block's end")])
-        .collect();
-    assert!(script.contains("register_udtf"), "{script}");
+        .collect()
+}
+
+/// Run `script` in a fresh folder with the module importable; its output.
+fn run_script(script: &str, what: &str) -> String {
     let dir = module_folder();
     let example = dir.path().join("example.py");
     std::fs::write(&example, script).expect("example");
-    let output = run(
+    run(
         Command::new(python())
             .arg(&example)
             .current_dir(dir.path())
             .env("PYTHONPATH", dir.path()),
-        "the README's Python example",
-    );
+        what,
+    )
+}
+
+/// The README's Python example and those of `docs/python.md` run as
+/// written (each in a fresh folder).
+#[test]
+fn documented_python_examples_run() {
+    if !have_python() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let section = &readme[readme
+        .find("## Python")
+        .expect("the README's Python section")..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    let output = run_script(&python_blocks(section), "the README's Python example");
+    assert!(output.contains("userId"), "{output}");
+    let docs = std::fs::read_to_string(root.join("docs/python.md")).expect("docs/python.md");
+    let script = python_blocks(&docs);
+    assert!(script.contains("register_udtf"), "{script}");
+    let output = run_script(&script, "the Python examples of docs/python.md");
     assert!(output.contains("| userId"), "{output}");
     assert!(output.contains("_change_type"), "{output}");
 }
