@@ -27,7 +27,7 @@ use datafusion::prelude::DataFrame;
 use crate::session::{CdcSession, SnapshotFunction};
 use crate::spec::expectations::{Expectation, OnViolation};
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
-use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable};
+use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable, FullRefresh};
 use crate::table::TableName;
 
 /// What one flow run did (the row `CREATE FLOW` / `REFRESH` return).
@@ -624,6 +624,108 @@ impl<'a> IntoFuture for AppendFlowBuilder<'a> {
                 .into_iter()
                 .next()
                 .ok_or_else(|| DataFusionError::Internal("flow run returned no metrics".into()))
+        })
+    }
+}
+
+/// What a pipeline update did to one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableStatus {
+    /// Its flows ran.
+    Updated,
+    /// Its refresh failed (nothing of it committed).
+    Failed,
+    /// Not run: a table it reads was not updated.
+    Skipped,
+}
+
+impl TableStatus {
+    /// As `REFRESH PIPELINE` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Updated => "updated",
+            Self::Failed => "failed",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
+/// One table of a pipeline update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableUpdate {
+    /// The table.
+    pub table: TableName,
+    /// What happened to it.
+    pub status: TableStatus,
+    /// Its flow runs (when updated).
+    pub runs: Vec<UpdateMetrics>,
+    /// Why it failed or was skipped.
+    pub message: Option<String>,
+}
+
+/// What one pipeline update did: every table, in the order they ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineUpdate {
+    /// Tags every commit of the update in the event log (`update_id`).
+    pub update_id: String,
+    /// The tables, in dependency order.
+    pub tables: Vec<TableUpdate>,
+}
+
+/// Builder of a pipeline update (`REFRESH PIPELINE`); `.await` runs it.
+#[must_use = "a pipeline update does nothing until awaited"]
+pub struct UpdatePipelineBuilder<'a> {
+    session: &'a CdcSession,
+    schema: Option<String>,
+    full: FullRefresh,
+}
+
+impl CdcSession {
+    /// Update every streaming table of the warehouse once, each after the
+    /// tables it reads (`REFRESH PIPELINE`).
+    pub fn update_pipeline(&self) -> UpdatePipelineBuilder<'_> {
+        UpdatePipelineBuilder {
+            session: self,
+            schema: None,
+            full: FullRefresh::None,
+        }
+    }
+}
+
+impl UpdatePipelineBuilder<'_> {
+    /// Only the tables of `schema`.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+    /// Every table from scratch (`FULL`).
+    pub fn full_refresh_all(mut self) -> Self {
+        self.full = FullRefresh::All;
+        self
+    }
+    /// These tables and every table reading them from scratch (`FULL (t, …)`).
+    pub fn full_refresh<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        mut self,
+        tables: I,
+    ) -> Result<Self> {
+        let tables = tables
+            .into_iter()
+            .map(|t| TableName::parse(t.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        self.full = FullRefresh::Tables(tables);
+        Ok(self)
+    }
+}
+
+impl<'a> IntoFuture for UpdatePipelineBuilder<'a> {
+    type Output = Result<PipelineUpdate>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            self.session
+                .run_pipeline(self.schema.as_deref(), &self.full)
+                .await
         })
     }
 }

@@ -61,7 +61,10 @@ use std::sync::Arc;
 
 use datafusion::execution::session_state::SessionStateBuilder;
 
-pub use api::{AppendFlowBuilder, AutoCdcFlowBuilder};
+pub use api::{
+    AppendFlowBuilder, AutoCdcFlowBuilder, PipelineUpdate, TableStatus, TableUpdate,
+    UpdatePipelineBuilder,
+};
 pub use config::AutoCdcConfig;
 pub use error::CdcError;
 pub use session::CdcSession;

@@ -11,6 +11,7 @@
 //! | `duration_ms`            | `BIGINT`               | from planning to the commit              |
 //! | `details`                | `VARCHAR`              | what a commit without data says (a skipped snapshot version), else NULL |
 //! | `expectations`           | `VARCHAR`              | JSON: per expectation of the table, the rows `passed`, `failed`, `dropped`; NULL without |
+//! | `update_id`              | `VARCHAR`              | the `REFRESH PIPELINE` update the commit belongs to, else NULL |
 
 use std::sync::{Arc, LazyLock};
 
@@ -51,6 +52,7 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         count("duration_ms"),
         Field::new("details", DataType::Utf8, true),
         Field::new("expectations", DataType::Utf8, true),
+        Field::new("update_id", DataType::Utf8, true),
     ]))
 });
 
@@ -182,6 +184,11 @@ fn batch(entries: &[Entry]) -> Result<RecordBatch> {
                 entries
                     .iter()
                     .map(|e| event_of(e).and_then(|ev| ev.expectations.as_deref())),
+            )),
+            Arc::new(StringArray::from_iter(
+                entries
+                    .iter()
+                    .map(|e| event_of(e).and_then(|ev| ev.update_id.as_deref())),
             )),
         ],
     )?)

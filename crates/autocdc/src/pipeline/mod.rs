@@ -120,6 +120,7 @@ pub enum Planning {
 
 pub mod append;
 pub mod checkpoint;
+pub mod dependencies;
 pub mod dml;
 pub mod source;
 pub mod staged;
@@ -657,6 +658,7 @@ pub async fn plan_update(
         operation,
         started,
         expectations,
+        update_id: crate::table::event::current_update_id(),
     };
     let write = WriteRequest {
         target: table.name().clone(),

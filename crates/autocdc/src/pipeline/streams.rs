@@ -43,14 +43,14 @@ pub(super) const CHANGES_SCAN: &str = "__cdc_source_changes";
 
 /// One stream of a query: the table as written, how it is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Stream {
-    table: String,
+pub(super) struct Stream {
+    pub(super) table: String,
     read: StreamRead,
 }
 
 /// The stream a table factor names, if it is one; an error for a stream
 /// with options it does not know.
-fn stream_of(factor: &TableFactor) -> Option<Result<Stream>> {
+pub(super) fn stream_of(factor: &TableFactor) -> Option<Result<Stream>> {
     let TableFactor::Table {
         name,
         alias,

@@ -78,6 +78,7 @@ impl CdcSession {
         } else {
             check_joins_target(&spec, meta.flows.values(), &target, &target_columns)?;
         }
+        self.refuse_cycles(&spec, &target).await?;
         self.run_flow(&table, &spec, true).await
     }
 

@@ -33,6 +33,7 @@ mod create_flow;
 mod create_table;
 mod drop_table;
 mod explain;
+mod pipeline;
 mod refresh;
 mod show_properties;
 mod snapshot_flows;
@@ -198,6 +199,10 @@ impl CdcSession {
                     },
                     None => self.empty(),
                 }
+            }
+            CdcStatement::RefreshPipeline { schema, full } => {
+                let update = self.run_pipeline(schema.as_deref(), &full).await?;
+                self.ctx.read_batch(pipeline::pipeline_result(&update)?)
             }
             CdcStatement::CreateFlow(spec) => {
                 let batches = self.create_flow(*spec).await?;

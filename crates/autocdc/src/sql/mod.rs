@@ -1,8 +1,11 @@
 //! The SQL front end: our statements, recognised before DataFusion sees them.
 //!
 //! ```text
-//! CREATE [OR REFRESH] STREAMING TABLE [IF NOT EXISTS] name [(col type, ...)]
+//! CREATE [OR REFRESH] STREAMING TABLE [IF NOT EXISTS] name
+//!     [(col type, ..., CONSTRAINT c EXPECT (cond) [ON VIOLATION ...], ...)]
 //!     [COMMENT '...'] [TBLPROPERTIES ('key' = 'value', ...)]
+//!     [AS query | FLOW AUTO CDC [ONCE] FROM ...]
+//! CREATE FLOW flow AS INSERT INTO [ONCE] target BY NAME query
 //! CREATE FLOW flow AS AUTO CDC [ONCE] INTO target FROM {t | stream(t) | (query)}
 //!     KEYS (k, ...) [IGNORE NULL UPDATES [ON ...]] [APPLY AS DELETE WHEN cond]
 //!     [APPLY AS TRUNCATE WHEN cond] SEQUENCE BY {col | STRUCT(c, ...)}
@@ -11,8 +14,9 @@
 //!     [COLUMNS TO UPDATE col]
 //! APPLY CHANGES INTO target FROM ...          -- synonym, flow named after target
 //! REFRESH STREAMING TABLE name [FULL]
+//! REFRESH PIPELINE [schema] [FULL [(name, ...)]]
 //! DROP STREAMING TABLE [IF EXISTS] name
-//! EXPLAIN [ANALYZE] [VERBOSE] REFRESH STREAMING TABLE name
+//! EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f] REFRESH STREAMING TABLE name
 //! ```
 //! Every other statement goes to DataFusion unchanged.
 
@@ -20,7 +24,7 @@ mod parser;
 mod update_targets;
 
 pub use parser::{
-    parse_cdc_statement, CdcStatement, CreateStreamingTable, MergeAction, MergeClause,
+    parse_cdc_statement, CdcStatement, CreateStreamingTable, FullRefresh, MergeAction, MergeClause,
     MergeStatement,
 };
 pub use update_targets::fold_update_targets;

@@ -86,9 +86,29 @@ pub enum MergeAction {
     },
 }
 
+/// Which tables of a pipeline update start from scratch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FullRefresh {
+    /// None: every table reads what is new.
+    #[default]
+    None,
+    /// `FULL`: every table.
+    All,
+    /// `FULL (t, ...)`: these tables and every table that reads them.
+    Tables(Vec<TableName>),
+}
+
 /// A statement of ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CdcStatement {
+    /// `REFRESH PIPELINE [schema] [FULL [(t, ...)]]`: every streaming table
+    /// (of the schema) updated once, in dependency order.
+    RefreshPipeline {
+        /// Only this schema's tables.
+        schema: Option<String>,
+        /// What starts from scratch.
+        full: FullRefresh,
+    },
     /// `CREATE [OR REFRESH] STREAMING TABLE`.
     CreateStreamingTable(CreateStreamingTable),
     /// `CREATE FLOW ... AS AUTO CDC INTO` / `APPLY CHANGES INTO`.
@@ -343,6 +363,35 @@ impl CdcParser<'_> {
             }
         } else if self.peek_word(0, "APPLY") && self.peek_word(1, "CHANGES") {
             self.flow_body(None)?
+        } else if self.peek_word(0, "REFRESH") && self.peek_word(1, "PIPELINE") {
+            self.p.next_token();
+            self.p.next_token();
+            let schema = if self.peek_word(0, "FULL") {
+                None
+            } else {
+                match self.p.peek_token().token {
+                    Token::Word(_) => {
+                        let schema = self.p.parse_identifier()?;
+                        Some(self.ident(&schema))
+                    }
+                    _ => None,
+                }
+            };
+            let full = if self.word("FULL") {
+                if self.p.consume_token(&Token::LParen) {
+                    let mut tables = vec![self.table_name()?];
+                    while self.p.consume_token(&Token::Comma) {
+                        tables.push(self.table_name()?);
+                    }
+                    self.expect_token(Token::RParen)?;
+                    FullRefresh::Tables(tables)
+                } else {
+                    FullRefresh::All
+                }
+            } else {
+                FullRefresh::None
+            };
+            CdcStatement::RefreshPipeline { schema, full }
         } else if self.peek_word(0, "REFRESH") && self.peek_word(1, "STREAMING") {
             self.p.next_token();
             self.p.next_token();

@@ -94,6 +94,8 @@ pub struct CommitRequest {
     pub started: Instant,
     /// The counts of the target's expectations on the update's rows.
     pub expectations: Option<Arc<ExpectationCounts>>,
+    /// The pipeline update it belongs to (taken when it was planned).
+    pub update_id: Option<String>,
 }
 
 /// The files one update wrote (nothing committed yet): what
@@ -139,6 +141,7 @@ pub async fn commit_written(
     event.input = counts.input_rows as u64;
     event.late = counts.late as u64;
     event.expectations = request.expectations.as_ref().map(|e| e.to_json());
+    event.update_id = request.update_id.clone();
     let mut actions = vec![event.action()];
     let mut files_removed = 0;
     if changed {

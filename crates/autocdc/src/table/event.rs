@@ -8,16 +8,34 @@
 //! | `operationParameters.flow`      | the flow that ran (absent for DML)            |
 //! | `operationParameters.details`   | what a commit without data says (a skipped snapshot version) |
 //! | `operationParameters.expectations` | the run's expectation counts (JSON)        |
+//! | `operationParameters.updateId`  | the pipeline update the commit belongs to     |
 //! | `operationMetrics.numUpsertedRows` … `durationMs` | the run's counts, as strings (as Spark writes them) |
 //!
 //! The state store's commit carries it, and the published table's commit of
 //! the same version copies it ([`super::published`]).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Instant;
 
 use deltalake_core::kernel::{Action, CommitInfo};
 use serde_json::Value;
+
+tokio::task_local! {
+    /// The pipeline update the running statement belongs to.
+    static UPDATE_ID: String;
+}
+
+/// Run `work` as part of the pipeline update `id`: the commits it makes
+/// say so in the event log.
+pub async fn in_pipeline_update<F: Future>(id: String, work: F) -> F::Output {
+    UPDATE_ID.scope(id, work).await
+}
+
+/// The pipeline update the running statement belongs to, if any.
+pub fn current_update_id() -> Option<String> {
+    UPDATE_ID.try_with(Clone::clone).ok()
+}
 
 /// What a commit did to a streaming table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +114,8 @@ pub struct CommitEvent {
     /// The target's expectations on the run's rows: a JSON array of
     /// `{"name", "passed", "failed", "dropped"}`.
     pub expectations: Option<String>,
+    /// The pipeline update it belongs to.
+    pub update_id: Option<String>,
 }
 
 /// The metric names, in [`CommitEvent`] order.
@@ -120,6 +140,7 @@ impl CommitEvent {
             duration_ms: started.elapsed().as_millis() as u64,
             details: None,
             expectations: None,
+            update_id: current_update_id(),
         }
     }
 
@@ -137,6 +158,9 @@ impl CommitEvent {
         }
         if let Some(details) = &self.details {
             parameters.insert("details".to_string(), Value::String(details.clone()));
+        }
+        if let Some(update_id) = &self.update_id {
+            parameters.insert("updateId".to_string(), Value::String(update_id.clone()));
         }
         if let Some(expectations) = &self.expectations {
             parameters.insert(
@@ -181,6 +205,7 @@ impl CommitEvent {
         let flow = parameter("flow");
         let details = parameter("details");
         let expectations = parameter("expectations");
+        let update_id = parameter("updateId");
         let metrics = info.info.get("operationMetrics").and_then(Value::as_object);
         let metric = |name: &str| -> Option<u64> {
             let value = metrics?.get(name)?;
@@ -200,6 +225,7 @@ impl CommitEvent {
                 duration_ms: metric(METRICS[4]).unwrap_or(0),
                 details,
                 expectations,
+                update_id,
             },
             counted,
         ))

@@ -1,0 +1,195 @@
+//! Pipelines (SPEC §4.7): the streaming tables of a warehouse (or of one
+//! schema) updated once each, every table after the tables it reads
+//! (`REFRESH PIPELINE`, [`CdcSession::update_pipeline`]); flows that would
+//! close a cycle are refused when defined.
+//!
+//! | table                               | in the update                            |
+//! |-------------------------------------|------------------------------------------|
+//! | its tables upstream all succeeded   | refreshed (`FULL` when asked, see below) |
+//! | its refresh fails                   | `failed`, with the error's first line    |
+//! | an upstream table failed or skipped | `skipped`, naming it                     |
+//!
+//! `FULL` refreshes every table from scratch; `FULL (t, …)` those tables
+//! and every table that reads them, directly or not. Every commit of the
+//! update carries its `update_id` in the event log.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{DataFusionError, Result};
+
+use super::CdcSession;
+use crate::api::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
+use crate::pipeline::dependencies::{flow_reads, PipelineGraph};
+use crate::spec::FlowSpec;
+use crate::sql::FullRefresh;
+use crate::table::event::in_pipeline_update;
+use crate::table::TableName;
+
+impl CdcSession {
+    /// The pipeline of the warehouse's streaming tables (of `schema` only).
+    async fn pipeline_graph(&self, schema: Option<&str>) -> Result<PipelineGraph> {
+        let mut tables = Vec::new();
+        for name in self.warehouse.list_tables().await? {
+            if schema.is_some_and(|s| name.schema != s) {
+                continue;
+            }
+            let table = self.table(&name).await?;
+            let flows: Vec<FlowSpec> = table.meta().flows.into_values().collect();
+            tables.push((name, flows));
+        }
+        PipelineGraph::new(tables.iter().map(|(n, f)| (n.clone(), f.iter())))
+    }
+
+    /// Refuse `flow` into `target` if the tables it reads read `target`.
+    pub(super) async fn refuse_cycles(&self, flow: &FlowSpec, target: &TableName) -> Result<()> {
+        let reads = flow_reads(flow)?;
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let graph = self.pipeline_graph(None).await?;
+        for upstream in &reads {
+            let path = if upstream == target {
+                Some(vec![target.clone()])
+            } else if graph.upstream.contains_key(upstream) {
+                graph.path(target, upstream)
+            } else {
+                None
+            };
+            if let Some(mut path) = path {
+                path.push(target.clone());
+                let path: Vec<String> = path.iter().map(|t| t.to_string()).collect();
+                return Err(DataFusionError::Plan(format!(
+                    "flow '{}': reading '{upstream}' into '{target}' closes a cycle ({}): a pipeline's tables cannot read themselves",
+                    flow.name,
+                    path.join(" → ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Update every table of the pipeline once (see the module docs).
+    pub(crate) async fn run_pipeline(
+        &self,
+        schema: Option<&str>,
+        full: &FullRefresh,
+    ) -> Result<PipelineUpdate> {
+        let graph = self.pipeline_graph(schema).await?;
+        let order = graph.order()?;
+        let from_scratch: BTreeSet<TableName> = match full {
+            FullRefresh::None => BTreeSet::new(),
+            FullRefresh::All => order.iter().cloned().collect(),
+            FullRefresh::Tables(tables) => {
+                let mut set = BTreeSet::new();
+                for t in tables {
+                    if !graph.upstream.contains_key(t) {
+                        return Err(DataFusionError::Plan(format!(
+                            "REFRESH PIPELINE … FULL ({t}): '{t}' is not a streaming table of the pipeline"
+                        )));
+                    }
+                    set.insert(t.clone());
+                    set.extend(graph.downstream_of(t));
+                }
+                set
+            }
+        };
+        let update_id = uuid::Uuid::new_v4().to_string();
+        let mut tables: Vec<TableUpdate> = Vec::with_capacity(order.len());
+        for name in order {
+            let blocked = graph.upstream.get(&name).and_then(|reads| {
+                tables
+                    .iter()
+                    .find(|t| reads.contains(&t.table) && !matches!(t.status, TableStatus::Updated))
+            });
+            if let Some(upstream) = blocked {
+                let message = format!("upstream '{}' was not updated", upstream.table);
+                tables.push(TableUpdate {
+                    table: name,
+                    status: TableStatus::Skipped,
+                    runs: vec![],
+                    message: Some(message),
+                });
+                continue;
+            }
+            let full = from_scratch.contains(&name);
+            let refreshed = in_pipeline_update(update_id.clone(), self.refresh(&name, full)).await;
+            let update = match refreshed.and_then(|batches| UpdateMetrics::from_batches(&batches)) {
+                Ok(runs) => TableUpdate {
+                    table: name,
+                    status: TableStatus::Updated,
+                    runs,
+                    message: None,
+                },
+                Err(e) => TableUpdate {
+                    table: name,
+                    status: TableStatus::Failed,
+                    runs: vec![],
+                    message: Some(e.to_string().lines().next().unwrap_or_default().to_string()),
+                },
+            };
+            tables.push(update);
+        }
+        Ok(PipelineUpdate { update_id, tables })
+    }
+}
+
+/// The columns of `REFRESH PIPELINE`'s result: one row per table.
+pub(super) fn pipeline_result_schema() -> SchemaRef {
+    let count = |name: &str| Field::new(name, DataType::Int64, true);
+    Arc::new(Schema::new(vec![
+        Field::new("update_id", DataType::Utf8, false),
+        Field::new("table", DataType::Utf8, false),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("flows", DataType::Int64, false),
+        count("num_upserted_rows"),
+        count("num_deleted_rows"),
+        count("num_input_rows"),
+        count("num_late_rows_dropped"),
+        count("commit_version"),
+        Field::new("message", DataType::Utf8, true),
+    ]))
+}
+
+/// `update` as `REFRESH PIPELINE` prints it.
+pub(super) fn pipeline_result(update: &PipelineUpdate) -> Result<RecordBatch> {
+    let tables = &update.tables;
+    let sum = |f: fn(&UpdateMetrics) -> i64| -> Int64Array {
+        tables
+            .iter()
+            .map(|t| (t.status == TableStatus::Updated).then(|| t.runs.iter().map(f).sum::<i64>()))
+            .collect()
+    };
+    let version: Int64Array = tables
+        .iter()
+        .map(|t| t.runs.iter().filter_map(|r| r.commit_version).max())
+        .collect();
+    Ok(RecordBatch::try_new(
+        pipeline_result_schema(),
+        vec![
+            Arc::new(StringArray::from(vec![
+                update.update_id.as_str();
+                tables.len()
+            ])),
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|t| t.table.to_string()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|t| t.status.name()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                tables.iter().map(|t| t.runs.len() as i64),
+            )),
+            Arc::new(sum(|r| r.num_upserted_rows)),
+            Arc::new(sum(|r| r.num_deleted_rows)),
+            Arc::new(sum(|r| r.num_input_rows)),
+            Arc::new(sum(|r| r.num_late_rows_dropped)),
+            Arc::new(version),
+            Arc::new(StringArray::from_iter(
+                tables.iter().map(|t| t.message.as_deref()),
+            )),
+        ],
+    )?)
+}

@@ -1,0 +1,127 @@
+//! Pipeline updates through the Rust API and `REFRESH PIPELINE`'s result:
+//! one entry per table in dependency order, a failed table's readers
+//! skipped, one `update_id` for the whole update.
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::common::Result;
+use datafusion_autocdc::{AutoCdcConfig, CdcSession, TableStatus};
+
+async fn run(s: &CdcSession, sql: &str) -> Result<String> {
+    let batches = s.sql(sql).await?.collect().await?;
+    Ok(pretty_format_batches(&batches)?.to_string())
+}
+
+/// raw → bronze → silver, and `side` reading raw too; `other` in schema o.
+async fn session() -> Result<CdcSession> {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    for sql in [
+        "CREATE TABLE raw (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+        "CREATE STREAMING TABLE silver",
+        "CREATE STREAMING TABLE bronze",
+        "CREATE FLOW bronze AS AUTO CDC INTO bronze FROM raw KEYS (id) SEQUENCE BY seq",
+        "CREATE FLOW silver AS AUTO CDC INTO silver FROM bronze KEYS (id) SEQUENCE BY seq \
+         STORED AS SCD TYPE 2",
+        "CREATE STREAMING TABLE side",
+        "CREATE FLOW side AS AUTO CDC INTO side FROM (SELECT * FROM raw WHERE id IS NOT NULL) \
+         KEYS (id) SEQUENCE BY seq",
+        "CREATE STREAMING TABLE o.other",
+        "CREATE FLOW other AS AUTO CDC INTO o.other FROM raw KEYS (id) SEQUENCE BY seq",
+    ] {
+        run(&s, sql).await.map_err(|e| e.context(sql))?;
+    }
+    Ok(s)
+}
+
+#[tokio::test]
+async fn tables_update_in_dependency_order_and_failures_skip_their_readers() -> Result<()> {
+    let s = session().await?;
+    run(&s, "INSERT INTO raw VALUES (3, 'c', 2)").await?;
+    let update = s.update_pipeline().schema("public").await?;
+    let tables: Vec<(String, TableStatus)> = update
+        .tables
+        .iter()
+        .map(|t| (t.table.to_string(), t.status))
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            ("bronze".to_string(), TableStatus::Updated),
+            ("side".to_string(), TableStatus::Updated),
+            ("silver".to_string(), TableStatus::Updated),
+        ]
+    );
+    assert_eq!(update.tables[0].runs[0].num_upserted_rows, 1);
+    // every commit of the update carries its id
+    let tagged = run(
+        &s,
+        &format!(
+            "SELECT count(*) AS n FROM event_log('silver') WHERE update_id = '{}'",
+            update.update_id
+        ),
+    )
+    .await?;
+    assert!(tagged.contains("| 1 |"), "{tagged}");
+
+    // a NULL key fails bronze: silver is skipped, side goes on
+    run(&s, "INSERT INTO raw VALUES (NULL, 'x', 3), (4, 'd', 3)").await?;
+    let update = s.update_pipeline().await?;
+    let by_name = |name: &str| {
+        update
+            .tables
+            .iter()
+            .find(|t| t.table.to_string() == name)
+            .unwrap_or_else(|| panic!("{name} in {update:?}"))
+    };
+    assert_eq!(by_name("bronze").status, TableStatus::Failed);
+    assert!(
+        by_name("bronze")
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("NULL")),
+        "{update:?}"
+    );
+    assert_eq!(by_name("silver").status, TableStatus::Skipped);
+    assert_eq!(
+        by_name("silver").message.as_deref(),
+        Some("upstream 'bronze' was not updated")
+    );
+    assert_eq!(by_name("side").status, TableStatus::Updated);
+    assert_eq!(by_name("o.other").status, TableStatus::Failed);
+    Ok(())
+}
+
+#[tokio::test]
+async fn refresh_pipeline_prints_one_row_per_table() -> Result<()> {
+    let s = session().await?;
+    let out = run(&s, "REFRESH PIPELINE public FULL (bronze)").await?;
+    let rows: Vec<Vec<String>> = out
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.contains("update_id"))
+        .map(|l| {
+            l.split('|')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .skip(1) // the update id
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            // FULL (bronze): bronze and silver from scratch; side replays
+            ["bronze", "updated", "1", "2", "0", "2", "0", "3"],
+            ["side", "updated", "1", "0", "0", "2", "2", "2"],
+            ["silver", "updated", "1", "2", "0", "2", "0", "3"],
+        ],
+        "{out}"
+    );
+    let err = run(&s, "REFRESH PIPELINE FULL (nope)")
+        .await
+        .expect_err("no such table");
+    assert!(
+        err.to_string()
+            .contains("'nope' is not a streaming table of the pipeline"),
+        "{err}"
+    );
+    Ok(())
+}
