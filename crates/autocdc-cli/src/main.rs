@@ -3,8 +3,14 @@
 //! ```text
 //! autocdc [--warehouse URL] [--ballista df://HOST:PORT|standalone]
 //!         [-c SQL]... [-f FILE]... [--format F] [--maxrows N] [-q]
+//! autocdc run [-f DEFS.sql]... [--full-refresh all|t1,t2] [options as above]
 //! ```
 //!
+//! * `run` updates the pipeline once: the statements of the `-f` files are
+//!   its definitions, applied idempotently (tables and flows that exist as
+//!   defined are left alone, see `CdcSession::define`), then every
+//!   streaming table is updated in dependency order (`REFRESH PIPELINE`) and
+//!   its result printed; the exit code is non-zero if a table failed;
 //! * `--ballista` runs every update of the session on an Apache DataFusion
 //!   Ballista cluster: `df://HOST:PORT` reaches a running `autocdc-scheduler`,
 //!   `standalone` starts a scheduler and two executors in this process (it
@@ -40,7 +46,8 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::format::ExplainFormat;
 use datafusion::error::{DataFusionError, Result};
-use datafusion_autocdc::{AutoCdcConfig, CdcSession};
+use datafusion_autocdc::session::Defined;
+use datafusion_autocdc::{AutoCdcConfig, CdcSession, PipelineUpdate, TableStatus};
 
 use crate::print::{Format, MaxRows, PrintOptions};
 use crate::progress::Progress;
@@ -62,7 +69,7 @@ const QUIT_COMMAND: &str = "\\q";
 )]
 struct Args {
     /// Run the statements of a SQL script, then exit (may be repeated).
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", value_name = "FILE", global = true)]
     files: Vec<PathBuf>,
 
     /// Run the statements of a command string, then exit (may be repeated; runs
@@ -72,25 +79,41 @@ struct Args {
 
     /// Warehouse location: a local folder (created if missing), `file://...`, or
     /// another object store URL.
-    #[arg(long, value_name = "URL", default_value = "./warehouse")]
+    #[arg(long, value_name = "URL", default_value = "./warehouse", global = true)]
     warehouse: String,
 
     /// Run updates on a Ballista cluster: `df://HOST:PORT` (a running
     /// `autocdc-scheduler`) or `standalone` (one started in this process).
-    #[arg(long, value_name = "CLUSTER")]
+    #[arg(long, value_name = "CLUSTER", global = true)]
     ballista: Option<String>,
 
     /// Output format of results.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
+    #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
     format: Format,
 
     /// Rows a result table shows at most (`inf`: all).
-    #[arg(long, value_name = "N", default_value = "inf")]
+    #[arg(long, value_name = "N", default_value = "inf", global = true)]
     maxrows: MaxRows,
 
     /// Print results only: no row count and elapsed time.
-    #[arg(short, long)]
+    #[arg(short, long, global = true)]
     quiet: bool,
+
+    #[command(subcommand)]
+    command: Option<Subcommand>,
+}
+
+/// What to do instead of running statements.
+#[derive(Debug, clap::Subcommand)]
+enum Subcommand {
+    /// Apply the definitions of the `-f` files idempotently, then update
+    /// every streaming table once in dependency order.
+    Run {
+        /// Tables to update from scratch (and every table reading them), or
+        /// `all`.
+        #[arg(long, value_name = "all|T1,T2")]
+        full_refresh: Option<String>,
+    },
 }
 
 /// The shell: a session and how it prints results.
@@ -155,6 +178,15 @@ async fn run(args: Args, session: CdcSession) -> ExitCode {
             quiet: args.quiet,
         },
     };
+    if let Some(Subcommand::Run { full_refresh }) = &args.command {
+        return match run_pipeline(&shell, &args.files, full_refresh.as_deref()).await {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("Error: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.commands.is_empty() && args.files.is_empty() {
         return interactive(&shell).await;
     }
@@ -184,6 +216,84 @@ fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
         Some(path) if !path.is_empty() => std::fs::create_dir_all(path),
         _ => Ok(()),
     }
+}
+
+/// `autocdc run`: apply the definitions of `files`, then one pipeline update;
+/// a failure exit code when a table failed or was skipped.
+async fn run_pipeline(
+    shell: &Shell,
+    files: &[PathBuf],
+    full_refresh: Option<&str>,
+) -> Result<ExitCode> {
+    for path in files {
+        let script = std::fs::read_to_string(path).map_err(|error| {
+            DataFusionError::Execution(format!("cannot read {}: {error}", path.display()))
+        })?;
+        for statement in script_statements(&script) {
+            if let Defined::Unchanged(what) = shell.session.define(&statement).await? {
+                if !shell.print.quiet {
+                    eprintln!("{what}: unchanged");
+                }
+            }
+        }
+    }
+    let mut update = shell.session.update_pipeline();
+    match full_refresh {
+        None => {}
+        Some("all") => update = update.full_refresh_all(),
+        Some(tables) => update = update.full_refresh(tables.split(',').map(str::trim))?,
+    }
+    let start = Instant::now();
+    let update = update.await?;
+    let result = pipeline_batch(&update)?;
+    shell.print.print(
+        &mut io::stdout().lock(),
+        &result.schema(),
+        std::slice::from_ref(&result),
+        start.elapsed(),
+    )?;
+    let ok = update
+        .tables
+        .iter()
+        .all(|t| t.status == TableStatus::Updated);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// One row per table of `update`.
+fn pipeline_batch(update: &PipelineUpdate) -> Result<RecordBatch> {
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("table", DataType::Utf8, false),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("num_upserted_rows", DataType::Int64, false),
+        Field::new("num_deleted_rows", DataType::Int64, false),
+        Field::new("message", DataType::Utf8, true),
+    ]));
+    let tables = &update.tables;
+    let sum = |f: fn(&datafusion_autocdc::api::UpdateMetrics) -> i64| {
+        Int64Array::from_iter_values(tables.iter().map(|t| t.runs.iter().map(f).sum::<i64>()))
+    };
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|t| t.table.to_string()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|t| t.status.name()),
+            )),
+            Arc::new(sum(|r| r.num_upserted_rows)),
+            Arc::new(sum(|r| r.num_deleted_rows)),
+            Arc::new(StringArray::from_iter(
+                tables.iter().map(|t| t.message.as_deref()),
+            )),
+        ],
+    )?)
 }
 
 /// Runs the statements of the SQL script at `path`, stopping at the first error.

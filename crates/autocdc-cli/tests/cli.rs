@@ -284,3 +284,93 @@ fn readme_sql_example_runs() {
     assert!(text.contains("124,Raul,Oaxaca"), "{text}");
     assert!(text.contains("_change_type"), "{text}");
 }
+
+/// `autocdc run -f defs.sql`: the definitions apply once (a second run
+/// leaves them alone), then every table updates in dependency order; a
+/// failing table fails the run and skips its readers.
+#[test]
+fn run_applies_definitions_and_updates_the_pipeline() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let source = dir.path().join("events");
+    std::fs::create_dir_all(&source).expect("a source folder");
+    let write = |name: &str, rows: &str| {
+        std::fs::write(source.join(name), format!("id,v,seq\n{rows}")).expect("a file")
+    };
+    write("1.csv", "1,a,1\n2,b,1\n");
+    let defs = dir.path().join("defs.sql");
+    std::fs::write(
+        &defs,
+        format!(
+            "CREATE EXTERNAL TABLE events (id INT, v TEXT, seq INT) STORED AS CSV LOCATION '{}/' \
+               OPTIONS ('format.has_header' 'true');
+             CREATE OR REFRESH STREAMING TABLE bronze FLOW AUTO CDC FROM events KEYS (id)
+               SEQUENCE BY seq COLUMNS (id, v);
+             CREATE OR REFRESH STREAMING TABLE silver FLOW AUTO CDC
+               FROM (SELECT * FROM STREAM(bronze) WITH (readChangeFeed = true)
+                     WHERE _change_type <> 'update_preimage')
+               KEYS (id) APPLY AS DELETE WHEN _change_type = 'delete'
+               SEQUENCE BY _commit_version COLUMNS (id, v) STORED AS SCD TYPE 2;",
+            source.display()
+        ),
+    )
+    .expect("definitions");
+    let warehouse = dir.path().join("warehouse");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .args(["run", "-q", "--format", "csv", "-f"])
+            .arg(&defs)
+            .args(extra)
+            .output()
+            .expect("run autocdc")
+    };
+    // (definitions apply in file order: a flow's upstream tables first)
+    let first = run(&[]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    write("2.csv", "1,a2,2\n3,c,2\n");
+    let second = run(&[]);
+    let out = stdout(&second);
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(
+        out,
+        "table,status,num_upserted_rows,num_deleted_rows,message\n\
+         bronze,updated,2,0,\n\
+         silver,updated,2,0,\n"
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.is_empty(), "{stderr}");
+    let (check, _) = (
+        Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .args(["-q", "--format", "csv", "-c"])
+            .arg("SELECT id, v, __END_AT IS NULL AS current FROM silver ORDER BY id, __START_AT")
+            .output()
+            .expect("run autocdc"),
+        (),
+    );
+    assert_eq!(
+        stdout(&check),
+        "id,v,current\n1,a,false\n1,a2,true\n2,b,true\n3,c,true\n"
+    );
+
+    // a bad row fails bronze and skips silver; the run fails
+    write("3.csv", "4,d,3\n,nokey,3\n");
+    let failed = run(&[]);
+    assert!(!failed.status.success());
+    let out = stdout(&failed);
+    assert!(out.contains("bronze,failed,0,0,"), "{out}");
+    assert!(
+        out.contains("silver,skipped,0,0,upstream 'bronze' was not updated"),
+        "{out}"
+    );
+}

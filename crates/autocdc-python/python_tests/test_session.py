@@ -293,3 +293,24 @@ class Flows(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Pipelines(unittest.TestCase):
+    def test_update_pipeline_runs_tables_in_dependency_order(self) -> None:
+        folder = tempfile.mkdtemp()
+        s = cdc.CdcSession(os.path.join(folder, "warehouse"))
+        s.register("raw", pa.table({"id": pa.array([1, 2], pa.int32()), "v": ["a", "b"],
+                                    "seq": pa.array([1, 1], pa.int32())}))
+        s.create_streaming_table("bronze")
+        s.create_auto_cdc_flow(target="bronze", source="raw", keys=["id"], sequence_by="seq")
+        s.create_streaming_table("silver")
+        s.create_auto_cdc_flow(target="silver", source="bronze", keys=["id"], sequence_by="seq",
+                               stored_as_scd_type=2)
+        update = s.update_pipeline()
+        self.assertEqual([(t["table"], t["status"]) for t in update["tables"]],
+                         [("bronze", "updated"), ("silver", "updated")])
+        full = s.update_pipeline(full_refresh=["silver"])
+        self.assertEqual([t["runs"][0]["num_upserted_rows"] for t in full["tables"]], [0, 2])
+        self.assertNotEqual(full["update_id"], update["update_id"])
+        with self.assertRaises(TypeError):
+            s.update_pipeline(full_refresh=3)

@@ -403,6 +403,63 @@ impl PyCdcSession {
         metrics_list(py, &runs)
     }
 
+    /// Update every streaming table of the warehouse (of `schema`) once,
+    /// each after the tables it reads (`REFRESH PIPELINE`). `full_refresh`:
+    /// `True` (every table from scratch) or a list of tables (those and
+    /// their readers). Returns `{"update_id", "tables": [{"table", "status",
+    /// "runs", "message"}]}`, tables in the order they ran; a table whose
+    /// upstream failed is `"skipped"`.
+    #[pyo3(signature = (*, schema = None, full_refresh = None))]
+    fn update_pipeline<'py>(
+        &self,
+        py: Python<'py>,
+        schema: Option<String>,
+        full_refresh: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        enum Full {
+            None,
+            All,
+            Tables(Vec<String>),
+        }
+        let full = match full_refresh {
+            None => Full::None,
+            Some(v) => match v.extract::<bool>() {
+                Ok(true) => Full::All,
+                Ok(false) => Full::None,
+                Err(_) => Full::Tables(v.extract::<Vec<String>>().map_err(|_| {
+                    PyTypeError::new_err(
+                        "update_pipeline: full_refresh is True or a list of table names",
+                    )
+                })?),
+            },
+        };
+        let update = self.run(py, move |s| async move {
+            let mut update = s.update_pipeline();
+            if let Some(schema) = schema {
+                update = update.schema(schema);
+            }
+            let update = match full {
+                Full::None => update,
+                Full::All => update.full_refresh_all(),
+                Full::Tables(tables) => update.full_refresh(tables)?,
+            };
+            update.await
+        })?;
+        let tables = PyList::empty(py);
+        for t in &update.tables {
+            let entry = PyDict::new(py);
+            entry.set_item("table", t.table.to_string())?;
+            entry.set_item("status", t.status.name())?;
+            entry.set_item("runs", metrics_list(py, &t.runs)?)?;
+            entry.set_item("message", t.message.as_deref())?;
+            tables.append(entry)?;
+        }
+        let result = PyDict::new(py);
+        result.set_item("update_id", &update.update_id)?;
+        result.set_item("tables", tables)?;
+        Ok(result)
+    }
+
     /// Create an append flow (the reference's `@dp.append_flow`) and run it
     /// once; returns its metrics. `source`: a streaming table whose new rows
     /// each run appends (with `once`, any table or registered data, appended

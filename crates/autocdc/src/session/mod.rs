@@ -34,6 +34,8 @@ mod create_table;
 mod drop_table;
 mod explain;
 mod pipeline;
+
+pub use pipeline::Defined;
 mod refresh;
 mod show_properties;
 mod snapshot_flows;

@@ -28,7 +28,68 @@ use crate::sql::FullRefresh;
 use crate::table::event::in_pipeline_update;
 use crate::table::TableName;
 
+/// What [`CdcSession::define`] did with a statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Defined {
+    /// It ran (a new table or flow, or any other statement).
+    Applied,
+    /// The table or flow it defines exists as defined: nothing ran.
+    Unchanged(String),
+}
+
 impl CdcSession {
+    /// Run one statement of a pipeline's definitions idempotently (`autocdc
+    /// run -f defs.sql`): a `CREATE [OR REFRESH] STREAMING TABLE` of an
+    /// existing table and a `CREATE FLOW` of an existing flow with the same
+    /// definition do nothing; a flow defined differently from its stored
+    /// definition is an error naming it; anything else runs as `sql` runs it.
+    pub async fn define(&self, sql: &str) -> Result<Defined> {
+        let state = self.ctx.state();
+        let options = state.config().options();
+        let dialect = options.sql_parser.dialect.to_string();
+        let normalize = options.sql_parser.enable_ident_normalization;
+        let flow = match crate::sql::parse_cdc_statement(sql, &dialect, normalize)? {
+            Some(crate::sql::CdcStatement::CreateFlow(spec)) => Some(*spec),
+            Some(crate::sql::CdcStatement::CreateStreamingTable(c)) => {
+                if !self.warehouse.exists(&c.name).await? {
+                    self.sql(sql).await?.collect().await?;
+                    return Ok(Defined::Applied);
+                }
+                let flow = c.query.clone().map(|query| {
+                    FlowSpec::append(
+                        c.name.table.clone(),
+                        c.name.to_string(),
+                        query,
+                        c.dialect.clone(),
+                    )
+                });
+                match flow.or(c.flow.map(|f| *f)) {
+                    Some(flow) => Some(flow),
+                    None => return Ok(Defined::Unchanged(format!("streaming table '{}'", c.name))),
+                }
+            }
+            _ => None,
+        };
+        let Some(flow) = flow else {
+            self.sql(sql).await?.collect().await?;
+            return Ok(Defined::Applied);
+        };
+        let target = TableName::parse(&flow.target)?;
+        if self.warehouse.exists(&target).await? {
+            if let Some(stored) = self.table(&target).await?.meta().flows.get(&flow.name) {
+                if stored == &flow {
+                    return Ok(Defined::Unchanged(format!("flow '{}'", flow.name)));
+                }
+                return Err(DataFusionError::Plan(format!(
+                    "flow '{}': its definition differs from the one '{target}' holds; drop the table (or define the flow under another name) to change it",
+                    flow.name
+                )));
+            }
+        }
+        self.sql(sql).await?.collect().await?;
+        Ok(Defined::Applied)
+    }
+
     /// The pipeline of the warehouse's streaming tables (of `schema` only).
     async fn pipeline_graph(&self, schema: Option<&str>) -> Result<PipelineGraph> {
         let mut tables = Vec::new();
