@@ -3,14 +3,21 @@
 //! ```text
 //! autocdc [--warehouse URL] [--ballista df://HOST:PORT|standalone]
 //!         [-c SQL]... [-f FILE]... [--format F] [--maxrows N] [-q]
-//! autocdc run [-f DEFS.sql]... [--full-refresh all|t1,t2] [options as above]
+//! autocdc run [-f DEFS.sql]... [--full-refresh all|t1,t2]
+//!             [--continuous [--trigger-interval 5s]] [options as above]
 //! ```
 //!
 //! * `run` updates the pipeline once: the statements of the `-f` files are
 //!   its definitions, applied idempotently (tables and flows that exist as
 //!   defined are left alone, see `CdcSession::define`), then every
 //!   streaming table is updated in dependency order (`REFRESH PIPELINE`) and
-//!   its result printed; the exit code is non-zero if a table failed;
+//!   its result printed; the exit code is non-zero if a table failed. With
+//!   `--continuous` it goes on: each cycle updates the tables with something
+//!   new to read (see `CdcSession::update_pipeline`'s `only_changed`: flows
+//!   reading their sources whole run in a plain `run` only), prints a
+//!   progress line to stderr, and sleeps the interval when nothing was new; a failed cycle is
+//!   reported and retried after a growing pause; SIGINT or SIGTERM ends it
+//!   after the running update, with exit code 0;
 //! * `--ballista` runs every update of the session on an Apache DataFusion
 //!   Ballista cluster: `df://HOST:PORT` reaches a running `autocdc-scheduler`,
 //!   `standalone` starts a scheduler and two executors in this process (it
@@ -47,7 +54,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::format::ExplainFormat;
 use datafusion::error::{DataFusionError, Result};
 use datafusion_autocdc::session::Defined;
-use datafusion_autocdc::{AutoCdcConfig, CdcSession, PipelineUpdate, TableStatus};
+use datafusion_autocdc::{AutoCdcConfig, CdcSession, PipelineUpdate, TableStatus, TableUpdate};
 
 use crate::print::{Format, MaxRows, PrintOptions};
 use crate::progress::Progress;
@@ -113,6 +120,12 @@ enum Subcommand {
         /// `all`.
         #[arg(long, value_name = "all|T1,T2")]
         full_refresh: Option<String>,
+        /// Keep updating until SIGINT / SIGTERM.
+        #[arg(long)]
+        continuous: bool,
+        /// Pause of a continuous run when nothing was new (`200ms`, `5s`, `1m`).
+        #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
+        trigger_interval: std::time::Duration,
     },
 }
 
@@ -178,8 +191,24 @@ async fn run(args: Args, session: CdcSession) -> ExitCode {
             quiet: args.quiet,
         },
     };
-    if let Some(Subcommand::Run { full_refresh }) = &args.command {
-        return match run_pipeline(&shell, &args.files, full_refresh.as_deref()).await {
+    if let Some(Subcommand::Run {
+        full_refresh,
+        continuous,
+        trigger_interval,
+    }) = &args.command
+    {
+        let run = if *continuous {
+            run_continuously(
+                &shell,
+                &args.files,
+                full_refresh.as_deref(),
+                *trigger_interval,
+            )
+            .await
+        } else {
+            run_pipeline(&shell, &args.files, full_refresh.as_deref()).await
+        };
+        return match run {
             Ok(code) => code,
             Err(error) => {
                 eprintln!("Error: {error}");
@@ -218,13 +247,27 @@ fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
     }
 }
 
-/// `autocdc run`: apply the definitions of `files`, then one pipeline update;
-/// a failure exit code when a table failed or was skipped.
-async fn run_pipeline(
-    shell: &Shell,
-    files: &[PathBuf],
-    full_refresh: Option<&str>,
-) -> Result<ExitCode> {
+/// `--trigger-interval`: `200ms`, `5s`, `1m` (a bare number: seconds).
+fn duration(text: &str) -> std::result::Result<std::time::Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration (200ms, 5s, 1m)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("'{text}': the unit is ms, s or m")),
+    };
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|e| format!("'{text}': {e}"))
+}
+
+/// Apply the definitions of `files` (see [`CdcSession::define`]).
+async fn apply_definitions(shell: &Shell, files: &[PathBuf]) -> Result<()> {
     for path in files {
         let script = std::fs::read_to_string(path).map_err(|error| {
             DataFusionError::Execution(format!("cannot read {}: {error}", path.display()))
@@ -237,14 +280,34 @@ async fn run_pipeline(
             }
         }
     }
-    let mut update = shell.session.update_pipeline();
+    Ok(())
+}
+
+/// One pipeline update of `session`.
+async fn update_once(
+    session: &CdcSession,
+    full_refresh: Option<&str>,
+    only_changed: bool,
+) -> Result<PipelineUpdate> {
+    let mut update = session.update_pipeline().only_changed(only_changed);
     match full_refresh {
         None => {}
         Some("all") => update = update.full_refresh_all(),
         Some(tables) => update = update.full_refresh(tables.split(',').map(str::trim))?,
     }
+    update.await
+}
+
+/// `autocdc run`: apply the definitions of `files`, then one pipeline update;
+/// a failure exit code when a table failed or was skipped.
+async fn run_pipeline(
+    shell: &Shell,
+    files: &[PathBuf],
+    full_refresh: Option<&str>,
+) -> Result<ExitCode> {
+    apply_definitions(shell, files).await?;
     let start = Instant::now();
-    let update = update.await?;
+    let update = update_once(&shell.session, full_refresh, false).await?;
     let result = pipeline_batch(&update)?;
     shell.print.print(
         &mut io::stdout().lock(),
@@ -261,6 +324,111 @@ async fn run_pipeline(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `autocdc run --continuous`: the definitions, then pipeline updates until
+/// SIGINT or SIGTERM (see the module docs).
+async fn run_continuously(
+    shell: &Shell,
+    files: &[PathBuf],
+    full_refresh: Option<&str>,
+    interval: std::time::Duration,
+) -> Result<ExitCode> {
+    apply_definitions(shell, files).await?;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (stop, stopping) = (Arc::clone(&stop), Arc::clone(&stopping));
+        tokio::spawn(async move {
+            stop_signal().await;
+            stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+            stop.notify_one();
+        });
+    }
+    let mut backoff = interval;
+    for cycle in 1u64.. {
+        let start = Instant::now();
+        // every cycle updates what has something new to read; the first
+        // also what --full-refresh names, from scratch
+        let first = cycle == 1;
+        let full = if first { full_refresh } else { None };
+        let pause = match update_once(&shell.session, full, true).await {
+            Ok(update) => {
+                backoff = interval;
+                let updated: Vec<&TableUpdate> = update
+                    .tables
+                    .iter()
+                    .filter(|t| t.status != TableStatus::Unchanged)
+                    .collect();
+                if !updated.is_empty() || first {
+                    let rows: i64 = updated
+                        .iter()
+                        .flat_map(|t| &t.runs)
+                        .map(|r| r.num_upserted_rows + r.num_deleted_rows)
+                        .sum();
+                    let failed: Vec<String> = updated
+                        .iter()
+                        .filter(|t| !matches!(t.status, TableStatus::Updated))
+                        .map(|t| format!("{} {}", t.table, t.status.name()))
+                        .collect();
+                    eprintln!(
+                        "cycle {cycle}: {} table(s) updated, {rows} row(s) changed, {} ms{}",
+                        updated.len() - failed.len(),
+                        start.elapsed().as_millis(),
+                        if failed.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {}", failed.join(", "))
+                        }
+                    );
+                }
+                // go again at once while there is work
+                if updated.is_empty() {
+                    interval
+                } else {
+                    std::time::Duration::ZERO
+                }
+            }
+            Err(error) => {
+                eprintln!("cycle {cycle} failed: {error}; retrying in {backoff:?}");
+                let pause = backoff;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
+                pause
+            }
+        };
+        if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.notified() => break,
+        }
+    }
+    eprintln!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// One row per table of `update`.

@@ -374,3 +374,132 @@ fn run_applies_definitions_and_updates_the_pipeline() {
         "{out}"
     );
 }
+
+/// `autocdc run --continuous`: files landing in a folder source over a few
+/// seconds reach the targets; SIGTERM ends the run with exit code 0; a run
+/// killed mid-cycle (SIGKILL) leaves nothing half-applied: the next run
+/// brings every table to what it should hold, each change appended once.
+#[test]
+fn a_continuous_run_follows_its_sources_and_stops_cleanly() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let source = dir.path().join("events");
+    std::fs::create_dir_all(&source).expect("a source folder");
+    let write = |n: usize| {
+        let rows: String = (0..20)
+            .map(|i| format!("{},v{n}_{i},{n}\n", (n * 7 + i) % 50))
+            .collect();
+        // written whole, then renamed: a reader never sees half a file
+        let tmp = dir.path().join(format!("{n}.tmp"));
+        std::fs::write(&tmp, format!("id,v,seq\n{rows}")).expect("a file");
+        std::fs::rename(&tmp, source.join(format!("{n:03}.csv"))).expect("landed");
+    };
+    let defs = dir.path().join("defs.sql");
+    std::fs::write(
+        &defs,
+        format!(
+            "CREATE EXTERNAL TABLE events (id INT, v TEXT, seq INT) STORED AS CSV LOCATION '{}/' \
+               OPTIONS ('format.has_header' 'true');
+             CREATE OR REFRESH STREAMING TABLE bronze FLOW AUTO CDC FROM events KEYS (id)
+               SEQUENCE BY seq COLUMNS (id, v);
+             CREATE OR REFRESH STREAMING TABLE feed AS
+               SELECT id, v, _change_type, _commit_version FROM STREAM(bronze) WITH (readChangeFeed = true);",
+            source.display()
+        ),
+    )
+    .expect("definitions");
+    let warehouse = dir.path().join("warehouse");
+    let start_run = |log: &str| {
+        Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .args(["run", "--continuous", "--trigger-interval", "200ms", "-f"])
+            .arg(&defs)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join(log)).expect("a log"))
+            .spawn()
+            .expect("autocdc run starts")
+    };
+    let query = |sql: &str| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .args(["-q", "--format", "csv", "-c", sql])
+            .output()
+            .expect("a query");
+        stdout(&out)
+    };
+    // what the targets should hold after files 1..=n: the last value of each key
+    let expected_bronze = |n: usize| {
+        let mut last = std::collections::BTreeMap::new();
+        for f in 1..=n {
+            for i in 0..20 {
+                last.insert((f * 7 + i) % 50, format!("v{f}_{i}"));
+            }
+        }
+        let rows: String = last.iter().map(|(k, v)| format!("{k},{v}\n")).collect();
+        format!("id,v\n{rows}")
+    };
+    let wait_for = |n: usize| {
+        let started = Instant::now();
+        loop {
+            let got = query("SELECT id, v FROM bronze ORDER BY id");
+            if got == expected_bronze(n) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "bronze never reached files 1..={n}:\n{got}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // the feed holds every change of bronze once
+    let feed_is_exact = || {
+        let sql = "SELECT id, v, _change_type, _commit_version FROM table_changes('bronze', 0) \
+                   ORDER BY _commit_version, id, _change_type";
+        let feed = "SELECT id, v, _change_type, _commit_version FROM feed \
+                    ORDER BY _commit_version, id, _change_type";
+        assert_eq!(query(feed), query(sql));
+    };
+
+    write(1);
+    let mut run = start_run("run1.log");
+    for n in 2..=5 {
+        std::thread::sleep(Duration::from_millis(400));
+        write(n);
+    }
+    wait_for(5);
+    let pid = run.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = run.wait().expect("the run ends");
+    let log = std::fs::read_to_string(dir.path().join("run1.log")).unwrap_or_default();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        log.contains("cycle 1:") && log.ends_with("stopped\n"),
+        "{log}"
+    );
+    feed_is_exact();
+
+    // SIGKILL in the middle of its cycles, then a new run recovers
+    for n in 6..=9 {
+        write(n);
+    }
+    let mut run = start_run("run2.log");
+    std::thread::sleep(Duration::from_millis(700));
+    run.kill().expect("SIGKILL");
+    let _ = run.wait();
+    let mut run = start_run("run3.log");
+    wait_for(9);
+    let pid = run.id().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(run.wait().expect("the run ends").success());
+    feed_is_exact();
+}

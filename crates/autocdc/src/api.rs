@@ -637,6 +637,8 @@ pub enum TableStatus {
     Failed,
     /// Not run: a table it reads was not updated.
     Skipped,
+    /// Not run: nothing new to read (updates of what changed only).
+    Unchanged,
 }
 
 impl TableStatus {
@@ -646,6 +648,7 @@ impl TableStatus {
             Self::Updated => "updated",
             Self::Failed => "failed",
             Self::Skipped => "skipped",
+            Self::Unchanged => "unchanged",
         }
     }
 }
@@ -678,6 +681,7 @@ pub struct UpdatePipelineBuilder<'a> {
     session: &'a CdcSession,
     schema: Option<String>,
     full: FullRefresh,
+    only_changed: bool,
 }
 
 impl CdcSession {
@@ -688,6 +692,7 @@ impl CdcSession {
             session: self,
             schema: None,
             full: FullRefresh::None,
+            only_changed: false,
         }
     }
 }
@@ -696,6 +701,12 @@ impl UpdatePipelineBuilder<'_> {
     /// Only the tables of `schema`.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());
+        self
+    }
+    /// Only the tables with something new to read (a continuous pipeline's
+    /// cycles after its first); the others are `Unchanged`.
+    pub fn only_changed(mut self, only_changed: bool) -> Self {
+        self.only_changed = only_changed;
         self
     }
     /// Every table from scratch (`FULL`).
@@ -724,7 +735,7 @@ impl<'a> IntoFuture for UpdatePipelineBuilder<'a> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             self.session
-                .run_pipeline(self.schema.as_deref(), &self.full)
+                .run_pipeline(self.schema.as_deref(), &self.full, self.only_changed)
                 .await
         })
     }

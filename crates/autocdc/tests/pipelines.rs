@@ -125,3 +125,51 @@ async fn refresh_pipeline_prints_one_row_per_table() -> Result<()> {
     );
     Ok(())
 }
+
+/// An update of what changed runs only the tables with something new to
+/// read, judged in order (an upstream commit of the same update counts);
+/// flows reading their source whole never count as changed.
+#[tokio::test]
+async fn an_update_of_what_changed_skips_tables_with_nothing_new() -> Result<()> {
+    let s = session().await?;
+    let statuses = |update: &datafusion_autocdc::PipelineUpdate| -> Vec<String> {
+        update
+            .tables
+            .iter()
+            .map(|t| format!("{} {}", t.table, t.status.name()))
+            .collect()
+    };
+    let update = s
+        .update_pipeline()
+        .schema("public")
+        .only_changed(true)
+        .await?;
+    assert_eq!(
+        statuses(&update),
+        ["bronze unchanged", "side unchanged", "silver unchanged"]
+    );
+    // bronze reads raw whole (never "changed"); refreshed by hand, it is
+    // new data for silver
+    run(&s, "INSERT INTO raw VALUES (3, 'c', 2)").await?;
+    run(&s, "REFRESH STREAMING TABLE bronze").await?;
+    let update = s
+        .update_pipeline()
+        .schema("public")
+        .only_changed(true)
+        .await?;
+    assert_eq!(
+        statuses(&update),
+        ["bronze unchanged", "side unchanged", "silver updated"]
+    );
+    assert_eq!(update.tables[2].runs[0].num_upserted_rows, 1);
+    let update = s
+        .update_pipeline()
+        .schema("public")
+        .only_changed(true)
+        .await?;
+    assert_eq!(
+        statuses(&update),
+        ["bronze unchanged", "side unchanged", "silver unchanged"]
+    );
+    Ok(())
+}

@@ -203,7 +203,7 @@ impl CdcSession {
                 }
             }
             CdcStatement::RefreshPipeline { schema, full } => {
-                let update = self.run_pipeline(schema.as_deref(), &full).await?;
+                let update = self.run_pipeline(schema.as_deref(), &full, false).await?;
                 self.ctx.read_batch(pipeline::pipeline_result(&update)?)
             }
             CdcStatement::CreateFlow(spec) => {

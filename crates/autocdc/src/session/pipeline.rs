@@ -12,20 +12,36 @@
 //! `FULL` refreshes every table from scratch; `FULL (t, …)` those tables
 //! and every table that reads them, directly or not. Every commit of the
 //! update carries its `update_id` in the event log.
+//!
+//! An update of what changed (continuous mode, after its first cycle)
+//! refreshes only the tables that have something new to read, judged just
+//! before their turn (so an upstream commit of the same update counts):
+//!
+//! | flow's source                                   | new when                          |
+//! |-------------------------------------------------|-----------------------------------|
+//! | checkpointed: a streaming table, a stream, a file folder | its checkpoint would move |
+//! | versioned snapshots (`WITH VERSION`)            | the version query offers a newer version |
+//! | read whole (a query without streams, an in-memory table), periodic snapshots, snapshot functions | never (such flows run on full updates only) |
+//! | `ONCE` flows                                    | never                             |
+//!
+//! Other tables are `unchanged`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::CdcSession;
 use crate::api::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
 use crate::pipeline::dependencies::{flow_reads, PipelineGraph};
-use crate::spec::FlowSpec;
+use crate::pipeline::source::{in_from_clause, plan_changes};
+use crate::spec::{FlowSource, FlowSpec};
 use crate::sql::FullRefresh;
 use crate::table::event::in_pipeline_update;
+use crate::table::properties::last_version_property;
+use crate::table::ScdTable;
 use crate::table::TableName;
 
 /// What [`CdcSession::define`] did with a statement.
@@ -132,11 +148,68 @@ impl CdcSession {
         Ok(())
     }
 
-    /// Update every table of the pipeline once (see the module docs).
+    /// Whether `table` has anything new to read (see the module docs).
+    async fn has_new_data(&self, table: &ScdTable) -> Result<bool> {
+        table.refresh().await?;
+        let meta = table.meta();
+        let state = self.ctx.state();
+        for flow in meta.flows.values().filter(|f| !f.once) {
+            match &flow.source {
+                FlowSource::Snapshot {
+                    version_query: Some(version_query),
+                    ..
+                } => {
+                    let last = match (
+                        meta.properties.get(&last_version_property(&flow.name)),
+                        &meta.sequence_type,
+                    ) {
+                        (Some(text), Some(t)) => {
+                            Some(ScalarValue::try_from_string(text.clone(), t)?)
+                        }
+                        _ => None,
+                    };
+                    let next = self
+                        .next_version(
+                            flow,
+                            version_query,
+                            last.clone(),
+                            meta.sequence_type.clone(),
+                        )
+                        .await?;
+                    let newer = match (next, &last) {
+                        (Some(_), None) => true,
+                        (Some((_, next)), Some(last)) => {
+                            next.partial_cmp(last) == Some(std::cmp::Ordering::Greater)
+                        }
+                        (None, _) => false,
+                    };
+                    if newer {
+                        return Ok(true);
+                    }
+                }
+                FlowSource::Snapshot { .. } | FlowSource::SnapshotFunction => {}
+                FlowSource::Table(_) | FlowSource::Query(_) => {
+                    let read = plan_changes(&state, flow, &meta)
+                        .await
+                        .map_err(|e| in_from_clause(&flow.name, e))?;
+                    if let Some((key, value)) = read.checkpoint {
+                        if meta.properties.get(&key) != Some(&value) {
+                            return Ok(true);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Update every table of the pipeline once (see the module docs);
+    /// `only_changed`: only the tables with something new to read.
     pub(crate) async fn run_pipeline(
         &self,
         schema: Option<&str>,
         full: &FullRefresh,
+        only_changed: bool,
     ) -> Result<PipelineUpdate> {
         let graph = self.pipeline_graph(schema).await?;
         let order = graph.order()?;
@@ -161,9 +234,10 @@ impl CdcSession {
         let mut tables: Vec<TableUpdate> = Vec::with_capacity(order.len());
         for name in order {
             let blocked = graph.upstream.get(&name).and_then(|reads| {
-                tables
-                    .iter()
-                    .find(|t| reads.contains(&t.table) && !matches!(t.status, TableStatus::Updated))
+                tables.iter().find(|t| {
+                    reads.contains(&t.table)
+                        && !matches!(t.status, TableStatus::Updated | TableStatus::Unchanged)
+                })
             });
             if let Some(upstream) = blocked {
                 let message = format!("upstream '{}' was not updated", upstream.table);
@@ -176,6 +250,23 @@ impl CdcSession {
                 continue;
             }
             let full = from_scratch.contains(&name);
+            if only_changed && !full {
+                let table = self.table(&name).await?;
+                let status = match self.has_new_data(&table).await {
+                    Ok(true) => None,
+                    Ok(false) => Some((TableStatus::Unchanged, None)),
+                    Err(e) => Some((TableStatus::Failed, Some(first_line(&e)))),
+                };
+                if let Some((status, message)) = status {
+                    tables.push(TableUpdate {
+                        table: name,
+                        status,
+                        runs: vec![],
+                        message,
+                    });
+                    continue;
+                }
+            }
             let refreshed = in_pipeline_update(update_id.clone(), self.refresh(&name, full)).await;
             let update = match refreshed.and_then(|batches| UpdateMetrics::from_batches(&batches)) {
                 Ok(runs) => TableUpdate {
@@ -188,13 +279,18 @@ impl CdcSession {
                     table: name,
                     status: TableStatus::Failed,
                     runs: vec![],
-                    message: Some(e.to_string().lines().next().unwrap_or_default().to_string()),
+                    message: Some(first_line(&e)),
                 },
             };
             tables.push(update);
         }
         Ok(PipelineUpdate { update_id, tables })
     }
+}
+
+/// The first line of an error's message.
+fn first_line(e: &DataFusionError) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 /// The columns of `REFRESH PIPELINE`'s result: one row per table.
