@@ -52,6 +52,7 @@ pub mod functions;
 pub mod logical;
 pub mod physical;
 pub mod pipeline;
+pub mod query;
 pub mod session;
 pub mod spec;
 pub mod sql;
@@ -67,6 +68,7 @@ pub use api::{
 };
 pub use config::AutoCdcConfig;
 pub use error::CdcError;
+pub use query::AutoCdcDataFrame;
 pub use session::CdcSession;
 pub use spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
 
