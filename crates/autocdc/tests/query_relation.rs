@@ -136,3 +136,34 @@ async fn the_relation_refuses_what_a_flow_refuses() -> Result<()> {
     );
     Ok(())
 }
+
+/// The SQL relation is the DataFrame method: same rows, and `EXPLAIN`
+/// shows the fold; the names it plans under do not outlive the statement.
+#[tokio::test]
+async fn the_sql_relation_plans_the_fold() -> Result<()> {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    text(
+        &s,
+        "CREATE TABLE ev (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (1, 'b', 2), (2, 'c', 1)",
+    )
+    .await?;
+    let sql = "SELECT * FROM AUTO CDC (SELECT * FROM ev) KEYS (id) SEQUENCE BY seq \
+               COLUMNS (id, v) STORED AS SCD TYPE 2 AS r ORDER BY id, __START_AT";
+    let rows = text(&s, sql).await?;
+    let flow = "CREATE FLOW q AS AUTO CDC INTO q FROM ev KEYS (id) SEQUENCE BY seq \
+                COLUMNS (id, v) STORED AS SCD TYPE 2";
+    let relation = s.context().table("ev").await?.auto_cdc(&spec(flow))?;
+    s.context()
+        .register_table("by_method", relation.into_view())?;
+    assert_eq!(
+        rows,
+        text(&s, "SELECT * FROM by_method ORDER BY id, __START_AT").await?
+    );
+    let plan = text(&s, &format!("EXPLAIN {sql}")).await?;
+    assert!(plan.contains("AutoCdcExec: flow=auto_cdc"), "{plan}");
+    let tables = text(&s, "SELECT table_name FROM information_schema.tables").await;
+    if let Ok(tables) = tables {
+        assert!(!tables.contains("__autocdc_relation"), "{tables}");
+    }
+    Ok(())
+}

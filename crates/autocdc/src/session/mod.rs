@@ -63,6 +63,9 @@ impl std::fmt::Debug for CdcSession {
     }
 }
 
+/// Names of `AUTO CDC (…)` relations while their query is planned.
+static RELATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl CdcSession {
     /// Open a session on a warehouse; every streaming table already stored
     /// there is registered.
@@ -158,6 +161,24 @@ impl CdcSession {
         let dialect = options.sql_parser.dialect.to_string();
         let normalize = options.sql_parser.enable_ident_normalization;
         match parse_cdc_statement(sql, &dialect, normalize)? {
+            // a query with `FROM AUTO CDC (query) …` relations: each planned
+            // as the fold of its query under a name of its own
+            None if sql.to_ascii_uppercase().contains("AUTO") => {
+                let name = || {
+                    let n = RELATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    format!("__autocdc_relation_{n}")
+                };
+                match crate::sql::replace_auto_cdc_relations(sql, &dialect, normalize, name)? {
+                    Some((rewritten, relations)) => {
+                        self.sql_with_relations(&rewritten, relations).await
+                    }
+                    None => {
+                        self.ctx
+                            .sql(&crate::sql::fold_update_targets(sql, &dialect, normalize))
+                            .await
+                    }
+                }
+            }
             None => {
                 self.ctx
                     .sql(&crate::sql::fold_update_targets(sql, &dialect, normalize))
@@ -165,6 +186,39 @@ impl CdcSession {
             }
             Some(statement) => self.execute(statement).await,
         }
+    }
+
+    /// Plan `sql` with each of `relations` registered under its name while
+    /// it is planned (the plan keeps what it read of them).
+    async fn sql_with_relations(
+        &self,
+        sql: &str,
+        relations: Vec<(String, crate::sql::AutoCdcRelation)>,
+    ) -> Result<DataFrame> {
+        use crate::query::AutoCdcDataFrame;
+        let mut registered = Vec::new();
+        let mut planned = Ok(());
+        for (name, relation) in relations {
+            let folded = match self.ctx.sql(&relation.query).await {
+                Ok(events) => events.auto_cdc(&relation.spec),
+                Err(e) => Err(e),
+            };
+            match folded.and_then(|df| self.ctx.register_table(name.as_str(), df.into_view())) {
+                Ok(_) => registered.push(name),
+                Err(e) => {
+                    planned = Err(e);
+                    break;
+                }
+            }
+        }
+        let result = match planned {
+            Ok(()) => self.ctx.sql(sql).await,
+            Err(e) => Err(e),
+        };
+        for name in registered {
+            let _ = self.ctx.deregister_table(name.as_str());
+        }
+        result
     }
 
     /// Execute one parsed AUTO CDC statement.

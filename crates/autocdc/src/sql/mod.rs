@@ -17,6 +17,7 @@
 //! REFRESH PIPELINE [schema] [FULL [(name, ...)]]
 //! DROP STREAMING TABLE [IF EXISTS] name
 //! EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f] REFRESH STREAMING TABLE name
+//! SELECT … FROM AUTO CDC (query) KEYS (k, ...) [the clauses of a flow] [AS alias] …
 //! ```
 //! Every other statement goes to DataFusion unchanged.
 
@@ -24,7 +25,7 @@ mod parser;
 mod update_targets;
 
 pub use parser::{
-    parse_cdc_statement, CdcStatement, CreateStreamingTable, FullRefresh, MergeAction, MergeClause,
-    MergeStatement,
+    parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,
+    CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement,
 };
 pub use update_targets::fold_update_targets;

@@ -9,7 +9,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect};
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
-use datafusion::sql::sqlparser::tokenizer::Token;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 
 use crate::spec::expectations::{Expectation, OnViolation};
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy, StreamRead};
@@ -182,6 +182,96 @@ pub fn parse_cdc_statement(
         dialect: dialect.to_string(),
     };
     c.statement(true)
+}
+
+/// One `AUTO CDC (query) clauses…` relation of a query (SPEC §4.10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoCdcRelation {
+    /// Its clauses, as a flow's (the source: the query in parentheses).
+    pub spec: FlowSpec,
+    /// The query of its change events.
+    pub query: String,
+}
+
+/// A query whose `AUTO CDC (…)` relations were replaced by names.
+pub type ReplacedRelations = (String, Vec<(String, AutoCdcRelation)>);
+
+/// `sql` with every relation `AUTO CDC (query) KEYS (…) …` (after `FROM`,
+/// `JOIN` or `,`) replaced by a name from `name`, and the relations by
+/// name; `None` when it has none.
+pub fn replace_auto_cdc_relations(
+    sql: &str,
+    dialect: &str,
+    normalize_idents: bool,
+    mut name: impl FnMut() -> String,
+) -> Result<Option<ReplacedRelations>> {
+    let d: Box<dyn Dialect> = dialect_from_str(dialect)
+        .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
+    let mut sql = sql.to_string();
+    let mut found = Vec::new();
+    loop {
+        let Ok(tokens) = Tokenizer::new(d.as_ref(), &sql).tokenize_with_location() else {
+            return Ok(None);
+        };
+        let words: Vec<&TokenWithSpan> = tokens
+            .iter()
+            .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+            .collect();
+        let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+        let at = (1..words.len().saturating_sub(2)).find(|&i| {
+            let after = &words[i - 1];
+            (is_word(after, "FROM") || is_word(after, "JOIN") || after.token == Token::Comma)
+                && is_word(words[i], "AUTO")
+                && is_word(words[i + 1], "CDC")
+                && words[i + 2].token == Token::LParen
+        });
+        let Some(at) = at else { break };
+        let start = byte_offset(&sql, words[at].span.start);
+        let open = byte_offset(&sql, words[at + 2].span.start);
+        let text = format!("FROM {}", &sql[open..]);
+        let p = Parser::new(d.as_ref()).try_with_sql(&text)?;
+        let mut c = CdcParser {
+            p,
+            normalize: normalize_idents,
+            dialect: dialect.to_string(),
+        };
+        let target = TableName::from_parts(&["auto_cdc".to_string()])?;
+        let spec = c.flow_from("auto_cdc".to_string(), &target, false)?;
+        let FlowSource::Query(query) = &spec.source else {
+            return Err(perr("AUTO CDC (query): expected a query in parentheses"));
+        };
+        let next = c.p.peek_token();
+        let end = match next.token {
+            Token::EOF => sql.len(),
+            _ => open + byte_offset(&text, next.span.start) - "FROM ".len(),
+        };
+        let placeholder = name();
+        found.push((
+            placeholder.clone(),
+            AutoCdcRelation {
+                query: query.clone(),
+                spec,
+            },
+        ));
+        sql.replace_range(start..end, &format!("{placeholder} "));
+    }
+    Ok((!found.is_empty()).then_some((sql, found)))
+}
+
+/// The byte offset of a tokenizer location (1-based line and character).
+fn byte_offset(text: &str, location: Location) -> usize {
+    let mut offset = 0;
+    for (n, line) in text.split_inclusive('\n').enumerate() {
+        if n + 1 == location.line as usize {
+            return offset
+                + line
+                    .char_indices()
+                    .nth(location.column.saturating_sub(1) as usize)
+                    .map_or(line.len(), |(i, _)| i);
+        }
+        offset += line.len();
+    }
+    text.len()
 }
 
 impl CdcParser<'_> {
