@@ -314,3 +314,19 @@ class Pipelines(unittest.TestCase):
         self.assertNotEqual(full["update_id"], update["update_id"])
         with self.assertRaises(TypeError):
             s.update_pipeline(full_refresh=3)
+
+
+class AutoCdcInAQuery(unittest.TestCase):
+    def test_the_relation_folds_registered_events(self) -> None:
+        s = cdc.CdcSession(os.path.join(tempfile.mkdtemp(), "warehouse"))
+        s.register("events", pa.table({"id": pa.array([1, 1, 2], pa.int32()),
+                                       "v": ["a", "b", "c"],
+                                       "seq": pa.array([1, 2, 1], pa.int32())}))
+        rows = pa.table(s.sql(
+            "SELECT id, v, __START_AT, __END_AT FROM AUTO CDC (SELECT * FROM events) KEYS (id) "
+            "SEQUENCE BY seq COLUMNS (id, v) STORED AS SCD TYPE 2 ORDER BY id, __START_AT"
+        )).to_pylist()
+        self.assertEqual(
+            [tuple(r.values()) for r in rows],
+            [(1, "a", 1, 2), (1, "b", 2, None), (2, "c", 1, None)],
+        )

@@ -167,3 +167,30 @@ async fn the_sql_relation_plans_the_fold() -> Result<()> {
     }
     Ok(())
 }
+
+#[allow(dead_code)]
+#[path = "../../../examples/query_time.rs"]
+mod query_time_example;
+
+/// `examples/query_time.rs`: the history and the current rows of a change
+/// feed, asked in queries.
+#[tokio::test]
+async fn the_query_time_example_runs() -> Result<()> {
+    let answers = query_time_example::run().await?;
+    let history = pretty_format_batches(&answers.history)?.to_string();
+    assert_eq!(
+        history.lines().filter(|l| l.starts_with("| 1")).count(),
+        4,
+        "{history}"
+    );
+    assert!(
+        history.contains("| 124    | Oaxaca      | 1     | 7     |"),
+        "{history}"
+    );
+    let current = pretty_format_batches(&answers.current)?.to_string();
+    assert!(
+        current.contains("| 125    | Guadalajara |") && !current.contains("124"),
+        "{current}"
+    );
+    Ok(())
+}
