@@ -173,3 +173,28 @@ async fn an_update_of_what_changed_skips_tables_with_nothing_new() -> Result<()>
     );
     Ok(())
 }
+
+/// The event log says when the newest input of a run arrived — here the
+/// upstream commit it read — and the latency from there to its commit.
+#[tokio::test]
+async fn the_event_log_records_when_the_newest_input_arrived() -> Result<()> {
+    let s = session().await?;
+    run(&s, "INSERT INTO raw VALUES (3, 'c', 2)").await?;
+    s.update_pipeline().schema("public").await?;
+    let out = run(
+        &s,
+        "SELECT s.newest_input_at = b.commit_timestamp AS from_upstream, s.latency_ms >= 0 AS ok
+         FROM (SELECT * FROM event_log('silver') ORDER BY commit_version DESC LIMIT 1) s,
+              (SELECT * FROM event_log('bronze') ORDER BY commit_version DESC LIMIT 1) b",
+    )
+    .await?;
+    assert!(out.contains("| true          | true |"), "{out}");
+    // a source read whole (an in-memory table) has no arrival time
+    let out = run(
+        &s,
+        "SELECT count(*) AS n FROM event_log('bronze') WHERE newest_input_at IS NOT NULL",
+    )
+    .await?;
+    assert!(out.contains("| 0 |"), "{out}");
+    Ok(())
+}

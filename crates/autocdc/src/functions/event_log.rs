@@ -12,6 +12,8 @@
 //! | `details`                | `VARCHAR`              | what a commit without data says (a skipped snapshot version), else NULL |
 //! | `expectations`           | `VARCHAR`              | JSON: per expectation of the table, the rows `passed`, `failed`, `dropped`; NULL without |
 //! | `update_id`              | `VARCHAR`              | the `REFRESH PIPELINE` update the commit belongs to, else NULL |
+//! | `newest_input_at`        | `TIMESTAMP` (ms)       | when the newest input the run read arrived: a new file's modification time, an upstream commit's time; NULL when unknown |
+//! | `latency_ms`             | `BIGINT`               | from `newest_input_at` to the commit |
 
 use std::sync::{Arc, LazyLock};
 
@@ -53,6 +55,12 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("details", DataType::Utf8, true),
         Field::new("expectations", DataType::Utf8, true),
         Field::new("update_id", DataType::Utf8, true),
+        Field::new(
+            "newest_input_at",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            true,
+        ),
+        Field::new("latency_ms", DataType::Int64, true),
     ]))
 });
 
@@ -190,6 +198,15 @@ fn batch(entries: &[Entry]) -> Result<RecordBatch> {
                     .iter()
                     .map(|e| event_of(e).and_then(|ev| ev.update_id.as_deref())),
             )),
+            Arc::new(TimestampMillisecondArray::from_iter(
+                entries
+                    .iter()
+                    .map(|e| event_of(e).and_then(|ev| ev.newest_input_ms)),
+            )),
+            Arc::new(Int64Array::from_iter(entries.iter().map(|e| {
+                let arrived = event_of(e).and_then(|ev| ev.newest_input_ms)?;
+                Some(e.timestamp? - arrived)
+            }))),
         ],
     )?)
 }

@@ -184,6 +184,7 @@ pub async fn run_append(
     event.upserted = appended;
     event.input = appended;
     event.expectations = expectations.map(|c| c.to_json());
+    event.newest_input_ms = read.newest_input_ms;
     let mut actions = vec![event.action()];
     actions.extend(adds.into_iter().map(Action::Add));
     if changed_metadata {

@@ -240,6 +240,8 @@ pub async fn plan_update(
         .build()
     };
     let mut extra_config: Vec<(String, String)> = Vec::new();
+    // when the newest of what this update reads arrived (the event log)
+    let mut newest_input_ms = None;
     // the target's expectations check what a flow brings (not DML, and
     // snapshot flows take none)
     let expected = matches!(source, UpdateSource::Changes) && !meta.decl.expectations.is_empty();
@@ -256,6 +258,7 @@ pub async fn plan_update(
                         .await
                         .map_err(|e| source::in_from_clause(&flow.name, e))?;
                     extra_config.extend(read.checkpoint);
+                    newest_input_ms = read.newest_input_ms;
                     read.plan
                 }
             };
@@ -659,6 +662,7 @@ pub async fn plan_update(
         started,
         expectations,
         update_id: crate::table::event::current_update_id(),
+        newest_input_ms,
     };
     let write = WriteRequest {
         target: table.name().clone(),

@@ -59,6 +59,10 @@ pub struct SourceRead {
     /// Checkpoint to commit with the update (`None`: the source is re-read
     /// whole every time).
     pub checkpoint: Option<(String, String)>,
+    /// When the newest of what it reads arrived, in milliseconds since the
+    /// epoch: the newest new file's modification time, or the commit time of
+    /// the newest upstream version (`None`: unknown, or nothing new).
+    pub newest_input_ms: Option<i64>,
 }
 
 /// An error reading a flow's source, as the flow's `FROM` clause's.
@@ -91,10 +95,12 @@ pub async fn plan_changes(
                 Some((plan, checkpoint)) => SourceRead {
                     plan,
                     checkpoint: Some((key, encode(&checkpoint)?)),
+                    newest_input_ms: None,
                 },
                 None => SourceRead {
                     plan: whole().await?,
                     checkpoint: None,
+                    newest_input_ms: None,
                 },
             },
         );
@@ -103,6 +109,7 @@ pub async fn plan_changes(
         return Ok(SourceRead {
             plan: whole().await?,
             checkpoint: None,
+            newest_input_ms: None,
         });
     };
     let reference = TableReference::parse_str(name);
@@ -115,6 +122,7 @@ pub async fn plan_changes(
         return Ok(SourceRead {
             plan: whole().await?,
             checkpoint: None,
+            newest_input_ms: None,
         });
     };
 
@@ -153,9 +161,14 @@ pub async fn plan_changes(
                 appended_rows(state, table, read + 1, &provider, mode, name).await?
             }
         };
+        let newest_input_ms = match since {
+            Some(read) if read >= version => None,
+            _ => commit_time_ms(&delta, version).await?,
+        };
         return Ok(SourceRead {
             plan,
             checkpoint: Some((key, encode(&checkpoint)?)),
+            newest_input_ms,
         });
     }
 
@@ -171,6 +184,7 @@ pub async fn plan_changes(
             return Ok(SourceRead {
                 plan: whole().await?,
                 checkpoint: None,
+                newest_input_ms: None,
             });
         }
         let files = list_files(state, listing).await?;
@@ -178,17 +192,18 @@ pub async fn plan_changes(
             Some(SourceCheckpoint::Files { files }) => files,
             _ => BTreeSet::new(),
         };
-        let new: Vec<&(String, ListingTableUrl)> = files
+        let new: Vec<&(String, ListingTableUrl, i64)> = files
             .iter()
-            .filter(|(location, _)| !read.contains(location))
+            .filter(|(location, _, _)| !read.contains(location))
             .collect();
+        let newest_input_ms = new.iter().map(|(_, _, modified)| *modified).max();
         // the files are named explicitly, also for a whole read: the
         // session's listing cache may miss files written since it was filled
         let plan = if new.is_empty() {
             empty_with(provider.schema())?
         } else {
             let config = ListingTableConfig::new_with_multi_paths(
-                new.iter().map(|(_, url)| url.clone()).collect(),
+                new.iter().map(|(_, url, _)| url.clone()).collect(),
             )
             .with_listing_options(listing.options().clone())
             // every column nullable: the table's schema was inferred from
@@ -198,17 +213,19 @@ pub async fn plan_changes(
             LogicalPlanBuilder::scan(reference.table(), provider_as_source(table), None)?.build()?
         };
         let checkpoint = SourceCheckpoint::Files {
-            files: files.into_iter().map(|(location, _)| location).collect(),
+            files: files.into_iter().map(|(location, _, _)| location).collect(),
         };
         return Ok(SourceRead {
             plan,
             checkpoint: Some((key, encode(&checkpoint)?)),
+            newest_input_ms,
         });
     }
 
     Ok(SourceRead {
         plan: whole().await?,
         checkpoint: None,
+        newest_input_ms: None,
     })
 }
 
@@ -283,10 +300,33 @@ fn empty_with(schema: arrow::datatypes::SchemaRef) -> Result<LogicalPlan> {
 }
 
 /// Every data file of a listing table: (location, URL of the file).
+/// The commit time of `version` of `table` (milliseconds since the epoch),
+/// from its commit information.
+async fn commit_time_ms(table: &deltalake_core::DeltaTable, version: u64) -> Result<Option<i64>> {
+    let Some(bytes) = table
+        .log_store()
+        .read_commit_entry(version)
+        .await
+        .map_err(crate::table::delta_err)?
+    else {
+        return Ok(None);
+    };
+    Ok(deltalake_core::logstore::get_actions(version, &bytes)
+        .map_err(crate::table::delta_err)?
+        .into_iter()
+        .find_map(|action| match action {
+            deltalake_core::kernel::Action::CommitInfo(info) => {
+                info.in_commit_timestamp.or(info.timestamp)
+            }
+            _ => None,
+        }))
+}
+
+/// The data files of `listing`: location, URL, modification time (ms).
 async fn list_files(
     state: &SessionState,
     listing: &ListingTable,
-) -> Result<Vec<(String, ListingTableUrl)>> {
+) -> Result<Vec<(String, ListingTableUrl, i64)>> {
     let extension = listing.options().file_extension.clone();
     let mut out = Vec::new();
     for url in listing.table_paths() {
@@ -319,7 +359,11 @@ async fn list_files(
             let base = url.object_store();
             let file =
                 ListingTableUrl::parse(format!("{}{}", base.as_str(), meta.location.as_ref()))?;
-            out.push((meta.location.to_string(), file));
+            out.push((
+                meta.location.to_string(),
+                file,
+                meta.last_modified.timestamp_millis(),
+            ));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));

@@ -96,6 +96,8 @@ pub struct CommitRequest {
     pub expectations: Option<Arc<ExpectationCounts>>,
     /// The pipeline update it belongs to (taken when it was planned).
     pub update_id: Option<String>,
+    /// When the newest of what it read arrived (ms since the epoch).
+    pub newest_input_ms: Option<i64>,
 }
 
 /// The files one update wrote (nothing committed yet): what
@@ -142,6 +144,7 @@ pub async fn commit_written(
     event.late = counts.late as u64;
     event.expectations = request.expectations.as_ref().map(|e| e.to_json());
     event.update_id = request.update_id.clone();
+    event.newest_input_ms = request.newest_input_ms;
     let mut actions = vec![event.action()];
     let mut files_removed = 0;
     if changed {

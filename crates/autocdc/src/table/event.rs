@@ -9,6 +9,7 @@
 //! | `operationParameters.details`   | what a commit without data says (a skipped snapshot version) |
 //! | `operationParameters.expectations` | the run's expectation counts (JSON)        |
 //! | `operationParameters.updateId`  | the pipeline update the commit belongs to     |
+//! | `operationParameters.newestInputAt` | when the newest input it read arrived (ms) |
 //! | `operationMetrics.numUpsertedRows` … `durationMs` | the run's counts, as strings (as Spark writes them) |
 //!
 //! The state store's commit carries it, and the published table's commit of
@@ -116,6 +117,9 @@ pub struct CommitEvent {
     pub expectations: Option<String>,
     /// The pipeline update it belongs to.
     pub update_id: Option<String>,
+    /// When the newest of what the run read arrived (ms since the epoch):
+    /// a new file's modification time or an upstream commit's time.
+    pub newest_input_ms: Option<i64>,
 }
 
 /// The metric names, in [`CommitEvent`] order.
@@ -141,6 +145,7 @@ impl CommitEvent {
             details: None,
             expectations: None,
             update_id: current_update_id(),
+            newest_input_ms: None,
         }
     }
 
@@ -158,6 +163,9 @@ impl CommitEvent {
         }
         if let Some(details) = &self.details {
             parameters.insert("details".to_string(), Value::String(details.clone()));
+        }
+        if let Some(at) = self.newest_input_ms {
+            parameters.insert("newestInputAt".to_string(), Value::String(at.to_string()));
         }
         if let Some(update_id) = &self.update_id {
             parameters.insert("updateId".to_string(), Value::String(update_id.clone()));
@@ -206,6 +214,7 @@ impl CommitEvent {
         let details = parameter("details");
         let expectations = parameter("expectations");
         let update_id = parameter("updateId");
+        let newest_input_ms = parameter("newestInputAt").and_then(|at| at.parse().ok());
         let metrics = info.info.get("operationMetrics").and_then(Value::as_object);
         let metric = |name: &str| -> Option<u64> {
             let value = metrics?.get(name)?;
@@ -226,6 +235,7 @@ impl CommitEvent {
                 details,
                 expectations,
                 update_id,
+                newest_input_ms,
             },
             counted,
         ))
