@@ -50,6 +50,7 @@ pub mod error;
 pub mod fold;
 pub mod functions;
 pub mod logical;
+pub mod metrics;
 pub mod physical;
 pub mod pipeline;
 pub mod query;

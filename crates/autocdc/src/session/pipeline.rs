@@ -34,7 +34,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::CdcSession;
-use crate::api::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
+use crate::metrics::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
 use crate::pipeline::dependencies::{flow_reads, PipelineGraph};
 use crate::pipeline::source::{in_from_clause, plan_changes};
 use crate::spec::{FlowSource, FlowSpec};
