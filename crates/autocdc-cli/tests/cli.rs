@@ -348,32 +348,27 @@ fn run_applies_definitions_and_updates_the_pipeline() {
     );
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.is_empty(), "{stderr}");
-    let (check, _) = (
-        Command::new(env!("CARGO_BIN_EXE_autocdc"))
+    let query = |sql: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_autocdc"))
             .arg("--warehouse")
             .arg(&warehouse)
-            .args(["-q", "--format", "csv", "-c"])
-            .arg("SELECT id, v, __END_AT IS NULL AS current FROM silver ORDER BY id, __START_AT")
+            .args(["-q", "--format", "csv", "-c", sql])
             .output()
-            .expect("run autocdc"),
-        (),
-    );
+            .expect("run autocdc");
+        stdout(&out)
+    };
     assert_eq!(
-        stdout(&check),
+        query("SELECT id, v, __END_AT IS NULL AS current FROM silver ORDER BY id, __START_AT"),
         "id,v,current\n1,a,false\n1,a2,true\n2,b,true\n3,c,true\n"
     );
     // the event log says when the newest file of the update landed
-    let latency = Command::new(env!("CARGO_BIN_EXE_autocdc"))
-        .arg("--warehouse")
-        .arg(&warehouse)
-        .args(["-q", "--format", "csv", "-c"])
-        .arg(
+    assert_eq!(
+        query(
             "SELECT newest_input_at IS NOT NULL AS known, latency_ms >= 0 AS after \
-             FROM event_log('bronze') ORDER BY commit_version DESC LIMIT 1",
-        )
-        .output()
-        .expect("run autocdc");
-    assert_eq!(stdout(&latency), "known,after\ntrue,true\n");
+             FROM event_log('bronze') ORDER BY commit_version DESC LIMIT 1"
+        ),
+        "known,after\ntrue,true\n"
+    );
 
     // a bad row fails bronze and skips silver; the run fails
     write("3.csv", "4,d,3\n,nokey,3\n");

@@ -22,8 +22,8 @@ use datafusion::logical_expr::{cast, col, lit, Expr, Extension, LogicalPlan, Log
 use datafusion::prelude::DataFrame;
 
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL};
-use crate::fold::FoldSpec;
 use crate::logical::AutoCdcNode;
+use crate::pipeline::fold_spec;
 use crate::spec::resolve::{resolve, TargetShape};
 use crate::spec::FlowSpec;
 
@@ -71,17 +71,7 @@ impl AutoCdcDataFrame for DataFrame {
                     .build()?,
             ),
         };
-        let options = crate::config::autocdc_options(state.config());
-        let fold = FoldSpec {
-            flow: flow.name.clone(),
-            layout: resolved.layout.clone(),
-            stored_as: flow.stored_as_scd_type,
-            tracked: resolved.tracked.clone(),
-            new_wins_ties: false,
-            partial: resolved.partial.clone(),
-            indexed_fold: options.indexed_fold,
-            indexed_fold_max_bytes: options.indexed_fold_max_bytes,
-        };
+        let fold = fold_spec(&state, flow, &resolved, false);
         let folded = LogicalPlan::Extension(Extension {
             node: Arc::new(AutoCdcNode::try_new(fold, rows, truncates)?),
         });

@@ -138,6 +138,16 @@ impl Shape {
     }
 }
 
+/// An in-memory session on tiny batches and `partitions` partitions.
+async fn session(partitions: usize) -> CdcSession {
+    let config = SessionConfig::new()
+        .with_batch_size(2)
+        .with_target_partitions(partitions);
+    CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
+        .await
+        .unwrap()
+}
+
 /// Run the updates; after update `i`, the statements `between[i]` (DML).
 /// Update `i` reads its source in `shapes[i]` (all columns without one).
 #[allow(clippy::too_many_arguments)]
@@ -151,12 +161,7 @@ async fn engine_with(
     partitions: usize,
     fold: Fold,
 ) -> Vec<Vec<Option<i32>>> {
-    let config = SessionConfig::new()
-        .with_batch_size(2)
-        .with_target_partitions(partitions);
-    let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
-        .await
-        .unwrap();
+    let s = session(partitions).await;
     let setting = match fold {
         Fold::Indexed => None,
         Fold::Sorted => Some("SET autocdc.indexed_fold = false"),
@@ -244,12 +249,7 @@ async fn relation(
 ) -> Vec<Vec<Option<i32>>> {
     use datafusion_autocdc::sql::{parse_cdc_statement, CdcStatement};
     use datafusion_autocdc::AutoCdcDataFrame;
-    let config = SessionConfig::new()
-        .with_batch_size(2)
-        .with_target_partitions(partitions);
-    let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
-        .await
-        .unwrap();
+    let s = session(partitions).await;
     let source = format!("CREATE TABLE src AS {}", Shape::FULL.source_sql(events));
     s.sql(&source).await.unwrap().collect().await.unwrap();
     let flow = format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) {clauses}");

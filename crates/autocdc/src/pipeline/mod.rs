@@ -163,6 +163,26 @@ fn with_origin(events: LogicalPlan, origin: Origin) -> Result<LogicalPlan> {
         .build()
 }
 
+/// How `flow`'s resolved events fold, under the session's fold options.
+pub(crate) fn fold_spec(
+    state: &SessionState,
+    flow: &FlowSpec,
+    resolved: &ResolvedFlow,
+    new_wins_ties: bool,
+) -> FoldSpec {
+    let options = crate::config::autocdc_options(state.config());
+    FoldSpec {
+        flow: flow.name.clone(),
+        layout: resolved.layout.clone(),
+        stored_as: flow.stored_as_scd_type,
+        tracked: resolved.tracked.clone(),
+        new_wins_ties,
+        partial: resolved.partial.clone(),
+        indexed_fold: options.indexed_fold,
+        indexed_fold_max_bytes: options.indexed_fold_max_bytes,
+    }
+}
+
 /// `rows` (a flow's events) under the check of the target's
 /// `expectations`, and the counts the check keeps.
 pub(crate) fn check_expectations(
@@ -578,17 +598,7 @@ pub async fn plan_update(
         (new_rows, new_truncates)
     };
 
-    let options = crate::config::autocdc_options(state.config());
-    let fold_spec = FoldSpec {
-        flow: flow.name.clone(),
-        layout: resolved.layout.clone(),
-        stored_as: flow.stored_as_scd_type,
-        tracked: resolved.tracked.clone(),
-        new_wins_ties,
-        partial: resolved.partial.clone(),
-        indexed_fold: options.indexed_fold,
-        indexed_fold_max_bytes: options.indexed_fold_max_bytes,
-    };
+    let fold_spec = fold_spec(state, flow, &resolved, new_wins_ties);
     let fold = AutoCdcNode::try_new(fold_spec, event_plan, truncate_plan)?;
     let fold = LogicalPlan::Extension(Extension {
         node: Arc::new(fold),

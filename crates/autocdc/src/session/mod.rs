@@ -163,7 +163,11 @@ impl CdcSession {
         match parse_cdc_statement(sql, &dialect, normalize)? {
             // a query with `FROM AUTO CDC (query) …` relations: each planned
             // as the fold of its query under a name of its own
-            None if sql.to_ascii_uppercase().contains("AUTO") => {
+            None if sql
+                .as_bytes()
+                .windows(4)
+                .any(|w| w.eq_ignore_ascii_case(b"AUTO")) =>
+            {
                 let name = || {
                     let n = RELATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     format!("__autocdc_relation_{n}")

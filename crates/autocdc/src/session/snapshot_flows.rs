@@ -10,7 +10,6 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::DataFrame;
-use deltalake_core::protocol::DeltaOperation;
 
 use crate::functions::{SnapshotVersionFunction, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION};
 use crate::physical::commit_exec::result_batch;
@@ -18,9 +17,10 @@ use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::resolve::{plan_source, written_at_value};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
+use crate::table::commit::commit_event;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::properties::last_version_property;
-use crate::table::{delta_err, ScdTable, TableName};
+use crate::table::{ScdTable, TableName};
 
 use super::{CdcSession, SnapshotFunction};
 
@@ -95,7 +95,13 @@ impl CdcSession {
                         "snapshot version {version} skipped: not newer than the last processed version {last}; nothing of it was applied"
                     );
                     log::warn!("flow '{}': {details}", spec.name);
-                    self.commit_skip(table, spec, &details).await?;
+                    let event = CommitEvent::new(
+                        Operation::SnapshotSkipped,
+                        Some(&spec.name),
+                        std::time::Instant::now(),
+                    )
+                    .with_details(details);
+                    commit_event(table, event).await?;
                     break;
                 }
             }
@@ -129,29 +135,6 @@ impl CdcSession {
             out.push(result_batch(&spec.name, Default::default(), None)?);
         }
         Ok(out)
-    }
-
-    /// Record in the event log that `spec` skipped a snapshot version: a
-    /// commit of its event alone (no data, no checkpoint moves).
-    async fn commit_skip(&self, table: &ScdTable, spec: &FlowSpec, details: &str) -> Result<()> {
-        let delta = table.delta();
-        let snapshot = delta.snapshot().map_err(delta_err)?;
-        let event = CommitEvent::new(
-            Operation::SnapshotSkipped,
-            Some(&spec.name),
-            std::time::Instant::now(),
-        )
-        .with_details(details);
-        crate::table::commit_builder()
-            .with_actions(vec![event.action()])
-            .build(
-                Some(snapshot),
-                delta.log_store(),
-                DeltaOperation::Update { predicate: None },
-            )
-            .await
-            .map_err(delta_err)?;
-        table.refresh().await
     }
 
     /// The next snapshot of a snapshot flow and its version, if any.

@@ -210,6 +210,23 @@ pub async fn commit_written(
     })
 }
 
+/// Commit `event` alone (no data, no checkpoint moves) to `table`'s state
+/// store: an event-log entry such as a skipped snapshot version.
+pub(crate) async fn commit_event(table: &ScdTable, event: CommitEvent) -> Result<()> {
+    let delta = table.delta();
+    let snapshot = delta.snapshot().map_err(delta_err)?;
+    super::commit_builder()
+        .with_actions(vec![event.action()])
+        .build(
+            Some(snapshot),
+            delta.log_store(),
+            DeltaOperation::Update { predicate: None },
+        )
+        .await
+        .map_err(delta_err)?;
+    table.refresh().await
+}
+
 /// The `cdc` action committing a change data file the writer wrote.
 pub(crate) fn change_file_action(file: Add) -> Action {
     Action::Cdc(AddCDCFile {
