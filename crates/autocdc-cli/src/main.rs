@@ -334,17 +334,20 @@ async fn run_continuously(
     full_refresh: Option<&str>,
     interval: std::time::Duration,
 ) -> Result<ExitCode> {
-    apply_definitions(shell, files).await?;
+    // the handlers are installed before any work, so a signal that arrives
+    // while the definitions run stops the run instead of killing the process
+    let signals = StopSignals::install()?;
     let stop = Arc::new(tokio::sync::Notify::new());
     let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
         let (stop, stopping) = (Arc::clone(&stop), Arc::clone(&stopping));
         tokio::spawn(async move {
-            stop_signal().await;
+            signals.received().await;
             stopping.store(true, std::sync::atomic::Ordering::SeqCst);
             stop.notify_one();
         });
     }
+    apply_definitions(shell, files).await?;
     let mut backoff = interval;
     for cycle in 1u64.. {
         let start = Instant::now();
@@ -408,26 +411,40 @@ async fn run_continuously(
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGINT or SIGTERM.
-async fn stop_signal() {
+/// SIGINT and SIGTERM handlers, installed when created.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves at the first SIGINT or SIGTERM.
+    async fn received(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = &mut self;
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

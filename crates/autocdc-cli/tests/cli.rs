@@ -470,6 +470,21 @@ fn a_continuous_run_follows_its_sources_and_stops_cleanly() {
         assert_eq!(query(feed), query(sql));
     };
 
+    // a run has its handlers once it reports its first cycle
+    let started = |log: &str| {
+        let begun = Instant::now();
+        while !std::fs::read_to_string(dir.path().join(log))
+            .unwrap_or_default()
+            .contains("cycle 1")
+        {
+            assert!(
+                begun.elapsed() < Duration::from_secs(90),
+                "{log}: no first cycle"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
     write(1);
     let mut run = start_run("run1.log");
     for n in 2..=5 {
@@ -502,6 +517,8 @@ fn a_continuous_run_follows_its_sources_and_stops_cleanly() {
     let _ = run.wait();
     let mut run = start_run("run3.log");
     wait_for(9);
+    // bronze may have reached file 9 before run 3 began: signal it once it runs
+    started("run3.log");
     let pid = run.id().to_string();
     Command::new("kill")
         .args(["-TERM", &pid])
