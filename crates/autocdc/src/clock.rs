@@ -2,9 +2,10 @@
 //! that wrote them, and tombstones expire by it (retention).
 //! Injectable so that retention can be tested without waiting.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
+use datafusion::prelude::SessionConfig;
 
 /// Source of the current time for updates.
 pub trait Clock: Send + Sync + std::fmt::Debug {
@@ -47,4 +48,17 @@ impl Clock for ManualClock {
             Err(p) => *p.into_inner(),
         }
     }
+}
+
+/// A session's clock as an extension of its `SessionConfig`: what code
+/// reached through DataFusion's hooks (DML on targets) stamps rows with.
+#[derive(Debug, Clone)]
+pub struct SessionClock(pub Arc<dyn Clock>);
+
+/// Now by the clock of the session configured by `config` (the system
+/// clock when it has none).
+pub fn now(config: &SessionConfig) -> DateTime<Utc> {
+    config
+        .get_extension::<SessionClock>()
+        .map_or_else(Utc::now, |clock| clock.0.now())
 }

@@ -722,6 +722,87 @@ async fn two_hundred_keys(dir: &tempfile::TempDir, properties: &str) -> CdcSessi
     s
 }
 
+/// SCD 1 DML of few keys of a large table costs what it changes: each
+/// statement writes a file for its new rows and retires the stored rows of
+/// its keys with deletion vectors, leaving every other file as it was; a
+/// statement over most keys rewrites the table. Rows and change feed are
+/// exact either way.
+#[tokio::test]
+async fn small_scd1_dml_retires_rows_with_deletion_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_hundred_keys(&dir, "'autocdc.buckets' = '8'").await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (8, 0, 0));
+    let key = |id: i64| format!("SELECT id, v, seq FROM t WHERE id = {id}");
+
+    // UPDATE of one key: one new file, a vector of one row
+    exec(&s, "UPDATE t SET v = 'u' WHERE id = 7").await;
+    assert_eq!(deletion_vector_files(&s, "t").await, (9, 1, 1));
+    assert_eq!(rows(&s, &key(7)).await, ["| 7 | u | 1 |"]);
+    // DELETE of one key: its tombstone replaces its row
+    exec(&s, "DELETE FROM t WHERE id = 9").await;
+    let (files, vectors, deleted) = deletion_vector_files(&s, "t").await;
+    assert_eq!((files, deleted), (10, 2), "{vectors}");
+    // INSERT of the deleted key: the new row replaces its tombstone
+    exec(&s, "INSERT INTO t VALUES (9, 'back', 5)").await;
+    let (files, _, deleted) = deletion_vector_files(&s, "t").await;
+    assert_eq!((files, deleted), (10, 2));
+    assert_eq!(rows(&s, &key(9)).await, ["| 9 | back | 5 |"]);
+    // MERGE of two keys
+    exec(
+        &s,
+        "MERGE INTO t USING (SELECT 7 AS id, 'm' AS v UNION ALL SELECT 300, 'new') AS src \
+         ON t.id = src.id WHEN MATCHED THEN UPDATE SET v = src.v \
+         WHEN NOT MATCHED THEN INSERT (id, v, seq) VALUES (src.id, src.v, 1)",
+    )
+    .await;
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*), count(*) FILTER (WHERE v = 'v') FROM t"
+        )
+        .await,
+        ["| 201 | 198 |"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, v, _change_type, _commit_version FROM table_changes('t', 2) \
+             ORDER BY _commit_version, id, _change_type"
+        )
+        .await,
+        [
+            "| 7 | u | update_postimage | 2 |",
+            "| 7 | v | update_preimage | 2 |",
+            "| 9 | v | delete | 3 |",
+            "| 9 | back | insert | 4 |",
+            "| 7 | m | update_postimage | 5 |",
+            "| 7 | u | update_preimage | 5 |",
+            "| 300 | new | insert | 5 |",
+        ]
+    );
+    // the next event of a key DML wrote applies by the stored sequence
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src AS SELECT * FROM (VALUES (7, 'late', 0), (9, 'event', 2)) \
+         AS s(id, v, seq)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&s, "SELECT id, v FROM t WHERE id IN (7, 9) ORDER BY id").await,
+        ["| 7 | m |", "| 9 | event |"]
+    );
+
+    // an UPDATE of every key rewrites the table: no vector is left
+    exec(&s, "UPDATE t SET v = 'all'").await;
+    let (_, vectors, _) = deletion_vector_files(&s, "t").await;
+    assert_eq!(vectors, 0);
+    assert_eq!(
+        rows(&s, "SELECT count(*), count(DISTINCT v) FROM t").await,
+        ["| 201 | 1 |"]
+    );
+}
+
 /// Small updates add a file to each bucket they touch; once a bucket holds
 /// more than `autocdc.deletion_vector_max_files_per_bucket` files, the next
 /// update rewrites the buckets it touches instead: one file each, no

@@ -25,18 +25,15 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlanBuilder};
 use datafusion::physical_plan::execute_stream;
 use datafusion::scalar::ScalarValue;
-use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::{Action, MetadataExt, StructType, Transaction};
-use deltalake_core::protocol::{DeltaOperation, SaveMode};
 
 use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
 use crate::spec::resolve::{storage_type, written_at_type, written_at_value};
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;
-use crate::table::commit::{write_rows, ChangeFeed, WrittenFiles};
+use crate::table::commit::{write_rows, ChangeFeed, Edit, EditKind, MetadataChange, WrittenFiles};
 use crate::table::event::{CommitEvent, Operation};
-use crate::table::properties::{checkpoint_app_id, FLOW_KEY_PREFIX};
+use crate::table::properties::FLOW_KEY_PREFIX;
 use crate::table::{delta_err, ScdTable};
 
 /// What one run of an append flow did.
@@ -146,10 +143,9 @@ pub async fn run_append(
         })
         .sum();
 
-    let snapshot = delta.snapshot().map_err(delta_err)?;
-    let mut metadata = snapshot.metadata().clone();
-    let mut changed_metadata = false;
+    let mut edit = Edit::new(EditKind::Append);
     if meta.sequence_type.is_none() {
+        // the first run fixes the table's columns
         let mut fields: Vec<Field> = user_schema
             .fields()
             .iter()
@@ -159,52 +155,31 @@ pub async fn run_append(
         fields.push(Field::new(KIND_COL, DataType::Int8, false));
         fields.push(Field::new(WRITTEN_AT_COL, written_at_type(), true));
         fields.push(bucket_field());
-        let kernel: StructType = (&Schema::new(fields))
-            .try_into_kernel()
-            .map_err(delta_err)?;
-        metadata = metadata.with_schema(&kernel).map_err(delta_err)?;
-        changed_metadata = true;
+        edit = edit.metadata(MetadataChange::Schema(Arc::new(Schema::new(fields))));
     }
     if operation == Operation::CreateFlow {
         let json = serde_json::to_string(flow).map_err(delta_err)?;
-        metadata = metadata
-            .add_config_key(format!("{FLOW_KEY_PREFIX}{}", flow.name), json)
-            .map_err(delta_err)?;
-        changed_metadata = true;
+        edit = edit.metadata(MetadataChange::Set(
+            format!("{FLOW_KEY_PREFIX}{}", flow.name),
+            json,
+        ));
     }
     if let Some((key, value)) = read.checkpoint {
-        metadata = metadata.add_config_key(key, value).map_err(delta_err)?;
-        changed_metadata = true;
+        edit = edit.metadata(MetadataChange::Set(key, value));
     }
-    let last_run = snapshot
-        .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(&flow.name))
-        .await
-        .map_err(delta_err)?;
     let mut event = CommitEvent::new(operation, Some(&flow.name), started);
     event.upserted = appended;
     event.input = appended;
     event.expectations = expectations.map(|c| c.to_json());
     event.newest_input_ms = read.newest_input_ms;
-    let mut actions = vec![event.action()];
-    actions.extend(adds.into_iter().map(Action::Add));
-    if changed_metadata {
-        actions.push(Action::Metadata(metadata));
-    }
-    actions.push(Action::Txn(Transaction::new(
-        checkpoint_app_id(&flow.name),
-        last_run.unwrap_or(0) + 1,
-    )));
-    let commit = crate::table::commit_builder()
-        .with_actions(actions)
-        .build(
-            Some(snapshot),
-            delta.log_store(),
-            DeltaOperation::Write {
-                mode: SaveMode::Append,
-                partition_by: None,
-                predicate: None,
-            },
-        )
+    let version = edit
+        .event(event)
+        .written(WrittenFiles {
+            adds,
+            change_files: Vec::new(),
+        })
+        .next_run_of(&flow.name)
+        .commit(&table)
         .await
         .map_err(|e| {
             DataFusionError::Execution(format!(
@@ -213,10 +188,8 @@ pub async fn run_append(
                 table.name()
             ))
         })?;
-    table.refresh().await?;
-    table.publish().await?;
     Ok(Appended {
         rows: appended,
-        version: commit.version() as i64,
+        version,
     })
 }

@@ -761,7 +761,7 @@ fn partition_columns(delta: &deltalake_core::DeltaTable) -> Result<Vec<String>> 
 }
 
 /// The stored rows of `keys` in the data files of the buckets `touched`.
-async fn find_superseded(
+pub(crate) async fn find_superseded(
     state: &SessionState,
     table: &ScdTable,
     keys: Arc<KeySet>,
@@ -850,7 +850,10 @@ enum PlannedDiff {
 /// take deletion vectors, the table is (nearly) empty, or a key bucket holds
 /// more than `autocdc.deletion_vector_max_files_per_bucket` data files (the
 /// update then rewrites the buckets it touches, compacting them).
-async fn deletion_vector_budget(state: &SessionState, table: &ScdTable) -> Result<Option<usize>> {
+pub(crate) async fn deletion_vector_budget(
+    state: &SessionState,
+    table: &ScdTable,
+) -> Result<Option<usize>> {
     let options = crate::config::autocdc_options(state.config());
     let delta = table.delta();
     if !options.deletion_vectors

@@ -7,8 +7,6 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::DataFrame;
-use deltalake_core::kernel::Action;
-use deltalake_core::protocol::DeltaOperation;
 
 use crate::fold::FoldCounts;
 use crate::physical::commit_exec::result_batch;
@@ -17,11 +15,11 @@ use crate::pipeline::streams::check_append_sources;
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::shared_target::check_joins_target;
 use crate::spec::FlowSpec;
+use crate::table::commit::{Edit, EditKind, MetadataChange};
 use crate::table::delta_err;
 use crate::table::event::Operation;
 use crate::table::properties::FLOW_KEY_PREFIX;
 use crate::table::{ScdTable, TableName};
-use deltalake_core::kernel::MetadataExt;
 
 use super::CdcSession;
 
@@ -84,26 +82,15 @@ impl CdcSession {
 
     /// Commit a flow definition without data.
     pub(super) async fn commit_definition(&self, table: &ScdTable, spec: &FlowSpec) -> Result<()> {
-        let delta = table.delta();
-        let snapshot = delta.snapshot().map_err(delta_err)?;
         let json = serde_json::to_string(spec).map_err(delta_err)?;
-        let md = snapshot
-            .metadata()
-            .clone()
-            .add_config_key(format!("{FLOW_KEY_PREFIX}{}", spec.name), json)
-            .map_err(delta_err)?;
-        crate::table::commit_builder()
-            .with_actions(vec![Action::Metadata(md)])
-            .build(
-                Some(snapshot),
-                delta.log_store(),
-                DeltaOperation::SetTableProperties {
-                    properties: Default::default(),
-                },
-            )
-            .await
-            .map_err(delta_err)?;
-        table.refresh().await
+        Edit::new(EditKind::SetProperties)
+            .metadata(MetadataChange::Set(
+                format!("{FLOW_KEY_PREFIX}{}", spec.name),
+                json,
+            ))
+            .commit(table)
+            .await?;
+        Ok(())
     }
 
     /// Run one update of `spec`; an error that does not say which flow

@@ -18,7 +18,7 @@ use datafusion::common::{DataFusionError, Result, ScalarValue, TableReference};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{DataFrame, SessionContext};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, SessionClock};
 use crate::config::AutoCdcConfig;
 use crate::functions::{
     EventLogFunction, MisplacedSnapshotVersion, StreamFunction, TableAsOfFunction,
@@ -78,7 +78,10 @@ impl CdcSession {
         });
         let mut builder = AutoCdc::install(
             SessionStateBuilder::new()
-                .with_config(crate::config::with_autocdc_options(config.session_config))
+                .with_config(
+                    crate::config::with_autocdc_options(config.session_config)
+                        .with_extension(Arc::new(SessionClock(Arc::clone(&config.clock)))),
+                )
                 .with_default_features(),
         );
         for rule in config.physical_optimizer_rules {

@@ -3,19 +3,15 @@
 
 use arrow::array::RecordBatch;
 use datafusion::common::Result;
-use deltalake_core::kernel::Action;
-use deltalake_core::protocol::DeltaOperation;
 
 use crate::physical::commit_exec::result_schema;
 use crate::spec::FlowSpec;
-use crate::table::commit::remove_all;
-use crate::table::delta_err;
+use crate::table::commit::{Edit, EditKind, MetadataChange, Replaced};
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::properties::{
     SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
 };
 use crate::table::{ScdTable, TableName};
-use deltalake_core::kernel::MetadataExt;
 
 use super::CdcSession;
 
@@ -48,41 +44,20 @@ impl CdcSession {
 
     /// Remove every row of a table (full refresh), keeping its definition.
     pub(super) async fn clear(&self, table: &ScdTable) -> Result<()> {
-        let delta = table.delta();
-        let snapshot = delta.snapshot().map_err(delta_err)?;
-        let log_store = delta.log_store();
         let event = CommitEvent::new(Operation::FullRefresh, None, std::time::Instant::now());
-        let mut actions = vec![event.action()];
-        actions.extend(remove_all(&delta).await?);
         // forget what the flows read: they read their sources (and every
         // snapshot version) again
-        let mut metadata = snapshot.metadata().clone();
-        let checkpoints: Vec<String> = metadata
-            .configuration()
-            .keys()
-            .filter(|k| {
-                k.starts_with(SOURCE_CHECKPOINT_PREFIX)
-                    || k.starts_with(SNAPSHOT_PROPERTY_PREFIX)
-                    || k.as_str() == SNAPSHOT_WATERMARK_PROPERTY
-            })
-            .cloned()
-            .collect();
-        if !checkpoints.is_empty() {
-            for key in checkpoints {
-                metadata = metadata.remove_config_key(&key).map_err(delta_err)?;
-            }
-            actions.push(Action::Metadata(metadata));
-        }
-        crate::table::commit_builder()
-            .with_actions(actions)
-            .build(
-                Some(snapshot),
-                log_store,
-                DeltaOperation::Delete { predicate: None },
-            )
-            .await
-            .map_err(delta_err)?;
-        table.refresh().await?;
-        table.publish().await
+        let checkpoints = MetadataChange::RemovePrefixed(vec![
+            SOURCE_CHECKPOINT_PREFIX.to_string(),
+            SNAPSHOT_PROPERTY_PREFIX.to_string(),
+            SNAPSHOT_WATERMARK_PROPERTY.to_string(),
+        ]);
+        Edit::new(EditKind::Delete)
+            .event(event)
+            .replacing(Replaced::All)
+            .metadata(checkpoints)
+            .commit(table)
+            .await?;
+        Ok(())
     }
 }

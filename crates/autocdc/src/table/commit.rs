@@ -23,7 +23,8 @@ use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion_common_runtime::SpawnedTask;
-use deltalake_core::kernel::{Action, Add, AddCDCFile, LogicalFileView, Transaction};
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::kernel::{Action, Add, AddCDCFile, LogicalFileView, MetadataExt, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
 
@@ -213,18 +214,200 @@ pub async fn commit_written(
 /// Commit `event` alone (no data, no checkpoint moves) to `table`'s state
 /// store: an event-log entry such as a skipped snapshot version.
 pub(crate) async fn commit_event(table: &ScdTable, event: CommitEvent) -> Result<()> {
-    let delta = table.delta();
-    let snapshot = delta.snapshot().map_err(delta_err)?;
-    super::commit_builder()
-        .with_actions(vec![event.action()])
-        .build(
-            Some(snapshot),
-            delta.log_store(),
-            DeltaOperation::Update { predicate: None },
-        )
-        .await
-        .map_err(delta_err)?;
-    table.refresh().await
+    Edit::new(EditKind::Update)
+        .event(event)
+        .commit(table)
+        .await?;
+    Ok(())
+}
+
+/// A change of a table's metadata carried by an [`Edit`].
+#[derive(Debug, Clone)]
+pub(crate) enum MetadataChange {
+    /// Set a table property.
+    Set(String, String),
+    /// Remove the table properties whose names start with one of these.
+    RemovePrefixed(Vec<String>),
+    /// Replace the table's schema.
+    Schema(SchemaRef),
+}
+
+/// What an [`Edit`] replaces of the stored rows.
+#[derive(Debug)]
+pub(crate) enum Replaced {
+    /// Nothing: the edit adds rows, or only metadata.
+    Nothing,
+    /// Every data file of the loaded version.
+    All,
+    /// The stored rows found for the edit's keys (deletion vectors).
+    Rows(Superseded),
+}
+
+/// The kind of Delta operation an [`Edit`] is recorded as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EditKind {
+    /// Rows added (an append flow).
+    Append,
+    /// Rows replaced (`INSERT`, `MERGE` on a keyed target).
+    Overwrite,
+    /// `UPDATE`.
+    Update,
+    /// `DELETE`, a full refresh.
+    Delete,
+    /// Properties only (a flow definition).
+    SetProperties,
+}
+
+impl EditKind {
+    fn operation(self) -> DeltaOperation {
+        let write = |mode| DeltaOperation::Write {
+            mode,
+            partition_by: None,
+            predicate: None,
+        };
+        match self {
+            Self::Append => write(SaveMode::Append),
+            Self::Overwrite => write(SaveMode::Overwrite),
+            Self::Update => DeltaOperation::Update { predicate: None },
+            Self::Delete => DeltaOperation::Delete { predicate: None },
+            Self::SetProperties => DeltaOperation::SetTableProperties {
+                properties: Default::default(),
+            },
+        }
+    }
+}
+
+/// One commit of a table other than a flow update's ([`commit_written`]):
+/// an append, a DML statement's rows, a full refresh, a flow definition.
+/// Everything in it is committed at once or not at all.
+#[derive(Debug)]
+pub(crate) struct Edit {
+    kind: EditKind,
+    event: Option<CommitEvent>,
+    written: WrittenFiles,
+    replaced: Replaced,
+    metadata: Vec<MetadataChange>,
+    /// The flow whose checkpoint (run number) moves on by one.
+    checkpoint: Option<String>,
+}
+
+impl Edit {
+    /// An edit recorded as `kind`, with nothing in it yet.
+    pub(crate) fn new(kind: EditKind) -> Self {
+        Self {
+            kind,
+            event: None,
+            written: WrittenFiles::default(),
+            replaced: Replaced::Nothing,
+            metadata: Vec::new(),
+            checkpoint: None,
+        }
+    }
+
+    /// Log `event` with it.
+    pub(crate) fn event(self, event: CommitEvent) -> Self {
+        Self {
+            event: Some(event),
+            ..self
+        }
+    }
+
+    /// Commit the files `written`.
+    pub(crate) fn written(self, written: WrittenFiles) -> Self {
+        Self { written, ..self }
+    }
+
+    /// Retire `replaced` of the stored rows.
+    pub(crate) fn replacing(self, replaced: Replaced) -> Self {
+        Self { replaced, ..self }
+    }
+
+    /// Change the table's metadata.
+    pub(crate) fn metadata(mut self, change: MetadataChange) -> Self {
+        self.metadata.push(change);
+        self
+    }
+
+    /// Move the checkpoint of `flow` on by one run.
+    pub(crate) fn next_run_of(self, flow: &str) -> Self {
+        Self {
+            checkpoint: Some(flow.to_string()),
+            ..self
+        }
+    }
+
+    /// Make the commit; returns the version committed. On failure nothing
+    /// is committed (files written for it are orphans `VACUUM` removes).
+    pub(crate) async fn commit(self, table: &ScdTable) -> Result<i64> {
+        let delta = table.delta();
+        let snapshot = delta.snapshot().map_err(delta_err)?;
+        let log_store = delta.log_store();
+        // the published table follows changes of rows or of metadata
+        let publish = self.kind != EditKind::SetProperties
+            && (!self.written.adds.is_empty()
+                || !matches!(self.replaced, Replaced::Nothing)
+                || !self.metadata.is_empty());
+        let mut actions: Vec<Action> = self.event.iter().map(CommitEvent::action).collect();
+        match self.replaced {
+            Replaced::Nothing => {}
+            Replaced::All => actions.extend(remove_all(&delta).await?),
+            Replaced::Rows(superseded) => {
+                let current = data_files(&delta).await?;
+                actions.extend(superseded.retire(&delta.object_store(), &current).await?);
+            }
+        }
+        let WrittenFiles { adds, change_files } = self.written;
+        actions.extend(adds.into_iter().map(Action::Add));
+        actions.extend(change_files.into_iter().map(change_file_action));
+        if !self.metadata.is_empty() {
+            let mut metadata = snapshot.metadata().clone();
+            for change in self.metadata {
+                metadata = match change {
+                    MetadataChange::Set(key, value) => {
+                        metadata.add_config_key(key, value).map_err(delta_err)?
+                    }
+                    MetadataChange::RemovePrefixed(prefixes) => {
+                        let names: Vec<String> = metadata
+                            .configuration()
+                            .keys()
+                            .filter(|k| prefixes.iter().any(|p| k.starts_with(p.as_str())))
+                            .cloned()
+                            .collect();
+                        if names.is_empty() {
+                            continue;
+                        }
+                        names.into_iter().try_fold(metadata, |m, name| {
+                            m.remove_config_key(&name).map_err(delta_err)
+                        })?
+                    }
+                    MetadataChange::Schema(schema) => {
+                        let kernel: deltalake_core::kernel::StructType =
+                            schema.as_ref().try_into_kernel().map_err(delta_err)?;
+                        metadata.with_schema(&kernel).map_err(delta_err)?
+                    }
+                };
+            }
+            actions.push(Action::Metadata(metadata));
+        }
+        if let Some(flow) = &self.checkpoint {
+            let app_id = checkpoint_app_id(flow);
+            let last = snapshot
+                .transaction_version(log_store.as_ref(), app_id.clone())
+                .await
+                .map_err(delta_err)?;
+            actions.push(Action::Txn(Transaction::new(app_id, last.unwrap_or(0) + 1)));
+        }
+        let commit = super::commit_builder()
+            .with_actions(actions)
+            .build(Some(snapshot), log_store, self.kind.operation())
+            .await
+            .map_err(delta_err)?;
+        table.refresh().await?;
+        if publish {
+            table.publish().await?;
+        }
+        Ok(commit.version() as i64)
+    }
 }
 
 /// The `cdc` action committing a change data file the writer wrote.

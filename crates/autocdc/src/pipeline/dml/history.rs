@@ -266,7 +266,7 @@ impl History {
             Arc::clone(&self.table),
             &spec,
             operation,
-            chrono::Utc::now(),
+            crate::clock::now(state.config()),
             UpdateSource::Dml(Box::new(events)),
             Planning::Adaptive,
         )

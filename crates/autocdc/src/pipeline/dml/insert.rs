@@ -2,14 +2,16 @@
 
 use std::sync::Arc;
 
+use crate::table::commit::EditKind;
 use arrow::array::RecordBatch;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
-use deltalake_core::protocol::DeltaOperation;
 
-use super::{column, file_columns, key_positions, raw_plan, rewrite, InsertedRows, NewRows};
+use super::{
+    apply, column, file_columns, key_positions, raw_plan, InsertedRows, NewRows, StatementRows,
+};
 use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL};
 use crate::spec::FlowSpec;
 use crate::table::event::{CommitEvent, Operation};
@@ -120,7 +122,7 @@ pub(super) async fn insert_scd1(
     }
 
     let columns = file_columns(&table);
-    let new = NewRows::new(&table, refuse)?;
+    let new = NewRows::new(&table, &state, refuse)?;
     // the new rows, each with its key's tombstone sequence
     let with_tombstones = source()?
         .join(
@@ -158,23 +160,13 @@ pub(super) async fn insert_scd1(
                 .project(all())?
                 .build()?,
         )?
-        .union(new_rows(Kind::Upsert as i8)?)?
+        .build()?;
+    let changed = LogicalPlanBuilder::from(new_rows(Kind::Upsert as i8)?)
         .union(new_rows(CHANGE_INSERT)?)?
         .build()?;
     let mut event = CommitEvent::new(Operation::Insert, None, started);
     event.upserted = inserted;
-    rewrite(
-        table,
-        state,
-        kept,
-        DeltaOperation::Write {
-            mode: deltalake_core::protocol::SaveMode::Overwrite,
-            partition_by: None,
-            predicate: None,
-        },
-        event,
-        started,
-    )
-    .await?;
+    let rows = StatementRows { changed, kept };
+    apply(table, state, rows, EditKind::Overwrite, event, started).await?;
     Ok(inserted)
 }

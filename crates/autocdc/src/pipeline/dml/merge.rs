@@ -27,16 +27,18 @@ use datafusion::logical_expr::{col, lit, when, Expr, JoinType, LogicalPlan, Logi
 use datafusion::physical_plan::collect;
 use datafusion::sql::sqlparser::ast::Ident;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
-use deltalake_core::protocol::{DeltaOperation, SaveMode};
 
 use super::history::{History, DROP_COL};
-use super::{column, file_columns, key_positions, keyed_flow, raw_plan, rewrite, NewRows};
+use super::{
+    apply, column, file_columns, key_positions, keyed_flow, raw_plan, NewRows, StatementRows,
+};
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
     START_AT_COL, WRITTEN_AT_COL,
 };
 use crate::spec::ScdType;
 use crate::sql::{MergeAction, MergeStatement};
+use crate::table::commit::EditKind;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::ScdTable;
 
@@ -535,7 +537,7 @@ async fn apply_scd1(
 
     // 5. the new state and its change feed
     let columns = file_columns(&table);
-    let new = NewRows::new(&table, refuse)?;
+    let new = NewRows::new(&table, state, refuse)?;
     let now = new.now.clone();
     let all = || columns.iter().map(|c| column(c)).collect::<Vec<_>>();
     let affected_keys = LogicalPlanBuilder::from(deleted_table.clone())
@@ -641,8 +643,7 @@ async fn apply_scd1(
             .project(projection)?
             .build()
     };
-    let plan = LogicalPlanBuilder::from(kept)
-        .union(updated_rows(Kind::Upsert as i8)?)?
+    let changed = LogicalPlanBuilder::from(updated_rows(Kind::Upsert as i8)?)
         .union(old_rows(&deleted_table, Kind::Delete as i8, true)?)?
         .union(inserted_rows(Kind::Upsert as i8)?)?
         .union(old_rows(&updated_table, CHANGE_PREIMAGE, false)?)?
@@ -650,15 +651,12 @@ async fn apply_scd1(
         .union(old_rows(&deleted_table, CHANGE_DELETE, false)?)?
         .union(inserted_rows(CHANGE_INSERT)?)?
         .build()?;
-    rewrite(
+    let rows = StatementRows { changed, kept };
+    apply(
         table,
         state.clone(),
-        plan,
-        DeltaOperation::Write {
-            mode: SaveMode::Overwrite,
-            partition_by: None,
-            predicate: None,
-        },
+        rows,
+        EditKind::Overwrite,
         event,
         started,
     )

@@ -25,8 +25,9 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{RecordBatch, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{AsArray, BooleanArray, RecordBatch, UInt64Array};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::{provider_as_source, MemTable};
@@ -42,9 +43,8 @@ use datafusion::physical_plan::{
     collect, execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
     PlanProperties,
 };
-use deltalake_core::kernel::Action;
-use deltalake_core::protocol::DeltaOperation;
 use futures::future::BoxFuture;
+use futures::StreamExt;
 
 mod history;
 mod insert;
@@ -56,15 +56,18 @@ use insert::insert_scd1;
 pub use merge::merge;
 
 use crate::fold::columns::{
-    Kind, CHANGE_DELETE, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL, WRITTEN_AT_COL,
+    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
+    WRITTEN_AT_COL,
 };
+use crate::pipeline::{deletion_vector_budget, find_superseded};
 use crate::spec::resolve::written_at_value;
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::BUCKET_COL;
-use crate::table::commit::{change_file_action, remove_all, write_rows, ChangeFeed, WrittenFiles};
+use crate::table::commit::{write_rows, ChangeFeed, Edit, EditKind, Replaced, WrittenFiles};
+use crate::table::deletion_vectors::KeySet;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::provider::TargetDml;
-use crate::table::{delta_err, ScdTable};
+use crate::table::ScdTable;
 
 /// Runs one DML statement when executed; yields its `count` row.
 pub struct DmlExec {
@@ -284,46 +287,160 @@ impl InsertedRows {
     }
 }
 
-/// Rewrite the whole table from `plan` (rows in the data file layout, change
-/// rows included) in one commit, logged as `event`.
-async fn rewrite(
+/// What an SCD 1 statement writes, in the data file layout: `changed`, the
+/// new row of every key it affects and its change data feed rows; `kept`,
+/// the stored rows of every other key.
+struct StatementRows {
+    changed: LogicalPlan,
+    kept: LogicalPlan,
+}
+
+/// Apply an SCD 1 statement's rows in one commit recorded as `kind` and
+/// logged as `event`.
+///
+/// A statement that affects at most the deletion-vector budget of keys (see
+/// [`deletion_vector_budget`]) writes only `changed` and retires the stored
+/// rows of its keys with deletion vectors: its cost follows the rows it
+/// changes. Any other rewrites the table from `kept` and `changed`.
+async fn apply(
     table: Arc<ScdTable>,
     state: SessionState,
-    plan: LogicalPlan,
-    operation: DeltaOperation,
+    rows: StatementRows,
+    kind: EditKind,
     mut event: CommitEvent,
     started: std::time::Instant,
 ) -> Result<()> {
     let flow = keyed_flow(&table, "DML")?;
     let keys = key_positions(&table, &flow)?;
-    let physical = state.create_physical_plan(&plan).await?;
-    let stream = execute_stream(physical, state.task_ctx())?;
-    let delta = table.delta();
-    let store = delta.object_store();
+    let store = table.delta().object_store();
     let writers = state.config().target_partitions();
-    let WrittenFiles { adds, change_files } = write_rows(
-        &store,
-        stream,
-        &keys,
-        table.meta().buckets,
-        writers,
-        ChangeFeed::Files,
-    )
-    .await?;
-    let snapshot = delta.snapshot().map_err(delta_err)?;
-    let log_store = delta.log_store();
+    let write = |stream| {
+        write_rows(
+            &store,
+            stream,
+            &keys,
+            table.meta().buckets,
+            writers,
+            ChangeFeed::Files,
+        )
+    };
+    if let Some(budget) = deletion_vector_budget(&state, &table).await? {
+        let physical = state.create_physical_plan(&rows.changed).await?;
+        let stream = execute_stream(physical, state.task_ctx())?;
+        if let Some(changed) = ChangedRows::collect(stream, &keys, budget).await? {
+            let written = write(changed.stream()).await?;
+            let replaced = match changed.keys()? {
+                Some(key_set) => {
+                    let touched = written_buckets(&written);
+                    Replaced::Rows(
+                        find_superseded(&state, &table, Arc::new(key_set), &touched).await?,
+                    )
+                }
+                None => Replaced::Nothing,
+            };
+            event.duration_ms = started.elapsed().as_millis() as u64;
+            Edit::new(kind)
+                .event(event)
+                .written(written)
+                .replacing(replaced)
+                .commit(&table)
+                .await?;
+            return Ok(());
+        }
+    }
+    let all = LogicalPlanBuilder::from(rows.kept)
+        .union(rows.changed)?
+        .build()?;
+    let physical = state.create_physical_plan(&all).await?;
+    let written = write(execute_stream(physical, state.task_ctx())?).await?;
     event.duration_ms = started.elapsed().as_millis() as u64;
-    let mut actions = vec![event.action()];
-    actions.extend(remove_all(&delta).await?);
-    actions.extend(adds.into_iter().map(Action::Add));
-    actions.extend(change_files.into_iter().map(change_file_action));
-    crate::table::commit_builder()
-        .with_actions(actions)
-        .build(Some(snapshot), log_store, operation)
-        .await
-        .map_err(delta_err)?;
-    table.refresh().await?;
-    table.publish().await
+    Edit::new(kind)
+        .event(event)
+        .written(written)
+        .replacing(Replaced::All)
+        .commit(&table)
+        .await?;
+    Ok(())
+}
+
+/// The rows a small statement changes, held until written: at most one
+/// data row per key it affects, so at most its deletion-vector budget of
+/// data rows (and their change rows).
+struct ChangedRows {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    /// The key columns of the data rows (not the change rows).
+    keys: Vec<RecordBatch>,
+    key_names: Vec<String>,
+}
+
+impl ChangedRows {
+    /// The rows of `stream`, or `None` once it has more than `budget` data
+    /// rows (the statement then rewrites the table).
+    async fn collect(
+        mut stream: SendableRecordBatchStream,
+        key_indices: &[usize],
+        budget: usize,
+    ) -> Result<Option<Self>> {
+        let schema = stream.schema();
+        let kind = schema.index_of(KIND_COL)?;
+        let key_schema = Arc::new(schema.project(key_indices)?);
+        let key_names = key_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let (mut batches, mut keys, mut data_rows) = (Vec::new(), Vec::new(), 0);
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let kinds = batch.column(kind).as_primitive::<Int8Type>();
+            let data = BooleanArray::from_unary(kinds, |k| k < CHANGE_INSERT);
+            data_rows += data.true_count();
+            if data_rows > budget {
+                return Ok(None);
+            }
+            if data.true_count() > 0 {
+                keys.push(filter_record_batch(&batch.project(key_indices)?, &data)?);
+            }
+            batches.push(batch);
+        }
+        Ok(Some(Self {
+            schema,
+            batches,
+            keys,
+            key_names,
+        }))
+    }
+
+    /// The keys of the data rows (`None`: there are none).
+    fn keys(&self) -> Result<Option<KeySet>> {
+        if self.keys.iter().all(|b| b.num_rows() == 0) {
+            return Ok(None);
+        }
+        KeySet::try_new(self.key_names.clone(), &self.keys).map(Some)
+    }
+
+    /// The rows as a stream, for the writer.
+    fn stream(&self) -> SendableRecordBatchStream {
+        let batches: Vec<Result<RecordBatch>> = self.batches.iter().cloned().map(Ok).collect();
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            futures::stream::iter(batches),
+        ))
+    }
+}
+
+/// The key buckets of the data files in `written`.
+fn written_buckets(written: &WrittenFiles) -> Vec<i32> {
+    let mut buckets: Vec<i32> = written
+        .adds
+        .iter()
+        .filter_map(|add| add.partition_values.get(BUCKET_COL).cloned().flatten())
+        .filter_map(|b| b.parse().ok())
+        .collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    buckets
 }
 
 async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
@@ -340,12 +457,12 @@ async fn rewrite_rows(
     state_rows: Vec<Expr>,
     hit: Expr,
     images: Vec<Vec<Expr>>,
-    operation: DeltaOperation,
+    kind: EditKind,
 ) -> Result<u64> {
     let started = std::time::Instant::now();
     let hits = count(&state, raw_plan(&table)?.filter(hit.clone())?.build()?).await?;
-    let event = match operation {
-        DeltaOperation::Delete { .. } => {
+    let event = match kind {
+        EditKind::Delete => {
             let mut event = CommitEvent::new(Operation::Delete, None, started);
             event.deleted = hits;
             event
@@ -356,24 +473,26 @@ async fn rewrite_rows(
             event
         }
     };
-    let mut plan = raw_plan(&table)?.project(state_rows)?;
+    // the new rows of the matching keys, and their change rows
+    let mut changed = raw_plan(&table)?.filter(hit.clone())?.project(state_rows)?;
     for image in images {
-        plan = plan.union(
+        changed = changed.union(
             raw_plan(&table)?
                 .filter(hit.clone())?
                 .project(image)?
                 .build()?,
         )?;
     }
-    rewrite(
-        Arc::clone(&table),
-        state,
-        plan.build()?,
-        operation,
-        event,
-        started,
-    )
-    .await?;
+    let columns: Vec<Expr> = file_columns(&table).iter().map(|c| column(c)).collect();
+    let kept = raw_plan(&table)?
+        .filter(Expr::Not(Box::new(hit)))?
+        .project(columns)?
+        .build()?;
+    let rows = StatementRows {
+        changed: changed.build()?,
+        kept,
+    };
+    apply(Arc::clone(&table), state, rows, kind, event, started).await?;
     Ok(hits)
 }
 
@@ -392,7 +511,11 @@ struct NewRows {
 impl NewRows {
     /// For `table`; `refuse` words the error of a sequence type without a
     /// least value.
-    fn new(table: &ScdTable, refuse: impl Fn(String) -> DataFusionError) -> Result<Self> {
+    fn new(
+        table: &ScdTable,
+        state: &SessionState,
+        refuse: impl Fn(String) -> DataFusionError,
+    ) -> Result<Self> {
         let raw_schema = table.raw_provider().schema();
         let columns = file_columns(table)
             .into_iter()
@@ -410,7 +533,7 @@ impl NewRows {
         Ok(Self {
             columns,
             least: cast(lit(least), seq_type),
-            now: written_at_value(chrono::Utc::now().timestamp_micros()),
+            now: written_at_value(crate::clock::now(state.config()).timestamp_micros()),
         })
     }
 
@@ -479,7 +602,7 @@ impl TargetDml for PipelineDml {
         }
         keyed_flow(&table, "DELETE")?;
         let state = session_state(state)?;
-        let now = written_at_value(chrono::Utc::now().timestamp_micros());
+        let now = written_at_value(crate::clock::now(state.config()).timestamp_micros());
         let job = async move {
             let hit = matching(filters);
             let columns = file_columns(&table);
@@ -511,7 +634,7 @@ impl TargetDml for PipelineDml {
                 state_rows,
                 hit,
                 vec![change_rows],
-                DeltaOperation::Delete { predicate: None },
+                EditKind::Delete,
             )
             .await
         };
@@ -590,15 +713,7 @@ impl TargetDml for PipelineDml {
                 image(CHANGE_PREIMAGE, false)?,
                 image(CHANGE_POSTIMAGE, true)?,
             ];
-            rewrite_rows(
-                table,
-                state,
-                state_rows,
-                hit,
-                images,
-                DeltaOperation::Update { predicate: None },
-            )
-            .await
+            rewrite_rows(table, state, state_rows, hit, images, EditKind::Update).await
         };
         Ok(dml_exec("UPDATE", Box::pin(job)))
     }
