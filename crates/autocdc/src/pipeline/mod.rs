@@ -37,8 +37,6 @@ use datafusion::logical_expr::{
     cast, col, lit, when, Expr, ExprSchemable, Extension, LogicalPlan, LogicalPlanBuilder,
     ScalarUDF,
 };
-use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::{MetadataExt, StructType};
 use futures::StreamExt;
 
 use crate::fold::columns::{
@@ -59,7 +57,7 @@ use crate::spec::resolve::{
 };
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
-use crate::table::commit::{bucket_of, data_files, ChangeFeed, CommitRequest};
+use crate::table::commit::{bucket_of, data_files, ChangeFeed, CommitRequest, MetadataChange};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::Operation;
 use crate::table::plain_files::{PlainFilesTable, TableLocation};
@@ -607,55 +605,50 @@ pub async fn plan_update(
     let delta = table.delta();
     let snapshot = delta.snapshot().map_err(delta_err)?;
     let schema_needed = meta.sequence_type.is_none() || evolved;
-    let metadata = if register || schema_needed || !extra_config.is_empty() {
-        let mut md = snapshot.metadata().clone();
-        if schema_needed {
-            let mut fields: Vec<Field> = resolved
-                .target_schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone())
-                .collect();
-            if scd2 {
-                fields.push(Field::new(START_AT_COL, seq_type.clone(), true));
-                fields.push(Field::new(END_AT_COL, seq_type.clone(), true));
-            }
-            if let (true, Some(system_type)) = (bitemporal, &resolved.system_sequence_type) {
-                fields.push(Field::new(SYSTEM_START_AT_COL, system_type.clone(), true));
-                fields.push(Field::new(SYSTEM_END_AT_COL, system_type.clone(), true));
-            }
-            fields.push(Field::new(SEQ_COL, seq_type.clone(), true));
-            fields.push(Field::new(
-                KIND_COL,
-                arrow::datatypes::DataType::Int8,
-                false,
-            ));
-            fields.push(Field::new(WRITTEN_AT_COL, written_at_type(), true));
-            if let (true, Some(system_type)) = (bitemporal, &resolved.system_sequence_type) {
-                fields.push(Field::new(SYSTEM_SEQ_COL, system_type.clone(), true));
-            }
-            if scd2 && resolved.layout.update_list {
-                fields.push(Field::new(UPDATE_LIST_COL, update_list_type(), true));
-            }
-            fields.push(bucket_field());
-            let kernel: StructType = (&Schema::new(fields))
-                .try_into_kernel()
-                .map_err(delta_err)?;
-            md = md.with_schema(&kernel).map_err(delta_err)?;
+    let mut metadata = Vec::new();
+    if schema_needed {
+        let mut fields: Vec<Field> = resolved
+            .target_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        if scd2 {
+            fields.push(Field::new(START_AT_COL, seq_type.clone(), true));
+            fields.push(Field::new(END_AT_COL, seq_type.clone(), true));
         }
-        for (key, value) in extra_config {
-            md = md.add_config_key(key, value).map_err(delta_err)?;
+        if let (true, Some(system_type)) = (bitemporal, &resolved.system_sequence_type) {
+            fields.push(Field::new(SYSTEM_START_AT_COL, system_type.clone(), true));
+            fields.push(Field::new(SYSTEM_END_AT_COL, system_type.clone(), true));
         }
-        if register {
-            let json = serde_json::to_string(flow).map_err(delta_err)?;
-            md = md
-                .add_config_key(format!("{FLOW_KEY_PREFIX}{}", flow.name), json)
-                .map_err(delta_err)?;
+        fields.push(Field::new(SEQ_COL, seq_type.clone(), true));
+        fields.push(Field::new(
+            KIND_COL,
+            arrow::datatypes::DataType::Int8,
+            false,
+        ));
+        fields.push(Field::new(WRITTEN_AT_COL, written_at_type(), true));
+        if let (true, Some(system_type)) = (bitemporal, &resolved.system_sequence_type) {
+            fields.push(Field::new(SYSTEM_SEQ_COL, system_type.clone(), true));
         }
-        Some(md)
-    } else {
-        None
-    };
+        if scd2 && resolved.layout.update_list {
+            fields.push(Field::new(UPDATE_LIST_COL, update_list_type(), true));
+        }
+        fields.push(bucket_field());
+        metadata.push(MetadataChange::Schema(Arc::new(Schema::new(fields))));
+    }
+    metadata.extend(
+        extra_config
+            .into_iter()
+            .map(|(key, value)| MetadataChange::Set(key, value)),
+    );
+    if register {
+        let json = serde_json::to_string(flow).map_err(delta_err)?;
+        metadata.push(MetadataChange::Set(
+            format!("{FLOW_KEY_PREFIX}{}", flow.name),
+            json,
+        ));
+    }
     let last_run = snapshot
         .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(&flow.name))
         .await

@@ -79,8 +79,9 @@ pub struct CommitRequest {
     pub table: Arc<ScdTable>,
     /// The flow being run.
     pub flow: FlowSpec,
-    /// New table metadata (flow definition, schema) to commit, if it changes.
-    pub metadata: Option<deltalake_core::kernel::Metadata>,
+    /// Changes of the table's metadata (flow definition, schema,
+    /// checkpoints of sources) committed with the update.
+    pub metadata: Vec<MetadataChange>,
     /// Checkpoint: the flow's run number recorded as a Delta `txn` action.
     pub run: i64,
     /// Buckets read and rewritten by this update (`None`: all).
@@ -181,8 +182,11 @@ pub async fn commit_written(
         BucketWriter::discard(&store, &adds).await?;
         BucketWriter::discard(&store, &change_files).await?;
     }
-    if let Some(md) = &request.metadata {
-        actions.push(Action::Metadata(md.clone()));
+    if !request.metadata.is_empty() {
+        actions.push(Action::Metadata(changed_metadata(
+            snapshot.metadata(),
+            &request.metadata,
+        )?));
     }
     actions.push(Action::Txn(Transaction::new(
         checkpoint_app_id(&request.flow.name),
@@ -221,9 +225,9 @@ pub(crate) async fn commit_event(table: &ScdTable, event: CommitEvent) -> Result
     Ok(())
 }
 
-/// A change of a table's metadata carried by an [`Edit`].
+/// A change of a table's metadata, made by the commit that carries it.
 #[derive(Debug, Clone)]
-pub(crate) enum MetadataChange {
+pub enum MetadataChange {
     /// Set a table property.
     Set(String, String),
     /// Remove the table properties whose names start with one of these.
@@ -360,34 +364,10 @@ impl Edit {
         actions.extend(adds.into_iter().map(Action::Add));
         actions.extend(change_files.into_iter().map(change_file_action));
         if !self.metadata.is_empty() {
-            let mut metadata = snapshot.metadata().clone();
-            for change in self.metadata {
-                metadata = match change {
-                    MetadataChange::Set(key, value) => {
-                        metadata.add_config_key(key, value).map_err(delta_err)?
-                    }
-                    MetadataChange::RemovePrefixed(prefixes) => {
-                        let names: Vec<String> = metadata
-                            .configuration()
-                            .keys()
-                            .filter(|k| prefixes.iter().any(|p| k.starts_with(p.as_str())))
-                            .cloned()
-                            .collect();
-                        if names.is_empty() {
-                            continue;
-                        }
-                        names.into_iter().try_fold(metadata, |m, name| {
-                            m.remove_config_key(&name).map_err(delta_err)
-                        })?
-                    }
-                    MetadataChange::Schema(schema) => {
-                        let kernel: deltalake_core::kernel::StructType =
-                            schema.as_ref().try_into_kernel().map_err(delta_err)?;
-                        metadata.with_schema(&kernel).map_err(delta_err)?
-                    }
-                };
-            }
-            actions.push(Action::Metadata(metadata));
+            actions.push(Action::Metadata(changed_metadata(
+                snapshot.metadata(),
+                &self.metadata,
+            )?));
         }
         if let Some(flow) = &self.checkpoint {
             let app_id = checkpoint_app_id(flow);
@@ -408,6 +388,38 @@ impl Edit {
         }
         Ok(commit.version() as i64)
     }
+}
+
+/// `current` with `changes` made, in order.
+fn changed_metadata(
+    current: &deltalake_core::kernel::Metadata,
+    changes: &[MetadataChange],
+) -> Result<deltalake_core::kernel::Metadata> {
+    let mut metadata = current.clone();
+    for change in changes {
+        metadata = match change {
+            MetadataChange::Set(key, value) => metadata
+                .add_config_key(key.clone(), value.clone())
+                .map_err(delta_err)?,
+            MetadataChange::RemovePrefixed(prefixes) => {
+                let names: Vec<String> = metadata
+                    .configuration()
+                    .keys()
+                    .filter(|k| prefixes.iter().any(|p| k.starts_with(p.as_str())))
+                    .cloned()
+                    .collect();
+                names.into_iter().try_fold(metadata, |m, name| {
+                    m.remove_config_key(&name).map_err(delta_err)
+                })?
+            }
+            MetadataChange::Schema(schema) => {
+                let kernel: deltalake_core::kernel::StructType =
+                    schema.as_ref().try_into_kernel().map_err(delta_err)?;
+                metadata.with_schema(&kernel).map_err(delta_err)?
+            }
+        };
+    }
+    Ok(metadata)
 }
 
 /// The `cdc` action committing a change data file the writer wrote.
