@@ -780,6 +780,21 @@ async fn small_scd1_dml_retires_rows_with_deletion_vectors() {
             "| 300 | new | insert | 5 |",
         ]
     );
+    // a key the WHERE names whose row it does not match keeps its row, and
+    // the change feed has nothing of it
+    assert_eq!(
+        rows(&s, "UPDATE t SET v = 'no' WHERE id = 8 AND v = 'other'").await,
+        ["| 0 |"]
+    );
+    assert_eq!(
+        rows(&s, "DELETE FROM t WHERE id IN (8, 100000, NULL) AND v = 'other'").await,
+        ["| 0 |"]
+    );
+    assert_eq!(rows(&s, &key(8)).await, ["| 8 | v | 1 |"]);
+    assert_eq!(
+        rows(&s, "SELECT count(*) FROM table_changes('t', 6)").await,
+        ["| 0 |"]
+    );
     // the next event of a key DML wrote applies by the stored sequence
     exec(
         &s,

@@ -730,7 +730,7 @@ async fn superseded_keys(
 
 /// The stored rows of `table` as plain Parquet scans
 /// (`autocdc.plain_parquet_reads`).
-async fn plain_files(table: &ScdTable) -> Result<PlainFilesTable> {
+pub(crate) async fn plain_files(table: &ScdTable) -> Result<PlainFilesTable> {
     let delta = table.delta();
     PlainFilesTable::with_vectors(
         TableLocation {

@@ -10,9 +10,11 @@ use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
 use super::{
-    apply, column, file_columns, key_positions, raw_plan, InsertedRows, NewRows, StatementRows,
+    apply, column, file_columns, key_positions, raw_plan, InsertedRows, NewRows, Replacing,
+    StatementRows,
 };
 use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL};
+use crate::pipeline::deletion_vector_budget;
 use crate::spec::FlowSpec;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::ScdTable;
@@ -167,6 +169,18 @@ pub(super) async fn insert_scd1(
     let mut event = CommitEvent::new(Operation::Insert, None, started);
     event.upserted = inserted;
     let rows = StatementRows { changed, kept };
-    apply(table, state, rows, EditKind::Overwrite, event, started).await?;
+    let budget = deletion_vector_budget(&state, &table)
+        .await?
+        .map_or(Replacing::Rewrite, Replacing::UpTo);
+    apply(
+        table,
+        state,
+        rows,
+        budget,
+        EditKind::Overwrite,
+        event,
+        started,
+    )
+    .await?;
     Ok(inserted)
 }

@@ -30,12 +30,14 @@ use datafusion::sql::sqlparser::dialect::dialect_from_str;
 
 use super::history::{History, DROP_COL};
 use super::{
-    apply, column, file_columns, key_positions, keyed_flow, raw_plan, NewRows, StatementRows,
+    apply, column, file_columns, key_positions, keyed_flow, raw_plan, NewRows, Replacing,
+    StatementRows,
 };
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
     START_AT_COL, WRITTEN_AT_COL,
 };
+use crate::pipeline::deletion_vector_budget;
 use crate::spec::ScdType;
 use crate::sql::{MergeAction, MergeStatement};
 use crate::table::commit::EditKind;
@@ -652,10 +654,14 @@ async fn apply_scd1(
         .union(inserted_rows(CHANGE_INSERT)?)?
         .build()?;
     let rows = StatementRows { changed, kept };
+    let budget = deletion_vector_budget(state, &table)
+        .await?
+        .map_or(Replacing::Rewrite, Replacing::UpTo);
     apply(
         table,
         state.clone(),
         rows,
+        budget,
         EditKind::Overwrite,
         event,
         started,

@@ -29,13 +29,17 @@ use arrow::array::{AsArray, BooleanArray, RecordBatch, UInt64Array};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::ScalarValue;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::functions::expr_fn::coalesce;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
-use datafusion::logical_expr::{cast, col, lit, when, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{
+    cast, col, lit, when, Expr, LogicalPlan, LogicalPlanBuilder, Operator,
+};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -59,14 +63,16 @@ use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
     WRITTEN_AT_COL,
 };
-use crate::pipeline::{deletion_vector_budget, find_superseded};
+use crate::pipeline::{deletion_vector_budget, find_superseded, plain_files};
 use crate::spec::resolve::written_at_value;
 use crate::spec::{FlowSpec, ScdType};
+use crate::table::bucket::bucket_array;
 use crate::table::bucket::BUCKET_COL;
 use crate::table::commit::{write_rows, ChangeFeed, Edit, EditKind, Replaced, WrittenFiles};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::provider::TargetDml;
+use crate::table::superseded::Superseded;
 use crate::table::ScdTable;
 
 /// Runs one DML statement when executed; yields its `count` row.
@@ -261,7 +267,8 @@ fn matching(filters: Vec<Expr>) -> Expr {
         .and(predicate(filters))
 }
 
-/// The rows an `INSERT` brings, collected once: how many, and a scan of them.
+/// Rows collected once (an `INSERT`'s, the few a statement changes): how
+/// many, and a table of them.
 struct InsertedRows {
     count: u64,
     rows: Arc<MemTable>,
@@ -295,17 +302,28 @@ struct StatementRows {
     kept: LogicalPlan,
 }
 
+/// How a statement replaces the stored rows of the keys it affects.
+enum Replacing {
+    /// Their rows were found by key ([`Superseded`]): the statement writes
+    /// `changed` and retires those rows with deletion vectors.
+    Found(Superseded),
+    /// `changed` is read up to this many keys, then the stored rows of its
+    /// keys are found and retired with deletion vectors; past it, as
+    /// [`Replacing::Rewrite`].
+    UpTo(usize),
+    /// The table is rewritten from `kept` and `changed`.
+    Rewrite,
+}
+
 /// Apply an SCD 1 statement's rows in one commit recorded as `kind` and
-/// logged as `event`.
-///
-/// A statement that affects at most the deletion-vector budget of keys (see
-/// [`deletion_vector_budget`]) writes only `changed` and retires the stored
-/// rows of its keys with deletion vectors: its cost follows the rows it
-/// changes. Any other rewrites the table from `kept` and `changed`.
+/// logged as `event`. With deletion vectors (few keys: the table's budget,
+/// [`deletion_vector_budget`]) it writes only `changed`: its cost follows
+/// the rows it changes.
 async fn apply(
     table: Arc<ScdTable>,
     state: SessionState,
     rows: StatementRows,
+    replacing: Replacing,
     kind: EditKind,
     mut event: CommitEvent,
     started: std::time::Instant,
@@ -324,42 +342,53 @@ async fn apply(
             ChangeFeed::Files,
         )
     };
-    if let Some(budget) = deletion_vector_budget(&state, &table).await? {
-        let physical = state.create_physical_plan(&rows.changed).await?;
-        let stream = execute_stream(physical, state.task_ctx())?;
-        if let Some(changed) = ChangedRows::collect(stream, &keys, budget).await? {
-            let written = write(changed.stream()).await?;
-            let replaced = match changed.keys()? {
-                Some(key_set) => {
-                    let touched = written_buckets(&written);
-                    Replaced::Rows(
-                        find_superseded(&state, &table, Arc::new(key_set), &touched).await?,
-                    )
-                }
-                None => Replaced::Nothing,
-            };
-            event.duration_ms = started.elapsed().as_millis() as u64;
-            Edit::new(kind)
-                .event(event)
-                .written(written)
-                .replacing(replaced)
-                .commit(&table)
-                .await?;
+    let commit = |written, replaced, mut event: CommitEvent| {
+        event.duration_ms = started.elapsed().as_millis() as u64;
+        Edit::new(kind)
+            .event(event)
+            .written(written)
+            .replacing(replaced)
+            .commit(&table)
+    };
+    let plan = |plan: &LogicalPlan| {
+        let state = state.clone();
+        let plan = plan.clone();
+        async move {
+            let physical = state.create_physical_plan(&plan).await?;
+            execute_stream(physical, state.task_ctx())
+        }
+    };
+    match replacing {
+        Replacing::Found(superseded) => {
+            let written = write(plan(&rows.changed).await?).await?;
+            commit(written, Replaced::Rows(superseded), event).await?;
             return Ok(());
         }
+        Replacing::UpTo(budget) => {
+            let changed = plan(&rows.changed).await?;
+            if let Some(changed) = ChangedRows::collect(changed, &keys, budget).await? {
+                let written = write(changed.stream()).await?;
+                let replaced = match changed.keys()? {
+                    Some(key_set) => {
+                        let touched = written_buckets(&written);
+                        let found =
+                            find_superseded(&state, &table, Arc::new(key_set), &touched).await?;
+                        Replaced::Rows(found)
+                    }
+                    None => Replaced::Nothing,
+                };
+                commit(written, replaced, event).await?;
+                return Ok(());
+            }
+        }
+        Replacing::Rewrite => {}
     }
     let all = LogicalPlanBuilder::from(rows.kept)
         .union(rows.changed)?
         .build()?;
-    let physical = state.create_physical_plan(&all).await?;
-    let written = write(execute_stream(physical, state.task_ctx())?).await?;
+    let written = write(plan(&all).await?).await?;
     event.duration_ms = started.elapsed().as_millis() as u64;
-    Edit::new(kind)
-        .event(event)
-        .written(written)
-        .replacing(Replaced::All)
-        .commit(&table)
-        .await?;
+    commit(written, Replaced::All, event).await?;
     Ok(())
 }
 
@@ -451,16 +480,62 @@ async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
 /// Rewrite the table with its rows projected through `state_rows`, plus one
 /// change data feed row per `images` projection of every row matching
 /// `hit`; returns the number of matching rows.
+#[allow(clippy::too_many_arguments)]
 async fn rewrite_rows(
     table: Arc<ScdTable>,
     state: SessionState,
     state_rows: Vec<Expr>,
     hit: Expr,
+    named_keys: Option<RecordBatch>,
     images: Vec<Vec<Expr>>,
     kind: EditKind,
 ) -> Result<u64> {
     let started = std::time::Instant::now();
-    let hits = count(&state, raw_plan(&table)?.filter(hit.clone())?.build()?).await?;
+    // few matching rows are found by their keys — the keys the `WHERE`
+    // names, or else those of the rows it matches (only the columns of the
+    // predicate are read to find those) — then read by position and
+    // retired with deletion vectors; more rewrite the table
+    let found = match deletion_vector_budget(&state, &table).await? {
+        Some(budget) => match named_keys {
+            Some(keys) if keys.num_rows() <= budget => {
+                Some(find_keys(&table, &state, vec![keys]).await?)
+            }
+            _ => find_matching(&table, &state, &hit, budget).await?,
+        },
+        None => None,
+    };
+    let (hits, replacing, matching) = match found {
+        Some(found) => {
+            // (read once, by position: the new rows and every change image
+            // are projections of them)
+            let provider = found.provider(
+                &table.delta().object_store(),
+                table.raw_provider().schema(),
+                state.config().target_partitions(),
+            )?;
+            let plan = LogicalPlanBuilder::scan(
+                table.name().table.clone(),
+                provider_as_source(provider),
+                None,
+            )?
+            .build()?;
+            let rows =
+                InsertedRows::collect(state.create_physical_plan(&plan).await?, &state).await?;
+            let hits = count(&state, rows.scan()?.filter(hit.clone())?.build()?).await?;
+            (hits, Replacing::Found(found), Some(rows))
+        }
+        None => {
+            let all = raw_plan(&table)?.filter(hit.clone())?.build()?;
+            (count(&state, all).await?, Replacing::Rewrite, None)
+        }
+    };
+    let matching_rows = matching;
+    let matching = || -> Result<LogicalPlanBuilder> {
+        match &matching_rows {
+            Some(rows) => rows.scan()?.filter(hit.clone()),
+            None => raw_plan(&table)?.filter(hit.clone()),
+        }
+    };
     let event = match kind {
         EditKind::Delete => {
             let mut event = CommitEvent::new(Operation::Delete, None, started);
@@ -474,26 +549,146 @@ async fn rewrite_rows(
         }
     };
     // the new rows of the matching keys, and their change rows
-    let mut changed = raw_plan(&table)?.filter(hit.clone())?.project(state_rows)?;
+    let mut changed = matching()?.project(state_rows)?;
     for image in images {
+        changed = changed.union(matching()?.project(image)?.build()?)?;
+    }
+    let columns: Vec<Expr> = file_columns(&table).iter().map(|c| column(c)).collect();
+    if let Some(rows) = &matching_rows {
+        // rows found by a key the `WHERE` names that it does not match are
+        // retired too: they are written again as they are
         changed = changed.union(
-            raw_plan(&table)?
-                .filter(hit.clone())?
-                .project(image)?
+            rows.scan()?
+                .filter(Expr::Not(Box::new(hit.clone())))?
+                .project(columns.clone())?
                 .build()?,
         )?;
     }
-    let columns: Vec<Expr> = file_columns(&table).iter().map(|c| column(c)).collect();
     let kept = raw_plan(&table)?
-        .filter(Expr::Not(Box::new(hit)))?
+        .filter(Expr::Not(Box::new(hit.clone())))?
         .project(columns)?
         .build()?;
     let rows = StatementRows {
         changed: changed.build()?,
         kept,
     };
-    apply(Arc::clone(&table), state, rows, kind, event, started).await?;
+    apply(
+        Arc::clone(&table),
+        state,
+        rows,
+        replacing,
+        kind,
+        event,
+        started,
+    )
+    .await?;
     Ok(hits)
+}
+
+/// The stored rows that `hit` matches, when there are at most `budget`:
+/// their keys are read (only the columns `hit` needs are decoded), then
+/// their rows found by key in the files of their buckets.
+async fn find_matching(
+    table: &ScdTable,
+    state: &SessionState,
+    hit: &Expr,
+    budget: usize,
+) -> Result<Option<Superseded>> {
+    let flow = keyed_flow(table, "DML")?;
+    let user = table.meta().user_schema;
+    let names: Vec<String> = key_positions(table, &flow)?
+        .into_iter()
+        .map(|i| user.field(i).name().clone())
+        .collect();
+    // (plain Parquet scans of the data files: planned without reading more
+    // of the Delta log than the file list)
+    let stored = Arc::new(plain_files(table).await?);
+    let plan =
+        LogicalPlanBuilder::scan(table.name().table.clone(), provider_as_source(stored), None)?
+            .filter(hit.clone())?
+            .project(names.iter().map(|n| column(n)))?
+            .limit(0, Some(budget + 1))?
+            .build()?;
+    let physical = state.create_physical_plan(&plan).await?;
+    let schema = physical.schema();
+    let mut keys = collect(physical, state.task_ctx()).await?;
+    let count: usize = keys.iter().map(RecordBatch::num_rows).sum();
+    if count > budget {
+        return Ok(None);
+    }
+    // (no key: a set of none, which finds nothing in no bucket)
+    keys.push(RecordBatch::new_empty(schema));
+    Ok(Some(find_keys(table, state, keys).await?))
+}
+
+/// The stored rows of the keys `keys` (batches of the key columns, at least
+/// one), found in the files of their buckets.
+async fn find_keys(
+    table: &ScdTable,
+    state: &SessionState,
+    keys: Vec<RecordBatch>,
+) -> Result<Superseded> {
+    let mut touched = Vec::new();
+    for batch in &keys {
+        let buckets = bucket_array(batch.columns(), batch.num_rows(), table.meta().buckets)?;
+        touched.extend(buckets.values().iter().copied());
+    }
+    touched.sort_unstable();
+    touched.dedup();
+    let names = match keys.first() {
+        Some(batch) => batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect(),
+        None => Vec::new(),
+    };
+    let keys = Arc::new(KeySet::try_new(names, &keys)?);
+    find_superseded(state, table, keys, &touched).await
+}
+
+/// The values the key of `table` takes in the rows `filters` can match,
+/// when they name them: a conjunct `key = v` or `key IN (v, …)` of a
+/// single-column key, as a batch of that column (`None`: they do not).
+fn named_keys(table: &ScdTable, filters: &[Expr]) -> Result<Option<RecordBatch>> {
+    let flow = keyed_flow(table, "DML")?;
+    let positions = key_positions(table, &flow)?;
+    let [position] = positions.as_slice() else {
+        return Ok(None);
+    };
+    let user = table.meta().user_schema;
+    let field = user.field(*position);
+    let is_key = |e: &Expr| matches!(e, Expr::Column(c) if c.name == *field.name());
+    let literal = |e: &Expr| match e {
+        Expr::Literal(value, _) => value.cast_to(field.data_type()).ok(),
+        _ => None,
+    };
+    for conjunct in filters.iter().flat_map(split_conjunction) {
+        let values: Option<Vec<ScalarValue>> = match conjunct {
+            Expr::BinaryExpr(b) if b.op == Operator::Eq && is_key(&b.left) => {
+                literal(&b.right).map(|v| vec![v])
+            }
+            Expr::BinaryExpr(b) if b.op == Operator::Eq && is_key(&b.right) => {
+                literal(&b.left).map(|v| vec![v])
+            }
+            Expr::InList(list) if !list.negated && is_key(&list.expr) => {
+                list.list.iter().map(literal).collect()
+            }
+            _ => None,
+        };
+        let Some(values) = values else { continue };
+        // (a NULL key matches nothing)
+        let values: Vec<ScalarValue> = values.into_iter().filter(|v| !v.is_null()).collect();
+        let array = if values.is_empty() {
+            arrow::array::new_empty_array(field.data_type())
+        } else {
+            ScalarValue::iter_to_array(values)?
+        };
+        let schema = Arc::new(Schema::new(vec![field.as_ref().clone()]));
+        return Ok(Some(RecordBatch::try_new(schema, vec![array])?));
+    }
+    Ok(None)
 }
 
 /// The data-file rows DML writes for keys that were not live (`INSERT`,
@@ -604,6 +799,7 @@ impl TargetDml for PipelineDml {
         let state = session_state(state)?;
         let now = written_at_value(crate::clock::now(state.config()).timestamp_micros());
         let job = async move {
+            let named = named_keys(&table, &filters)?;
             let hit = matching(filters);
             let columns = file_columns(&table);
             let state_rows: Vec<Expr> = columns
@@ -633,6 +829,7 @@ impl TargetDml for PipelineDml {
                 state,
                 state_rows,
                 hit,
+                named,
                 vec![change_rows],
                 EditKind::Delete,
             )
@@ -671,6 +868,7 @@ impl TargetDml for PipelineDml {
         }
         let state = session_state(state)?;
         let job = async move {
+            let named = named_keys(&table, &filters)?;
             let hit = matching(filters);
             let columns = file_columns(&table);
             let raw_schema = table.raw_provider().schema();
@@ -713,7 +911,16 @@ impl TargetDml for PipelineDml {
                 image(CHANGE_PREIMAGE, false)?,
                 image(CHANGE_POSTIMAGE, true)?,
             ];
-            rewrite_rows(table, state, state_rows, hit, images, EditKind::Update).await
+            rewrite_rows(
+                table,
+                state,
+                state_rows,
+                hit,
+                named,
+                images,
+                EditKind::Update,
+            )
+            .await
         };
         Ok(dml_exec("UPDATE", Box::pin(job)))
     }
