@@ -787,7 +787,11 @@ async fn small_scd1_dml_retires_rows_with_deletion_vectors() {
         ["| 0 |"]
     );
     assert_eq!(
-        rows(&s, "DELETE FROM t WHERE id IN (8, 100000, NULL) AND v = 'other'").await,
+        rows(
+            &s,
+            "DELETE FROM t WHERE id IN (8, 100000, NULL) AND v = 'other'"
+        )
+        .await,
         ["| 0 |"]
     );
     assert_eq!(rows(&s, &key(8)).await, ["| 8 | v | 1 |"]);
