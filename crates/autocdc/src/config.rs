@@ -115,6 +115,9 @@ datafusion::common::extensions_options! {
         /// serialised and run by other processes (set by the Ballista
         /// integration).
         pub plain_parquet_reads: bool, default = false
+        /// A pipeline update runs at most this many table updates at once
+        /// (tables that do not read one another; 1: one at a time).
+        pub pipeline_max_concurrent_updates: usize, default = 4
     }
 }
 

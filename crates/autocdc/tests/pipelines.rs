@@ -198,3 +198,98 @@ async fn the_event_log_records_when_the_newest_input_arrived() -> Result<()> {
     assert!(out.contains("| 0 |"), "{out}");
     Ok(())
 }
+
+/// Tables that do not read one another update at the same time, at most
+/// `autocdc.pipeline_max_concurrent_updates` at once, and a table starts
+/// only after the tables it reads have committed; the tables end the same
+/// at any bound.
+#[tokio::test]
+async fn independent_tables_update_concurrently() -> Result<()> {
+    let mut contents = Vec::new();
+    for limit in [1, 4] {
+        let dir = tempfile::tempdir()?;
+        let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap_or("."))).await?;
+        run(
+            &s,
+            &format!("SET autocdc.pipeline_max_concurrent_updates = {limit}"),
+        )
+        .await?;
+        run(
+            &s,
+            "CREATE TABLE raw AS SELECT value AS id, 'v' || value AS v, 1 AS seq \
+             FROM generate_series(1, 2000)",
+        )
+        .await?;
+        for t in ["a", "b", "c", "d"] {
+            run(&s, &format!("CREATE STREAMING TABLE {t}")).await?;
+            run(
+                &s,
+                &format!("CREATE FLOW {t} AS AUTO CDC INTO {t} FROM raw KEYS (id) SEQUENCE BY seq"),
+            )
+            .await?;
+        }
+        run(&s, "CREATE STREAMING TABLE top").await?;
+        run(
+            &s,
+            "CREATE FLOW top AS AUTO CDC INTO top FROM a KEYS (id) SEQUENCE BY seq \
+             STORED AS SCD TYPE 2",
+        )
+        .await?;
+        run(
+            &s,
+            "INSERT INTO raw SELECT value AS id, 'w' AS v, 2 AS seq FROM generate_series(1, 500)",
+        )
+        .await?;
+        let update = s.update_pipeline().await?;
+        let tables: Vec<(String, TableStatus)> = update
+            .tables
+            .iter()
+            .map(|t| (t.table.to_string(), t.status))
+            .collect();
+        assert_eq!(
+            tables,
+            ["a", "b", "c", "d", "top"]
+                .map(|t| (t.to_string(), TableStatus::Updated))
+                .to_vec(),
+            "limit {limit}"
+        );
+        // (start, end) of each table's commit of this update, in ms
+        let mut spans = std::collections::BTreeMap::new();
+        for t in ["a", "b", "c", "d", "top"] {
+            let batches = s
+                .sql(&format!(
+                    "SELECT CAST(commit_timestamp AS BIGINT) - duration_ms, \
+                     CAST(commit_timestamp AS BIGINT) FROM event_log('{t}') \
+                     WHERE update_id = '{}'",
+                    update.update_id
+                ))
+                .await?
+                .collect()
+                .await?;
+            let batch = &batches[0];
+            let column = |i: usize| {
+                batch
+                    .column(i)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                    .map(|a| a.value(0))
+            };
+            spans.insert(t, (column(0).unwrap_or(0), column(1).unwrap_or(0)));
+        }
+        // `top` reads `a`: it starts after `a` committed (ms rounding aside)
+        assert!(spans["top"].0 + 2 >= spans["a"].1, "{spans:?}");
+        let overlapping = ["a", "b", "c", "d"].iter().any(|x| {
+            ["a", "b", "c", "d"]
+                .iter()
+                .any(|y| x < y && spans[x].0 < spans[y].1 && spans[y].0 < spans[x].1)
+        });
+        assert_eq!(overlapping, limit > 1, "limit {limit}: {spans:?}");
+        let mut tables = String::new();
+        for t in ["a", "b", "c", "d", "top"] {
+            tables += &run(&s, &format!("SELECT * FROM {t} ORDER BY 1, 2, 3")).await?;
+        }
+        contents.push(tables);
+    }
+    assert_eq!(contents[0], contents[1]);
+    Ok(())
+}

@@ -555,7 +555,7 @@ pub async fn plan_update(
                     url: delta.table_url(),
                     store: delta.object_store(),
                     schema: table.raw_provider().schema(),
-                    partition_columns: &partition_columns(&delta)?,
+                    partition_columns: &table.partition_columns()?,
                 })?;
                 LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?
             }
@@ -737,20 +737,10 @@ pub(crate) async fn plain_files(table: &ScdTable) -> Result<PlainFilesTable> {
             url: delta.table_url(),
             store: delta.object_store(),
             schema: table.raw_provider().schema(),
-            partition_columns: &partition_columns(&delta)?,
+            partition_columns: &table.partition_columns()?,
         },
         data_files(&delta).await?,
     )
-}
-
-/// The partition columns of a Delta table.
-fn partition_columns(delta: &deltalake_core::DeltaTable) -> Result<Vec<String>> {
-    Ok(delta
-        .snapshot()
-        .map_err(delta_err)?
-        .metadata()
-        .partition_columns()
-        .to_vec())
 }
 
 /// The stored rows of `keys` in the data files of the buckets `touched`.

@@ -163,7 +163,7 @@ pub async fn plan_changes(
         };
         let newest_input_ms = match since {
             Some(read) if read >= version => None,
-            _ => commit_time_ms(&delta, version).await?,
+            _ => crate::table::event::commit_time_ms(&delta, version).await?,
         };
         return Ok(SourceRead {
             plan,
@@ -297,29 +297,6 @@ fn empty_with(schema: arrow::datatypes::SchemaRef) -> Result<LogicalPlan> {
             schema: Arc::new(schema),
         },
     ))
-}
-
-/// Every data file of a listing table: (location, URL of the file).
-/// The commit time of `version` of `table` (milliseconds since the epoch),
-/// from its commit information.
-async fn commit_time_ms(table: &deltalake_core::DeltaTable, version: u64) -> Result<Option<i64>> {
-    let Some(bytes) = table
-        .log_store()
-        .read_commit_entry(version)
-        .await
-        .map_err(crate::table::delta_err)?
-    else {
-        return Ok(None);
-    };
-    Ok(deltalake_core::logstore::get_actions(version, &bytes)
-        .map_err(crate::table::delta_err)?
-        .into_iter()
-        .find_map(|action| match action {
-            deltalake_core::kernel::Action::CommitInfo(info) => {
-                info.in_commit_timestamp.or(info.timestamp)
-            }
-            _ => None,
-        }))
 }
 
 /// The data files of `listing`: location, URL, modification time (ms).

@@ -9,6 +9,10 @@
 //! | its refresh fails                   | `failed`, with the error's first line    |
 //! | an upstream table failed or skipped | `skipped`, naming it                     |
 //!
+//! Tables that do not read one another update concurrently, at most
+//! `autocdc.pipeline_max_concurrent_updates` at once; the result lists them
+//! in the pipeline's order.
+//!
 //! `FULL` refreshes every table from scratch; `FULL (t, …)` those tables
 //! and every table that reads them, directly or not. Every commit of the
 //! update carries its `update_id` in the event log.
@@ -26,12 +30,13 @@
 //!
 //! Other tables are `unchanged`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
+use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::CdcSession;
 use crate::metrics::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
@@ -231,60 +236,98 @@ impl CdcSession {
             }
         };
         let update_id = uuid::Uuid::new_v4().to_string();
-        let mut tables: Vec<TableUpdate> = Vec::with_capacity(order.len());
-        for name in order {
-            let blocked = graph.upstream.get(&name).and_then(|reads| {
-                tables.iter().find(|t| {
-                    reads.contains(&t.table)
-                        && !matches!(t.status, TableStatus::Updated | TableStatus::Unchanged)
-                })
-            });
-            if let Some(upstream) = blocked {
-                let message = format!("upstream '{}' was not updated", upstream.table);
-                tables.push(TableUpdate {
-                    table: name,
-                    status: TableStatus::Skipped,
-                    runs: vec![],
-                    message: Some(message),
+        let limit = crate::config::autocdc_options(self.ctx.state().config())
+            .pipeline_max_concurrent_updates
+            .max(1);
+        // each table starts once every table it reads is done, at most
+        // `limit` at once, in the pipeline's order
+        let mut pending: VecDeque<TableName> = order.iter().cloned().collect();
+        let mut done: BTreeMap<TableName, TableUpdate> = BTreeMap::new();
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < limit {
+                let ready = pending.iter().position(|t| {
+                    graph
+                        .upstream
+                        .get(t)
+                        .is_none_or(|reads| reads.iter().all(|r| r == t || done.contains_key(r)))
                 });
-                continue;
-            }
-            let full = from_scratch.contains(&name);
-            if only_changed && !full {
-                let table = self.table(&name).await?;
-                let status = match self.has_new_data(&table).await {
-                    Ok(true) => None,
-                    Ok(false) => Some((TableStatus::Unchanged, None)),
-                    Err(e) => Some((TableStatus::Failed, Some(first_line(&e)))),
+                let Some(at) = ready else { break };
+                let Some(name) = pending.remove(at) else {
+                    break;
                 };
-                if let Some((status, message)) = status {
-                    tables.push(TableUpdate {
-                        table: name,
-                        status,
-                        runs: vec![],
-                        message,
-                    });
+                let blocked = graph.upstream.get(&name).and_then(|reads| {
+                    reads.iter().filter(|r| **r != name).find(|r| {
+                        done.get(*r).is_some_and(|t| {
+                            !matches!(t.status, TableStatus::Updated | TableStatus::Unchanged)
+                        })
+                    })
+                });
+                if let Some(upstream) = blocked {
+                    let message = format!("upstream '{upstream}' was not updated");
+                    done.insert(
+                        name.clone(),
+                        TableUpdate {
+                            table: name,
+                            status: TableStatus::Skipped,
+                            runs: vec![],
+                            message: Some(message),
+                        },
+                    );
                     continue;
                 }
+                let full = from_scratch.contains(&name);
+                running.push(in_pipeline_update(
+                    update_id.clone(),
+                    self.update_table(name, full, only_changed),
+                ));
             }
-            let refreshed = in_pipeline_update(update_id.clone(), self.refresh(&name, full)).await;
-            let update = match refreshed.and_then(|batches| UpdateMetrics::from_batches(&batches)) {
-                Ok(runs) => TableUpdate {
-                    table: name,
-                    status: TableStatus::Updated,
-                    runs,
-                    message: None,
-                },
-                Err(e) => TableUpdate {
-                    table: name,
-                    status: TableStatus::Failed,
-                    runs: vec![],
-                    message: Some(first_line(&e)),
-                },
-            };
-            tables.push(update);
+            match running.next().await {
+                Some(update) => {
+                    done.insert(update.table.clone(), update);
+                }
+                None => break,
+            }
         }
+        // (the order puts every table after what it reads: nothing waits here)
+        if let Some(name) = pending.front() {
+            return Err(DataFusionError::Internal(format!(
+                "pipeline update: '{name}' waited for a table that never ran"
+            )));
+        }
+        let tables = order.into_iter().filter_map(|t| done.remove(&t)).collect();
         Ok(PipelineUpdate { update_id, tables })
+    }
+
+    /// One table's part of a pipeline update (see the module docs).
+    async fn update_table(&self, name: TableName, full: bool, only_changed: bool) -> TableUpdate {
+        let outcome = |status, message| TableUpdate {
+            table: name.clone(),
+            status,
+            runs: vec![],
+            message,
+        };
+        if only_changed && !full {
+            let table = match self.table(&name).await {
+                Ok(table) => table,
+                Err(e) => return outcome(TableStatus::Failed, Some(first_line(&e))),
+            };
+            match self.has_new_data(&table).await {
+                Ok(true) => {}
+                Ok(false) => return outcome(TableStatus::Unchanged, None),
+                Err(e) => return outcome(TableStatus::Failed, Some(first_line(&e))),
+            }
+        }
+        let refreshed = self.refresh(&name, full).await;
+        match refreshed.and_then(|batches| UpdateMetrics::from_batches(&batches)) {
+            Ok(runs) => TableUpdate {
+                table: name,
+                status: TableStatus::Updated,
+                runs,
+                message: None,
+            },
+            Err(e) => outcome(TableStatus::Failed, Some(first_line(&e))),
+        }
     }
 }
 

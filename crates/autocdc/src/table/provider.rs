@@ -217,6 +217,17 @@ impl ScdTable {
         &self.name
     }
 
+    /// The partition columns of the state store.
+    pub(crate) fn partition_columns(&self) -> Result<Vec<String>> {
+        Ok(self
+            .delta()
+            .snapshot()
+            .map_err(super::delta_err)?
+            .metadata()
+            .partition_columns()
+            .to_vec())
+    }
+
     /// The Delta table at the loaded version.
     pub fn delta(&self) -> DeltaTable {
         self.read().table
