@@ -7,7 +7,9 @@
 //! Loads KEYS keys (2,000,000 by default) into an SCD 1 target on an
 //! in-memory warehouse, then times, three times each (new keys every
 //! time): a `REFRESH` of 100 changed keys, an `UPDATE` of 100 rows, a
-//! `DELETE` of 100 rows. Prints each median and its ratio to the refresh.
+//! `DELETE` of 100 rows, and the `UPDATE` again with
+//! `autocdc.deletion_vector_max_fraction = 0` (a rewrite of the table).
+//! Prints each median and its ratio to the refresh.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -64,7 +66,8 @@ async fn main() -> Result<()> {
     let hundred = |round: i64, part: i64| {
         (0..100).map(move |i| (i * 7919 + round * 100 + part * 1000) % keys)
     };
-    let (mut refreshes, mut updates, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut refreshes, mut updates, mut deletes, mut rewrites) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..3 {
         ctx.deregister_table("feed")?;
         ctx.register_batch("feed", events(hundred(round, 0), "r", 2 + round)?)?;
@@ -89,12 +92,19 @@ async fn main() -> Result<()> {
             )
             .await?,
         );
+        // the same statement rewriting the table (what it did before
+        // deletion vectors)
+        run(&session, "SET autocdc.deletion_vector_max_fraction = 0").await?;
+        let sql = format!("UPDATE t SET v = 'w' WHERE id IN ({})", list(3));
+        rewrites.push(run(&session, &sql).await?);
+        run(&session, "SET autocdc.deletion_vector_max_fraction = 0.1").await?;
     }
     let refresh = median(refreshes);
     for (label, time) in [
         ("REFRESH of 100 changed keys", refresh),
         ("UPDATE of 100 rows", median(updates)),
         ("DELETE of 100 rows", median(deletes)),
+        ("UPDATE of 100 rows, rewriting the table", median(rewrites)),
     ] {
         println!(
             "{label:<40} {keys:>10} keys {time:>8.3} s {:>6.2}x the refresh",
