@@ -192,3 +192,49 @@ async fn expectations_sit_between_the_events_and_the_fold() -> Result<()> {
     );
     Ok(())
 }
+
+/// An append flow's update is a plan like any flow's: `EXPLAIN REFRESH`
+/// shows its write and commit over its query, `EXPLAIN ANALYZE REFRESH`
+/// what they did, and a run with nothing new commits no file.
+#[tokio::test]
+async fn append_flow_updates_write_and_commit_as_plans() -> Result<()> {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    for sql in [
+        "CREATE TABLE raw (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+        "CREATE STREAMING TABLE bronze",
+        "CREATE FLOW fb AS AUTO CDC INTO bronze FROM raw KEYS (id) SEQUENCE BY seq",
+        "CREATE STREAMING TABLE log AS SELECT id, upper(v) AS v FROM STREAM bronze",
+        "INSERT INTO raw VALUES (3, 'c', 1), (4, 'd', 1)",
+        "REFRESH STREAMING TABLE bronze",
+    ] {
+        run(&s, sql).await.map_err(|e| e.context(sql))?;
+    }
+    let plan = run(&s, "EXPLAIN FORMAT INDENT REFRESH STREAMING TABLE log").await?;
+    let write = plan.find("CdcWriteExec: target=log,");
+    let commit = plan.find("CdcCommitExec: target=log, flow=log");
+    assert!(
+        matches!((commit, write), (Some(c), Some(w)) if c < w),
+        "{plan}"
+    );
+    assert!(!plan.contains("AutoCdcExec"), "{plan}");
+    let analyzed = run(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE log").await?;
+    for metric in ["num_rows_written=2", "num_files_added=", "commit_version="] {
+        assert!(analyzed.contains(metric), "{metric}: {analyzed}");
+    }
+    assert!(analyzed.contains("num_files_removed=0"), "{analyzed}");
+    assert_eq!(
+        run(&s, "SELECT id, v FROM log ORDER BY id").await?,
+        run(&s, "SELECT id, upper(v) AS v FROM raw ORDER BY id").await?
+    );
+    // nothing new: the checkpoint moves, no file is added
+    let again = run(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE log").await?;
+    assert!(again.contains("num_files_added=0"), "{again}");
+    assert_eq!(
+        run(&s, "SELECT count(*) AS n FROM log")
+            .await?
+            .matches("| 4 |")
+            .count(),
+        1
+    );
+    Ok(())
+}

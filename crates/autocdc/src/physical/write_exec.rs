@@ -51,7 +51,7 @@ use futures::{FutureExt, Stream, StreamExt};
 
 use super::AutoCdcExec;
 use crate::fold::columns::KIND_COL;
-use crate::fold::Kind;
+use crate::fold::{FoldCounts, Kind};
 use crate::logical::WriteRequest;
 use crate::table::commit::{write_rows, ChangeFeed};
 use crate::table::manifest::{encode, manifest_schema};
@@ -93,14 +93,9 @@ impl CdcWriteExec {
         &self.request
     }
 
-    /// Create the operator over a fold.
+    /// Create the operator over `input`: a fold, or rows in the data file
+    /// layout (an append flow's).
     pub fn try_new(request: Arc<WriteRequest>, input: Arc<dyn ExecutionPlan>) -> Result<Self> {
-        if input.downcast_ref::<AutoCdcExec>().is_none() {
-            return Err(DataFusionError::Internal(format!(
-                "CdcWriteExec writes the output of AutoCdcExec, not of {}",
-                input.name()
-            )));
-        }
         Ok(Self {
             request,
             input,
@@ -259,16 +254,19 @@ impl ExecutionPlan for CdcWriteExec {
                 .map(|a| a.size.max(0) as usize)
                 .sum();
             metrics.bytes_written.add(bytes);
-            let counts = fold
-                .downcast_ref::<AutoCdcExec>()
-                .map(|fold| {
-                    if per_partition {
-                        fold.partition_counts(partition)
-                    } else {
-                        fold.counts()
+            let counts = match fold.downcast_ref::<AutoCdcExec>() {
+                Some(fold) if per_partition => fold.partition_counts(partition),
+                Some(fold) => fold.counts(),
+                // rows that are not a fold's (an append flow's) are new rows
+                None => {
+                    let rows = metrics.rows_written.value();
+                    FoldCounts {
+                        input_rows: rows,
+                        upserted: rows,
+                        ..Default::default()
                     }
-                })
-                .unwrap_or_default();
+                }
+            };
             encode(&written, &counts, saw_watermark.value() > 0)
         };
         Ok(Box::pin(CdcWriteStream {

@@ -4,10 +4,14 @@
 //! checkpoint commits with the rows.
 //!
 //! ```text
-//!  query (streams read from their checkpoints) ─► columns by name, cast to
-//!  the table's ─► state rows (live, no sequence) ─► files of visible rows
-//!  ─► one commit: adds + checkpoint + flow definition (no change files:
-//!     readers derive the inserts from the adds)
+//!   CdcCommitExec ── one commit: adds + checkpoint + flow definition
+//!        ▲
+//!   CdcWriteExec ─── files of visible rows (no change files: readers
+//!        ▲            derive the inserts from the adds)
+//!   [ExpectationsExec]
+//!        ▲
+//!   query (streams read from their checkpoints), columns by name, cast to
+//!   the table's, as state rows (live, no sequence)
 //! ```
 //!
 //! The rows are stored as live rows without a sequence, so the table reads,
@@ -22,37 +26,29 @@ use arrow::datatypes::{DataType, Field, Schema};
 use chrono::{DateTime, Utc};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlanBuilder};
-use datafusion::physical_plan::execute_stream;
+use datafusion::logical_expr::{cast, col, lit, Expr, Extension, LogicalPlan, LogicalPlanBuilder};
 use datafusion::scalar::ScalarValue;
 
 use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
+use crate::logical::{CdcCommitNode, CdcWriteNode, WriteRequest};
 use crate::spec::resolve::{storage_type, written_at_type, written_at_value};
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;
-use crate::table::commit::{write_rows, ChangeFeed, Edit, EditKind, MetadataChange, WrittenFiles};
-use crate::table::event::{CommitEvent, Operation};
-use crate::table::properties::FLOW_KEY_PREFIX;
+use crate::table::commit::{ChangeFeed, CommitRequest, MetadataChange};
+use crate::table::event::Operation;
+use crate::table::properties::{checkpoint_app_id, FLOW_KEY_PREFIX};
 use crate::table::{delta_err, ScdTable};
 
-/// What one run of an append flow did.
-#[derive(Debug, Clone, Copy)]
-pub struct Appended {
-    /// Rows the query yielded and the run appended.
-    pub rows: u64,
-    /// The commit's version.
-    pub version: i64,
-}
-
-/// Run `flow` (an append flow) once into `table`.
-pub async fn run_append(
+/// The plan of one run of `flow` (an append flow) into `table`: its rows,
+/// written by a `CdcWriteExec` and committed by a `CdcCommitExec`.
+pub async fn plan_append(
     state: &SessionState,
     table: Arc<ScdTable>,
     flow: &FlowSpec,
     operation: Operation,
     now: DateTime<Utc>,
-) -> Result<Appended> {
+) -> Result<LogicalPlan> {
     let started = Instant::now();
     let meta = table.meta();
     let read = source::plan_changes(state, flow, &meta)
@@ -120,30 +116,7 @@ pub async fn run_append(
         let (rows, counts) = super::check_expectations(state, flow, &meta.decl.expectations, rows)?;
         (rows, Some(counts))
     };
-    let physical = state.create_physical_plan(&rows).await?;
-    let delta = table.delta();
-    let store = delta.object_store();
-    // rows spread over buckets by all their columns
-    let spread: Vec<usize> = (0..user_schema.fields().len()).collect();
-    let stream = execute_stream(physical, state.task_ctx())?;
-    let WrittenFiles { adds, .. } = write_rows(
-        &store,
-        stream,
-        &spread,
-        meta.buckets,
-        state.config().target_partitions(),
-        ChangeFeed::FromAdds,
-    )
-    .await?;
-    let appended: u64 = adds
-        .iter()
-        .filter_map(|a| {
-            let stats: serde_json::Value = serde_json::from_str(a.stats.as_deref()?).ok()?;
-            stats.get("numRecords")?.as_u64()
-        })
-        .sum();
-
-    let mut edit = Edit::new(EditKind::Append);
+    let mut metadata = Vec::new();
     if meta.sequence_type.is_none() {
         // the first run fixes the table's columns
         let mut fields: Vec<Field> = user_schema
@@ -155,41 +128,57 @@ pub async fn run_append(
         fields.push(Field::new(KIND_COL, DataType::Int8, false));
         fields.push(Field::new(WRITTEN_AT_COL, written_at_type(), true));
         fields.push(bucket_field());
-        edit = edit.metadata(MetadataChange::Schema(Arc::new(Schema::new(fields))));
+        metadata.push(MetadataChange::Schema(Arc::new(Schema::new(fields))));
     }
     if operation == Operation::CreateFlow {
         let json = serde_json::to_string(flow).map_err(delta_err)?;
-        edit = edit.metadata(MetadataChange::Set(
+        metadata.push(MetadataChange::Set(
             format!("{FLOW_KEY_PREFIX}{}", flow.name),
             json,
         ));
     }
     if let Some((key, value)) = read.checkpoint {
-        edit = edit.metadata(MetadataChange::Set(key, value));
+        metadata.push(MetadataChange::Set(key, value));
     }
-    let mut event = CommitEvent::new(operation, Some(&flow.name), started);
-    event.upserted = appended;
-    event.input = appended;
-    event.expectations = expectations.map(|c| c.to_json());
-    event.newest_input_ms = read.newest_input_ms;
-    let version = edit
-        .event(event)
-        .written(WrittenFiles {
-            adds,
-            change_files: Vec::new(),
-        })
-        .next_run_of(&flow.name)
-        .commit(&table)
+    let delta = table.delta();
+    let run = delta
+        .snapshot()
+        .map_err(delta_err)?
+        .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(&flow.name))
         .await
-        .map_err(|e| {
-            DataFusionError::Execution(format!(
-                "flow '{}': the append to '{}' could not be committed; nothing was appended: {e}",
-                flow.name,
-                table.name()
-            ))
-        })?;
-    Ok(Appended {
-        rows: appended,
-        version,
-    })
+        .map_err(delta_err)?
+        .unwrap_or(0)
+        + 1;
+    let write = WriteRequest {
+        target: table.name().clone(),
+        flow: flow.name.clone(),
+        store: delta.object_store(),
+        location: delta.table_url().clone(),
+        buckets: meta.buckets,
+        // rows spread over buckets by all their columns
+        key_indices: (0..user_schema.fields().len()).collect(),
+        // no change file: readers derive the inserts from the new files
+        change_feed: ChangeFeed::FromAdds,
+    };
+    let commit = CommitRequest {
+        target: table.name().clone(),
+        table: Arc::clone(&table),
+        flow: flow.clone(),
+        metadata,
+        run,
+        // no stored row is replaced
+        touched: Some(Vec::new()),
+        superseded: None,
+        operation,
+        started,
+        expectations,
+        update_id: crate::table::event::current_update_id(),
+        newest_input_ms: read.newest_input_ms,
+    };
+    let write = LogicalPlan::Extension(Extension {
+        node: Arc::new(CdcWriteNode::try_new(Arc::new(write), rows)?),
+    });
+    Ok(LogicalPlan::Extension(Extension {
+        node: Arc::new(CdcCommitNode::try_new(Arc::new(commit), write)?),
+    }))
 }

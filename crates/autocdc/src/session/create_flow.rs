@@ -8,9 +8,7 @@ use arrow::array::RecordBatch;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::DataFrame;
 
-use crate::fold::FoldCounts;
-use crate::physical::commit_exec::result_batch;
-use crate::pipeline::append::run_append;
+use crate::pipeline::append::plan_append;
 use crate::pipeline::streams::check_append_sources;
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::shared_target::check_joins_target;
@@ -125,37 +123,28 @@ impl CdcSession {
         if spec.source.is_snapshot() {
             return self.run_snapshot_flow(table, spec, register).await;
         }
-        if spec.append {
-            let appended = run_append(
-                &self.ctx.state(),
+        let state = self.ctx.state();
+        let plan = if spec.append {
+            plan_append(
+                &state,
                 Arc::clone(table),
                 spec,
                 Operation::flow_run(register),
                 self.clock.now(),
             )
-            .await?;
-            let counts = FoldCounts {
-                input_rows: appended.rows as usize,
-                upserted: appended.rows as usize,
-                ..Default::default()
-            };
-            return Ok(vec![result_batch(
-                &spec.name,
-                counts,
-                Some(appended.version),
-            )?]);
-        }
-        let state = self.ctx.state();
-        let plan = plan_update(
-            &state,
-            Arc::clone(table),
-            spec,
-            Operation::flow_run(register),
-            self.clock.now(),
-            UpdateSource::Changes,
-            Planning::Adaptive,
-        )
-        .await?;
+            .await?
+        } else {
+            plan_update(
+                &state,
+                Arc::clone(table),
+                spec,
+                Operation::flow_run(register),
+                self.clock.now(),
+                UpdateSource::Changes,
+                Planning::Adaptive,
+            )
+            .await?
+        };
         let batches: Vec<RecordBatch> = DataFrame::new(state, plan)
             .collect()
             .await?

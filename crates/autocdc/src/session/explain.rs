@@ -12,6 +12,7 @@ use datafusion::logical_expr::{ExplainOption, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 
+use crate::pipeline::append::plan_append;
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
@@ -35,6 +36,9 @@ impl CdcSession {
     ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let now = self.clock.now();
+        if flow.append {
+            return plan_append(&state, Arc::clone(table), flow, Operation::Refresh, now).await;
+        }
         if !flow.source.is_snapshot() {
             return plan_update(
                 &state,

@@ -250,8 +250,6 @@ pub(crate) enum Replaced {
 /// The kind of Delta operation an [`Edit`] is recorded as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EditKind {
-    /// Rows added (an append flow).
-    Append,
     /// Rows replaced (`INSERT`, `MERGE` on a keyed target).
     Overwrite,
     /// `UPDATE`.
@@ -270,7 +268,6 @@ impl EditKind {
             predicate: None,
         };
         match self {
-            Self::Append => write(SaveMode::Append),
             Self::Overwrite => write(SaveMode::Overwrite),
             Self::Update => DeltaOperation::Update { predicate: None },
             Self::Delete => DeltaOperation::Delete { predicate: None },
@@ -281,8 +278,8 @@ impl EditKind {
     }
 }
 
-/// One commit of a table other than a flow update's ([`commit_written`]):
-/// an append, a DML statement's rows, a full refresh, a flow definition.
+/// One commit of a table other than a flow run's ([`commit_written`]): a
+/// DML statement's rows, a full refresh, a flow definition, an event.
 /// Everything in it is committed at once or not at all.
 #[derive(Debug)]
 pub(crate) struct Edit {
@@ -291,8 +288,6 @@ pub(crate) struct Edit {
     written: WrittenFiles,
     replaced: Replaced,
     metadata: Vec<MetadataChange>,
-    /// The flow whose checkpoint (run number) moves on by one.
-    checkpoint: Option<String>,
 }
 
 impl Edit {
@@ -304,7 +299,6 @@ impl Edit {
             written: WrittenFiles::default(),
             replaced: Replaced::Nothing,
             metadata: Vec::new(),
-            checkpoint: None,
         }
     }
 
@@ -330,14 +324,6 @@ impl Edit {
     pub(crate) fn metadata(mut self, change: MetadataChange) -> Self {
         self.metadata.push(change);
         self
-    }
-
-    /// Move the checkpoint of `flow` on by one run.
-    pub(crate) fn next_run_of(self, flow: &str) -> Self {
-        Self {
-            checkpoint: Some(flow.to_string()),
-            ..self
-        }
     }
 
     /// Make the commit; returns the version committed. On failure nothing
@@ -368,14 +354,6 @@ impl Edit {
                 snapshot.metadata(),
                 &self.metadata,
             )?));
-        }
-        if let Some(flow) = &self.checkpoint {
-            let app_id = checkpoint_app_id(flow);
-            let last = snapshot
-                .transaction_version(log_store.as_ref(), app_id.clone())
-                .await
-                .map_err(delta_err)?;
-            actions.push(Action::Txn(Transaction::new(app_id, last.unwrap_or(0) + 1)));
         }
         let commit = super::commit_builder()
             .with_actions(actions)
