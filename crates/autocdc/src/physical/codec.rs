@@ -6,7 +6,7 @@
 //! |--------------------|-----------------------------------------------------------|---------------------|
 //! | `AutoCdcExec`      | its `FoldSpec` (flow, layout, SCD type, tracked columns, partial updates, fold options) | events, truncates |
 //! | `SnapshotDiffExec` | flow, key positions, version and written-at (as `datafusion-proto` scalars), engine options | snapshot ⋈ live rows |
-//! | `CdcWriteExec`     | target, flow, table location, buckets, key positions, change feed mode, per partition | the fold |
+//! | `CdcWriteExec`     | target, flow, table location, buckets, key positions, change feed mode, per partition | the fold (or an append flow's rows) |
 //! | `StoredFilesExec`  | the row mask of each state-store file (Roaring, portable format) | the Parquet scan |
 //!
 //! The payload is one tagged JSON document (the node's configuration is

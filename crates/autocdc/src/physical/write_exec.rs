@@ -6,7 +6,7 @@
 //!   CdcWriteExec ── data files, one series per key bucket ─┐
 //!        ▲          change data feed files (_change_data/) ├─► object store
 //!        │          the truncate watermark row (bucket -1) ┘
-//!   AutoCdcExec  (N partitions, gathered here)
+//!   AutoCdcExec  (N partitions, gathered here; or an append flow's rows)
 //! ```
 //!
 //! The fold's partitions are gathered and their rows routed by key bucket to
