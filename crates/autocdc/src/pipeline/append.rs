@@ -31,13 +31,13 @@ use datafusion::scalar::ScalarValue;
 
 use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
-use crate::logical::{CdcCommitNode, CdcWriteNode, WriteRequest};
+use crate::logical::{CdcCommitNode, CdcWriteNode};
 use crate::spec::resolve::{storage_type, written_at_type, written_at_value};
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;
 use crate::table::commit::{ChangeFeed, CommitRequest, MetadataChange};
 use crate::table::event::Operation;
-use crate::table::properties::{checkpoint_app_id, FLOW_KEY_PREFIX};
+use crate::table::properties::FLOW_KEY_PREFIX;
 use crate::table::{delta_err, ScdTable};
 
 /// The plan of one run of `flow` (an append flow) into `table`: its rows,
@@ -140,32 +140,16 @@ pub async fn plan_append(
     if let Some((key, value)) = read.checkpoint {
         metadata.push(MetadataChange::Set(key, value));
     }
-    let delta = table.delta();
-    let run = delta
-        .snapshot()
-        .map_err(delta_err)?
-        .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(&flow.name))
-        .await
-        .map_err(delta_err)?
-        .unwrap_or(0)
-        + 1;
-    let write = WriteRequest {
-        target: table.name().clone(),
-        flow: flow.name.clone(),
-        store: delta.object_store(),
-        location: delta.table_url().clone(),
-        buckets: meta.buckets,
-        // rows spread over buckets by all their columns
-        key_indices: (0..user_schema.fields().len()).collect(),
-        // no change file: readers derive the inserts from the new files
-        change_feed: ChangeFeed::FromAdds,
-    };
+    // rows spread over buckets by all their columns; no change file:
+    // readers derive the inserts from the new files
+    let spread = (0..user_schema.fields().len()).collect();
+    let write = super::write_request(&table, &flow.name, spread, ChangeFeed::FromAdds);
     let commit = CommitRequest {
         target: table.name().clone(),
         table: Arc::clone(&table),
         flow: flow.clone(),
         metadata,
-        run,
+        run: super::next_run(&table, &flow.name).await?,
         // no stored row is replaced
         touched: Some(Vec::new()),
         superseded: None,

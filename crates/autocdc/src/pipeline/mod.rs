@@ -603,7 +603,6 @@ pub async fn plan_update(
     });
 
     let delta = table.delta();
-    let snapshot = delta.snapshot().map_err(delta_err)?;
     let schema_needed = meta.sequence_type.is_none() || evolved;
     let mut metadata = Vec::new();
     if schema_needed {
@@ -649,16 +648,12 @@ pub async fn plan_update(
             json,
         ));
     }
-    let last_run = snapshot
-        .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(&flow.name))
-        .await
-        .map_err(delta_err)?;
     let request = CommitRequest {
         target: table.name().clone(),
         table: Arc::clone(&table),
         flow: flow.clone(),
         metadata,
-        run: last_run.unwrap_or(0) + 1,
+        run: next_run(&table, &flow.name).await?,
         touched,
         superseded,
         operation,
@@ -667,21 +662,19 @@ pub async fn plan_update(
         update_id: crate::table::event::current_update_id(),
         newest_input_ms,
     };
-    let write = WriteRequest {
-        target: table.name().clone(),
-        flow: flow.name.clone(),
-        store: delta.object_store(),
-        location: delta.table_url().clone(),
-        buckets: meta.buckets,
-        key_indices: resolved.layout.key_indices.clone(),
-        // a target without rows can only gain rows: Delta readers derive
-        // those inserts from the new files, no change file needed
-        change_feed: if table.is_published() && data_files(&delta).await?.is_empty() {
-            ChangeFeed::FromAdds
-        } else {
-            ChangeFeed::Files
-        },
+    // a target without rows can only gain rows: Delta readers derive those
+    // inserts from the new files, no change file needed
+    let change_feed = if table.is_published() && data_files(&delta).await?.is_empty() {
+        ChangeFeed::FromAdds
+    } else {
+        ChangeFeed::Files
     };
+    let write = write_request(
+        &table,
+        &flow.name,
+        resolved.layout.key_indices.clone(),
+        change_feed,
+    );
     let write = LogicalPlan::Extension(Extension {
         node: Arc::new(CdcWriteNode::try_new(Arc::new(write), fold)?),
     });
@@ -833,6 +826,39 @@ enum PlannedDiff {
 /// take deletion vectors, the table is (nearly) empty, or a key bucket holds
 /// more than `autocdc.deletion_vector_max_files_per_bucket` data files (the
 /// update then rewrites the buckets it touches, compacting them).
+/// Where and how a run of `flow` writes into `table`: rows bucketed by the
+/// columns at `key_indices`.
+pub(crate) fn write_request(
+    table: &ScdTable,
+    flow: &str,
+    key_indices: Vec<usize>,
+    change_feed: ChangeFeed,
+) -> WriteRequest {
+    let delta = table.delta();
+    WriteRequest {
+        target: table.name().clone(),
+        flow: flow.to_string(),
+        store: delta.object_store(),
+        location: delta.table_url().clone(),
+        buckets: table.meta().buckets,
+        key_indices,
+        change_feed,
+    }
+}
+
+/// The run number of the next run of `flow` into `table` (its checkpoint
+/// moves to it with the run's commit).
+pub(crate) async fn next_run(table: &ScdTable, flow: &str) -> Result<i64> {
+    let delta = table.delta();
+    let last = delta
+        .snapshot()
+        .map_err(delta_err)?
+        .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(flow))
+        .await
+        .map_err(delta_err)?;
+    Ok(last.unwrap_or(0) + 1)
+}
+
 pub(crate) async fn deletion_vector_budget(
     state: &SessionState,
     table: &ScdTable,
