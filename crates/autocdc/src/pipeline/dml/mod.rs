@@ -19,7 +19,9 @@
 //! * BITEMPORAL `DELETE` erases whole keys; other DML is refused.
 //!
 //! Every statement is one Delta commit with its change data feed; it returns
-//! the number of rows affected. Schema-changing DML is refused by DataFusion
+//! the number of rows affected. An SCD 1 statement of few keys writes only
+//! the rows it changes and retires their stored rows with deletion vectors
+//! (`apply`); SCD 2 statements become events of the update pipeline. Schema-changing DML is refused by DataFusion
 //! before it reaches the table (insert schemas must match).
 
 use std::fmt;
@@ -477,9 +479,10 @@ async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
     Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
 }
 
-/// Rewrite the table with its rows projected through `state_rows`, plus one
-/// change data feed row per `images` projection of every row matching
-/// `hit`; returns the number of matching rows.
+/// An `UPDATE` or `DELETE` (SCD 1): every stored row matching `hit` becomes
+/// its `state_rows` projection, with one change data feed row per `images`
+/// projection; `named_keys`: the keys its `WHERE` names, if any. Returns the
+/// number of matching rows.
 #[allow(clippy::too_many_arguments)]
 async fn rewrite_rows(
     table: Arc<ScdTable>,
