@@ -21,8 +21,9 @@
 //! Every statement is one Delta commit with its change data feed; it returns
 //! the number of rows affected. An SCD 1 statement of few keys writes only
 //! the rows it changes and retires their stored rows with deletion vectors
-//! (`apply`); SCD 2 statements become events of the update pipeline. Schema-changing DML is refused by DataFusion
-//! before it reaches the table (insert schemas must match).
+//! (`apply`); SCD 2 statements become events of the update pipeline.
+//! Schema-changing DML is refused by DataFusion before it reaches the table
+//! (insert schemas must match).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
