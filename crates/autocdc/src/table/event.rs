@@ -242,6 +242,29 @@ impl CommitEvent {
     }
 }
 
+/// The commit time of `version` of `table` (milliseconds since the epoch),
+/// from its commit information.
+pub(crate) async fn commit_time_ms(
+    table: &deltalake_core::DeltaTable,
+    version: u64,
+) -> datafusion::common::Result<Option<i64>> {
+    let Some(bytes) = table
+        .log_store()
+        .read_commit_entry(version)
+        .await
+        .map_err(super::delta_err)?
+    else {
+        return Ok(None);
+    };
+    Ok(deltalake_core::logstore::get_actions(version, &bytes)
+        .map_err(super::delta_err)?
+        .into_iter()
+        .find_map(|action| match action {
+            Action::CommitInfo(info) => info.in_commit_timestamp.or(info.timestamp),
+            _ => None,
+        }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,27 +303,4 @@ mod tests {
         let (event, counted) = CommitEvent::read(&other).unwrap();
         assert_eq!((event.operation.as_str(), counted), ("CREATE TABLE", false));
     }
-}
-
-/// The commit time of `version` of `table` (milliseconds since the epoch),
-/// from its commit information.
-pub(crate) async fn commit_time_ms(
-    table: &deltalake_core::DeltaTable,
-    version: u64,
-) -> datafusion::common::Result<Option<i64>> {
-    let Some(bytes) = table
-        .log_store()
-        .read_commit_entry(version)
-        .await
-        .map_err(super::delta_err)?
-    else {
-        return Ok(None);
-    };
-    Ok(deltalake_core::logstore::get_actions(version, &bytes)
-        .map_err(super::delta_err)?
-        .into_iter()
-        .find_map(|action| match action {
-            Action::CommitInfo(info) => info.in_commit_timestamp.or(info.timestamp),
-            _ => None,
-        }))
 }
