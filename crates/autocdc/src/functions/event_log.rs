@@ -25,16 +25,10 @@ use datafusion::common::{plan_err, Result, ScalarValue};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
-use deltalake_core::kernel::Action;
-use deltalake_core::logstore::get_actions;
-use futures::{StreamExt, TryStreamExt};
 
 use super::TableRegistry;
-use crate::table::event::CommitEvent;
-use crate::table::{delta_err, ScdTable};
-
-/// Commit entries read at once.
-const CONCURRENT_READS: usize = 16;
+use crate::table::event::{logged_commits, CommitEvent, LoggedCommit};
+use crate::table::ScdTable;
 
 static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     let count = |name: &str| Field::new(name, DataType::Int64, true);
@@ -95,62 +89,19 @@ struct EventLog {
     table: Arc<ScdTable>,
 }
 
-/// One row of the log.
-struct Entry {
-    version: i64,
-    timestamp: Option<i64>,
-    event: Option<(CommitEvent, bool)>,
-}
-
 impl EventLog {
-    async fn entries(&self) -> Result<Vec<Entry>> {
+    async fn entries(&self) -> Result<Vec<LoggedCommit>> {
         self.table.refresh().await?;
-        let delta = self.table.delta();
-        let Some(latest) = delta.version() else {
-            return Ok(vec![]);
-        };
-        let log_store = delta.log_store();
-        futures::stream::iter(0..=latest)
-            .map(|version| {
-                let log_store = Arc::clone(&log_store);
-                async move {
-                    let Some(bytes) = log_store
-                        .read_commit_entry(version)
-                        .await
-                        .map_err(delta_err)?
-                    else {
-                        // cleaned up: no entry
-                        return Ok(None);
-                    };
-                    let info = get_actions(version, &bytes)
-                        .map_err(delta_err)?
-                        .into_iter()
-                        .find_map(|action| match action {
-                            Action::CommitInfo(info) => Some(info),
-                            _ => None,
-                        });
-                    Ok(Some(Entry {
-                        version: version as i64,
-                        timestamp: info
-                            .as_ref()
-                            .and_then(|i| i.in_commit_timestamp.or(i.timestamp)),
-                        event: info.as_ref().and_then(CommitEvent::read),
-                    }))
-                }
-            })
-            .buffered(CONCURRENT_READS)
-            .try_filter_map(|entry| async move { Ok(entry) })
-            .try_collect()
-            .await
+        logged_commits(&self.table.delta()).await
     }
 }
 
 /// The entry's event, if its commit has one.
-fn event_of(entry: &Entry) -> Option<&CommitEvent> {
+fn event_of(entry: &LoggedCommit) -> Option<&CommitEvent> {
     entry.event.as_ref().map(|(event, _)| event)
 }
 
-fn batch(entries: &[Entry]) -> Result<RecordBatch> {
+fn batch(entries: &[LoggedCommit]) -> Result<RecordBatch> {
     let count = |f: fn(&CommitEvent) -> u64| -> ArrayRef {
         Arc::new(Int64Array::from_iter(entries.iter().map(|e| {
             e.event

@@ -34,8 +34,8 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlanBuilder};
 
 use super::checkpoint::{SourceCheckpoint, StreamCheckpoint};
-use crate::functions::table_changes::changes_provider;
 use crate::spec::{FlowSource, FlowSpec, StreamRead};
+use crate::table::changes::changes_provider;
 use crate::table::ScdTable;
 
 /// Name of the scan of a streaming table's change feed.

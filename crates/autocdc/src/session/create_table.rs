@@ -3,14 +3,11 @@
 
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DataFusionError, Result, TableReference};
-use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::Action;
-use deltalake_core::kernel::StructType;
 
 use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
 use crate::spec::resolve::storage_type;
 use crate::sql::CreateStreamingTable;
-use crate::table::bucket::{bucket_field, BUCKET_COL, DEFAULT_BUCKETS};
+use crate::table::bucket::{bucket_field, DEFAULT_BUCKETS};
 use crate::table::delta_err;
 use crate::table::meta::TableDecl;
 use crate::table::properties::{
@@ -69,9 +66,6 @@ impl CdcSession {
             })?,
             None => DEFAULT_BUCKETS,
         };
-        let kernel: StructType = (&Schema::new(fields))
-            .try_into_kernel()
-            .map_err(delta_err)?;
         let decl = TableDecl {
             declared_columns: !c.columns.is_empty(),
             expectations: c.expectations.clone(),
@@ -100,23 +94,9 @@ impl CdcSession {
                 Some("true".to_string()),
             ));
         }
-        let table = self
-            .warehouse
-            .delta_builder(&c.name)?
-            .build()
-            .map_err(delta_err)?;
-        table
-            .create()
-            .with_table_name(c.name.table.clone())
-            .with_columns(kernel.fields().cloned())
-            .with_partition_columns([BUCKET_COL])
-            .with_actions([Action::Protocol(crate::table::streaming_protocol(
-                deletion_vectors,
-            )?)])
-            .with_configuration(config)
-            .with_raise_if_key_not_exists(false)
-            .await
-            .map_err(delta_err)?;
+        self.warehouse
+            .create_state_store(&c.name, Schema::new(fields), config, deletion_vectors)
+            .await?;
         self.attach(c.name).await?;
         Ok(())
     }

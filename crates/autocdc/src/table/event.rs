@@ -19,8 +19,16 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Instant;
 
+use std::sync::Arc;
+
+use datafusion::common::Result;
 use deltalake_core::kernel::{Action, CommitInfo};
+use deltalake_core::logstore::get_actions;
+use deltalake_core::DeltaTable;
+use futures::{StreamExt, TryStreamExt};
 use serde_json::Value;
+
+use super::delta_err;
 
 tokio::task_local! {
     /// The pipeline update the running statement belongs to.
@@ -263,6 +271,58 @@ pub(crate) async fn commit_time_ms(
             Action::CommitInfo(info) => info.in_commit_timestamp.or(info.timestamp),
             _ => None,
         }))
+}
+
+/// Commit entries read at once.
+const CONCURRENT_READS: usize = 16;
+
+/// One commit of a table's log, as the event log shows it.
+pub(crate) struct LoggedCommit {
+    pub version: i64,
+    /// The commit's time (ms), in-commit or file time.
+    pub timestamp: Option<i64>,
+    /// Its event, and whether its counts are the run's.
+    pub event: Option<(CommitEvent, bool)>,
+}
+
+/// Every commit still in `delta`'s log, oldest first (versions whose entry
+/// was cleaned up are left out).
+pub(crate) async fn logged_commits(delta: &DeltaTable) -> Result<Vec<LoggedCommit>> {
+    let Some(latest) = delta.version() else {
+        return Ok(vec![]);
+    };
+    let log_store = delta.log_store();
+    futures::stream::iter(0..=latest)
+        .map(|version| {
+            let log_store = Arc::clone(&log_store);
+            async move {
+                let Some(bytes) = log_store
+                    .read_commit_entry(version)
+                    .await
+                    .map_err(delta_err)?
+                else {
+                    return Ok(None);
+                };
+                let info = get_actions(version, &bytes)
+                    .map_err(delta_err)?
+                    .into_iter()
+                    .find_map(|action| match action {
+                        Action::CommitInfo(info) => Some(info),
+                        _ => None,
+                    });
+                Ok(Some(LoggedCommit {
+                    version: version as i64,
+                    timestamp: info
+                        .as_ref()
+                        .and_then(|i| i.in_commit_timestamp.or(i.timestamp)),
+                    event: info.as_ref().and_then(CommitEvent::read),
+                }))
+            }
+        })
+        .buffered(CONCURRENT_READS)
+        .try_filter_map(|entry| async move { Ok(entry) })
+        .try_collect()
+        .await
 }
 
 #[cfg(test)]

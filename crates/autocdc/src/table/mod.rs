@@ -8,6 +8,7 @@
 //! it after each commit.
 
 pub mod bucket;
+pub(crate) mod changes;
 pub mod commit;
 pub mod deletion_vectors;
 pub mod event;

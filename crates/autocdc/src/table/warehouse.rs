@@ -8,7 +8,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::datatypes::Schema;
 use datafusion::common::{DataFusionError, Result};
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::kernel::{Action, StructType};
 use deltalake_core::DeltaTableBuilder;
 use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
@@ -17,7 +20,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
+use super::bucket::BUCKET_COL;
 use super::published::{PublishedLocation, STATE_FOLDER, STATE_TABLE};
+use super::{delta_err, streaming_protocol};
 
 /// Schema used for unqualified streaming table names.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -179,6 +184,32 @@ impl Warehouse {
             .pop_if_empty()
             .extend([STATE_FOLDER, STATE_TABLE, ""]);
         Ok(url)
+    }
+
+    /// Create the state store of a new streaming table `name`: `schema`
+    /// (user columns, `__cdc_kind`, the bucket), partitioned by bucket, with
+    /// the streaming protocol and the table properties `config`.
+    pub(crate) async fn create_state_store(
+        &self,
+        name: &TableName,
+        schema: Schema,
+        config: Vec<(String, Option<String>)>,
+        deletion_vectors: bool,
+    ) -> Result<()> {
+        let kernel: StructType = (&schema).try_into_kernel().map_err(delta_err)?;
+        self.delta_builder(name)?
+            .build()
+            .map_err(delta_err)?
+            .create()
+            .with_table_name(name.table.clone())
+            .with_columns(kernel.fields().cloned())
+            .with_partition_columns([BUCKET_COL])
+            .with_actions([Action::Protocol(streaming_protocol(deletion_vectors)?)])
+            .with_configuration(config)
+            .with_raise_if_key_not_exists(false)
+            .await
+            .map_err(delta_err)?;
+        Ok(())
     }
 
     /// A Delta table builder for the state store of `name`, on the shared store.
