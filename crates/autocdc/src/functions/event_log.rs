@@ -14,6 +14,7 @@
 //! | `update_id`              | `VARCHAR`              | the `REFRESH PIPELINE` update the commit belongs to, else NULL |
 //! | `newest_input_at`        | `TIMESTAMP` (ms)       | when the newest input the run read arrived: a new file's modification time, an upstream commit's time; NULL when unknown |
 //! | `latency_ms`             | `BIGINT`               | from `newest_input_at` to the commit |
+//! | `num_rejected_rows`      | `BIGINT`               | events the run sent to `<t>__rejects` (a target with rejects on); NULL when none |
 
 use std::sync::{Arc, LazyLock};
 
@@ -55,6 +56,7 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
             true,
         ),
         Field::new("latency_ms", DataType::Int64, true),
+        count("num_rejected_rows"),
     ]))
 });
 
@@ -157,6 +159,11 @@ fn batch(entries: &[LoggedCommit]) -> Result<RecordBatch> {
             Arc::new(Int64Array::from_iter(entries.iter().map(|e| {
                 let arrived = event_of(e).and_then(|ev| ev.newest_input_ms)?;
                 Some(e.timestamp? - arrived)
+            }))),
+            Arc::new(Int64Array::from_iter(entries.iter().map(|e| {
+                event_of(e)
+                    .filter(|ev| ev.rejects.is_some())
+                    .map(|ev| ev.rejected as i64)
             }))),
         ],
     )?)

@@ -8,6 +8,7 @@ use datafusion::common::{DFSchemaRef, DataFusionError, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
 use crate::spec::expectations::ExpectationCounts;
+use crate::table::reject_sink::RejectSink;
 
 /// Checks `conditions` (one per expectation of `counts`) on its input's
 /// rows; its output is its input less the rows a `DROP ROW` expectation
@@ -20,6 +21,8 @@ pub struct ExpectationsNode {
     pub conditions: Vec<Expr>,
     /// Where the update's counts go.
     pub counts: Arc<ExpectationCounts>,
+    /// Where dropped rows go (a target with rejects on).
+    pub rejects: Option<Arc<RejectSink>>,
     /// The events.
     pub input: Arc<LogicalPlan>,
 }
@@ -36,8 +39,15 @@ impl ExpectationsNode {
             flow,
             conditions,
             counts,
+            rejects: None,
             input: Arc::new(input),
         }
+    }
+
+    /// The same check, its dropped rows going to `rejects`.
+    pub fn with_rejects(mut self, rejects: Option<Arc<RejectSink>>) -> Self {
+        self.rejects = rejects;
+        self
     }
 }
 
@@ -104,11 +114,9 @@ impl UserDefinedLogicalNodeCore for ExpectationsNode {
         let input = inputs
             .pop()
             .ok_or_else(|| DataFusionError::Internal("Expectations needs one input".into()))?;
-        Ok(Self::new(
-            self.flow.clone(),
-            exprs,
-            Arc::clone(&self.counts),
-            input,
-        ))
+        Ok(
+            Self::new(self.flow.clone(), exprs, Arc::clone(&self.counts), input)
+                .with_rejects(self.rejects.clone()),
+        )
     }
 }

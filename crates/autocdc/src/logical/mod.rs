@@ -15,11 +15,13 @@
 mod auto_cdc;
 mod commit;
 mod expectations;
+mod rejects;
 mod snapshot_diff;
 mod write;
 
 pub use auto_cdc::AutoCdcNode;
 pub use commit::{CdcCommitNode, UPDATE_RESULT_COLUMNS};
 pub use expectations::ExpectationsNode;
+pub use rejects::RejectsNode;
 pub use snapshot_diff::SnapshotDiffNode;
 pub use write::{CdcWriteNode, WriteRequest};

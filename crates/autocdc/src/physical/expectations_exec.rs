@@ -39,6 +39,7 @@ use futures::{Stream, StreamExt};
 
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
 use crate::spec::expectations::{ExpectationCounts, OnViolation};
+use crate::table::reject_sink::RejectSink;
 
 /// Checks expectations on a flow's events (see the module docs).
 #[derive(Debug)]
@@ -47,6 +48,8 @@ pub struct ExpectationsExec {
     /// One condition per expectation of `counts`, over the input's columns.
     conditions: Vec<Arc<dyn PhysicalExpr>>,
     counts: Arc<ExpectationCounts>,
+    /// Where dropped rows go (a target with rejects on).
+    rejects: Option<Arc<RejectSink>>,
     input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -79,10 +82,19 @@ impl ExpectationsExec {
             flow,
             conditions,
             counts,
+            rejects: None,
             input,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+}
+
+impl ExpectationsExec {
+    /// The same check, its dropped rows going to `rejects`.
+    pub fn with_rejects(mut self, rejects: Option<Arc<RejectSink>>) -> Self {
+        self.rejects = rejects;
+        self
     }
 }
 
@@ -149,12 +161,15 @@ impl ExecutionPlan for ExpectationsExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("ExpectationsExec needs one child".into()))?;
-        Ok(Arc::new(Self::try_new(
-            self.flow.clone(),
-            self.conditions.clone(),
-            Arc::clone(&self.counts),
-            input,
-        )?))
+        Ok(Arc::new(
+            Self::try_new(
+                self.flow.clone(),
+                self.conditions.clone(),
+                Arc::clone(&self.counts),
+                input,
+            )?
+            .with_rejects(self.rejects.clone()),
+        ))
     }
 
     fn execute(
@@ -179,6 +194,7 @@ impl ExecutionPlan for ExpectationsExec {
             flow: self.flow.clone(),
             conditions: self.conditions.clone(),
             counts: Arc::clone(&self.counts),
+            rejects: self.rejects.clone(),
             passed,
             failed,
             output_rows: MetricBuilder::new(&self.metrics).output_rows(partition),
@@ -198,6 +214,7 @@ struct ExpectationsStream {
     flow: String,
     conditions: Vec<Arc<dyn PhysicalExpr>>,
     counts: Arc<ExpectationCounts>,
+    rejects: Option<Arc<RejectSink>>,
     passed: Vec<Count>,
     failed: Vec<Count>,
     output_rows: Count,
@@ -239,6 +256,21 @@ impl ExpectationsStream {
             match expectation.on_violation {
                 OnViolation::Keep => {}
                 OnViolation::DropRow => {
+                    if let Some(rejects) = &self.rejects {
+                        // a row failing several expectations is rejected once
+                        let first = match &dropped {
+                            Some(d) => and(&fails, &not(d)?)?,
+                            None => fails.clone(),
+                        };
+                        rejects.reject(
+                            &batch,
+                            &first,
+                            &format!(
+                                "expectation '{}' (EXPECT ({}) ON VIOLATION DROP ROW)",
+                                expectation.name, expectation.condition
+                            ),
+                        )?;
+                    }
                     dropped = Some(match dropped {
                         Some(d) => or(&d, &fails)?,
                         None => fails,

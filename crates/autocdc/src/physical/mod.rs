@@ -7,6 +7,7 @@ pub mod commit_exec;
 mod expectations_exec;
 pub(crate) mod one_shot;
 mod planner;
+mod rejects_exec;
 mod snapshot_diff_exec;
 mod write_exec;
 
@@ -15,5 +16,6 @@ pub use codec::{CdcPhysicalCodec, StoreResolver};
 pub use commit_exec::CdcCommitExec;
 pub use expectations_exec::ExpectationsExec;
 pub use planner::{CdcExtensionPlanner, CdcQueryPlanner};
+pub use rejects_exec::RejectsExec;
 pub use snapshot_diff_exec::SnapshotDiffExec;
 pub use write_exec::CdcWriteExec;

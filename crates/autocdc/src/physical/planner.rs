@@ -11,9 +11,11 @@ use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
-use super::{AutoCdcExec, CdcCommitExec, CdcWriteExec, ExpectationsExec, SnapshotDiffExec};
+use super::{
+    AutoCdcExec, CdcCommitExec, CdcWriteExec, ExpectationsExec, RejectsExec, SnapshotDiffExec,
+};
 use crate::logical::{
-    AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, SnapshotDiffNode,
+    AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, RejectsNode, SnapshotDiffNode,
 };
 
 /// Plans [`AutoCdcNode`], [`SnapshotDiffNode`], [`CdcWriteNode`] and [`CdcCommitNode`].
@@ -54,10 +56,22 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                     planner.create_physical_expr(c, logical.schema(), session_state, planning_ctx)
                 })
                 .collect::<Result<Vec<_>>>()?;
-            return Ok(Some(Arc::new(ExpectationsExec::try_new(
-                n.flow.clone(),
-                conditions,
-                Arc::clone(&n.counts),
+            return Ok(Some(Arc::new(
+                ExpectationsExec::try_new(
+                    n.flow.clone(),
+                    conditions,
+                    Arc::clone(&n.counts),
+                    Arc::clone(input),
+                )?
+                .with_rejects(n.rejects.clone()),
+            )));
+        }
+        if let Some(n) = node.as_any().downcast_ref::<RejectsNode>() {
+            let [input] = physical_inputs else {
+                return Err(DataFusionError::Internal("Rejects needs one input".into()));
+            };
+            return Ok(Some(Arc::new(RejectsExec::try_new(
+                Arc::clone(&n.sink),
                 Arc::clone(input),
             )?)));
         }

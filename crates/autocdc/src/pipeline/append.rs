@@ -38,6 +38,8 @@ use crate::table::bucket::bucket_field;
 use crate::table::commit::{ChangeFeed, CommitRequest, MetadataChange};
 use crate::table::event::Operation;
 use crate::table::properties::FLOW_KEY_PREFIX;
+use crate::table::reject_sink::RejectSink;
+use crate::table::rejects::takes_rejects;
 use crate::table::{delta_err, ScdTable};
 
 /// The plan of one run of `flow` (an append flow) into `table`: its rows,
@@ -110,10 +112,14 @@ pub async fn plan_append(
         .project(columns)?
         .build()?;
     // the table's expectations check the rows to append
+    // with rejects on, the rows an expectation drops go to the rejects
+    let rejects = takes_rejects(&meta.properties)
+        .then(|| Arc::new(RejectSink::new(flow.name.clone(), Vec::new())));
     let (rows, expectations) = if meta.decl.expectations.is_empty() {
         (rows, None)
     } else {
-        let (rows, counts) = super::check_expectations(state, flow, &meta.decl.expectations, rows)?;
+        let (rows, counts) =
+            super::check_expectations(state, flow, &meta.decl.expectations, rows, rejects.clone())?;
         (rows, Some(counts))
     };
     let mut metadata = Vec::new();
@@ -158,6 +164,7 @@ pub async fn plan_append(
         expectations,
         update_id: crate::table::event::current_update_id(),
         newest_input_ms: read.newest_input_ms,
+        rejects,
     };
     let write = LogicalPlan::Extension(Extension {
         node: Arc::new(CdcWriteNode::try_new(Arc::new(write), rows)?),

@@ -48,7 +48,8 @@ use crate::fold::columns::{
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::FoldSpec;
 use crate::logical::{
-    AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, SnapshotDiffNode, WriteRequest,
+    AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, RejectsNode, SnapshotDiffNode,
+    WriteRequest,
 };
 use crate::spec::expectations::{Expectation, ExpectationCounts};
 use crate::spec::resolve::{
@@ -64,6 +65,8 @@ use crate::table::plain_files::{PlainFilesTable, TableLocation};
 use crate::table::properties::{
     checkpoint_app_id, last_version_property, FLOW_KEY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
+use crate::table::reject_sink::RejectSink;
+use crate::table::rejects::takes_rejects;
 use crate::table::superseded::Superseded;
 use crate::table::{delta_err, ScdTable};
 use staged::{stage_events, StagedEvents};
@@ -188,6 +191,7 @@ pub(crate) fn check_expectations(
     flow: &FlowSpec,
     expectations: &[Expectation],
     rows: LogicalPlan,
+    rejects: Option<Arc<RejectSink>>,
 ) -> Result<(LogicalPlan, Arc<ExpectationCounts>)> {
     let schema = Arc::clone(rows.schema());
     let conditions = expectations
@@ -213,7 +217,8 @@ pub(crate) fn check_expectations(
         })
         .collect::<Result<Vec<_>>>()?;
     let counts = Arc::new(ExpectationCounts::new(expectations.to_vec()));
-    let node = ExpectationsNode::new(flow.name.clone(), conditions, Arc::clone(&counts), rows);
+    let node = ExpectationsNode::new(flow.name.clone(), conditions, Arc::clone(&counts), rows)
+        .with_rejects(rejects);
     Ok((
         LogicalPlan::Extension(Extension {
             node: Arc::new(node),
@@ -263,6 +268,9 @@ pub async fn plan_update(
     // the target's expectations check what a flow brings (not DML, and
     // snapshot flows take none)
     let expected = matches!(source, UpdateSource::Changes) && !meta.decl.expectations.is_empty();
+    // a target with rejects on takes the failing events of its flows (not
+    // of DML, nor of snapshots) out of their updates
+    let rejecting = matches!(source, UpdateSource::Changes) && takes_rejects(&meta.properties);
     // `truncate_source`: what the truncate events are read from (`None`: the
     // update has none — snapshots never truncate, nor flows without
     // APPLY AS TRUNCATE — and the costly events stay out of that input)
@@ -447,11 +455,32 @@ pub async fn plan_update(
             .build()?,
         None => events.clone(),
     };
+    let rejects = rejecting.then(|| {
+        let keys = resolved
+            .layout
+            .key_indices
+            .iter()
+            .map(|&k| resolved.layout.target_columns[k].clone())
+            .collect();
+        Arc::new(RejectSink::new(flow.name.clone(), keys))
+    });
     let (new_rows, expectations) = if expected {
-        let (rows, counts) = check_expectations(state, flow, &meta.decl.expectations, new_rows)?;
+        let (rows, counts) = check_expectations(
+            state,
+            flow,
+            &meta.decl.expectations,
+            new_rows,
+            rejects.clone(),
+        )?;
         (rows, Some(counts))
     } else {
         (new_rows, None)
+    };
+    let new_rows = match &rejects {
+        Some(sink) => LogicalPlan::Extension(Extension {
+            node: Arc::new(RejectsNode::new(Arc::clone(sink), new_rows)),
+        }),
+        None => new_rows,
     };
     let new_truncates = match truncate_source {
         None => LogicalPlanBuilder::empty(false)
@@ -661,6 +690,7 @@ pub async fn plan_update(
         expectations,
         update_id: crate::table::event::current_update_id(),
         newest_input_ms,
+        rejects,
     };
     // a target without rows can only gain rows: Delta readers derive those
     // inserts from the new files, no change file needed

@@ -17,6 +17,7 @@ use crate::table::commit::{Edit, EditKind, MetadataChange};
 use crate::table::delta_err;
 use crate::table::event::Operation;
 use crate::table::properties::FLOW_KEY_PREFIX;
+use crate::table::rejects::{deliver, rejects_table_name, takes_rejects};
 use crate::table::{ScdTable, TableName};
 
 use super::CdcSession;
@@ -100,7 +101,10 @@ impl CdcSession {
         register: bool,
     ) -> Result<Vec<RecordBatch>> {
         let named = format!("flow '{}'", spec.name);
-        self.run_flow_unnamed(table, spec, register)
+        // rejects an interrupted update committed reach their table first
+        self.deliver_rejects(table).await?;
+        let out = self
+            .run_flow_unnamed(table, spec, register)
             .await
             .map_err(|e| {
                 if e.to_string().contains(&named) {
@@ -111,7 +115,26 @@ impl CdcSession {
                         table.name()
                     ))
                 }
-            })
+            })?;
+        self.deliver_rejects(table).await.map_err(|e| {
+            e.context(format!(
+                "{named}: the update of '{}' committed; its rejected events reach {} with the next update",
+                table.name(),
+                rejects_table_name(table.name())
+            ))
+        })?;
+        Ok(out)
+    }
+
+    /// Append the rejected events `table`'s last commit recorded to its
+    /// rejects table, unless delivered ([`crate::table::rejects`]).
+    pub(super) async fn deliver_rejects(&self, table: &ScdTable) -> Result<()> {
+        if !takes_rejects(&table.meta().properties) {
+            return Ok(());
+        }
+        let rejects = self.table(&rejects_table_name(table.name())).await?;
+        deliver(table, &rejects, self.clock.now().timestamp_micros()).await?;
+        Ok(())
     }
 
     pub(super) async fn run_flow_unnamed(

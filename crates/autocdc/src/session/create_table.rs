@@ -13,6 +13,7 @@ use crate::table::meta::TableDecl;
 use crate::table::properties::{
     BUCKETS_PROPERTY, CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY, TABLE_KEY,
 };
+use crate::table::rejects::{rejects_table_name, takes_rejects, REJECTS_COLUMNS, REJECTS_PROPERTY};
 
 use super::CdcSession;
 
@@ -20,7 +21,10 @@ impl CdcSession {
     pub(crate) async fn create_table(&self, c: CreateStreamingTable) -> Result<()> {
         if self.warehouse.exists(&c.name).await? {
             if c.or_refresh || c.if_not_exists {
-                self.table(&c.name).await?;
+                let table = self.table(&c.name).await?;
+                if takes_rejects(&table.meta().properties) {
+                    self.create_rejects_table(&c).await?;
+                }
                 return Ok(());
             }
             return Err(DataFusionError::Plan(format!(
@@ -97,7 +101,33 @@ impl CdcSession {
         self.warehouse
             .create_state_store(&c.name, Schema::new(fields), config, deletion_vectors)
             .await?;
+        let rejects = c
+            .properties
+            .iter()
+            .any(|(k, v)| k == REJECTS_PROPERTY && v.eq_ignore_ascii_case("true"));
+        if rejects {
+            self.create_rejects_table(&c).await?;
+        }
         self.attach(c.name).await?;
         Ok(())
+    }
+
+    /// `<t>__rejects` of a target with rejects on, unless it exists.
+    async fn create_rejects_table(&self, target: &CreateStreamingTable) -> Result<()> {
+        let rejects = CreateStreamingTable {
+            name: rejects_table_name(&target.name),
+            or_refresh: false,
+            if_not_exists: true,
+            columns: REJECTS_COLUMNS
+                .iter()
+                .map(|(name, ty)| (name.to_string(), ty.to_string()))
+                .collect(),
+            properties: vec![],
+            dialect: target.dialect.clone(),
+            query: None,
+            flow: None,
+            expectations: vec![],
+        };
+        Box::pin(self.create_table(rejects)).await
     }
 }

@@ -31,6 +31,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
 use super::event::{CommitEvent, Operation};
 use super::properties::checkpoint_app_id;
+use super::reject_sink::{discard_pending, write_pending, RejectSink};
 use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter, FileRows};
 use super::{delta_err, ScdTable, TableName};
@@ -100,6 +101,8 @@ pub struct CommitRequest {
     pub update_id: Option<String>,
     /// When the newest of what it read arrived (ms since the epoch).
     pub newest_input_ms: Option<i64>,
+    /// Where the run's rejected events are (a target with rejects on).
+    pub rejects: Option<Arc<RejectSink>>,
 }
 
 /// The files one update wrote (nothing committed yet): what
@@ -147,6 +150,17 @@ pub async fn commit_written(
     event.expectations = request.expectations.as_ref().map(|e| e.to_json());
     event.update_id = request.update_id.clone();
     event.newest_input_ms = request.newest_input_ms;
+    let mut metadata = request.metadata.clone();
+    // the rejected events, in a file the commit names (delivered after it)
+    let pending = match &request.rejects {
+        Some(sink) => write_pending(&store, sink).await?,
+        None => None,
+    };
+    if let Some(pending) = &pending {
+        event.rejects = Some(pending.id.clone());
+        event.rejected = pending.rows as u64;
+        metadata.push(pending.property()?);
+    }
     let mut actions = vec![event.action()];
     let mut files_removed = 0;
     if changed {
@@ -182,10 +196,10 @@ pub async fn commit_written(
         BucketWriter::discard(&store, &adds).await?;
         BucketWriter::discard(&store, &change_files).await?;
     }
-    if !request.metadata.is_empty() {
+    if !metadata.is_empty() {
         actions.push(Action::Metadata(changed_metadata(
             snapshot.metadata(),
-            &request.metadata,
+            &metadata,
         )?));
     }
     actions.push(Action::Txn(Transaction::new(
@@ -205,7 +219,16 @@ pub async fn commit_written(
             flow: request.flow.name.clone(),
             target: request.target.to_string(),
             cause: e.to_string(),
-        })?;
+        });
+    let commit = match commit {
+        Ok(commit) => commit,
+        Err(e) => {
+            if let Some(pending) = &pending {
+                discard_pending(&store, pending).await;
+            }
+            return Err(e.into());
+        }
+    };
     request.table.refresh().await?;
     request.table.publish().await?;
     Ok(CommitOutcome {

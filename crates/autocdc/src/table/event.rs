@@ -128,6 +128,10 @@ pub struct CommitEvent {
     /// When the newest of what the run read arrived (ms since the epoch):
     /// a new file's modification time or an upstream commit's time.
     pub newest_input_ms: Option<i64>,
+    /// The rejects file the commit recorded ([`super::rejects`]).
+    pub rejects: Option<String>,
+    /// Events the run rejected.
+    pub rejected: u64,
 }
 
 /// The metric names, in [`CommitEvent`] order.
@@ -138,6 +142,9 @@ const METRICS: [&str; 5] = [
     "numLateRowsDropped",
     "durationMs",
 ];
+
+/// The count of rejected events (commits that rejected some).
+const REJECTED_METRIC: &str = "numRejectedRows";
 
 impl CommitEvent {
     /// The entry of a commit of `operation` started at `started`.
@@ -154,6 +161,8 @@ impl CommitEvent {
             expectations: None,
             update_id: current_update_id(),
             newest_input_ms: None,
+            rejects: None,
+            rejected: 0,
         }
     }
 
@@ -178,6 +187,9 @@ impl CommitEvent {
         if let Some(update_id) = &self.update_id {
             parameters.insert("updateId".to_string(), Value::String(update_id.clone()));
         }
+        if let Some(rejects) = &self.rejects {
+            parameters.insert("rejects".to_string(), Value::String(rejects.clone()));
+        }
         if let Some(expectations) = &self.expectations {
             parameters.insert(
                 "expectations".to_string(),
@@ -191,11 +203,17 @@ impl CommitEvent {
             self.late,
             self.duration_ms,
         ];
-        let metrics: serde_json::Map<String, Value> = METRICS
+        let mut metrics: serde_json::Map<String, Value> = METRICS
             .iter()
             .zip(values)
             .map(|(name, value)| (name.to_string(), Value::String(value.to_string())))
             .collect();
+        if self.rejects.is_some() {
+            metrics.insert(
+                REJECTED_METRIC.to_string(),
+                Value::String(self.rejected.to_string()),
+            );
+        }
         Action::CommitInfo(CommitInfo {
             timestamp: Some(chrono::Utc::now().timestamp_millis()),
             operation: Some(self.operation.clone()),
@@ -223,6 +241,7 @@ impl CommitEvent {
         let expectations = parameter("expectations");
         let update_id = parameter("updateId");
         let newest_input_ms = parameter("newestInputAt").and_then(|at| at.parse().ok());
+        let rejects = parameter("rejects");
         let metrics = info.info.get("operationMetrics").and_then(Value::as_object);
         let metric = |name: &str| -> Option<u64> {
             let value = metrics?.get(name)?;
@@ -244,6 +263,8 @@ impl CommitEvent {
                 expectations,
                 update_id,
                 newest_input_ms,
+                rejects,
+                rejected: metric(REJECTED_METRIC).unwrap_or(0),
             },
             counted,
         ))

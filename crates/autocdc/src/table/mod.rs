@@ -19,6 +19,8 @@ pub mod plain_files;
 pub mod properties;
 pub mod provider;
 pub mod published;
+pub(crate) mod reject_sink;
+pub(crate) mod rejects;
 pub mod stored_rows;
 pub mod superseded;
 mod warehouse;
