@@ -5,7 +5,7 @@
 //! warehouse gives exactly the table and change feed of a fault-free run: no
 //! lost change, no duplicated change, no partial commit visible to readers.
 //! Checked for every call index of an SCD 1, SCD 2, BITEMPORAL and snapshot
-//! update, for our reads and for the table at the target's path read by
+//! update and of an SCD 1 update with rejects (its rejected events too), for our reads and for the table at the target's path read by
 //! deltalake (its rows and its change data feed): the calls of both stores
 //! (the state store and the published table) are counted.
 
@@ -150,6 +150,9 @@ async fn run(s: &CdcSession, sql: &str) -> datafusion::error::Result<String> {
 
 const FIRST: &str = "(1, 'a', 'U', 1), (2, 'b', 'U', 1), (3, 'c', 'U', 1)";
 const SECOND: &str = "(1, 'a2', 'U', 2), (2, NULL, 'D', 2), (4, 'd', 'U', 2), (3, 'c0', 'U', 0)";
+/// The second update of a target with rejects on: [`SECOND`] and events
+/// that would fail it.
+const SECOND_REJECTS: &str = "(1, 'a2', 'U', 2), (2, NULL, 'D', 2), (4, 'd', 'U', 2), (3, 'c0', 'U', 0), (NULL, 'x', 'U', 2), (5, 'e', 'U', NULL)";
 
 async fn setup(s: &CdcSession, stored_as: &str) {
     run(
@@ -158,23 +161,43 @@ async fn setup(s: &CdcSession, stored_as: &str) {
     )
     .await
     .unwrap();
-    run(s, "CREATE STREAMING TABLE t").await.unwrap();
+    let properties = if stored_as == REJECTS {
+        " TBLPROPERTIES ('autocdc.rejects' = 'true')"
+    } else {
+        ""
+    };
+    run(s, &format!("CREATE STREAMING TABLE t{properties}"))
+        .await
+        .unwrap();
     let flow = if stored_as == "BITEMPORAL" {
         "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq SYSTEM SEQUENCE BY seq COLUMNS (id, v) STORED AS BITEMPORAL".to_string()
     } else if stored_as == "SNAPSHOT" {
         // periodic snapshots of the rows that are not deleted
         "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT id, v FROM src WHERE op <> 'D' AND seq > 0) KEYS (id)".to_string()
     } else {
+        let stored_as = if stored_as == REJECTS {
+            "SCD TYPE 1"
+        } else {
+            stored_as
+        };
         format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, v) STORED AS {stored_as}")
     };
     run(s, &flow).await.unwrap();
 }
 
-async fn second_update(s: &CdcSession) -> datafusion::error::Result<String> {
+/// An SCD 1 target with rejects on (`setup`'s `stored_as`).
+const REJECTS: &str = "REJECTS";
+
+async fn second_update(s: &CdcSession, stored_as: &str) -> datafusion::error::Result<String> {
+    let second = if stored_as == REJECTS {
+        SECOND_REJECTS
+    } else {
+        SECOND
+    };
     run(
         s,
         &format!(
-            "CREATE OR REPLACE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES {SECOND}"
+            "CREATE OR REPLACE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES {second}"
         ),
     )
     .await?;
@@ -190,6 +213,8 @@ struct Observed {
     feed: String,
     published_rows: String,
     published_feed: String,
+    /// The rejected events (a target with rejects on), else empty.
+    rejects: String,
 }
 
 fn sorted(table: String) -> String {
@@ -228,7 +253,12 @@ async fn observe(s: &CdcSession, memory: &Arc<InMemory>) -> Observed {
             pretty_format_batches(&batches).unwrap().to_string()
         }
     };
+    let rejects = match run(s, "SELECT * FROM t__rejects").await {
+        Ok(rows) => sorted(rows),
+        Err(_) => String::new(),
+    };
     let observed = Observed {
+        rejects,
         rows: sorted(rows),
         feed: sorted(feed),
         published_rows: sorted(published("SELECT * FROM published").await),
@@ -254,8 +284,16 @@ async fn check(stored_as: &str, fault: Fault) {
         .unwrap();
     setup(&clean, stored_as).await;
     let before = observe(&clean, &clean_memory).await;
-    second_update(&clean).await.unwrap();
+    second_update(&clean, stored_as).await.unwrap();
     let expected = observe(&clean, &clean_memory).await;
+    if stored_as == REJECTS {
+        assert!(
+            expected.rejects.contains("NULL key column 'id'")
+                && expected.rejects.contains("NULL sequence"),
+            "the rejects of the second update: {}",
+            expected.rejects
+        );
+    }
 
     for n in 1.. {
         let memory = Arc::new(InMemory::new());
@@ -265,7 +303,7 @@ async fn check(stored_as: &str, fault: Fault) {
             .unwrap();
         setup(&s, stored_as).await;
         store.arm(n, fault);
-        let failed = second_update(&s).await.is_err();
+        let failed = second_update(&s, stored_as).await.is_err();
         let fired = store.fired();
         drop(s);
         // a new process on the same warehouse: readers see the previous or
@@ -280,7 +318,7 @@ async fn check(stored_as: &str, fault: Fault) {
                 "{stored_as}, {fault:?} at call {n}: partial state\n{now:?}"
             );
         }
-        second_update(&again)
+        second_update(&again, stored_as)
             .await
             .unwrap_or_else(|e| panic!("{stored_as}, retry after {fault:?} at call {n}: {e}"));
         assert_eq!(
@@ -315,6 +353,12 @@ async fn scd2_update_is_atomic_at_every_call() {
 async fn bitemporal_update_is_atomic_at_every_call() {
     check("BITEMPORAL", Fault::Fail).await;
     check("BITEMPORAL", Fault::Crash).await;
+}
+
+#[tokio::test]
+async fn update_with_rejects_is_atomic_at_every_call() {
+    check(REJECTS, Fault::Fail).await;
+    check(REJECTS, Fault::Crash).await;
 }
 
 #[tokio::test]

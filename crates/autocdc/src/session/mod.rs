@@ -134,8 +134,14 @@ impl CdcSession {
             clock: Arc::clone(&config.clock),
             snapshot_functions: Mutex::new(HashMap::new()),
         };
+        let mut attached = Vec::new();
         for name in session.warehouse.list_tables().await? {
-            session.attach(name).await?;
+            attached.push(session.attach(name).await?);
+        }
+        // rejects an interrupted update committed reach their table, as its
+        // published table catches up when opened
+        for table in &attached {
+            session.deliver_rejects(table).await?;
         }
         Ok(session)
     }

@@ -31,7 +31,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
 use super::event::{CommitEvent, Operation};
 use super::properties::checkpoint_app_id;
-use super::reject_sink::{discard_pending, write_pending, RejectSink};
+use super::reject_sink::{write_pending, RejectSink};
 use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter, FileRows};
 use super::{delta_err, ScdTable, TableName};
@@ -219,16 +219,7 @@ pub async fn commit_written(
             flow: request.flow.name.clone(),
             target: request.target.to_string(),
             cause: e.to_string(),
-        });
-    let commit = match commit {
-        Ok(commit) => commit,
-        Err(e) => {
-            if let Some(pending) = &pending {
-                discard_pending(&store, pending).await;
-            }
-            return Err(e.into());
-        }
-    };
+        })?;
     request.table.refresh().await?;
     request.table.publish().await?;
     Ok(CommitOutcome {

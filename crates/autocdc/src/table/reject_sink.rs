@@ -253,9 +253,3 @@ pub(crate) async fn write_pending(
         .map_err(|e| DataFusionError::External(Box::new(e)))?;
     Ok(Some(PendingRejects { id, path, rows }))
 }
-
-/// Delete a pending file whose commit failed (best effort: an orphan file
-/// is never delivered).
-pub(crate) async fn discard_pending(store: &Arc<dyn ObjectStore>, pending: &PendingRejects) {
-    let _ = store.delete(&Path::from(pending.path.as_str())).await;
-}

@@ -22,8 +22,10 @@
 //! version, to `<t>__rejects`, in one commit that also records the
 //! delivered id (`autocdc.rejects.delivered`): it runs after each update
 //! and before the next, so an interruption between the two commits is
-//! repaired by the next update, and a delivery is never repeated. An
-//! update that fails commits nothing, and its file is never delivered.
+//! repaired by the next update (or the next session's open), and a delivery
+//! is never repeated. An update that fails commits nothing, and its file is
+//! never delivered (a failed commit may still have been written, so the
+//! file stays until a delivery takes it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
