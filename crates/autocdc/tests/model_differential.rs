@@ -276,6 +276,135 @@ async fn relation(
     )
 }
 
+/// An event that would fail an update: a NULL key or a NULL sequence (at
+/// least one of them is NULL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Hostile {
+    id: Option<i32>,
+    seq: Option<i32>,
+    delete: bool,
+    a: Option<i32>,
+}
+
+fn hostile() -> impl Strategy<Value = Hostile> {
+    (
+        prop::option::of(0..3i32),
+        prop::option::of(0..12i32),
+        any::<bool>(),
+        value(),
+    )
+        .prop_filter("a NULL key or sequence", |(id, seq, _, _)| {
+            id.is_none() || seq.is_none()
+        })
+        .prop_map(|(id, seq, delete, a)| Hostile { id, seq, delete, a })
+}
+
+impl Hostile {
+    /// Its row of the source, in `model::source_sql`'s columns.
+    fn sql(self) -> String {
+        let int = |v: Option<i32>| v.map_or("NULL".to_string(), |v| v.to_string());
+        format!(
+            "SELECT CAST({} AS INT) AS id, CAST({} AS INT) AS a, CAST(NULL AS INT) AS b, \
+             '{}' AS op, CAST({} AS INT) AS seq, CAST(0 AS INT) AS st, \
+             CAST(NULL AS VARCHAR[]) AS cols",
+            int(self.id),
+            int(self.a),
+            if self.delete { "D" } else { "U" },
+            int(self.seq)
+        )
+    }
+
+    /// Its row of `<t>__rejects` (reason, key, sequence, change, row), as
+    /// the rules say (SPEC §4.8), written by hand.
+    fn rejected(self) -> String {
+        let text = |v: Option<i32>| v.map_or("NULL".to_string(), |v| v.to_string());
+        let json = |v: Option<i32>| v.map_or("null".to_string(), |v| v.to_string());
+        let reason = if self.seq.is_none() {
+            "NULL sequence"
+        } else {
+            "NULL key column 'id'"
+        };
+        format!(
+            "{reason}|id={}|{}|{}|{{\"id\":{},\"a\":{},\"b\":null}}",
+            text(self.id),
+            text(self.seq),
+            if self.delete { "DELETE" } else { "UPSERT" },
+            json(self.id),
+            json(self.a)
+        )
+    }
+}
+
+/// Run `updates` (good events and hostile ones) into an SCD 1 target with
+/// rejects on; its rows and its rejects, sorted.
+async fn engine_with_rejects(
+    updates: &[(Vec<Event>, Vec<Hostile>)],
+    partitions: usize,
+) -> (Vec<Vec<Option<i32>>>, Vec<String>) {
+    let s = session(partitions).await;
+    s.sql("CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.rejects' = 'true')")
+        .await
+        .unwrap();
+    for (i, (good, bad)) in updates.iter().enumerate() {
+        let mut source = model::source_sql(good);
+        for h in bad {
+            source = format!("{source} UNION ALL {}", h.sql());
+        }
+        s.sql(&format!("CREATE OR REPLACE TABLE src AS {source}"))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let stmt = if i == 0 {
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' \
+             APPLY AS TRUNCATE WHEN op = 'T' SEQUENCE BY seq COLUMNS (id, a, b)"
+        } else {
+            "REFRESH STREAMING TABLE t"
+        };
+        s.sql(stmt)
+            .await
+            .unwrap_or_else(|e| panic!("{stmt}: {e}"))
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{stmt}: {e}"));
+    }
+    let rows = read(
+        &s.sql("SELECT id, a, b FROM t")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap(),
+        3,
+    );
+    let batches = s
+        .sql("SELECT reason, key, sequence, change, \"row\" FROM t__rejects")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let mut rejects = Vec::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            let fields: Vec<String> = (0..5)
+                .map(|c| {
+                    let column = b.column(c);
+                    if column.is_null(i) {
+                        "NULL".to_string()
+                    } else {
+                        datafusion::arrow::util::display::array_value_to_string(column, i).unwrap()
+                    }
+                })
+                .collect();
+            rejects.push(fields.join("|"));
+        }
+    }
+    rejects.sort();
+    (rows, rejects)
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -427,6 +556,52 @@ proptest! {
             .collect();
         let got = runtime().block_on(relation(&events, &clauses, select, width, partitions));
         prop_assert_eq!(got, expected, "relation, partial: {:?}, keys only: {}, events: {:?}", partial, keys_only, events);
+    }
+
+    /// SCD 1 with rejects on (SPEC §4.8): events with a NULL key or a NULL
+    /// sequence, spread over the updates, go to `t__rejects` once each
+    /// (a replay rejects nothing new) and the target equals the model of
+    /// the other events.
+    #[test]
+    fn scd1_with_rejects_equals_the_model(
+        events in events(14, true, by_key_seq),
+        bad in prop::collection::vec(hostile(), 0..6),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        partitions in 1usize..4,
+    ) {
+        let good = shuffle_and_split(&events, order, &cuts);
+        let mut updates: Vec<(Vec<Event>, Vec<Hostile>)> =
+            good.iter().map(|u| (u.clone(), Vec::new())).collect();
+        if updates.is_empty() {
+            updates.push((Vec::new(), Vec::new()));
+        }
+        let n = updates.len();
+        for (i, h) in bad.iter().enumerate() {
+            updates[i % n].1.push(*h);
+        }
+        // a replay of everything at the end
+        updates.push((events.clone(), bad.clone()));
+        let mut model = scd1::Scd1::default();
+        for (update, _) in &updates {
+            model.apply(update, Partial::None);
+        }
+        let expected: Vec<Vec<Option<i32>>> = model
+            .rows()
+            .into_iter()
+            .map(|(id, a, b)| vec![Some(id), a, b])
+            .collect();
+        let mut expected_rejects: Vec<String> = bad
+            .iter()
+            .copied()
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .map(Hostile::rejected)
+            .collect();
+        expected_rejects.sort();
+        let (rows, rejects) = runtime().block_on(engine_with_rejects(&updates, partitions));
+        prop_assert_eq!(rows, expected, "updates: {:?}", updates);
+        prop_assert_eq!(rejects, expected_rejects, "updates: {:?}", updates);
     }
 
     /// SCD 1 with DML between updates: `DELETE` leaves a tombstone at the
