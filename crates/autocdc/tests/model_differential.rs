@@ -335,6 +335,38 @@ impl Hostile {
     }
 }
 
+/// One update's events split by the conflict rule (SPEC §2.2, §4.8): the
+/// key events of one (key, sequence) that differ in kind or values are all
+/// rejected; the rest apply.
+fn without_conflicts(update: &[Event]) -> (Vec<Event>, Vec<Event>) {
+    let mut firsts: std::collections::HashMap<(i32, i32), (Kind, model::Row)> =
+        std::collections::HashMap::new();
+    let mut conflicting: HashSet<(i32, i32)> = HashSet::new();
+    for e in update.iter().filter(|e| e.kind != Kind::Truncate) {
+        let first = firsts.entry((e.id, e.seq)).or_insert((e.kind, e.values));
+        if *first != (e.kind, e.values) {
+            conflicting.insert((e.id, e.seq));
+        }
+    }
+    update
+        .iter()
+        .partition(|e| e.kind == Kind::Truncate || !conflicting.contains(&(e.id, e.seq)))
+}
+
+/// A conflicting event's row of `<t>__rejects`, written by hand.
+fn conflict_rejected(e: &Event) -> String {
+    let json = |v: Option<i32>| v.map_or("null".to_string(), |v| v.to_string());
+    format!(
+        "conflicting events (same key and sequence, different values)|id={}|{}|{}|{{\"id\":{},\"a\":{},\"b\":{}}}",
+        e.id,
+        e.seq,
+        if e.kind == Kind::Delete { "DELETE" } else { "UPSERT" },
+        e.id,
+        json(e.values[0]),
+        json(e.values[1])
+    )
+}
+
 /// Run `updates` (good events and hostile ones) into an SCD 1 target with
 /// rejects on; its rows and its rejects, sorted.
 async fn engine_with_rejects(
@@ -559,18 +591,30 @@ proptest! {
     }
 
     /// SCD 1 with rejects on (SPEC §4.8): events with a NULL key or a NULL
-    /// sequence, spread over the updates, go to `t__rejects` once each
-    /// (a replay rejects nothing new) and the target equals the model of
-    /// the other events.
+    /// sequence, and conflicting events (twins of events at the same key and
+    /// sequence with another value, landing in the same update or not),
+    /// spread over the updates: each rejected event is in `t__rejects` once
+    /// (a replay rejects nothing new) and the target equals the model of the
+    /// events each update did not reject.
     #[test]
     fn scd1_with_rejects_equals_the_model(
         events in events(14, true, by_key_seq),
+        twins in prop::collection::vec((any::<prop::sample::Index>(), 3..6i32), 0..3),
         bad in prop::collection::vec(hostile(), 0..6),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
         order in any::<u64>(),
         partitions in 1usize..4,
     ) {
-        let good = shuffle_and_split(&events, order, &cuts);
+        let mut all = events.clone();
+        let keyed: Vec<Event> = events.iter().copied().filter(|e| e.kind != Kind::Truncate).collect();
+        if !keyed.is_empty() {
+            for (index, value) in &twins {
+                let mut twin = *index.get(&keyed);
+                twin.values[0] = Some(*value);
+                all.push(twin);
+            }
+        }
+        let good = shuffle_and_split(&all, order, &cuts);
         let mut updates: Vec<(Vec<Event>, Vec<Hostile>)> =
             good.iter().map(|u| (u.clone(), Vec::new())).collect();
         if updates.is_empty() {
@@ -581,23 +625,21 @@ proptest! {
             updates[i % n].1.push(*h);
         }
         // a replay of everything at the end
-        updates.push((events.clone(), bad.clone()));
+        updates.push((all.clone(), bad.clone()));
         let mut model = scd1::Scd1::default();
+        let mut expected_rejects: HashSet<String> =
+            bad.iter().copied().map(Hostile::rejected).collect();
         for (update, _) in &updates {
-            model.apply(update, Partial::None);
+            let (applied, conflicting) = without_conflicts(update);
+            model.apply(&applied, Partial::None);
+            expected_rejects.extend(conflicting.iter().map(conflict_rejected));
         }
         let expected: Vec<Vec<Option<i32>>> = model
             .rows()
             .into_iter()
             .map(|(id, a, b)| vec![Some(id), a, b])
             .collect();
-        let mut expected_rejects: Vec<String> = bad
-            .iter()
-            .copied()
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .map(Hostile::rejected)
-            .collect();
+        let mut expected_rejects: Vec<String> = expected_rejects.into_iter().collect();
         expected_rejects.sort();
         let (rows, rejects) = runtime().block_on(engine_with_rejects(&updates, partitions));
         prop_assert_eq!(rows, expected, "updates: {:?}", updates);

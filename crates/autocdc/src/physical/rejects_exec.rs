@@ -10,33 +10,50 @@
 //!
 //! Per batch: an event whose sequence is NULL (or holds a NULL field, for a
 //! `STRUCT` sequence) is rejected for `NULL sequence`; an UPSERT or DELETE
-//! event with a NULL key column for `NULL key column 'k'`; the others pass
-//! on, in order. The rejected events go to the run's [`RejectSink`], which
-//! its commit writes. Like `ExpectationsExec`, the operator cannot travel to
-//! a cluster: its sink lives in this process.
+//! event with a NULL key column for `NULL key column 'k'`. Then, once the
+//! partition's events are all in (its input is partitioned by key, so a
+//! key's events are all here), events of one key and sequence (and system
+//! sequence) that differ in kind or in a target column are rejected, every
+//! one of them, for `conflicting events`; equal ones pass (the fold keeps
+//! one). The others pass on, in order. The rejected events go to the run's
+//! [`RejectSink`], which its commit writes.
+//!
+//! | step        | per                     | cost                                        |
+//! |-------------|-------------------------|---------------------------------------------|
+//! | NULL checks | batch, as it arrives    | one null mask per key column and the sequence |
+//! | conflicts   | partition, at its end   | the events buffered (under the memory pool), one row encoding of the key and sequence and of the values per batch, one hash table of (key, sequence) |
+//!
+//! Like `ExpectationsExec`, the operator cannot travel to a cluster: its
+//! sink lives in this process.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::kernels::boolean::{and, not, or};
 use arrow::compute::{filter_record_batch, is_null};
 use arrow::datatypes::{Int8Type, SchemaRef};
+use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
+use datafusion::physical_plan::{Distribution, InputDistributionRequirements};
 use futures::{Stream, StreamExt};
 
-use crate::fold::columns::{Kind, KIND_COL, SEQ_COL};
+use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, SYSTEM_SEQ_COL};
 use crate::table::reject_sink::RejectSink;
 
 /// Rejects a flow's failing events (see the module docs).
@@ -57,10 +74,11 @@ impl RejectsExec {
         for key in sink.keys() {
             schema.index_of(key)?;
         }
+        // it emits once a partition's events are all in (conflicts)
         let properties = Arc::new(PlanProperties::new(
             input.equivalence_properties().clone(),
             input.output_partitioning().clone(),
-            input.pipeline_behavior(),
+            EmissionType::Final,
             input.boundedness(),
         ));
         Ok(Self {
@@ -83,9 +101,30 @@ impl DisplayAs for RejectsExec {
     }
 }
 
+impl RejectsExec {
+    /// The key columns of the input, as expressions (its partitioning).
+    fn key_exprs(&self) -> Result<Vec<Arc<dyn PhysicalExpr>>> {
+        let schema = self.input.schema();
+        self.sink
+            .keys()
+            .iter()
+            .map(|k| Ok(Arc::new(PhysicalColumn::new_with_schema(k, &schema)?) as _))
+            .collect()
+    }
+}
+
 impl ExecutionPlan for RejectsExec {
     fn name(&self) -> &str {
         "RejectsExec"
+    }
+
+    fn input_distribution_requirements(&self) -> InputDistributionRequirements {
+        match self.key_exprs() {
+            Ok(keys) if !keys.is_empty() => {
+                InputDistributionRequirements::new(vec![Distribution::KeyPartitioned(keys)])
+            }
+            _ => InputDistributionRequirements::new(vec![Distribution::SinglePartition]),
+        }
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -122,7 +161,6 @@ impl ExecutionPlan for RejectsExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, context)?;
         let schema = self.input.schema();
         let keys = self
             .sink
@@ -130,13 +168,34 @@ impl ExecutionPlan for RejectsExec {
             .iter()
             .map(|k| Ok((k.clone(), schema.index_of(k)?)))
             .collect::<Result<Vec<_>>>()?;
+        // the columns that make two events one (key, sequence) and those
+        // whose values must then agree (SPEC §2.2)
+        let seq = schema.index_of(SEQ_COL)?;
+        let kind = schema.index_of(KIND_COL)?;
+        let mut group: Vec<usize> = keys.iter().map(|(_, i)| *i).collect();
+        group.push(seq);
+        if let Ok(system) = schema.index_of(SYSTEM_SEQ_COL) {
+            group.push(system);
+        }
+        let mut values: Vec<usize> = (0..schema.fields().len())
+            .filter(|&i| !schema.field(i).name().starts_with(INTERNAL_PREFIX))
+            .collect();
+        values.push(kind);
+        let reservation = MemoryConsumer::new(format!("RejectsExec[{partition}]"))
+            .register(context.memory_pool());
+        let input = self.input.execute(partition, context)?;
         Ok(Box::pin(RejectsStream {
             input,
-            kind: schema.index_of(KIND_COL)?,
-            seq: schema.index_of(SEQ_COL)?,
+            kind,
+            seq,
             schema,
             keys,
+            group,
+            values,
             sink: Arc::clone(&self.sink),
+            buffered: Vec::new(),
+            reservation,
+            output: None,
             rejected: MetricBuilder::new(&self.metrics).counter("rejected_rows", partition),
             output_rows: MetricBuilder::new(&self.metrics).output_rows(partition),
         }))
@@ -155,7 +214,16 @@ struct RejectsStream {
     seq: usize,
     /// The key columns, by name and index.
     keys: Vec<(String, usize)>,
+    /// The key and sequence columns: an event's identity.
+    group: Vec<usize>,
+    /// The target columns and the kind: what equal events agree on.
+    values: Vec<usize>,
     sink: Arc<RejectSink>,
+    /// The partition's events so far, less those failing the NULL checks.
+    buffered: Vec<RecordBatch>,
+    reservation: MemoryReservation,
+    /// The events to emit, once the input is done.
+    output: Option<std::vec::IntoIter<RecordBatch>>,
     rejected: Count,
     output_rows: Count,
 }
@@ -172,6 +240,7 @@ fn null_anywhere(array: &dyn Array) -> Result<BooleanArray> {
 }
 
 impl RejectsStream {
+    /// Take the events failing the NULL checks out of `batch`.
     fn divert(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let mut rejected = null_anywhere(batch.column(self.seq).as_ref())?;
         self.sink.reject(&batch, &rejected, "NULL sequence")?;
@@ -198,21 +267,113 @@ impl RejectsStream {
         self.rejected.add(count);
         Ok(filter_record_batch(&batch, &not(&rejected)?)?)
     }
+
+    /// Keep `batch` (NULL checks done) until the input ends.
+    fn buffer(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.reservation
+            .try_grow(batch.get_array_memory_size())
+            .map_err(|e| {
+                e.context(format!(
+                    "flow '{}': checking the update's events for conflicts (rejects on); nothing was committed",
+                    self.sink.flow()
+                ))
+            })?;
+        self.buffered.push(batch);
+        Ok(())
+    }
+
+    /// The buffered events less every event of a conflict (those go to
+    /// the sink).
+    fn without_conflicts(&mut self) -> Result<Vec<RecordBatch>> {
+        let batches = std::mem::take(&mut self.buffered);
+        if batches.is_empty() {
+            return Ok(batches);
+        }
+        let encode = |columns: &[usize]| -> Result<Vec<Rows>> {
+            let fields = columns
+                .iter()
+                .map(|&c| SortField::new(self.schema.field(c).data_type().clone()))
+                .collect();
+            let converter = RowConverter::new(fields)?;
+            batches
+                .iter()
+                .map(|b| {
+                    let arrays: Vec<ArrayRef> =
+                        columns.iter().map(|&c| Arc::clone(b.column(c))).collect();
+                    Ok(converter.convert_columns(&arrays)?)
+                })
+                .collect()
+        };
+        let groups = encode(&self.group)?;
+        let values = encode(&self.values)?;
+        // per (key, sequence): the values of its first event, and whether
+        // another event of it differs
+        let mut seen: HashMap<&[u8], (&[u8], bool)> = HashMap::new();
+        for (g, v) in groups.iter().zip(&values) {
+            for i in 0..g.num_rows() {
+                let entry = seen
+                    .entry(g.row(i).data())
+                    .or_insert((v.row(i).data(), false));
+                if entry.0 != v.row(i).data() {
+                    entry.1 = true;
+                }
+            }
+        }
+        if !seen.values().any(|(_, conflict)| *conflict) {
+            return Ok(batches);
+        }
+        let mut out = Vec::with_capacity(batches.len());
+        for (batch, g) in batches.iter().zip(&groups) {
+            let conflicting: BooleanArray = (0..g.num_rows())
+                .map(|i| Some(seen.get(g.row(i).data()).is_some_and(|(_, c)| *c)))
+                .collect();
+            let count = conflicting.true_count();
+            if count == 0 {
+                out.push(batch.clone());
+                continue;
+            }
+            self.sink.reject(
+                batch,
+                &conflicting,
+                "conflicting events (same key and sequence, different values)",
+            )?;
+            self.rejected.add(count);
+            out.push(filter_record_batch(batch, &not(&conflicting)?)?);
+        }
+        Ok(out)
+    }
 }
 
 impl Stream for RejectsStream {
     type Item = Result<RecordBatch>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.input.poll_next_unpin(cx) {
-            Poll::Ready(Some(Ok(batch))) => {
-                let out = self.divert(batch);
-                if let Ok(batch) = &out {
+        loop {
+            if let Some(output) = &mut self.output {
+                let next = output.next();
+                if let Some(batch) = &next {
                     self.output_rows.add(batch.num_rows());
+                } else {
+                    self.reservation.free();
                 }
-                Poll::Ready(Some(out))
+                return Poll::Ready(next.map(Ok));
             }
-            other => other,
+            match ready!(self.input.poll_next_unpin(cx)) {
+                Some(Ok(batch)) => {
+                    let kept = self.divert(batch).and_then(|b| self.buffer(b));
+                    if let Err(e) = kept {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => match self.without_conflicts() {
+                    Ok(batches) => self.output = Some(batches.into_iter()),
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                },
+            }
         }
     }
 }
