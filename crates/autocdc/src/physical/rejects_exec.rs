@@ -15,8 +15,14 @@
 //! key's events are all here), events of one key and sequence (and system
 //! sequence) that differ in kind or in a target column are rejected, every
 //! one of them, for `conflicting events`; equal ones pass (the fold keeps
-//! one). The others pass on, in order. The rejected events go to the run's
-//! [`RejectSink`], which its commit writes.
+//! one). Below an SCD 2 or BITEMPORAL fold the input also holds the stored
+//! events of the update's keys (`__cdc_origin`): only new events are
+//! checked and rejected, and a new event that differs from the stored one of
+//! its key and sequence is a conflict too: it goes, while new events equal
+//! to the stored one are replays and pass (a DML-written event or an
+//! erasure mark is no such stored event: the fold drops what it corrected). The others pass
+//! on, in order. The rejected events go to the run's [`RejectSink`], which
+//! its commit writes.
 //!
 //! | step        | per                     | cost                                        |
 //! |-------------|-------------------------|---------------------------------------------|
@@ -53,7 +59,9 @@ use datafusion::physical_plan::{
 use datafusion::physical_plan::{Distribution, InputDistributionRequirements};
 use futures::{Stream, StreamExt};
 
-use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, SYSTEM_SEQ_COL};
+use crate::fold::columns::{
+    Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL, SYSTEM_SEQ_COL,
+};
 use crate::table::reject_sink::RejectSink;
 
 /// Rejects a flow's failing events (see the module docs).
@@ -181,6 +189,7 @@ impl ExecutionPlan for RejectsExec {
             .filter(|&i| !schema.field(i).name().starts_with(INTERNAL_PREFIX))
             .collect();
         values.push(kind);
+        let origin = schema.index_of(ORIGIN_COL).ok();
         let reservation = MemoryConsumer::new(format!("RejectsExec[{partition}]"))
             .register(context.memory_pool());
         let input = self.input.execute(partition, context)?;
@@ -192,6 +201,7 @@ impl ExecutionPlan for RejectsExec {
             keys,
             group,
             values,
+            origin,
             sink: Arc::clone(&self.sink),
             buffered: Vec::new(),
             reservation,
@@ -218,6 +228,8 @@ struct RejectsStream {
     group: Vec<usize>,
     /// The target columns and the kind: what equal events agree on.
     values: Vec<usize>,
+    /// The origin column, when stored events come along.
+    origin: Option<usize>,
     sink: Arc<RejectSink>,
     /// The partition's events so far, less those failing the NULL checks.
     buffered: Vec<RecordBatch>,
@@ -226,6 +238,16 @@ struct RejectsStream {
     output: Option<std::vec::IntoIter<RecordBatch>>,
     rejected: Count,
     output_rows: Count,
+}
+
+/// What one (key, sequence) of a partition's events looks like.
+struct Identity<'a> {
+    /// The values of its first event.
+    first: &'a [u8],
+    /// Whether another event of it differs.
+    conflict: bool,
+    /// The values of its stored event, if any.
+    stored: Option<&'a [u8]>,
 }
 
 /// Where `array` is NULL or, for a STRUCT, holds a NULL field at any depth.
@@ -240,16 +262,33 @@ fn null_anywhere(array: &dyn Array) -> Result<BooleanArray> {
 }
 
 impl RejectsStream {
-    /// Take the events failing the NULL checks out of `batch`.
+    /// Where `batch`'s rows have `origin` (every row when the input has no
+    /// origin column: new events only).
+    fn of_origin(&self, batch: &RecordBatch, origin: Origin) -> Result<BooleanArray> {
+        let Some(index) = self.origin else {
+            return Ok(BooleanArray::from(vec![true; batch.num_rows()]));
+        };
+        let origins = batch
+            .column(index)
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(|| DataFusionError::Internal(format!("{ORIGIN_COL} is not Int8")))?;
+        Ok(BooleanArray::from_unary(origins, |o| o == origin as i8))
+    }
+
+    /// Take the new events failing the NULL checks out of `batch`.
     fn divert(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        let mut rejected = null_anywhere(batch.column(self.seq).as_ref())?;
+        let new = self.of_origin(&batch, Origin::New)?;
+        let mut rejected = and(&null_anywhere(batch.column(self.seq).as_ref())?, &new)?;
         self.sink.reject(&batch, &rejected, "NULL sequence")?;
         let kinds = batch
             .column(self.kind)
             .as_primitive_opt::<Int8Type>()
             .ok_or_else(|| DataFusionError::Internal(format!("{KIND_COL} is not Int8")))?;
         // the keys of truncate events are ignored (SPEC §2.2)
-        let keyed = BooleanArray::from_unary(kinds, |k| k != Kind::Truncate as i8);
+        let keyed = and(
+            &BooleanArray::from_unary(kinds, |k| k != Kind::Truncate as i8),
+            &new,
+        )?;
         for (name, index) in &self.keys {
             let column = batch.column(*index);
             if column.null_count() == 0 {
@@ -309,27 +348,65 @@ impl RejectsStream {
         };
         let groups = encode(&self.group)?;
         let values = encode(&self.values)?;
-        // per (key, sequence): the values of its first event, and whether
-        // another event of it differs
-        let mut seen: HashMap<&[u8], (&[u8], bool)> = HashMap::new();
-        for (g, v) in groups.iter().zip(&values) {
-            for i in 0..g.num_rows() {
-                let entry = seen
-                    .entry(g.row(i).data())
-                    .or_insert((v.row(i).data(), false));
-                if entry.0 != v.row(i).data() {
-                    entry.1 = true;
+        // the events that count: new ones, and stored upserts and deletes
+        // (not DML's events nor erasure marks)
+        let counted = batches
+            .iter()
+            .map(|b| {
+                let new = self.of_origin(b, Origin::New)?;
+                if self.origin.is_none() {
+                    return Ok(new);
+                }
+                let kinds = b
+                    .column(self.kind)
+                    .as_primitive_opt::<Int8Type>()
+                    .ok_or_else(|| DataFusionError::Internal(format!("{KIND_COL} is not Int8")))?;
+                let event = BooleanArray::from_unary(kinds, |k| {
+                    k == Kind::Upsert as i8 || k == Kind::Delete as i8
+                });
+                Ok(or(
+                    &new,
+                    &and(&self.of_origin(b, Origin::Stored)?, &event)?,
+                )?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // per (key, sequence): the values of its first event, whether
+        // another event of it differs, and the values of its stored event
+        let mut seen: HashMap<&[u8], Identity<'_>> = HashMap::new();
+        for (batch, ((g, v), counted)) in
+            batches.iter().zip(groups.iter().zip(&values).zip(&counted))
+        {
+            let stored = self.of_origin(batch, Origin::Stored)?;
+            for i in counted.values().set_indices() {
+                let values = v.row(i).data();
+                let entry = seen.entry(g.row(i).data()).or_insert(Identity {
+                    first: values,
+                    conflict: false,
+                    stored: None,
+                });
+                entry.conflict |= entry.first != values;
+                if stored.value(i) {
+                    entry.stored = Some(values);
                 }
             }
         }
-        if !seen.values().any(|(_, conflict)| *conflict) {
+        if !seen.values().any(|id| id.conflict) {
             return Ok(batches);
         }
         let mut out = Vec::with_capacity(batches.len());
-        for (batch, g) in batches.iter().zip(&groups) {
+        for (batch, (g, v)) in batches.iter().zip(groups.iter().zip(&values)) {
+            // a conflict with a stored event rejects the new events that
+            // differ from it (equal ones are replays); one among new events
+            // only rejects them all
             let conflicting: BooleanArray = (0..g.num_rows())
-                .map(|i| Some(seen.get(g.row(i).data()).is_some_and(|(_, c)| *c)))
+                .map(|i| {
+                    Some(seen.get(g.row(i).data()).is_some_and(|id| {
+                        id.conflict && id.stored.is_none_or(|s| s != v.row(i).data())
+                    }))
+                })
                 .collect();
+            // stored events stay: only new ones are rejected
+            let conflicting = and(&conflicting, &self.of_origin(batch, Origin::New)?)?;
             let count = conflicting.true_count();
             if count == 0 {
                 out.push(batch.clone());

@@ -476,11 +476,19 @@ pub async fn plan_update(
     } else {
         (new_rows, None)
     };
-    let new_rows = match &rejects {
+    // SCD 1 keeps no events: its new events are checked alone; SCD 2 and
+    // BITEMPORAL check theirs against the stored events they fold with
+    // (SPEC §2.2), below
+    let rejecting_new = |rows: LogicalPlan| match &rejects {
         Some(sink) => LogicalPlan::Extension(Extension {
-            node: Arc::new(RejectsNode::new(Arc::clone(sink), new_rows)),
+            node: Arc::new(RejectsNode::new(Arc::clone(sink), rows)),
         }),
-        None => new_rows,
+        None => rows,
+    };
+    let new_rows = if scd2 {
+        new_rows
+    } else {
+        rejecting_new(new_rows)
     };
     let new_truncates = match truncate_source {
         None => LogicalPlanBuilder::empty(false)
@@ -613,14 +621,17 @@ pub async fn plan_update(
             )?
             .project(vec![cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL)])?
             .build()?;
+        let events = LogicalPlanBuilder::from(new_rows)
+            .union(stored_rows)?
+            .build()?;
         (
-            LogicalPlanBuilder::from(new_rows)
-                .union(stored_rows)?
-                .build()?,
+            if scd2 { rejecting_new(events) } else { events },
             LogicalPlanBuilder::from(new_truncates)
                 .union(stored_watermark)?
                 .build()?,
         )
+    } else if scd2 {
+        (rejecting_new(new_rows), new_truncates)
     } else {
         (new_rows, new_truncates)
     };

@@ -66,6 +66,8 @@ pub enum Operation {
     /// A snapshot flow met a version not newer than its last: nothing of
     /// it was applied (the commit holds only its event).
     SnapshotSkipped,
+    /// Rejected events of a target's update appended to its `<t>__rejects`.
+    Rejects,
 }
 
 impl Operation {
@@ -89,6 +91,7 @@ impl Operation {
             Self::Delete => "DELETE",
             Self::Merge => "MERGE",
             Self::SnapshotSkipped => "SNAPSHOT SKIPPED",
+            Self::Rejects => "REJECTS",
         }
     }
 

@@ -133,7 +133,7 @@ pub(crate) async fn deliver(
         DELIVERED_PROPERTY.to_string(),
         pending.id.clone(),
     ));
-    let mut event = CommitEvent::new(Operation::Refresh, None, std::time::Instant::now());
+    let mut event = CommitEvent::new(Operation::Rejects, None, std::time::Instant::now());
     event.upserted = count as u64;
     event.input = count as u64;
     edit =
