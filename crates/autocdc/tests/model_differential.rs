@@ -371,6 +371,9 @@ fn conflict_rejected(e: &Event) -> String {
 /// rejects on; its rows and its rejects, sorted.
 async fn engine_with_rejects(
     updates: &[(Vec<Event>, Vec<Hostile>)],
+    clauses: &str,
+    select: &str,
+    width: usize,
     partitions: usize,
 ) -> (Vec<Vec<Option<i32>>>, Vec<String>) {
     let s = session(partitions).await;
@@ -389,12 +392,11 @@ async fn engine_with_rejects(
             .await
             .unwrap();
         let stmt = if i == 0 {
-            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' \
-             APPLY AS TRUNCATE WHEN op = 'T' SEQUENCE BY seq COLUMNS (id, a, b)"
+            format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) {clauses}")
         } else {
-            "REFRESH STREAMING TABLE t"
+            "REFRESH STREAMING TABLE t".to_string()
         };
-        s.sql(stmt)
+        s.sql(&stmt)
             .await
             .unwrap_or_else(|e| panic!("{stmt}: {e}"))
             .collect()
@@ -402,13 +404,8 @@ async fn engine_with_rejects(
             .unwrap_or_else(|e| panic!("{stmt}: {e}"));
     }
     let rows = read(
-        &s.sql("SELECT id, a, b FROM t")
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap(),
-        3,
+        &s.sql(select).await.unwrap().collect().await.unwrap(),
+        width,
     );
     let batches = s
         .sql("SELECT reason, key, sequence, change, \"row\" FROM t__rejects")
@@ -641,7 +638,87 @@ proptest! {
             .collect();
         let mut expected_rejects: Vec<String> = expected_rejects.into_iter().collect();
         expected_rejects.sort();
-        let (rows, rejects) = runtime().block_on(engine_with_rejects(&updates, partitions));
+        let clauses = "APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' \
+                       SEQUENCE BY seq COLUMNS (id, a, b)";
+        let (rows, rejects) = runtime().block_on(engine_with_rejects(
+            &updates, clauses, "SELECT id, a, b FROM t", 3, partitions,
+        ));
+        prop_assert_eq!(rows, expected, "updates: {:?}", updates);
+        prop_assert_eq!(rejects, expected_rejects, "updates: {:?}", updates);
+    }
+
+    /// SCD 2 with rejects on: as for SCD 1, and a new event that differs
+    /// from the stored event of its key and sequence (applied by an earlier
+    /// update) is rejected while the stored one stays; the history equals
+    /// the model's of the events each update kept.
+    #[test]
+    fn scd2_with_rejects_equals_the_model(
+        events in events(14, false, by_key_seq),
+        twins in prop::collection::vec((any::<prop::sample::Index>(), 3..6i32), 0..3),
+        bad in prop::collection::vec(hostile(), 0..4),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        partitions in 1usize..4,
+    ) {
+        let mut all = events.clone();
+        if !events.is_empty() {
+            for (index, value) in &twins {
+                let mut twin = *index.get(&events);
+                twin.values[0] = Some(*value);
+                all.push(twin);
+            }
+        }
+        let good = shuffle_and_split(&all, order, &cuts);
+        let mut updates: Vec<(Vec<Event>, Vec<Hostile>)> =
+            good.iter().map(|u| (u.clone(), Vec::new())).collect();
+        if updates.is_empty() {
+            updates.push((Vec::new(), Vec::new()));
+        }
+        let n = updates.len();
+        for (i, h) in bad.iter().enumerate() {
+            updates[i % n].1.push(*h);
+        }
+        updates.push((all.clone(), bad.clone()));
+        // the model: the events each update kept, by (key, sequence)
+        let mut stored: std::collections::HashMap<(i32, i32), Event> =
+            std::collections::HashMap::new();
+        let mut expected_rejects: HashSet<String> =
+            bad.iter().copied().map(Hostile::rejected).collect();
+        for (update, _) in &updates {
+            let mut fresh: Vec<Event> = Vec::new();
+            for e in update {
+                match stored.get(&(e.id, e.seq)) {
+                    Some(s) if (s.kind, s.values) != (e.kind, e.values) => {
+                        expected_rejects.insert(conflict_rejected(e));
+                    }
+                    Some(_) => {}
+                    None => fresh.push(*e),
+                }
+            }
+            let (applied, conflicting) = without_conflicts(&fresh);
+            expected_rejects.extend(conflicting.iter().map(conflict_rejected));
+            for e in applied {
+                stored.insert((e.id, e.seq), e);
+            }
+        }
+        let kept: Vec<Event> = stored.into_values().collect();
+        let expected: Vec<Vec<Option<i32>>> = scd2::history(&kept, Partial::None, [true, true])
+            .into_iter()
+            .map(|(id, a, b, start, end)| vec![Some(id), a, b, Some(start), end])
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut expected_rejects: Vec<String> = expected_rejects.into_iter().collect();
+        expected_rejects.sort();
+        let clauses = "APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, a, b) \
+                       STORED AS SCD TYPE 2";
+        let (rows, rejects) = runtime().block_on(engine_with_rejects(
+            &updates,
+            clauses,
+            "SELECT id, a, b, __start_at, __end_at FROM t",
+            5,
+            partitions,
+        ));
         prop_assert_eq!(rows, expected, "updates: {:?}", updates);
         prop_assert_eq!(rejects, expected_rejects, "updates: {:?}", updates);
     }
