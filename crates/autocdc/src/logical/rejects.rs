@@ -16,6 +16,9 @@ use crate::table::reject_sink::RejectSink;
 pub struct RejectsNode {
     /// Where the rejected events go (it names the flow and its keys).
     pub sink: Arc<RejectSink>,
+    /// Whether conflicting events are rejected too (key events); truncate
+    /// events are only checked for a NULL sequence.
+    pub conflicts: bool,
     /// The events (target columns, then `__cdc_*`).
     pub input: Arc<LogicalPlan>,
 }
@@ -25,28 +28,39 @@ impl RejectsNode {
     pub fn new(sink: Arc<RejectSink>, input: LogicalPlan) -> Self {
         Self {
             sink,
+            conflicts: true,
             input: Arc::new(input),
+        }
+    }
+
+    /// Reject the truncate events of `input` with a NULL sequence.
+    pub fn truncates(sink: Arc<RejectSink>, input: LogicalPlan) -> Self {
+        Self {
+            conflicts: false,
+            ..Self::new(sink, input)
         }
     }
 }
 
 impl PartialEq for RejectsNode {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.sink, &other.sink) && self.input == other.input
+        Arc::ptr_eq(&self.sink, &other.sink)
+            && self.conflicts == other.conflicts
+            && self.input == other.input
     }
 }
 impl Eq for RejectsNode {}
 impl std::hash::Hash for RejectsNode {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.sink.flow().hash(state);
+        self.conflicts.hash(state);
         self.input.hash(state);
     }
 }
 impl PartialOrd for RejectsNode {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        self.sink
-            .flow()
-            .partial_cmp(other.sink.flow())
+        (self.sink.flow(), self.conflicts)
+            .partial_cmp(&(other.sink.flow(), other.conflicts))
             .filter(|o| o.is_ne() || self == other)
     }
 }
@@ -69,7 +83,11 @@ impl UserDefinedLogicalNodeCore for RejectsNode {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "Rejects: flow={}", self.sink.flow())
+        write!(f, "Rejects: flow={}", self.sink.flow())?;
+        if !self.conflicts {
+            write!(f, ", truncates")?;
+        }
+        Ok(())
     }
 
     fn with_exprs_and_inputs(
@@ -80,6 +98,9 @@ impl UserDefinedLogicalNodeCore for RejectsNode {
         let input = inputs
             .pop()
             .ok_or_else(|| DataFusionError::Internal("Rejects needs one input".into()))?;
-        Ok(Self::new(Arc::clone(&self.sink), input))
+        Ok(Self {
+            conflicts: self.conflicts,
+            ..Self::new(Arc::clone(&self.sink), input)
+        })
     }
 }

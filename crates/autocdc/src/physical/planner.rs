@@ -72,6 +72,7 @@ impl ExtensionPlanner for CdcExtensionPlanner {
             };
             return Ok(Some(Arc::new(RejectsExec::try_new(
                 Arc::clone(&n.sink),
+                n.conflicts,
                 Arc::clone(input),
             )?)));
         }

@@ -29,6 +29,9 @@
 //! | NULL checks | batch, as it arrives    | one null mask per key column and the sequence |
 //! | conflicts   | partition, at its end   | the events buffered (under the memory pool), one row encoding of the key and sequence and of the values per batch, one hash table of (key, sequence) |
 //!
+//! Over truncate events (`RejectsExec: flow=f, truncates`) only the NULL
+//! sequence check applies (their keys are ignored), batch by batch.
+//!
 //! Like `ExpectationsExec`, the operator cannot travel to a cluster: its
 //! sink lives in this process.
 
@@ -68,6 +71,9 @@ use crate::table::reject_sink::RejectSink;
 #[derive(Debug)]
 pub struct RejectsExec {
     sink: Arc<RejectSink>,
+    /// Whether conflicts are rejected (key events); without, a streaming
+    /// NULL check (truncate events).
+    conflicts: bool,
     input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -75,22 +81,32 @@ pub struct RejectsExec {
 
 impl RejectsExec {
     /// Reject the failing events of `input` into `sink`.
-    pub fn try_new(sink: Arc<RejectSink>, input: Arc<dyn ExecutionPlan>) -> Result<Self> {
+    pub fn try_new(
+        sink: Arc<RejectSink>,
+        conflicts: bool,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Result<Self> {
         let schema = input.schema();
         schema.index_of(KIND_COL)?;
         schema.index_of(SEQ_COL)?;
         for key in sink.keys() {
             schema.index_of(key)?;
         }
-        // it emits once a partition's events are all in (conflicts)
+        // checking conflicts, it emits once a partition's events are all in
+        let emission = if conflicts {
+            EmissionType::Final
+        } else {
+            input.pipeline_behavior()
+        };
         let properties = Arc::new(PlanProperties::new(
             input.equivalence_properties().clone(),
             input.output_partitioning().clone(),
-            EmissionType::Final,
+            emission,
             input.boundedness(),
         ));
         Ok(Self {
             sink,
+            conflicts,
             input,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -102,7 +118,11 @@ impl DisplayAs for RejectsExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
-                write!(f, "RejectsExec: flow={}", self.sink.flow())
+                write!(f, "RejectsExec: flow={}", self.sink.flow())?;
+                if !self.conflicts {
+                    write!(f, ", truncates")?;
+                }
+                Ok(())
             }
             DisplayFormatType::TreeRender => write!(f, "flow={}", self.sink.flow()),
         }
@@ -127,6 +147,9 @@ impl ExecutionPlan for RejectsExec {
     }
 
     fn input_distribution_requirements(&self) -> InputDistributionRequirements {
+        if !self.conflicts {
+            return InputDistributionRequirements::new(vec![Distribution::UnspecifiedDistribution]);
+        }
         match self.key_exprs() {
             Ok(keys) if !keys.is_empty() => {
                 InputDistributionRequirements::new(vec![Distribution::KeyPartitioned(keys)])
@@ -161,7 +184,11 @@ impl ExecutionPlan for RejectsExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("RejectsExec needs one child".into()))?;
-        Ok(Arc::new(Self::try_new(Arc::clone(&self.sink), input)?))
+        Ok(Arc::new(Self::try_new(
+            Arc::clone(&self.sink),
+            self.conflicts,
+            input,
+        )?))
     }
 
     fn execute(
@@ -202,6 +229,7 @@ impl ExecutionPlan for RejectsExec {
             group,
             values,
             origin,
+            conflicts: self.conflicts,
             sink: Arc::clone(&self.sink),
             buffered: Vec::new(),
             reservation,
@@ -230,6 +258,8 @@ struct RejectsStream {
     values: Vec<usize>,
     /// The origin column, when stored events come along.
     origin: Option<usize>,
+    /// Whether conflicts are checked (else each batch passes on at once).
+    conflicts: bool,
     sink: Arc<RejectSink>,
     /// The partition's events so far, less those failing the NULL checks.
     buffered: Vec<RecordBatch>,
@@ -439,6 +469,13 @@ impl Stream for RejectsStream {
                 return Poll::Ready(next.map(Ok));
             }
             match ready!(self.input.poll_next_unpin(cx)) {
+                Some(Ok(batch)) if !self.conflicts => {
+                    let out = self.divert(batch);
+                    if let Ok(batch) = &out {
+                        self.output_rows.add(batch.num_rows());
+                    }
+                    return Poll::Ready(Some(out));
+                }
                 Some(Ok(batch)) => {
                     let kept = self.divert(batch).and_then(|b| self.buffer(b));
                     if let Err(e) = kept {

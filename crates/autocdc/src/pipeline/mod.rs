@@ -496,10 +496,21 @@ pub async fn plan_update(
                 cast(lit(ScalarValue::Null), seq_type.clone()).alias(SEQ_COL)
             ])?
             .build()?,
-        Some(source) => LogicalPlanBuilder::from(source)
-            .filter(kind_is(Kind::Truncate))?
-            .project(vec![col(SEQ_COL)])?
-            .build()?,
+        Some(source) => {
+            let truncates = LogicalPlanBuilder::from(source)
+                .filter(kind_is(Kind::Truncate))?
+                .build()?;
+            // a truncate with a NULL sequence is rejected like any event
+            let truncates = match &rejects {
+                Some(sink) => LogicalPlan::Extension(Extension {
+                    node: Arc::new(RejectsNode::truncates(Arc::clone(sink), truncates)),
+                }),
+                None => truncates,
+            };
+            LogicalPlanBuilder::from(truncates)
+                .project(vec![col(SEQ_COL)])?
+                .build()?
+        }
     };
 
     let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
