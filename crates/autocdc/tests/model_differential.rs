@@ -335,6 +335,45 @@ impl Hostile {
     }
 }
 
+/// The updates of a rejects test: `events` and their conflicting `twins`
+/// (a key event's copy with `a` set to the given value, outside the values
+/// events take) shuffled and split at `cuts`, the `bad` events spread over
+/// them, and a final replay of everything.
+fn hostile_updates(
+    events: &[Event],
+    twins: &[(prop::sample::Index, i32)],
+    bad: &[Hostile],
+    order: u64,
+    cuts: &[prop::sample::Index],
+) -> Vec<(Vec<Event>, Vec<Hostile>)> {
+    let mut all = events.to_vec();
+    let keyed: Vec<Event> = events
+        .iter()
+        .copied()
+        .filter(|e| e.kind != Kind::Truncate)
+        .collect();
+    if !keyed.is_empty() {
+        for (index, value) in twins {
+            let mut twin = *index.get(&keyed);
+            twin.values[0] = Some(*value);
+            all.push(twin);
+        }
+    }
+    let mut updates: Vec<(Vec<Event>, Vec<Hostile>)> = shuffle_and_split(&all, order, cuts)
+        .into_iter()
+        .map(|u| (u, Vec::new()))
+        .collect();
+    if updates.is_empty() {
+        updates.push((Vec::new(), Vec::new()));
+    }
+    let n = updates.len();
+    for (i, h) in bad.iter().enumerate() {
+        updates[i % n].1.push(*h);
+    }
+    updates.push((all, bad.to_vec()));
+    updates
+}
+
 /// One update's events split by the conflict rule (SPEC §2.2, §4.8): the
 /// key events of one (key, sequence) that differ in kind or values are all
 /// rejected; the rest apply.
@@ -602,27 +641,7 @@ proptest! {
         order in any::<u64>(),
         partitions in 1usize..4,
     ) {
-        let mut all = events.clone();
-        let keyed: Vec<Event> = events.iter().copied().filter(|e| e.kind != Kind::Truncate).collect();
-        if !keyed.is_empty() {
-            for (index, value) in &twins {
-                let mut twin = *index.get(&keyed);
-                twin.values[0] = Some(*value);
-                all.push(twin);
-            }
-        }
-        let good = shuffle_and_split(&all, order, &cuts);
-        let mut updates: Vec<(Vec<Event>, Vec<Hostile>)> =
-            good.iter().map(|u| (u.clone(), Vec::new())).collect();
-        if updates.is_empty() {
-            updates.push((Vec::new(), Vec::new()));
-        }
-        let n = updates.len();
-        for (i, h) in bad.iter().enumerate() {
-            updates[i % n].1.push(*h);
-        }
-        // a replay of everything at the end
-        updates.push((all.clone(), bad.clone()));
+        let updates = hostile_updates(&events, &twins, &bad, order, &cuts);
         let mut model = scd1::Scd1::default();
         let mut expected_rejects: HashSet<String> =
             bad.iter().copied().map(Hostile::rejected).collect();
@@ -660,25 +679,7 @@ proptest! {
         order in any::<u64>(),
         partitions in 1usize..4,
     ) {
-        let mut all = events.clone();
-        if !events.is_empty() {
-            for (index, value) in &twins {
-                let mut twin = *index.get(&events);
-                twin.values[0] = Some(*value);
-                all.push(twin);
-            }
-        }
-        let good = shuffle_and_split(&all, order, &cuts);
-        let mut updates: Vec<(Vec<Event>, Vec<Hostile>)> =
-            good.iter().map(|u| (u.clone(), Vec::new())).collect();
-        if updates.is_empty() {
-            updates.push((Vec::new(), Vec::new()));
-        }
-        let n = updates.len();
-        for (i, h) in bad.iter().enumerate() {
-            updates[i % n].1.push(*h);
-        }
-        updates.push((all.clone(), bad.clone()));
+        let updates = hostile_updates(&events, &twins, &bad, order, &cuts);
         // the model: the events each update kept, by (key, sequence)
         let mut stored: std::collections::HashMap<(i32, i32), Event> =
             std::collections::HashMap::new();
