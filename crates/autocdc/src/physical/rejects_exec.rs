@@ -292,11 +292,14 @@ fn null_anywhere(array: &dyn Array) -> Result<BooleanArray> {
 }
 
 impl RejectsStream {
-    /// Where `batch`'s rows have `origin` (every row when the input has no
-    /// origin column: new events only).
+    /// Where `batch`'s rows have `origin` (an input without an origin
+    /// column holds new events only).
     fn of_origin(&self, batch: &RecordBatch, origin: Origin) -> Result<BooleanArray> {
         let Some(index) = self.origin else {
-            return Ok(BooleanArray::from(vec![true; batch.num_rows()]));
+            return Ok(BooleanArray::from(vec![
+                origin == Origin::New;
+                batch.num_rows()
+            ]));
         };
         let origins = batch
             .column(index)
