@@ -3,6 +3,7 @@
 import os
 import tempfile
 import unittest
+from datetime import datetime
 
 import datafusion
 import pandas as pd
@@ -200,6 +201,45 @@ class Flows(unittest.TestCase):
                 {"v": "b", "__system_start_at": 200, "__system_end_at": None},
             ],
         )
+
+    def test_history_queries(self) -> None:
+        self.s.register(
+            "hist",
+            pa.table({
+                "id": [1, 1, 2],
+                "v": ["a", "b", "c"],
+                "bt": [datetime(2024, 1, 1), datetime(2024, 3, 1), datetime(2024, 2, 1)],
+                "st": [10, 20, 20],
+            }),
+        )
+        self.s.create_streaming_table("h2")
+        self.s.create_auto_cdc_flow(
+            target="h2", source="hist", keys=["id"], sequence_by="bt",
+            except_column_list=["bt", "st"], stored_as_scd_type=2,
+        )
+        at = lambda r: sorted(pa.table(r).to_pylist(), key=lambda row: row["id"])
+        self.assertEqual(at(self.s.scd2_as_of("h2", datetime(2024, 1, 15))), [{"id": 1, "v": "a"}])
+        self.assertEqual(
+            at(self.s.scd2_as_of("h2", datetime(2024, 3, 1))),
+            [{"id": 1, "v": "b"}, {"id": 2, "v": "c"}],
+        )
+        self.s.create_streaming_table("hb")
+        self.s.create_auto_cdc_flow(
+            target="hb", source="hist", keys=["id"], sequence_by="bt",
+            system_sequence_by="st", except_column_list=["bt", "st"],
+            stored_as_scd_type="BITEMPORAL",
+        )
+        self.assertEqual(at(self.s.bitemporal_as_of("hb", datetime(2024, 3, 2), 15)), [{"id": 1, "v": "a"}])
+        self.assertEqual(
+            at(self.s.bitemporal_as_of("hb", datetime(2024, 3, 2))),
+            [{"id": 1, "v": "b"}, {"id": 2, "v": "c"}],
+        )
+        self.assertEqual(at(self.s.table_as_of("h2", 0)), [])
+        self.assertEqual(len(at(self.s.table_as_of("h2", datetime(2999, 1, 1)))), 3)
+        with self.assertRaisesRegex(cdc.AutoCdcError, "'hb' is BITEMPORAL"):
+            self.s.scd2_as_of("hb", datetime(2024, 1, 1))
+        with self.assertRaisesRegex(TypeError, "scd2_as_of: the business time must be"):
+            self.s.scd2_as_of("h2", None)
 
     def test_a_failed_run_commits_nothing(self) -> None:
         self.s.register("feed", pa.table({"id": [1, 1], "v": ["a", "b"], "seq": [1, 1]}))

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use datafusion::catalog::TableFunctionArgs;
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{lit, Expr};
+use datafusion::prelude::DataFrame;
 use datafusion_autocdc::api::UpdateMetrics;
 use datafusion_autocdc::table::TableName;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
@@ -50,6 +51,21 @@ impl PyCdcSession {
             .create_table_provider_with_args(TableFunctionArgs::new(args, &state))
             .map_err(engine_error)?;
         Ok(self.foreign(provider))
+    }
+
+    /// The rows of the frame `frame` returns, collected on the session's
+    /// runtime with the GIL released.
+    fn collect(
+        &self,
+        py: Python<'_>,
+        frame: impl FnOnce(&CdcSession) -> datafusion::error::Result<DataFrame> + Send,
+    ) -> PyResult<QueryResult> {
+        let (schema, batches) = self.run(py, move |s| async move {
+            let frame = frame(&s)?;
+            let schema = Arc::new(frame.schema().as_arrow().clone());
+            Ok((schema, frame.collect().await?))
+        })?;
+        Ok(QueryResult::new(schema, batches))
     }
 
     /// Run `work` on the session's runtime with the GIL released.
@@ -546,6 +562,50 @@ impl PyCdcSession {
     /// returns.
     fn table_as_of_provider(&self, name: &str, version: i64) -> PyResult<PyTableProvider> {
         self.function_provider("table_as_of", &[lit(name.to_string()), lit(version)])
+    }
+
+    /// `scd2_as_of(name, business_time)`: the versions of an SCD 2 target
+    /// valid at `business_time` (an int, a datetime, ... typed like the
+    /// sequence), one row per key.
+    fn scd2_as_of(
+        &self,
+        py: Python<'_>,
+        name: String,
+        business_time: &Bound<'_, PyAny>,
+    ) -> PyResult<QueryResult> {
+        let at = version::to_scalar(business_time, "business time", "scd2_as_of")?;
+        self.collect(py, move |s| s.scd2_as_of(&name, at))
+    }
+
+    /// `bitemporal_as_of(name, business_time, system_time=None)`: what a
+    /// BITEMPORAL target recorded at `system_time` (None: now) about
+    /// `business_time`, one row per key.
+    #[pyo3(signature = (name, business_time, system_time = None))]
+    fn bitemporal_as_of(
+        &self,
+        py: Python<'_>,
+        name: String,
+        business_time: &Bound<'_, PyAny>,
+        system_time: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<QueryResult> {
+        const CALL: &str = "bitemporal_as_of";
+        let at = version::to_scalar(business_time, "business time", CALL)?;
+        let seen = system_time
+            .map(|s| version::to_scalar(s, "system time", CALL))
+            .transpose()?;
+        self.collect(py, move |s| s.bitemporal_as_of(&name, at, seen))
+    }
+
+    /// `table_as_of(name, at)`: the streaming table as of a commit version
+    /// (an int) or a commit time (a datetime).
+    fn table_as_of(
+        &self,
+        py: Python<'_>,
+        name: String,
+        at: &Bound<'_, PyAny>,
+    ) -> PyResult<QueryResult> {
+        let at = version::to_scalar(at, "commit version or time", "table_as_of")?;
+        self.collect(py, move |s| s.table_as_of(&name, at))
     }
 
     /// Run every flow of `target` again (`full`: from scratch); returns one

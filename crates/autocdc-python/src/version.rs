@@ -44,37 +44,48 @@ impl TryFrom<ScalarValue> for Version {
 
 /// The version a snapshot function returned.
 pub(crate) fn to_version(value: &Bound<'_, PyAny>) -> PyResult<Version> {
+    to_scalar(value, "version", "next_snapshot_and_version").map(Version)
+}
+
+/// An ordered Python value (a version, a point of time) as the engine's
+/// value; `what` names it in errors, `context` names the call.
+pub(crate) fn to_scalar(
+    value: &Bound<'_, PyAny>,
+    what: &str,
+    context: &str,
+) -> PyResult<ScalarValue> {
     if value.is_none() || value.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
-            "the version must be an integer, a string, a date, a timestamp or another \
-             ordered value, got {}",
+            "{context}: the {what} must be an integer, a string, a date, a timestamp or \
+             another ordered value, got {}",
             value.repr()?
         )));
     }
     if value.is_instance_of::<PyInt>() {
         let n = value.extract::<i64>().map_err(|_| {
-            PyValueError::new_err(format!("the version {} does not fit in 64 bits", value))
+            PyValueError::new_err(format!(
+                "{context}: the {what} {value} does not fit in 64 bits"
+            ))
         })?;
-        return Ok(Version(ScalarValue::Int64(Some(n))));
+        return Ok(ScalarValue::Int64(Some(n)));
     }
     let py = value.py();
     let columns = PyDict::new(py);
-    columns.set_item("version", vec![value])?;
+    columns.set_item("value", vec![value])?;
     let table = py
         .import("pyarrow")
         .map_err(|e| {
             PyTypeError::new_err(format!(
-                "a version that is not an integer needs pyarrow to be read ({e})"
+                "{context}: a {what} that is not an integer needs pyarrow to be read ({e})"
             ))
         })?
         .call_method1("table", (columns,))?;
-    let (_, batches) = read_stream(&table, "next_snapshot_and_version")?;
+    let (_, batches) = read_stream(&table, context)?;
     let batch = batches
         .iter()
         .find(|b| b.num_rows() > 0)
-        .ok_or_else(|| PyValueError::new_err("the version is empty"))?;
-    let scalar = ScalarValue::try_from_array(batch.column(0), 0).map_err(crate::engine_error)?;
-    Ok(Version(scalar))
+        .ok_or_else(|| PyValueError::new_err(format!("{context}: the {what} is empty")))?;
+    ScalarValue::try_from_array(batch.column(0), 0).map_err(crate::engine_error)
 }
 
 /// The last processed version, for the snapshot function.

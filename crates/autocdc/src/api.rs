@@ -19,7 +19,9 @@ use std::pin::Pin;
 
 use std::sync::Arc;
 
+use datafusion::catalog::TableFunctionArgs;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::{lit, Expr};
 use datafusion::prelude::DataFrame;
 
 pub use crate::metrics::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
@@ -206,6 +208,55 @@ impl CdcSession {
     ) -> Result<Vec<UpdateMetrics>> {
         let batches = self.refresh(&TableName::parse(target)?, full).await?;
         UpdateMetrics::from_batches(&batches)
+    }
+
+    /// `scd2_as_of(table, business_time)`: the versions of an SCD 2 target
+    /// valid at `business_time`, one row per key, without the interval
+    /// columns (SPEC §4.9). The point takes the sequence's type (an integer,
+    /// a timestamp, …; see [`ScalarValue`]'s `From` implementations).
+    pub fn scd2_as_of(
+        &self,
+        table: &str,
+        business_time: impl Into<ScalarValue>,
+    ) -> Result<DataFrame> {
+        self.function_frame("scd2_as_of", table, [business_time.into()])
+    }
+
+    /// `bitemporal_as_of(table, business_time [, system_time])`: what a
+    /// BITEMPORAL target recorded at `system_time` (`None`: the current
+    /// belief) about `business_time`, one row per key (SPEC §4.9).
+    pub fn bitemporal_as_of(
+        &self,
+        table: &str,
+        business_time: impl Into<ScalarValue>,
+        system_time: Option<ScalarValue>,
+    ) -> Result<DataFrame> {
+        let points = std::iter::once(business_time.into()).chain(system_time);
+        self.function_frame("bitemporal_as_of", table, points)
+    }
+
+    /// `table_as_of(table, at)`: a streaming table as of a commit version
+    /// (an integer) or a commit time (a timestamp).
+    pub fn table_as_of(&self, table: &str, at: impl Into<ScalarValue>) -> Result<DataFrame> {
+        self.function_frame("table_as_of", table, [at.into()])
+    }
+
+    /// The rows of table function `function` called on `table` and `args`.
+    fn function_frame(
+        &self,
+        function: &str,
+        table: &str,
+        args: impl IntoIterator<Item = ScalarValue>,
+    ) -> Result<DataFrame> {
+        let args: Vec<Expr> = std::iter::once(lit(table))
+            .chain(args.into_iter().map(lit))
+            .collect();
+        let state = self.context().state();
+        let provider = self
+            .context()
+            .table_function(function)?
+            .create_table_provider_with_args(TableFunctionArgs::new(&args, &state))?;
+        self.context().read_table(provider)
     }
 }
 

@@ -16,8 +16,8 @@
 //! [`register_warehouse`] registers the warehouse's object store, a catalog
 //! whose schemas are the warehouse's schema folders and whose tables are its
 //! streaming tables (read-only [`ScdTable`] providers: live rows, visible
-//! columns), and the table functions `table_changes`, `table_as_of` and
-//! `event_log` over them. A table created after the registration (by a `CdcSession`, another
+//! columns), and the table functions `table_changes`, `table_as_of`,
+//! `scd2_as_of`, `bitemporal_as_of` and `event_log` over them. A table created after the registration (by a `CdcSession`, another
 //! process) is found by a query that names it; listings
 //! (`information_schema`, `SHOW TABLES`) and the table functions know the
 //! tables found so far. Flows, DML and `REFRESH` need a [`crate::CdcSession`].
@@ -30,7 +30,10 @@ use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::SessionContext;
 
-use crate::functions::{EventLogFunction, TableAsOfFunction, TableChangesFunction, TableRegistry};
+use crate::functions::{
+    BitemporalAsOfFunction, EventLogFunction, Scd2AsOfFunction, TableAsOfFunction,
+    TableChangesFunction, TableRegistry,
+};
 use crate::table::{ScdTable, TableName, Warehouse};
 
 /// Register `warehouse` in `ctx` as the catalog `name`, with our table
@@ -63,6 +66,14 @@ pub async fn register_warehouse(
     ctx.register_udtf(
         "event_log",
         Arc::new(EventLogFunction::new(Arc::clone(&found.registry))),
+    );
+    ctx.register_udtf(
+        "scd2_as_of",
+        Arc::new(Scd2AsOfFunction::new(Arc::clone(&found.registry))),
+    );
+    ctx.register_udtf(
+        "bitemporal_as_of",
+        Arc::new(BitemporalAsOfFunction::new(Arc::clone(&found.registry))),
     );
     Ok(catalog)
 }

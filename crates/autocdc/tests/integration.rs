@@ -1802,3 +1802,124 @@ async fn the_event_log_survives_a_restart_and_is_in_the_published_history() {
     assert_eq!(info["operationParameters"]["flow"], "f");
     assert_eq!(info["operationMetrics"]["numUpsertedRows"], "2");
 }
+
+/// `table_as_of('t', TIMESTAMP …)` reads the newest commit made at or before
+/// that time — by the commit times `event_log` shows.
+#[tokio::test]
+async fn table_as_of_a_commit_time_reads_the_newest_commit_then() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq)",
+    )
+    .await;
+    for (id, v) in [(1, "b"), (2, "c")] {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        exec(&s, &format!("INSERT INTO src VALUES ({id}, '{v}', 2)")).await;
+        exec(&s, "REFRESH STREAMING TABLE t").await;
+    }
+    let log = s
+        .sql("SELECT commit_version, CAST(commit_timestamp AS BIGINT) FROM event_log('t') ORDER BY 1")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let commits: Vec<(i64, i64)> = lines(&log)
+        .iter()
+        .map(|l| {
+            let cells: Vec<i64> = l.split('|').filter_map(|c| c.trim().parse().ok()).collect();
+            (cells[0], cells[1])
+        })
+        .collect();
+    assert!(commits.len() >= 3, "{commits:?}");
+    for (i, &(version, ms)) in commits.iter().enumerate() {
+        // at the commit's own time, and just before the next commit
+        let next = commits.get(i + 1).map_or(ms + 1000, |&(_, next)| next);
+        for at in [ms, next - 1] {
+            let newest = commits
+                .iter()
+                .filter(|&&(_, t)| t <= at)
+                .map(|&(v, _)| v)
+                .max()
+                .unwrap();
+            assert!(newest >= version);
+            assert_eq!(
+                rows(
+                    &s,
+                    &format!(
+                        "SELECT * FROM table_as_of('t', to_timestamp_millis({at})) ORDER BY id"
+                    )
+                )
+                .await,
+                rows(
+                    &s,
+                    &format!("SELECT * FROM table_as_of('t', {newest}) ORDER BY id")
+                )
+                .await,
+                "at {at} ms (commits {commits:?})"
+            );
+        }
+    }
+    let before = commits[0].1 - 1;
+    let err = s
+        .sql(&format!(
+            "SELECT * FROM table_as_of('t', to_timestamp_millis({before}))"
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the table was created after that time"),
+        "{err}"
+    );
+    // later than every commit: the latest
+    assert_eq!(
+        rows(&s, "SELECT * FROM table_as_of('t', now()) ORDER BY id").await,
+        ["| 1 | b |", "| 2 | c |"]
+    );
+}
+
+/// The Rust API of the history queries returns the SQL functions' rows.
+#[tokio::test]
+async fn history_queries_from_rust() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(&s, "CREATE TABLE src (id INT, v TEXT, seq INT, st INT) AS VALUES (1, 'a', 1, 10), (1, 'b', 5, 20)").await;
+    exec(&s, "CREATE STREAMING TABLE h").await;
+    exec(&s, "CREATE FLOW f AS AUTO CDC INTO h FROM src KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq, st) STORED AS SCD TYPE 2").await;
+    exec(&s, "CREATE STREAMING TABLE b").await;
+    exec(&s, "CREATE FLOW g AS AUTO CDC INTO b FROM src KEYS (id) SEQUENCE BY seq SYSTEM SEQUENCE BY st COLUMNS * EXCEPT (seq, st) STORED AS BITEMPORAL").await;
+    let collect =
+        |df: datafusion::prelude::DataFrame| async move { lines(&df.collect().await.unwrap()) };
+    assert_eq!(collect(s.scd2_as_of("h", 4).unwrap()).await, ["| 1 | a |"]);
+    assert_eq!(
+        collect(s.scd2_as_of("h", 5i64).unwrap()).await,
+        ["| 1 | b |"]
+    );
+    assert_eq!(
+        collect(s.bitemporal_as_of("b", 7, Some(15.into())).unwrap()).await,
+        ["| 1 | a |"]
+    );
+    assert_eq!(
+        collect(s.bitemporal_as_of("b", 7, None).unwrap()).await,
+        ["| 1 | b |"]
+    );
+    assert_eq!(
+        collect(s.table_as_of("h", 0i64).unwrap()).await,
+        Vec::<String>::new()
+    );
+    let err = s.scd2_as_of("b", 4).unwrap_err().to_string();
+    assert!(
+        err.contains("'b' is BITEMPORAL (use bitemporal_as_of)"),
+        "{err}"
+    );
+}

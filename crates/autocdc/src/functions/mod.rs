@@ -1,11 +1,13 @@
 //! Table functions installed by the extension.
 
+mod as_of;
 mod event_log;
 mod snapshot_version;
 mod stream;
 mod table_as_of;
 pub(crate) mod table_changes;
 
+pub use as_of::{BitemporalAsOfFunction, Scd2AsOfFunction};
 pub use event_log::EventLogFunction;
 pub use snapshot_version::{
     MisplacedSnapshotVersion, SnapshotVersionFunction, CURRENT_SNAPSHOT_VERSION,

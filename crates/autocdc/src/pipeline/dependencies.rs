@@ -5,7 +5,7 @@
 //! | a flow's source                                   | tables it reads        |
 //! |---------------------------------------------------|------------------------|
 //! | `FROM t`, `FROM STREAM t`, `stream(t)`            | `t`                    |
-//! | `FROM (query)`, snapshot and version queries      | every relation named, `STREAM t` / `stream(t)`, `table_changes('t', …)`, `table_as_of('t', …)`, `event_log('t')` |
+//! | `FROM (query)`, snapshot and version queries      | every relation named, `STREAM t` / `stream(t)`, `table_changes('t', …)`, `table_as_of('t', …)`, `scd2_as_of('t', …)`, `bitemporal_as_of('t', …)`, `event_log('t')` |
 //! | a Rust snapshot function                          | none (it is opaque)    |
 //!
 //! Names that are not streaming tables of the warehouse (plain tables, CTE
@@ -26,7 +26,13 @@ use crate::spec::{FlowSource, FlowSpec};
 use crate::table::TableName;
 
 /// Table functions whose first argument names the streaming table they read.
-const TABLE_FUNCTIONS: [&str; 3] = ["table_changes", "table_as_of", "event_log"];
+const TABLE_FUNCTIONS: [&str; 5] = [
+    "table_changes",
+    "table_as_of",
+    "scd2_as_of",
+    "bitemporal_as_of",
+    "event_log",
+];
 
 /// The names of the relations `flow` reads (see the module docs), as
 /// normalised table names; names that cannot be table names are left out.

@@ -21,8 +21,9 @@ use datafusion::prelude::{DataFrame, SessionContext};
 use crate::clock::{Clock, SessionClock};
 use crate::config::AutoCdcConfig;
 use crate::functions::{
-    EventLogFunction, MisplacedSnapshotVersion, StreamFunction, TableAsOfFunction,
-    TableChangesFunction, TableRegistry, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
+    BitemporalAsOfFunction, EventLogFunction, MisplacedSnapshotVersion, Scd2AsOfFunction,
+    StreamFunction, TableAsOfFunction, TableChangesFunction, TableRegistry,
+    CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
 };
 use crate::pipeline::dml::PipelineDml;
 use crate::sql::{parse_cdc_statement, CdcStatement};
@@ -110,6 +111,14 @@ impl CdcSession {
         ctx.register_udtf(
             "event_log",
             Arc::new(EventLogFunction::new(Arc::clone(&tables))),
+        );
+        ctx.register_udtf(
+            "scd2_as_of",
+            Arc::new(Scd2AsOfFunction::new(Arc::clone(&tables))),
+        );
+        ctx.register_udtf(
+            "bitemporal_as_of",
+            Arc::new(BitemporalAsOfFunction::new(Arc::clone(&tables))),
         );
         ctx.register_udtf(
             LAST_SNAPSHOT_VERSION,

@@ -173,6 +173,43 @@ impl ScdTable {
         })
     }
 
+    /// The newest commit version made at or before `ms` (milliseconds since
+    /// the epoch, the commits' own times); `None` before the first commit.
+    /// Commit times grow with versions, so this reads O(log versions)
+    /// commit entries.
+    pub async fn version_at(&self, ms: i64) -> Result<Option<u64>> {
+        let table = self.delta();
+        let time = |version: u64| {
+            let table = &table;
+            async move {
+                super::event::commit_time_ms(table, version)
+                    .await?
+                    .ok_or_else(|| {
+                        DataFusionError::Plan(format!(
+                            "'{}': the log entry of commit {version} is no longer kept, so \
+                             its time is unknown",
+                            self.name
+                        ))
+                    })
+            }
+        };
+        let latest = table.version().unwrap_or(0);
+        if time(0).await? > ms {
+            return Ok(None);
+        }
+        // invariant: time(lo) ≤ ms, and every version above hi is later
+        let (mut lo, mut hi) = (0, latest);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if time(mid).await? <= ms {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Ok(Some(lo))
+    }
+
     /// Put the table in an `Arc` that it knows, taking DML planned by `dml`.
     pub fn into_shared(self, dml: Arc<dyn TargetDml>) -> Arc<Self> {
         Arc::new_cyclic(|this| Self {
