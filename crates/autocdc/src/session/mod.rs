@@ -38,6 +38,7 @@ mod pipeline;
 
 pub use pipeline::Defined;
 mod refresh;
+mod restore;
 mod show_properties;
 mod snapshot_flows;
 
@@ -289,6 +290,10 @@ impl CdcSession {
             CdcStatement::Refresh { name, full } => {
                 let batches = self.refresh(&name, full).await?;
                 self.ctx.read_batches(batches)
+            }
+            CdcStatement::Restore { name, to } => {
+                let batch = self.restore_table(&name, &to).await?;
+                self.ctx.read_batch(batch)
             }
             CdcStatement::Drop { name, if_exists } => {
                 self.drop_table(&name, if_exists).await?;

@@ -15,6 +15,7 @@
 //! APPLY CHANGES INTO target FROM ...          -- synonym, flow named after target
 //! REFRESH STREAMING TABLE name [FULL]
 //! REFRESH PIPELINE [schema] [FULL [(name, ...)]]
+//! RESTORE [STREAMING] TABLE name [TO] {VERSION AS OF n | TIMESTAMP AS OF 'ts'}
 //! DROP STREAMING TABLE [IF EXISTS] name
 //! EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f] REFRESH STREAMING TABLE name
 //! SELECT … FROM AUTO CDC (query) KEYS (k, ...) [the clauses of a flow] [AS alias] …
@@ -26,6 +27,6 @@ mod update_targets;
 
 pub use parser::{
     parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,
-    CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement,
+    CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement, RestoreTo,
 };
 pub use update_targets::fold_update_targets;

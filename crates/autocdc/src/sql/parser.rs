@@ -86,6 +86,16 @@ pub enum MergeAction {
     },
 }
 
+/// The version a `RESTORE` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreTo {
+    /// `VERSION AS OF n`: a commit version.
+    Version(u64),
+    /// `TIMESTAMP AS OF 'ts'`: the newest commit made at or before it (as
+    /// written; converted like a `TIMESTAMP` literal).
+    Timestamp(String),
+}
+
 /// Which tables of a pipeline update start from scratch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum FullRefresh {
@@ -119,6 +129,13 @@ pub enum CdcStatement {
         name: TableName,
         /// `FULL`.
         full: bool,
+    },
+    /// `RESTORE [STREAMING] [TABLE] name [TO] {VERSION | TIMESTAMP} AS OF x`.
+    Restore {
+        /// Table.
+        name: TableName,
+        /// The version restored.
+        to: RestoreTo,
     },
     /// `DROP STREAMING TABLE [IF EXISTS] name`.
     Drop {
@@ -489,6 +506,54 @@ impl CdcParser<'_> {
             let name = self.table_name()?;
             let full = self.word("FULL");
             CdcStatement::Refresh { name, full }
+        } else if top
+            && self.peek_word(0, "RESTORE")
+            && (self.peek_word(1, "STREAMING") || self.peek_word(1, "TABLE"))
+        {
+            self.p.next_token();
+            self.word("STREAMING");
+            self.expect_word("TABLE")?;
+            let name = self.table_name()?;
+            self.word("TO");
+            let to = if self.word("VERSION") {
+                self.expect_word("AS")?;
+                self.expect_word("OF")?;
+                match self.p.next_token().token {
+                    Token::Number(n, _) => match n.parse::<u64>() {
+                        Ok(v) => RestoreTo::Version(v),
+                        Err(_) => {
+                            return Err(perr(format!(
+                                "RESTORE: VERSION AS OF takes a commit version (a \
+                                 non-negative integer), found {n}"
+                            )))
+                        }
+                    },
+                    t => {
+                        return Err(perr(format!(
+                            "RESTORE: VERSION AS OF takes a commit version, found {t}"
+                        )))
+                    }
+                }
+            } else if self.word("TIMESTAMP") {
+                self.expect_word("AS")?;
+                self.expect_word("OF")?;
+                // 'ts' or TIMESTAMP 'ts'
+                self.word("TIMESTAMP");
+                match self.p.next_token().token {
+                    Token::SingleQuotedString(ts) => RestoreTo::Timestamp(ts),
+                    t => {
+                        return Err(perr(format!(
+                            "RESTORE: TIMESTAMP AS OF takes a timestamp string, found {t}"
+                        )))
+                    }
+                }
+            } else {
+                return Err(perr(
+                    "RESTORE: expected TO VERSION AS OF n or TO TIMESTAMP AS OF 'timestamp'"
+                        .to_string(),
+                ));
+            };
+            CdcStatement::Restore { name, to }
         } else if self.peek_word(0, "DROP") && self.peek_word(1, "STREAMING") {
             self.p.next_token();
             self.p.next_token();

@@ -24,7 +24,9 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::{Action, Add, AddCDCFile, LogicalFileView, MetadataExt, Transaction};
+use deltalake_core::kernel::{
+    Action, Add, AddCDCFile, LogicalFileView, MetadataExt, Remove, Transaction,
+};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use futures::{StreamExt, TryStreamExt};
 
@@ -259,6 +261,8 @@ pub(crate) enum Replaced {
     All,
     /// The stored rows found for the edit's keys (deletion vectors).
     Rows(Superseded),
+    /// These data files (their `remove` actions, deletion vectors included).
+    Files(Vec<Remove>),
 }
 
 /// The kind of Delta operation an [`Edit`] is recorded as.
@@ -272,6 +276,11 @@ pub(crate) enum EditKind {
     Delete,
     /// Properties only (a flow definition).
     SetProperties,
+    /// `RESTORE` to an older version.
+    Restore {
+        /// The version restored.
+        version: u64,
+    },
 }
 
 impl EditKind {
@@ -287,6 +296,10 @@ impl EditKind {
             Self::Delete => DeltaOperation::Delete { predicate: None },
             Self::SetProperties => DeltaOperation::SetTableProperties {
                 properties: Default::default(),
+            },
+            Self::Restore { version } => DeltaOperation::Restore {
+                version: Some(version as _),
+                datetime: None,
             },
         }
     }
@@ -359,6 +372,7 @@ impl Edit {
                 let current = data_files(&delta).await?;
                 actions.extend(superseded.retire(&delta.object_store(), &current).await?);
             }
+            Replaced::Files(files) => actions.extend(files.into_iter().map(Action::Remove)),
         }
         let WrittenFiles { adds, change_files } = self.written;
         actions.extend(adds.into_iter().map(Action::Add));

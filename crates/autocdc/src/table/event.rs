@@ -68,6 +68,8 @@ pub enum Operation {
     SnapshotSkipped,
     /// Rejected events of a target's update appended to its `<t>__rejects`.
     Rejects,
+    /// `RESTORE STREAMING TABLE`.
+    Restore,
 }
 
 impl Operation {
@@ -92,6 +94,7 @@ impl Operation {
             Self::Merge => "MERGE",
             Self::SnapshotSkipped => "SNAPSHOT SKIPPED",
             Self::Rejects => "REJECTS",
+            Self::Restore => "RESTORE",
         }
     }
 

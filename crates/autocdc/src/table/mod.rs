@@ -21,6 +21,7 @@ pub mod provider;
 pub mod published;
 pub(crate) mod reject_sink;
 pub(crate) mod rejects;
+pub(crate) mod restore;
 pub mod stored_rows;
 pub mod superseded;
 mod warehouse;

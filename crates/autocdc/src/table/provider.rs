@@ -173,6 +173,12 @@ impl ScdTable {
         })
     }
 
+    /// When commit `version` was made (milliseconds since the epoch; `None`:
+    /// its log entry is no longer kept).
+    pub async fn commit_time(&self, version: u64) -> Result<Option<i64>> {
+        super::event::commit_time_ms(&self.delta(), version).await
+    }
+
     /// The newest commit version made at or before `ms` (milliseconds since
     /// the epoch, the commits' own times); `None` before the first commit.
     /// Commit times grow with versions, so this reads O(log versions)

@@ -1,0 +1,160 @@
+//! `RESTORE [STREAMING] TABLE t [TO] {VERSION AS OF n | TIMESTAMP AS OF 'ts'}`
+//! (SPEC §4.9): the published table, the state store and every flow's
+//! source checkpoint as they were at version `n`, as one new commit
+//! ([`crate::table::restore`]); the next update re-reads each source from
+//! its restored checkpoint.
+//!
+//! Refused, with nothing changed:
+//!
+//! | case                                                   | why                                              |
+//! |--------------------------------------------------------|--------------------------------------------------|
+//! | `n` is not an older version of the table               | nothing to restore                               |
+//! | `n` is older than the tombstone retention              | tombstones, files and source data older than it may be gone |
+//! | a flow reads its source whole at every update (an in-memory table, a query without streams) | its source cannot go back: what the restore undoes would return |
+//!
+//! Snapshot flows go back to the last snapshot version they had processed
+//! at `n`: a snapshot function is called with that version again (a
+//! function that cannot offer the versions after it offers none, and the
+//! table stays as restored until it does); periodic snapshots diff the next
+//! snapshot against the restored rows. `ONCE` flows do not run again.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+
+use crate::sql::RestoreTo;
+use crate::table::event::{CommitEvent, Operation};
+use crate::table::properties::source_checkpoint_property;
+use crate::table::restore::restore;
+use crate::table::{ScdTable, TableName};
+
+use super::CdcSession;
+
+impl CdcSession {
+    /// Restore `name` to the version `to` names; returns one row: the version
+    /// restored, the commit made and what it changed.
+    pub(crate) async fn restore_table(
+        &self,
+        name: &TableName,
+        to: &RestoreTo,
+    ) -> Result<RecordBatch> {
+        let started = Instant::now();
+        let table = self.table(name).await?;
+        table.refresh().await?;
+        let refuse = |why: String| {
+            Err(DataFusionError::Plan(format!(
+                "RESTORE of '{name}': {why}; nothing was changed"
+            )))
+        };
+        let latest = table.delta().version().unwrap_or(0) as u64;
+        let version = match to {
+            RestoreTo::Version(version) => *version,
+            RestoreTo::Timestamp(ts) => {
+                let ms = match ScalarValue::Utf8(Some(ts.clone()))
+                    .cast_to(&DataType::Timestamp(TimeUnit::Millisecond, None))
+                {
+                    Ok(ScalarValue::TimestampMillisecond(Some(ms), _)) => ms,
+                    _ => return refuse(format!("TIMESTAMP AS OF '{ts}' is not a timestamp")),
+                };
+                match table.version_at(ms).await? {
+                    Some(version) => version,
+                    None => return refuse(format!("the table was created after '{ts}'")),
+                }
+            }
+        };
+        if version > latest {
+            return refuse(format!("its versions are 0 to {latest}, not {version}"));
+        }
+        if version == latest {
+            return refuse(format!("version {version} is its current version"));
+        }
+        let meta = table.meta();
+        let retention_ms = meta.tombstone_retention_secs.saturating_mul(1000);
+        let now_ms = self.clock.now().timestamp_millis();
+        match table.commit_time(version).await? {
+            Some(at) if now_ms.saturating_sub(at) <= retention_ms => {}
+            Some(_) => {
+                return refuse(format!(
+                    "version {version} is older than the table's tombstone retention ({} s, \
+                     'pipelines.cdc.tombstoneGCThresholdInSeconds'): what it needs may be gone",
+                    meta.tombstone_retention_secs
+                ))
+            }
+            None => {
+                return refuse(format!(
+                    "the log entry of version {version} is no longer kept"
+                ))
+            }
+        }
+        if let Some(flow) = meta.flows.values().find(|f| {
+            !f.once
+                && !f.source.is_snapshot()
+                && !meta
+                    .properties
+                    .contains_key(&source_checkpoint_property(&f.name))
+        }) {
+            return refuse(format!(
+                "flow '{}' reads its source whole at every update (an in-memory table or a \
+                 query without streams), so its source cannot go back to version {version}: \
+                 read a streaming table, a stream or a file folder to restore",
+                flow.name
+            ));
+        }
+        let keys = target_keys(&table);
+        let event = CommitEvent::new(Operation::Restore, None, started)
+            .with_details(format!("restored version {version}"));
+        let restored = restore(&self.ctx.state(), &table, version, keys.as_deref(), event).await?;
+        let schema = Arc::new(Schema::new(
+            [
+                "restored_version",
+                "commit_version",
+                "num_upserted_rows",
+                "num_deleted_rows",
+                "num_removed_files",
+                "num_restored_files",
+            ]
+            .map(|n| Field::new(n, DataType::Int64, false))
+            .to_vec(),
+        ));
+        let values = [
+            version as i64,
+            restored.version,
+            (restored.inserted + restored.updated) as i64,
+            restored.deleted as i64,
+            restored.files_removed as i64,
+            restored.files_added as i64,
+        ];
+        Ok(RecordBatch::try_new(
+            schema,
+            values
+                .iter()
+                .map(|v| Arc::new(Int64Array::from(vec![*v])) as _)
+                .collect(),
+        )?)
+    }
+}
+
+/// The target's key columns as stored (`None`: no keyed flow, rows have no
+/// identity).
+fn target_keys(table: &ScdTable) -> Option<Vec<String>> {
+    let meta = table.meta();
+    let flow = meta
+        .flows
+        .values()
+        .find(|f| !f.append && !f.keys.is_empty())?;
+    let stored: Vec<String> = flow
+        .keys
+        .iter()
+        .filter_map(|k| {
+            meta.user_schema
+                .fields()
+                .iter()
+                .find(|f| f.name() == k || f.name().eq_ignore_ascii_case(k))
+                .map(|f| f.name().clone())
+        })
+        .collect();
+    (stored.len() == flow.keys.len()).then_some(stored)
+}

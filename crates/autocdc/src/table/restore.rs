@@ -1,0 +1,407 @@
+//! `RESTORE`: a streaming table's state store as it was at an older version,
+//! as one new commit (history kept), which the published table follows.
+//!
+//! ```text
+//!  files at now (C)      files at version n (N)          (path + deletion vector)
+//!        │                       │
+//!        ├── C \ N ──► removed   ├── N \ C ──► added again (their Add at n, tags kept)
+//!        │                       │
+//!        └── visible rows of C \ N ⟗ visible rows of N \ C, by identity ──► change rows
+//!  checkpoint properties := those at n;   one commit: remove ∪ add ∪ cdc ∪ metadata
+//! ```
+//!
+//! **Files.** A data file is the same in both versions when its path and its
+//! deletion vector are; the others are removed, or added again as version
+//! `n` had them. Every file added again must still be in the store (VACUUM
+//! removes files older than its retention): one that is gone refuses the
+//! restore, naming it.
+//!
+//! **Change feed.** Rows of the files both versions share are the same on
+//! both sides, so only the visible rows of the files that differ are read —
+//! the cost follows what the restore changes, not the table. They are
+//! matched by identity (the keys; SCD 2 adds `__start_at`, BITEMPORAL also
+//! `__system_start_at`, as the change feed of updates does):
+//!
+//! | row is visible      | change rows                                        |
+//! |---------------------|----------------------------------------------------|
+//! | now only            | `delete` (its values now)                          |
+//! | at `n` only         | `insert` (its values at `n`)                       |
+//! | both, values differ | `update_preimage` (now), `update_postimage` (at `n`) |
+//! | both, equal         | none                                               |
+//!
+//! A table without keys (append flows only) has no identity: the rows of
+//! removed files are deletes, those of files added again inserts.
+//!
+//! **Metadata.** The flows' source checkpoints and the snapshot versions
+//! (`autocdc.source.*`, `autocdc.snapshot.*`, `autocdc.snapshot_watermark`)
+//! become those of version `n` (absent then: absent now, so a flow defined
+//! since reads its source from the start); flow definitions, the schema
+//! (files of an older schema read NULL in columns added since) and every
+//! other property stay as they are.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Int8Type, SchemaRef};
+use datafusion::common::{Column, DataFusionError, Result};
+use datafusion::datasource::provider_as_source;
+use datafusion::datasource::TableProvider;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{
+    lit, BinaryExpr, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use deltalake_core::kernel::{Add, LogicalFileView};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+use super::bucket::BUCKET_COL;
+use super::commit::{
+    data_files, write_rows, ChangeFeed, Edit, EditKind, MetadataChange, Replaced, WrittenFiles,
+};
+use super::event::CommitEvent;
+use super::plain_files::{PlainFilesTable, TableLocation};
+use super::properties::{
+    SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
+};
+use super::{delta_err, ScdTable};
+use crate::fold::columns::{
+    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, START_AT_COL,
+    SYSTEM_START_AT_COL,
+};
+use crate::fold::ScdType;
+
+/// The two sides of the comparison: the table now, and at the version restored.
+const NOW: &str = "now";
+const THEN: &str = "then";
+
+/// The properties a restore takes from the version it restores.
+const RESTORED_PREFIXES: [&str; 3] = [
+    SOURCE_CHECKPOINT_PREFIX,
+    SNAPSHOT_PROPERTY_PREFIX,
+    SNAPSHOT_WATERMARK_PROPERTY,
+];
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// The version it committed.
+    pub version: i64,
+    /// Rows visible at the restored version only.
+    pub inserted: u64,
+    /// Rows visible in both, with other values.
+    pub updated: u64,
+    /// Rows visible now only.
+    pub deleted: u64,
+    /// Data files removed, and added again.
+    pub files_removed: usize,
+    pub files_added: usize,
+}
+
+/// Restore `table` (loaded at its latest version) to its version `to`,
+/// logging `event` (its counts are set here). `keys`: the target's key
+/// columns (`None`: a table without keys).
+pub(crate) async fn restore(
+    state: &SessionState,
+    table: &ScdTable,
+    to: u64,
+    keys: Option<&[String]>,
+    mut event: CommitEvent,
+) -> Result<Restored> {
+    let now = table.delta();
+    let mut then = now.clone();
+    then.load_version(to as _).await.map_err(delta_err)?;
+
+    let (removed, added) = differing_files(&now, &then).await?;
+    missing_files(table, &now, &added, to).await?;
+    let (written, counts) = change_files(state, table, &removed, &added, keys).await?;
+    #[allow(deprecated)] // the Add as logged, tags and statistics included
+    let readded: Vec<Add> = added.iter().map(LogicalFileView::add_action).collect();
+
+    let then_properties = then
+        .snapshot()
+        .map_err(delta_err)?
+        .metadata()
+        .configuration()
+        .clone();
+    let mut edit = Edit::new(EditKind::Restore { version: to }).metadata(
+        MetadataChange::RemovePrefixed(RESTORED_PREFIXES.iter().map(|p| p.to_string()).collect()),
+    );
+    let mut restored: Vec<(&String, &String)> = then_properties
+        .iter()
+        .filter(|(k, _)| RESTORED_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .collect();
+    restored.sort();
+    for (key, value) in restored {
+        edit = edit.metadata(MetadataChange::Set(key.clone(), value.clone()));
+    }
+    event.upserted = counts.inserted + counts.updated;
+    event.deleted = counts.deleted;
+    let files_removed = removed.len();
+    let files_added = readded.len();
+    let version = edit
+        .event(event)
+        .replacing(Replaced::Files(
+            removed.iter().map(|f| f.remove_action(true)).collect(),
+        ))
+        .written(WrittenFiles {
+            adds: readded,
+            change_files: written.change_files,
+        })
+        .commit(table)
+        .await?;
+    Ok(Restored {
+        version,
+        files_removed,
+        files_added,
+        ..counts
+    })
+}
+
+/// The data files of `now` that `then` does not have (same path and
+/// deletion vector), and those of `then` that `now` does not have.
+async fn differing_files(
+    now: &deltalake_core::DeltaTable,
+    then: &deltalake_core::DeltaTable,
+) -> Result<(Vec<LogicalFileView>, Vec<LogicalFileView>)> {
+    let identity = |view: &LogicalFileView| {
+        (
+            view.path().to_string(),
+            view.deletion_vector_descriptor()
+                .and_then(|d| serde_json::to_string(&d).ok()),
+        )
+    };
+    let index = |files: Vec<LogicalFileView>| -> HashMap<_, LogicalFileView> {
+        files.into_iter().map(|f| (identity(&f), f)).collect()
+    };
+    let mut now_files = index(data_files(now).await?);
+    let mut then_files = index(data_files(then).await?);
+    let shared: Vec<_> = now_files
+        .keys()
+        .filter(|k| then_files.contains_key(*k))
+        .cloned()
+        .collect();
+    for key in &shared {
+        now_files.remove(key);
+        then_files.remove(key);
+    }
+    let sorted = |files: HashMap<_, LogicalFileView>| {
+        let mut files: Vec<_> = files.into_values().collect();
+        files.sort_by(|a, b| a.path().cmp(&b.path()));
+        files
+    };
+    Ok((sorted(now_files), sorted(then_files)))
+}
+
+/// Refuse the restore when a file to add again is no longer in the store.
+async fn missing_files(
+    table: &ScdTable,
+    now: &deltalake_core::DeltaTable,
+    added: &[LogicalFileView],
+    to: u64,
+) -> Result<()> {
+    let store = now.object_store();
+    let paths: Vec<Path> = added.iter().map(LogicalFileView::object_store_path).collect();
+    let mut missing = Vec::new();
+    let mut heads = futures::stream::iter(paths)
+        .map(|path| {
+            let store = Arc::clone(&store);
+            async move { (store.head(&path).await, path) }
+        })
+        .buffer_unordered(16);
+    while let Some((head, path)) = heads.next().await {
+        match head {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => missing.push(path),
+            Err(e) => return Err(delta_err(e)),
+        }
+    }
+    match missing.first() {
+        None => Ok(()),
+        Some(path) => Err(DataFusionError::Plan(format!(
+            "RESTORE of '{}' to version {to}: {} of that version's data files are no longer \
+             stored (VACUUM removed them), e.g. '{path}'; nothing was changed",
+            table.name(),
+            missing.len()
+        ))),
+    }
+}
+
+/// Counts of change rows by kind.
+#[derive(Debug, Default)]
+struct ChangeCounts {
+    inserted: u64,
+    updated: u64,
+    deleted: u64,
+}
+
+/// Write the change data files of the restore: the visible rows of `removed`
+/// against those of `added` (see the module docs).
+async fn change_files(
+    state: &SessionState,
+    table: &ScdTable,
+    removed: &[LogicalFileView],
+    added: &[LogicalFileView],
+    keys: Option<&[String]>,
+) -> Result<(WrittenFiles, Restored)> {
+    let delta = table.delta();
+    let raw = table.raw_provider().schema();
+    let partition_columns = table.partition_columns()?;
+    let location = || TableLocation {
+        url: delta.table_url(),
+        store: delta.object_store(),
+        schema: Arc::clone(&raw),
+        partition_columns: &partition_columns,
+    };
+    // the visible rows of the removed files ("now") or of the files added
+    // again ("then")
+    let visible = |side: &str| -> Result<LogicalPlanBuilder> {
+        let files = if side == NOW { removed } else { added };
+        let rows = PlainFilesTable::with_vectors(location(), files.to_vec())?;
+        LogicalPlanBuilder::scan(side, provider_as_source(Arc::new(rows)), None)?
+            .filter(qualified(side, KIND_COL).eq(lit(Kind::Upsert as i8)))
+    };
+    let columns: Vec<String> = raw
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|n| n != BUCKET_COL)
+        .collect();
+    // the change rows in the data file layout, the kind column telling them apart
+    let rows_of = |side: &str, kind: i8| -> Vec<Expr> {
+        columns
+            .iter()
+            .map(|c| {
+                if c == KIND_COL {
+                    lit(kind).alias(KIND_COL)
+                } else {
+                    qualified(side, c).alias(c)
+                }
+            })
+            .collect()
+    };
+    let plan: LogicalPlan = match identity(table, keys) {
+        None => visible(NOW)?
+            .project(rows_of(NOW, CHANGE_DELETE))?
+            .union(
+                visible(THEN)?
+                    .project(rows_of(THEN, CHANGE_INSERT))?
+                    .build()?,
+            )?
+            .build()?,
+        Some(identity) => {
+            let on: Vec<Expr> = identity
+                .iter()
+                .map(|c| qualified(NOW, c).eq(qualified(THEN, c)))
+                .collect();
+            let user: SchemaRef = table.schema();
+            let differs = user
+                .fields()
+                .iter()
+                .filter(|f| !identity.contains(f.name()))
+                .map(|f| {
+                    Expr::BinaryExpr(BinaryExpr::new(
+                        Box::new(qualified(NOW, f.name())),
+                        Operator::IsDistinctFrom,
+                        Box::new(qualified(THEN, f.name())),
+                    ))
+                })
+                .reduce(Expr::or)
+                .unwrap_or(lit(false));
+            // each branch reads both sides, which hold only the rows of
+            // the files that differ
+            let joined = |join: JoinType| -> Result<LogicalPlanBuilder> {
+                visible(NOW)?.join_on(visible(THEN)?.build()?, join, on.clone())
+            };
+            let deletes = joined(JoinType::LeftAnti)?.project(rows_of(NOW, CHANGE_DELETE))?;
+            let inserts = joined(JoinType::RightAnti)?.project(rows_of(THEN, CHANGE_INSERT))?;
+            let changed = || joined(JoinType::Inner)?.filter(differs.clone());
+            let pre = changed()?.project(rows_of(NOW, CHANGE_PREIMAGE))?;
+            let post = changed()?.project(rows_of(THEN, CHANGE_POSTIMAGE))?;
+            deletes
+                .union(inserts.build()?)?
+                .union(pre.build()?)?
+                .union(post.build()?)?
+                .build()?
+        }
+    };
+    let physical = state.create_physical_plan(&plan).await?;
+    let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
+    let schema = stream.schema();
+    let counts = Arc::new(std::sync::Mutex::new(ChangeCounts::default()));
+    let counted = {
+        let counts = Arc::clone(&counts);
+        stream.inspect_ok(move |batch: &RecordBatch| count(&counts, batch))
+    };
+    let key_indices: Vec<usize> = match keys {
+        Some(keys) => keys
+            .iter()
+            .filter_map(|k| columns.iter().position(|c| c == k))
+            .collect(),
+        None => (0..columns.len())
+            .filter(|&i| !columns[i].starts_with(crate::fold::columns::INTERNAL_PREFIX))
+            .collect(),
+    };
+    let written = write_rows(
+        &delta.object_store(),
+        Box::pin(RecordBatchStreamAdapter::new(schema, counted)),
+        &key_indices,
+        table.meta().buckets,
+        state.config().target_partitions(),
+        ChangeFeed::Files,
+    )
+    .await?;
+    let counts = counts
+        .lock()
+        .map_err(|_| DataFusionError::Internal("poisoned restore counts".into()))?;
+    Ok((
+        written,
+        Restored {
+            inserted: counts.inserted,
+            updated: counts.updated,
+            deleted: counts.deleted,
+            ..Restored::default()
+        },
+    ))
+}
+
+/// Add the change rows of `batch` to `counts` (an update counts once, by
+/// its post-image).
+fn count(counts: &std::sync::Mutex<ChangeCounts>, batch: &RecordBatch) {
+    let Some(kinds) = batch.column_by_name(KIND_COL) else {
+        return;
+    };
+    let kinds = kinds.as_primitive::<Int8Type>();
+    if let Ok(mut counts) = counts.lock() {
+        for kind in kinds.values().iter() {
+            match *kind {
+                CHANGE_INSERT => counts.inserted += 1,
+                CHANGE_POSTIMAGE => counts.updated += 1,
+                CHANGE_DELETE => counts.deleted += 1,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The columns that name a visible row of `table`: its keys, and the
+/// starts of its intervals (`None`: a table without keys).
+fn identity(table: &ScdTable, keys: Option<&[String]>) -> Option<Vec<String>> {
+    let mut identity = keys?.to_vec();
+    match table.meta().stored_as {
+        Some(ScdType::Type2) => identity.push(START_AT_COL.to_string()),
+        Some(ScdType::Bitemporal) => {
+            identity.push(START_AT_COL.to_string());
+            identity.push(SYSTEM_START_AT_COL.to_string());
+        }
+        _ => {}
+    }
+    Some(identity)
+}
+
+/// A column of one side of the comparison.
+fn qualified(side: &str, name: &str) -> Expr {
+    Expr::Column(Column::new(Some(side), name))
+}
