@@ -9,6 +9,7 @@ import datafusion
 import pandas as pd
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 import datafusion_autocdc as cdc
 
@@ -240,6 +241,33 @@ class Flows(unittest.TestCase):
             self.s.scd2_as_of("hb", datetime(2024, 1, 1))
         with self.assertRaisesRegex(TypeError, "scd2_as_of: the business time must be"):
             self.s.scd2_as_of("h2", None)
+
+    def test_restore_rewinds_the_table_and_its_checkpoint(self) -> None:
+        folder = os.path.join(self.warehouse, "..", "feed")
+        os.makedirs(folder)
+        write = lambda name, rows: pq.write_table(
+            pa.table({"id": [r[0] for r in rows], "v": [r[1] for r in rows], "seq": [r[2] for r in rows]}),
+            os.path.join(folder, name),
+        )
+        write("f1.parquet", [(1, "a", 1)])
+        self.s.sql(f"CREATE EXTERNAL TABLE feed STORED AS PARQUET LOCATION '{folder}/'")
+        self.s.create_streaming_table("r")
+        self.s.create_auto_cdc_flow(target="r", source="feed", keys=["id"], sequence_by="seq")
+        write("f2.parquet", [(1, "b", 2), (2, "c", 1)])
+        self.s.refresh("r")
+        done = self.s.restore("r", version=1)
+        self.assertEqual(done["restored_version"], 1)
+        self.assertEqual(done["num_upserted_rows"], 1)
+        self.assertEqual(done["num_deleted_rows"], 1)
+        self.assertEqual(self.rows("SELECT id, v FROM r"), [{"id": 1, "v": "a"}])
+        self.s.refresh("r")
+        self.assertEqual(
+            self.rows("SELECT id, v FROM r ORDER BY id"), [{"id": 1, "v": "b"}, {"id": 2, "v": "c"}]
+        )
+        with self.assertRaisesRegex(cdc.AutoCdcError, "the table was created after"):
+            self.s.restore("r", timestamp=datetime(2000, 1, 1))
+        with self.assertRaisesRegex(TypeError, "exactly one of them"):
+            self.s.restore("r")
 
     def test_a_failed_run_commits_nothing(self) -> None:
         self.s.register("feed", pa.table({"id": [1, 1], "v": ["a", "b"], "seq": [1, 1]}))

@@ -7,7 +7,7 @@ use datafusion::catalog::TableFunctionArgs;
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{lit, Expr};
 use datafusion::prelude::DataFrame;
-use datafusion_autocdc::api::UpdateMetrics;
+use datafusion_autocdc::api::{RestoreTo, UpdateMetrics};
 use datafusion_autocdc::table::TableName;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -606,6 +606,42 @@ impl PyCdcSession {
     ) -> PyResult<QueryResult> {
         let at = version::to_scalar(at, "commit version or time", "table_as_of")?;
         self.collect(py, move |s| s.table_as_of(&name, at))
+    }
+
+    /// `RESTORE STREAMING TABLE name TO VERSION AS OF version` (or `TIMESTAMP
+    /// AS OF timestamp`, a string or a datetime): the table, its state and
+    /// its flows' checkpoints back to that version as one new commit; returns
+    /// what it did as a dict.
+    #[pyo3(signature = (name, *, version = None, timestamp = None))]
+    fn restore<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        version: Option<u64>,
+        timestamp: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let to =
+            match (version, timestamp) {
+                (Some(version), None) => RestoreTo::Version(version),
+                (None, Some(ts)) => RestoreTo::Timestamp(match ts.extract::<String>() {
+                    Ok(text) => text,
+                    Err(_) => ts.call_method0("isoformat")?.extract()?,
+                }),
+                _ => return Err(PyTypeError::new_err(
+                    "restore(name, version=…) or restore(name, timestamp=…): exactly one of them",
+                )),
+            };
+        let m = self.run(py, move |s| async move {
+            s.restore_streaming_table(&name, to).await
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("restored_version", m.restored_version)?;
+        d.set_item("commit_version", m.commit_version)?;
+        d.set_item("num_upserted_rows", m.num_upserted_rows)?;
+        d.set_item("num_deleted_rows", m.num_deleted_rows)?;
+        d.set_item("num_removed_files", m.num_removed_files)?;
+        d.set_item("num_restored_files", m.num_restored_files)?;
+        Ok(d)
     }
 
     /// Run every flow of `target` again (`full`: from scratch); returns one

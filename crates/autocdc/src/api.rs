@@ -24,10 +24,11 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{lit, Expr};
 use datafusion::prelude::DataFrame;
 
-pub use crate::metrics::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
+pub use crate::metrics::{PipelineUpdate, RestoreMetrics, TableStatus, TableUpdate, UpdateMetrics};
 use crate::session::{CdcSession, SnapshotFunction};
 use crate::spec::expectations::{Expectation, OnViolation};
 use crate::spec::{ColumnSelection, FlowSource, FlowSpec, ScdType, SequenceBy};
+pub use crate::sql::RestoreTo;
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable, FullRefresh};
 use crate::table::TableName;
 

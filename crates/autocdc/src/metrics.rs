@@ -1,9 +1,11 @@
 //! What statements report: a flow run's metrics row ([`UpdateMetrics`],
 //! the row `CREATE FLOW` / `REFRESH` return) and a pipeline update's
-//! tables ([`PipelineUpdate`]).
+//! tables ([`PipelineUpdate`]), a restore ([`RestoreMetrics`]).
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::Int64Type;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::common::{DataFusionError, Result};
 
 use crate::table::TableName;
@@ -118,4 +120,54 @@ pub struct PipelineUpdate {
     pub update_id: String,
     /// The tables, in dependency order.
     pub tables: Vec<TableUpdate>,
+}
+
+/// What a `RESTORE` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreMetrics {
+    /// The version restored.
+    pub restored_version: u64,
+    /// The commit the restore made.
+    pub commit_version: i64,
+    /// Rows it inserted or changed back.
+    pub num_upserted_rows: u64,
+    /// Rows it deleted.
+    pub num_deleted_rows: u64,
+    /// Data files removed from the table.
+    pub num_removed_files: usize,
+    /// Data files of the restored version added back.
+    pub num_restored_files: usize,
+}
+
+impl RestoreMetrics {
+    /// The statement's result row.
+    pub fn to_batch(&self) -> Result<RecordBatch> {
+        let schema = Arc::new(Schema::new(
+            [
+                "restored_version",
+                "commit_version",
+                "num_upserted_rows",
+                "num_deleted_rows",
+                "num_removed_files",
+                "num_restored_files",
+            ]
+            .map(|n| Field::new(n, DataType::Int64, false))
+            .to_vec(),
+        ));
+        let values = [
+            self.restored_version as i64,
+            self.commit_version,
+            self.num_upserted_rows as i64,
+            self.num_deleted_rows as i64,
+            self.num_removed_files as i64,
+            self.num_restored_files as i64,
+        ];
+        Ok(RecordBatch::try_new(
+            schema,
+            values
+                .iter()
+                .map(|v| Arc::new(Int64Array::from(vec![*v])) as ArrayRef)
+                .collect(),
+        )?)
+    }
 }

@@ -473,6 +473,74 @@ async fn engine_with_rejects(
     (rows, rejects)
 }
 
+/// Run `updates` from a file folder (one Parquet file per update: the flow
+/// reads the files it has not read); right after update `at`, `RESTORE` the
+/// target to the version update `to` (< `at`) committed and read it back with
+/// `select`; then run the updates after `at`. Returns the rows after the
+/// restore and at the end.
+async fn engine_with_restore(
+    updates: &[Vec<Event>],
+    at: usize,
+    to: usize,
+    clauses: &str,
+    select: &str,
+    width: usize,
+    partitions: usize,
+) -> (Vec<Vec<Option<i32>>>, Vec<Vec<Option<i32>>>) {
+    let s = session(partitions).await;
+    let sql = |stmt: String| {
+        let s = &s;
+        async move {
+            s.sql(&stmt)
+                .await
+                .unwrap_or_else(|e| panic!("{stmt}: {e}"))
+                .collect()
+                .await
+                .unwrap_or_else(|e| panic!("{stmt}: {e}"))
+        }
+    };
+    sql(format!(
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}')",
+        partitions * 2 - 1
+    ))
+    .await;
+    let mut versions = Vec::new();
+    let mut restored = Vec::new();
+    for (i, update) in updates.iter().enumerate() {
+        sql(format!(
+            "COPY ({}) TO 'memory:///feed/u{i:03}.parquet' STORED AS PARQUET",
+            model::source_sql(update)
+        ))
+        .await;
+        if i == 0 {
+            sql("CREATE EXTERNAL TABLE feed STORED AS PARQUET LOCATION 'memory:///feed/'".into())
+                .await;
+            sql(format!(
+                "CREATE FLOW f AS AUTO CDC INTO t FROM feed KEYS (id) {clauses}"
+            ))
+            .await;
+        } else {
+            sql("REFRESH STREAMING TABLE t".into()).await;
+        }
+        let latest = sql("SELECT max(commit_version) FROM event_log('t')".into()).await;
+        versions.push(
+            latest[0]
+                .column(0)
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .value(0),
+        );
+        if i == at {
+            sql(format!(
+                "RESTORE STREAMING TABLE t TO VERSION AS OF {}",
+                versions[to]
+            ))
+            .await;
+            restored = read(&sql(select.to_string()).await, width);
+        }
+    }
+    (restored, read(&sql(select.to_string()).await, width))
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -722,6 +790,88 @@ proptest! {
         ));
         prop_assert_eq!(rows, expected, "updates: {:?}", updates);
         prop_assert_eq!(rejects, expected_rejects, "updates: {:?}", updates);
+    }
+
+    /// RESTORE (SPEC §4.9) in the middle of a history read from a file
+    /// folder: right after the restore the target is the model of the
+    /// updates up to the restored one; the next update reads the files of
+    /// the undone updates again (with the next file), so at the end the
+    /// target is the model of every update, the undone ones re-read.
+    #[test]
+    fn scd1_restore_equals_the_model(
+        events in events(14, true, by_key_seq),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 1..4),
+        order in any::<u64>(),
+        at in any::<prop::sample::Index>(),
+        to in any::<prop::sample::Index>(),
+        partial in partial(),
+        partitions in 1usize..4,
+    ) {
+        let updates = shuffle_and_split(&events, order, &cuts);
+        let at = 1 + at.index(updates.len() - 1);
+        let to = to.index(at);
+        let model_of = |groups: &[Vec<Event>]| {
+            let mut model = scd1::Scd1::default();
+            for update in groups {
+                model.apply(update, partial);
+            }
+            model
+                .rows()
+                .into_iter()
+                .map(|(id, a, b)| vec![Some(id), a, b])
+                .collect::<Vec<_>>()
+        };
+        // the engine's updates after the restore: the undone ones and the
+        // next one read together, then the rest one by one (none when the
+        // restore came last)
+        let mut after: Vec<Vec<Event>> = updates[..=to].to_vec();
+        if at + 1 < updates.len() {
+            after.push(updates[to + 1..=at + 1].concat());
+            after.extend(updates[at + 2..].iter().cloned());
+        }
+        let (ignore, to_update) = partial.clauses();
+        let clauses = format!(
+            "{ignore} APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' \
+             SEQUENCE BY seq COLUMNS (id, a, b) {to_update}"
+        );
+        let (restored, end) = runtime().block_on(engine_with_restore(
+            &updates, at, to, &clauses, "SELECT id, a, b FROM t", 3, partitions,
+        ));
+        prop_assert_eq!(restored, model_of(&updates[..=to]), "restored to update {} after {}: {:?}", to, at, updates);
+        prop_assert_eq!(end, model_of(&after), "restored to update {} after {}: {:?}", to, at, updates);
+    }
+
+    /// The same for SCD 2: history is a function of the set of events, so
+    /// after the restore it is that of the updates up to the restored one,
+    /// and at the end that of every event.
+    #[test]
+    fn scd2_restore_equals_the_model(
+        events in events(14, false, by_key_seq),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 1..4),
+        order in any::<u64>(),
+        at in any::<prop::sample::Index>(),
+        to in any::<prop::sample::Index>(),
+        partitions in 1usize..4,
+    ) {
+        let updates = shuffle_and_split(&events, order, &cuts);
+        let at = 1 + at.index(updates.len() - 1);
+        let to = to.index(at);
+        let history = |events: Vec<Event>| {
+            scd2::history(&events, Partial::None, [true, true])
+                .into_iter()
+                .map(|(id, a, b, start, end)| vec![Some(id), a, b, Some(start), end])
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        let clauses = "APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, a, b) \
+                       STORED AS SCD TYPE 2";
+        let (restored, end) = runtime().block_on(engine_with_restore(
+            &updates, at, to, clauses, "SELECT id, a, b, __start_at, __end_at FROM t", 5, partitions,
+        ));
+        prop_assert_eq!(restored, history(updates[..=to].concat()), "restored to update {} after {}: {:?}", to, at, updates);
+        let read = if at + 1 < updates.len() { updates.len() } else { to + 1 };
+        prop_assert_eq!(end, history(updates[..read].concat()), "restored to update {} after {}: {:?}", to, at, updates);
     }
 
     /// SCD 1 with DML between updates: `DELETE` leaves a tombstone at the

@@ -292,8 +292,8 @@ impl CdcSession {
                 self.ctx.read_batches(batches)
             }
             CdcStatement::Restore { name, to } => {
-                let batch = self.restore_table(&name, &to).await?;
-                self.ctx.read_batch(batch)
+                let restored = self.restore_table(&name, &to).await?;
+                self.ctx.read_batch(restored.to_batch()?)
             }
             CdcStatement::Drop { name, if_exists } => {
                 self.drop_table(&name, if_exists).await?;

@@ -18,13 +18,12 @@
 //! table stays as restored until it does); periodic snapshots diff the next
 //! snapshot against the restored rows. `ONCE` flows do not run again.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
+use crate::metrics::RestoreMetrics;
 use crate::sql::RestoreTo;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::properties::source_checkpoint_property;
@@ -34,13 +33,21 @@ use crate::table::{ScdTable, TableName};
 use super::CdcSession;
 
 impl CdcSession {
-    /// Restore `name` to the version `to` names; returns one row: the version
-    /// restored, the commit made and what it changed.
+    /// `RESTORE STREAMING TABLE name TO …`: the table back to the version
+    /// `to` names (see the module docs).
+    pub async fn restore_streaming_table(
+        &self,
+        name: &str,
+        to: RestoreTo,
+    ) -> Result<RestoreMetrics> {
+        self.restore_table(&TableName::parse(name)?, &to).await
+    }
+
     pub(crate) async fn restore_table(
         &self,
         name: &TableName,
         to: &RestoreTo,
-    ) -> Result<RecordBatch> {
+    ) -> Result<RestoreMetrics> {
         let started = Instant::now();
         let table = self.table(name).await?;
         table.refresh().await?;
@@ -107,33 +114,14 @@ impl CdcSession {
         let event = CommitEvent::new(Operation::Restore, None, started)
             .with_details(format!("restored version {version}"));
         let restored = restore(&self.ctx.state(), &table, version, keys.as_deref(), event).await?;
-        let schema = Arc::new(Schema::new(
-            [
-                "restored_version",
-                "commit_version",
-                "num_upserted_rows",
-                "num_deleted_rows",
-                "num_removed_files",
-                "num_restored_files",
-            ]
-            .map(|n| Field::new(n, DataType::Int64, false))
-            .to_vec(),
-        ));
-        let values = [
-            version as i64,
-            restored.version,
-            (restored.inserted + restored.updated) as i64,
-            restored.deleted as i64,
-            restored.files_removed as i64,
-            restored.files_added as i64,
-        ];
-        Ok(RecordBatch::try_new(
-            schema,
-            values
-                .iter()
-                .map(|v| Arc::new(Int64Array::from(vec![*v])) as _)
-                .collect(),
-        )?)
+        Ok(RestoreMetrics {
+            restored_version: version,
+            commit_version: restored.version,
+            num_upserted_rows: restored.inserted + restored.updated,
+            num_deleted_rows: restored.deleted,
+            num_removed_files: restored.files_removed,
+            num_restored_files: restored.files_added,
+        })
     }
 }
 

@@ -1117,4 +1117,42 @@ mod tests {
             }
         );
     }
+
+    #[test]
+    fn restore_statements() {
+        let restore = |name: &str, to| CdcStatement::Restore {
+            name: TableName::parse(name).unwrap(),
+            to,
+        };
+        assert_eq!(
+            parse("RESTORE STREAMING TABLE s.t TO VERSION AS OF 3", "generic"),
+            restore("s.t", RestoreTo::Version(3))
+        );
+        assert_eq!(
+            parse("restore table t version as of 0;", "generic"),
+            restore("t", RestoreTo::Version(0))
+        );
+        assert_eq!(
+            parse(
+                "RESTORE TABLE t TO TIMESTAMP AS OF TIMESTAMP '2026-12-01 10:00:00'",
+                "generic"
+            ),
+            restore("t", RestoreTo::Timestamp("2026-12-01 10:00:00".into()))
+        );
+        assert_eq!(
+            parse("RESTORE TABLE t TIMESTAMP AS OF '2026-12-01'", "generic"),
+            restore("t", RestoreTo::Timestamp("2026-12-01".into()))
+        );
+        for bad in [
+            "RESTORE TABLE t TO VERSION AS OF -1",
+            "RESTORE TABLE t TO VERSION AS OF 'x'",
+            "RESTORE TABLE t TO 3",
+            "RESTORE TABLE t TO TIMESTAMP AS OF 5",
+        ] {
+            assert!(
+                parse_cdc_statement(bad, "generic", true).is_err(),
+                "{bad} should be refused"
+            );
+        }
+    }
 }

@@ -203,7 +203,10 @@ async fn missing_files(
     to: u64,
 ) -> Result<()> {
     let store = now.object_store();
-    let paths: Vec<Path> = added.iter().map(LogicalFileView::object_store_path).collect();
+    let paths: Vec<Path> = added
+        .iter()
+        .map(LogicalFileView::object_store_path)
+        .collect();
     let mut missing = Vec::new();
     let mut heads = futures::stream::iter(paths)
         .map(|path| {
