@@ -1923,3 +1923,55 @@ async fn history_queries_from_rust() {
         "{err}"
     );
 }
+
+/// `RESTORE … TIMESTAMP AS OF` restores the newest commit made at or
+/// before that time; the Rust API reports what the restore did.
+#[tokio::test]
+async fn restore_by_commit_time() {
+    use datafusion_autocdc::api::RestoreTo;
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    let land = |name: &'static str, values: &'static str| {
+        let s = &s;
+        async move {
+            exec(s, &format!("COPY (SELECT CAST(column1 AS INT) AS id, column2 AS v, CAST(column3 AS INT) AS seq FROM (VALUES {values})) TO 'memory:///feed/{name}.parquet' STORED AS PARQUET")).await;
+        }
+    };
+    land("f1", "(1, 'a', 1)").await;
+    exec(
+        &s,
+        "CREATE EXTERNAL TABLE feed STORED AS PARQUET LOCATION 'memory:///feed/'",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM feed KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq)").await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    land("f2", "(1, 'b', 2), (2, 'c', 1)").await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    let at = rows(
+        &s,
+        "SELECT CAST(commit_timestamp AS VARCHAR) FROM event_log('t') WHERE commit_version = 1",
+    )
+    .await;
+    let at = at[0].trim_matches(|c| c == '|' || c == ' ').to_string();
+    let restored = s
+        .restore_streaming_table("t", RestoreTo::Timestamp(at.clone()))
+        .await
+        .unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert_eq!(
+        (
+            restored.restored_version,
+            restored.commit_version,
+            restored.num_upserted_rows,
+            restored.num_deleted_rows
+        ),
+        (1, 3, 1, 1),
+        "{restored:?}"
+    );
+    assert_eq!(rows(&s, "SELECT * FROM t ORDER BY id").await, ["| 1 | a |"]);
+    // the restored checkpoint: the second file is read again
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&s, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | b |", "| 2 | c |"]
+    );
+}
