@@ -85,7 +85,7 @@ const RESTORED_PREFIXES: [&str; 3] = [
 ];
 
 /// What a restore did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Restored {
     /// The version it committed.
     pub version: i64,
@@ -95,8 +95,9 @@ pub struct Restored {
     pub updated: u64,
     /// Rows visible now only.
     pub deleted: u64,
-    /// Data files removed, and added again.
+    /// Data files removed.
     pub files_removed: usize,
+    /// Data files of the restored version added again.
     pub files_added: usize,
 }
 
@@ -110,6 +111,7 @@ pub(crate) async fn restore(
     keys: Option<&[String]>,
     mut event: CommitEvent,
 ) -> Result<Restored> {
+    let began = std::time::Instant::now();
     let now = table.delta();
     let mut then = now.clone();
     then.load_version(to as _).await.map_err(delta_err)?;
@@ -139,6 +141,7 @@ pub(crate) async fn restore(
     }
     event.upserted = counts.inserted + counts.updated;
     event.deleted = counts.deleted;
+    event.duration_ms += began.elapsed().as_millis() as u64;
     let files_removed = removed.len();
     let files_added = readded.len();
     let version = edit
@@ -154,9 +157,11 @@ pub(crate) async fn restore(
         .await?;
     Ok(Restored {
         version,
+        inserted: counts.inserted,
+        updated: counts.updated,
+        deleted: counts.deleted,
         files_removed,
         files_added,
-        ..counts
     })
 }
 
@@ -248,7 +253,7 @@ async fn change_files(
     removed: &[LogicalFileView],
     added: &[LogicalFileView],
     keys: Option<&[String]>,
-) -> Result<(WrittenFiles, Restored)> {
+) -> Result<(WrittenFiles, ChangeCounts)> {
     let delta = table.delta();
     let raw = table.raw_provider().schema();
     let partition_columns = table.partition_columns()?;
@@ -356,18 +361,12 @@ async fn change_files(
         ChangeFeed::Files,
     )
     .await?;
-    let counts = counts
-        .lock()
-        .map_err(|_| DataFusionError::Internal("poisoned restore counts".into()))?;
-    Ok((
-        written,
-        Restored {
-            inserted: counts.inserted,
-            updated: counts.updated,
-            deleted: counts.deleted,
-            ..Restored::default()
-        },
-    ))
+    let counts = std::mem::take(
+        &mut *counts
+            .lock()
+            .map_err(|_| DataFusionError::Internal("poisoned restore counts".into()))?,
+    );
+    Ok((written, counts))
 }
 
 /// Add the change rows of `batch` to `counts` (an update counts once, by
