@@ -10,9 +10,12 @@
 #   10m           10 M events / 2 M keys, 2 M-row snapshots
 #   --reps N      repetitions of every measurement (default 3; tools alternate
 #                 within each repetition; medians are reported)
-#   --scenarios   comma-separated, from startup,scd1,scd2,snapshot,parallel
+#   --scenarios   comma-separated, from startup,scd1,scd2,snapshot,parallel,query
 #                 (default startup,scd1,scd2,snapshot; startup = the cost of
-#                 starting each process; parallel = our SCD 1 on 1 core vs 2)
+#                 starting each process; parallel = our SCD 1 on 1 core vs 2;
+#                 query = SCD 1 and SCD 2 folded in a query, `SELECT count(*),
+#                 sum(…) FROM AUTO CDC (…)`, against the peers' same aggregates:
+#                 no target written by anyone)
 #   --check       after timing, check that every tool computed the same result
 #   --no-build    use the binaries already built
 #
@@ -152,6 +155,13 @@ COPY (SELECT coalesce(n.id, o.id) AS id, $(echo "$VALUES" | sed 's/\([a-z0-9]*\)
     CASE WHEN o.id IS NULL THEN 'insert' WHEN n.id IS NULL THEN 'delete' ELSE 'update' END AS _change_type
   FROM s1 o FULL OUTER JOIN s2 n ON o.id = n.id
   WHERE o.id IS NULL OR n.id IS NULL$snap_changed) TO '$RUN/df_snapdiff.parquet' STORED AS PARQUET"
+# AUTO CDC in a query: the fold's rows aggregated, nothing stored
+query_scd1="COPY (SELECT count(*) AS n, CAST(sum(seq) AS BIGINT) AS s FROM AUTO CDC (SELECT * FROM events)
+  KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) AS t)
+  TO '$RUN/ours_qscd1.parquet' STORED AS PARQUET"
+query_scd2="COPY (SELECT count(*) AS n, CAST(sum(__start_at) AS BIGINT) AS s, CAST(sum(__end_at) AS BIGINT) AS e
+  FROM AUTO CDC (SELECT * FROM events) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq
+  COLUMNS * EXCEPT (op, seq) STORED AS SCD TYPE 2 AS t) TO '$RUN/ours_qscd2.parquet' STORED AS PARQUET"
 snap_first="CREATE EXTERNAL TABLE snap STORED AS PARQUET LOCATION '$SNAP1';
 CREATE STREAMING TABLE t;
 CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM snap) KEYS (id) STORED AS SCD TYPE 1"
@@ -231,11 +241,34 @@ run_parallel() {
         -c "SET datafusion.execution.target_partitions = 2; $events_table; $scd1_flow"
 }
 
+run_query() {
+    local rep=$1
+    fresh "$RUN/wh-q"
+    timed "query: scd1" "ours (SELECT … FROM AUTO CDC (…))" ours "$rep" \
+        "$AUTOCDC" --warehouse "$RUN/wh-q" -c "$events_table; $query_scd1"
+    timed "query: scd1" "DuckDB (QUALIFY seq = max(seq) OVER id)" peer "$rep" \
+        "${PEER_RUN[@]}" duckdb qscd1 --events "$EVENTS_FILE" --out "$RUN/duckdb_qscd1.parquet"
+    timed "query: scd1" "Polars (seq == max(seq).over(id))" peer "$rep" \
+        "${PEER_RUN[@]}" polars qscd1 --events "$EVENTS_FILE" --out "$RUN/polars_qscd1.parquet"
+    timed "query: scd2" "ours (SELECT … FROM AUTO CDC (…) STORED AS SCD TYPE 2)" ours "$rep" \
+        "$AUTOCDC" --warehouse "$RUN/wh-q" -c "$events_table; $query_scd2"
+    timed "query: scd2" "DuckDB (lead)" peer "$rep" \
+        "${PEER_RUN[@]}" duckdb qscd2 --events "$EVENTS_FILE" --out "$RUN/duckdb_qscd2.parquet"
+    timed "query: scd2" "Polars (sort + shift)" peer "$rep" \
+        "${PEER_RUN[@]}" polars qscd2 --events "$EVENTS_FILE" --out "$RUN/polars_qscd2.parquet"
+}
+
 # check_results SCENARIO: exports our target and compares every tool's result
 # with it (run after the scenario's last repetition); non-zero on a difference.
 check_results() {
     local rc=0
     case "$1" in
+        query)
+            for task in qscd1 qscd2; do
+                "${PEERS[@]}" check "$task" "$RUN/ours_$task.parquet" \
+                    "$RUN/duckdb_$task.parquet" "$RUN/polars_$task.parquet" || rc=1
+            done
+            ;;
         scd1)
             "$AUTOCDC" --warehouse "$RUN/wh" -c "COPY (SELECT * FROM t) TO '$RUN/ours_scd1.parquet' STORED AS PARQUET" >/dev/null || rc=1
             "${PEERS[@]}" check scd1 "$RUN/ours_scd1.parquet" \
@@ -263,7 +296,7 @@ IFS=',' read -r -a scenario_list <<<"$SCENARIOS"
 failed=0
 for scenario in "${scenario_list[@]}"; do
     case "$scenario" in
-        startup | scd1 | scd2 | snapshot | parallel) ;;
+        startup | scd1 | scd2 | snapshot | parallel | query) ;;
         *) echo "unknown scenario: $scenario" >&2; exit 2 ;;
     esac
     for rep in $(seq 1 "$REPS"); do

@@ -12,6 +12,9 @@ run     TOOL is duckdb or polars; TASK is one of
           scd2      one row per upsert, __start_at = seq, __end_at = next seq of the key
                     (NULL for the last), deletes dropped; duplicate replays count once
           snapdiff  FULL OUTER JOIN of two snapshots on id: insert / update / delete rows
+          qscd1     scd1's rows aggregated: count(*) AS n, sum(seq) AS s (nothing stored)
+          qscd2     scd2's rows aggregated: count(*) AS n, sum(__start_at) AS s,
+                    sum(__end_at) AS e
         Each is one query from the input file(s) to OUT; the process is what is timed,
         so only the engine the task needs is imported.
 check   compares Parquet files as sets of rows on their common columns (for snapdiff:
@@ -41,6 +44,17 @@ def duckdb_run(task, args):
 
     con = duckdb.connect()
     out = args.out
+    if task in ("qscd1", "qscd2"):
+        rows = duckdb_query(task[1:], args)
+        sums = "CAST(sum(seq) AS BIGINT) AS s" if task == "qscd1" else (
+            "CAST(sum(__start_at) AS BIGINT) AS s, CAST(sum(__end_at) AS BIGINT) AS e")
+        con.execute(f"COPY (SELECT count(*) AS n, {sums} FROM ({rows})) TO '{out}' (FORMAT parquet)")
+        return
+    con.execute(f"COPY ({duckdb_query(task, args)}) TO '{out}' (FORMAT parquet)")
+
+
+def duckdb_query(task, args):
+    """The DuckDB query of `task`."""
     if task == "scd1":
         # (faster here than `QUALIFY row_number() OVER (... ORDER BY seq DESC) = 1`
         # or arg_max; DISTINCT ON keeps one of a replayed event's copies)
@@ -72,13 +86,28 @@ def duckdb_run(task, args):
             WHERE o.id IS NULL OR n.id IS NULL OR {changed}"""
     else:
         raise SystemExit(f"unknown task {task}")
-    con.execute(f"COPY ({query}) TO '{out}' (FORMAT parquet)")
+    return query
 
 
 # ---------------------------------------------------------------- Polars
 
 
 def polars_run(task, args):
+    import polars as pl
+
+    if task in ("qscd1", "qscd2"):
+        rows = polars_frame(task[1:], args)
+        sums = [pl.col("seq").sum().alias("s")] if task == "qscd1" else [
+            pl.col("__start_at").sum().alias("s"),
+            pl.col("__end_at").sum().alias("e"),
+        ]
+        rows.select([pl.len().cast(pl.Int64).alias("n"), *sums]).collect().write_parquet(args.out)
+        return
+    polars_frame(task, args).sink_parquet(args.out)
+
+
+def polars_frame(task, args):
+    """The Polars lazy frame of `task`."""
     import polars as pl
 
     if task == "scd1":
@@ -127,7 +156,7 @@ def polars_run(task, args):
         )
     else:
         raise SystemExit(f"unknown task {task}")
-    frame.sink_parquet(args.out)
+    return frame
 
 
 # ---------------------------------------------------------------- check
@@ -244,13 +273,13 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
     run.add_argument("tool", choices=["duckdb", "polars"])
-    run.add_argument("task", choices=["scd1", "floor", "scd2", "snapdiff"])
+    run.add_argument("task", choices=["scd1", "floor", "scd2", "snapdiff", "qscd1", "qscd2"])
     run.add_argument("--out", required=True)
     run.add_argument("--events")
     run.add_argument("--snap1")
     run.add_argument("--snap2")
     chk = sub.add_parser("check")
-    chk.add_argument("task", choices=["scd1", "scd2", "snapdiff", "snapshot"])
+    chk.add_argument("task", choices=["scd1", "scd2", "snapdiff", "snapshot", "qscd1", "qscd2"])
     chk.add_argument("reference")
     chk.add_argument("others", nargs="+")
     rep = sub.add_parser("report")

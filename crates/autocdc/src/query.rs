@@ -17,15 +17,18 @@
 use std::ops::Not;
 use std::sync::Arc;
 
-use datafusion::common::{Column, Result, ScalarValue};
-use datafusion::logical_expr::{cast, col, lit, Expr, Extension, LogicalPlan, LogicalPlanBuilder};
+use datafusion::common::{plan_err, Column, Result, ScalarValue};
+use datafusion::functions_window::expr_fn::lead;
+use datafusion::logical_expr::{
+    cast, col, lit, Expr, ExprFunctionExt, Extension, JoinType, LogicalPlan, LogicalPlanBuilder,
+};
 use datafusion::prelude::DataFrame;
 
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL};
 use crate::logical::AutoCdcNode;
 use crate::pipeline::fold_spec;
 use crate::spec::resolve::{resolve, TargetShape};
-use crate::spec::FlowSpec;
+use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 
 /// AUTO CDC over a `DataFrame` of change events.
 pub trait AutoCdcDataFrame {
@@ -34,6 +37,121 @@ pub trait AutoCdcDataFrame {
     /// not read). SCD 2 rows carry `__START_AT` / `__END_AT`, BITEMPORAL
     /// rows the four time columns.
     fn auto_cdc(self, flow: &FlowSpec) -> Result<DataFrame>;
+
+    /// The rows a snapshot flow's target of `flow`'s kind (its keys,
+    /// columns, `STORED AS`, `TRACK HISTORY`) would hold after taking, in
+    /// order, every snapshot these rows hold: a snapshot is the rows with
+    /// one value of the column `version`, which sequences them (SCD 2:
+    /// `__START_AT` / `__END_AT` are versions). See [`snapshot_events`].
+    fn snapshot_diff(self, flow: &FlowSpec, version: &str) -> Result<DataFrame>;
+}
+
+/// The sequence of the change events of [`snapshot_events`].
+const SNAPSHOT_VERSION: &str = "__snapshot_version";
+/// Whether a change event of [`snapshot_events`] is a delete.
+const SNAPSHOT_GONE: &str = "__snapshot_gone";
+
+/// The change events that diffing consecutive snapshots gives, as rows
+/// folded by AUTO CDC:
+///
+/// | a key at snapshot `v` …                                 | event                          |
+/// |---------------------------------------------------------|--------------------------------|
+/// | is present                                              | upsert of its row at `v`       |
+/// | is present, and absent from the next snapshot `w`       | delete at `w`                  |
+///
+/// Upserts of unchanged rows are absorbed by the fold (an SCD 2 version
+/// opens only when tracked values change), so the result is that of a
+/// snapshot flow fed the snapshots in version order. `keys` and `version`
+/// are columns of `snapshots`; the events carry every other column, then
+/// [`SNAPSHOT_VERSION`] and [`SNAPSHOT_GONE`].
+pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> Result<DataFrame> {
+    let column = |name: &str| Expr::Column(Column::new_unqualified(name));
+    let schema = snapshots.schema().as_arrow().clone();
+    if schema.field_with_name(version).is_err() {
+        let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        return plan_err!(
+            "snapshots VERSION BY {version}: '{version}' is not a column of the snapshots ({})",
+            columns.join(", ")
+        );
+    }
+    let values: Vec<&str> = schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .filter(|n| *n != version)
+        .collect();
+    let present = snapshots.clone().select(
+        values
+            .iter()
+            .map(|n| column(n))
+            .chain([
+                column(version).alias(SNAPSHOT_VERSION),
+                lit(false).alias(SNAPSHOT_GONE),
+            ])
+            .collect::<Vec<_>>(),
+    )?;
+    // each version and the one after it
+    const NEXT: &str = "__snapshot_next";
+    const KEY_NEXT: &str = "__snapshot_key_next";
+    const AT: &str = "__snapshot_at";
+    let order = || vec![column(version).sort(true, false)];
+    let next = snapshots
+        .clone()
+        .select(vec![column(version).alias(AT)])?
+        .distinct()?
+        .select(vec![
+            column(AT),
+            lead(column(AT), Some(1), None)
+                .order_by(vec![column(AT).sort(true, false)])
+                .build()?
+                .alias(NEXT),
+        ])?;
+    // each key's next version present
+    let key_next = snapshots.select(
+        keys.iter()
+            .map(|k| column(k))
+            .chain([
+                column(version),
+                lead(column(version), Some(1), None)
+                    .partition_by(keys.iter().map(|k| column(k)).collect())
+                    .order_by(order())
+                    .build()?
+                    .alias(KEY_NEXT),
+            ])
+            .collect::<Vec<_>>(),
+    )?;
+    let gone = key_next
+        .join_on(next, JoinType::Inner, [column(version).eq(column(AT))])?
+        .filter(
+            column(NEXT).is_not_null().and(
+                column(KEY_NEXT)
+                    .is_null()
+                    .or(column(KEY_NEXT).not_eq(column(NEXT))),
+            ),
+        )?;
+    let gone = gone.select(
+        schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != version)
+            .map(|f| {
+                if keys.iter().any(|k| k == f.name()) {
+                    column(f.name())
+                } else {
+                    cast(lit(ScalarValue::Null), f.data_type().clone()).alias(f.name())
+                }
+            })
+            .chain([
+                cast(
+                    column(NEXT),
+                    schema.field_with_name(version)?.data_type().clone(),
+                )
+                .alias(SNAPSHOT_VERSION),
+                lit(true).alias(SNAPSHOT_GONE),
+            ])
+            .collect::<Vec<_>>(),
+    )?;
+    present.union(gone)
 }
 
 impl AutoCdcDataFrame for DataFrame {
@@ -87,5 +205,23 @@ impl AutoCdcDataFrame for DataFrame {
             .project(visible)?
             .build()?;
         Ok(DataFrame::new(state, plan))
+    }
+
+    fn snapshot_diff(self, flow: &FlowSpec, version: &str) -> Result<DataFrame> {
+        let events = snapshot_events(self, &flow.keys, version)?;
+        let mut flow = flow.clone();
+        flow.sequence_by = Some(SequenceBy::Column(SNAPSHOT_VERSION.to_string()));
+        flow.apply_as_deletes = Some(SNAPSHOT_GONE.to_string());
+        // (the events carry the version as their sequence only)
+        let hidden = [SNAPSHOT_VERSION, SNAPSHOT_GONE].map(str::to_string);
+        flow.columns = match flow.columns {
+            ColumnSelection::All => ColumnSelection::Except(hidden.to_vec()),
+            ColumnSelection::Except(mut except) => {
+                except.extend(hidden);
+                ColumnSelection::Except(except)
+            }
+            only @ ColumnSelection::Only(_) => only,
+        };
+        events.auto_cdc(&flow)
     }
 }

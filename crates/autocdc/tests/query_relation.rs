@@ -194,3 +194,82 @@ async fn the_query_time_example_runs() -> Result<()> {
     );
     Ok(())
 }
+
+/// `snapshot_diff` over a DataFrame of snapshots tagged by version: the
+/// events it derives, and the fold of them.
+#[tokio::test]
+async fn snapshot_diff_folds_consecutive_snapshots() -> Result<()> {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    s.sql("CREATE TABLE snaps (v INT, id INT, name TEXT) AS VALUES (1, 1, 'a'), (1, 2, 'b'), (2, 1, 'a'), (3, 1, 'c'), (3, 2, 'd')")
+        .await?;
+    let events = datafusion_autocdc::query::snapshot_events(
+        s.context().table("snaps").await?,
+        &["id".to_string()],
+        "v",
+    )?;
+    let shown = pretty_format_batches(
+        &events
+            .sort_by(vec![
+                datafusion::prelude::col("__snapshot_version"),
+                datafusion::prelude::col("id"),
+            ])?
+            .collect()
+            .await?,
+    )?
+    .to_string();
+    assert_eq!(
+        shown
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>(),
+        [
+            "| 1 | a | 1 | false |",
+            "| 2 | b | 1 | false |",
+            "| 1 | a | 2 | false |",
+            "| 2 | | 2 | true |",
+            "| 1 | c | 3 | false |",
+            "| 2 | d | 3 | false |",
+        ],
+        "{shown}"
+    );
+    let mut flow = FlowSpec::new(
+        "snapshots",
+        "t",
+        datafusion_autocdc::FlowSource::Table("snaps".into()),
+    );
+    flow.keys = vec!["id".into()];
+    flow.stored_as_scd_type = datafusion_autocdc::ScdType::Type2;
+    let history = s
+        .context()
+        .table("snaps")
+        .await?
+        .snapshot_diff(&flow, "v")?;
+    let shown = pretty_format_batches(
+        &history
+            .sort_by(vec![
+                datafusion::prelude::col("id"),
+                datafusion::prelude::col("__start_at"),
+            ])?
+            .collect()
+            .await?,
+    )?
+    .to_string();
+    assert_eq!(
+        shown
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>(),
+        [
+            "| 1 | a | 1 | 3 |",
+            "| 1 | c | 3 | |",
+            "| 2 | b | 1 | 2 |",
+            "| 2 | d | 3 | |",
+        ],
+        "{shown}"
+    );
+    Ok(())
+}

@@ -185,7 +185,11 @@ impl CdcSession {
             None if sql
                 .as_bytes()
                 .windows(4)
-                .any(|w| w.eq_ignore_ascii_case(b"AUTO")) =>
+                .any(|w| w.eq_ignore_ascii_case(b"AUTO"))
+                || sql
+                    .as_bytes()
+                    .windows(9)
+                    .any(|w| w.eq_ignore_ascii_case(b"SNAPSHOTS")) =>
             {
                 let name = || {
                     let n = RELATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -222,9 +226,13 @@ impl CdcSession {
         let mut registered = Vec::new();
         let mut planned = Ok(());
         for (name, relation) in relations {
-            let folded = match self.ctx.sql(&relation.query).await {
-                Ok(events) => events.auto_cdc(&relation.spec),
-                Err(e) => Err(e),
+            let folded = match (
+                self.ctx.sql(&relation.query).await,
+                &relation.snapshot_version,
+            ) {
+                (Ok(events), None) => events.auto_cdc(&relation.spec),
+                (Ok(snapshots), Some(version)) => snapshots.snapshot_diff(&relation.spec, version),
+                (Err(e), _) => Err(e),
             };
             match folded.and_then(|df| self.ctx.register_table(name.as_str(), df.into_view())) {
                 Ok(_) => registered.push(name),

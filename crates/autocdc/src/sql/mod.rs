@@ -19,6 +19,7 @@
 //! DROP STREAMING TABLE [IF EXISTS] name
 //! EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f] REFRESH STREAMING TABLE name
 //! SELECT … FROM AUTO CDC (query) KEYS (k, ...) [the clauses of a flow] [AS alias] …
+//! SELECT … FROM SNAPSHOTS (query) VERSION BY v KEYS (k, ...) [COLUMNS …] [STORED AS …] [AS alias] …
 //! ```
 //! Every other statement goes to DataFusion unchanged.
 

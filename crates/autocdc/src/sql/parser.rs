@@ -206,8 +206,11 @@ pub fn parse_cdc_statement(
 pub struct AutoCdcRelation {
     /// Its clauses, as a flow's (the source: the query in parentheses).
     pub spec: FlowSpec,
-    /// The query of its change events.
+    /// The query of its change events (or snapshots).
     pub query: String,
+    /// `FROM SNAPSHOTS … VERSION BY v`: the query holds snapshots tagged by
+    /// the column `v` (`None`: change events).
+    pub snapshot_version: Option<String>,
 }
 
 /// A query whose `AUTO CDC (…)` relations were replaced by names.
@@ -235,15 +238,38 @@ pub fn replace_auto_cdc_relations(
             .filter(|t| !matches!(t.token, Token::Whitespace(_)))
             .collect();
         let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
-        let at = (1..words.len().saturating_sub(2)).find(|&i| {
+        let relation_at = |i: usize| {
             let after = &words[i - 1];
-            (is_word(after, "FROM") || is_word(after, "JOIN") || after.token == Token::Comma)
-                && is_word(words[i], "AUTO")
-                && is_word(words[i + 1], "CDC")
-                && words[i + 2].token == Token::LParen
+            is_word(after, "FROM") || is_word(after, "JOIN") || after.token == Token::Comma
+        };
+        let at = (1..words.len().saturating_sub(2)).find(|&i| {
+            relation_at(i)
+                && ((is_word(words[i], "AUTO")
+                    && is_word(words[i + 1], "CDC")
+                    && words[i + 2].token == Token::LParen)
+                    || (is_word(words[i], "SNAPSHOTS") && words[i + 1].token == Token::LParen))
         });
         let Some(at) = at else { break };
         let start = byte_offset(&sql, words[at].span.start);
+        if is_word(words[at], "SNAPSHOTS") {
+            let text = &sql[start..];
+            let p = Parser::new(d.as_ref()).try_with_sql(text)?;
+            let mut c = CdcParser {
+                p,
+                normalize: normalize_idents,
+                dialect: dialect.to_string(),
+            };
+            let relation = c.snapshots_relation()?;
+            let next = c.p.peek_token();
+            let end = match next.token {
+                Token::EOF => sql.len(),
+                _ => start + byte_offset(text, next.span.start),
+            };
+            let placeholder = name();
+            found.push((placeholder.clone(), relation));
+            sql.replace_range(start..end, &format!("{placeholder} "));
+            continue;
+        }
         let open = byte_offset(&sql, words[at + 2].span.start);
         let text = format!("FROM {}", &sql[open..]);
         let p = Parser::new(d.as_ref()).try_with_sql(&text)?;
@@ -268,6 +294,7 @@ pub fn replace_auto_cdc_relations(
             AutoCdcRelation {
                 query: query.clone(),
                 spec,
+                snapshot_version: None,
             },
         ));
         sql.replace_range(start..end, &format!("{placeholder} "));
@@ -952,6 +979,13 @@ impl CdcParser<'_> {
         spec.stream = stream;
         spec.once = once;
         spec.dialect = self.dialect.clone();
+        self.flow_clauses(&mut spec)?;
+        Ok(spec)
+    }
+
+    /// The clauses of a flow after its source (`KEYS …`, `SEQUENCE BY …`,
+    /// …), in any order, each at most once.
+    fn flow_clauses(&mut self, spec: &mut FlowSpec) -> Result<()> {
         let mut seen: Vec<&'static str> = Vec::new();
         let mut once_clause = |clause: &'static str, flow: &str| -> Result<()> {
             if seen.contains(&clause) {
@@ -1039,7 +1073,50 @@ impl CdcParser<'_> {
                 break;
             }
         }
-        Ok(spec)
+        Ok(())
+    }
+
+    /// `SNAPSHOTS (query) VERSION BY v KEYS (…) [COLUMNS …] [STORED AS …]
+    /// [TRACK HISTORY ON …]`, after `FROM`: a relation folding the snapshots
+    /// `query` holds, one per value of `v`.
+    fn snapshots_relation(&mut self) -> Result<AutoCdcRelation> {
+        const WHAT: &str = "FROM SNAPSHOTS (query) VERSION BY v KEYS (…)";
+        self.expect_word("SNAPSHOTS")?;
+        self.expect_token(Token::LParen)?;
+        let query = self.p.parse_query()?.to_string();
+        self.expect_token(Token::RParen)?;
+        if !(self.word("VERSION") && self.word("BY")) {
+            return Err(perr(format!("{WHAT}: expected VERSION BY after the query")));
+        }
+        let version = self.p.parse_identifier()?;
+        let version = self.ident(&version);
+        let target = TableName::from_parts(&["snapshots".to_string()])?;
+        let mut spec = FlowSpec::new(
+            "snapshots".to_string(),
+            target.to_string(),
+            FlowSource::Query(query.clone()),
+        );
+        spec.dialect = self.dialect.clone();
+        self.flow_clauses(&mut spec)?;
+        let refused = [
+            ("SEQUENCE BY", spec.sequence_by.is_some()),
+            ("SYSTEM SEQUENCE BY", spec.system_sequence_by.is_some()),
+            ("APPLY AS DELETE WHEN", spec.apply_as_deletes.is_some()),
+            ("APPLY AS TRUNCATE WHEN", spec.apply_as_truncates.is_some()),
+            ("IGNORE NULL UPDATES", spec.ignore_null_updates.is_some()),
+            ("COLUMNS TO UPDATE", spec.columns_to_update.is_some()),
+        ];
+        if let Some((clause, _)) = refused.iter().find(|(_, given)| *given) {
+            return Err(perr(format!(
+                "{WHAT}: {clause} is not a clause of snapshots: they are sequenced by their \
+                 version, and a key missing from a snapshot is deleted"
+            )));
+        }
+        Ok(AutoCdcRelation {
+            spec,
+            query,
+            snapshot_version: Some(version),
+        })
     }
 }
 
