@@ -381,14 +381,24 @@ impl RejectsStream {
         };
         let groups = encode(&self.group)?;
         let values = encode(&self.values)?;
+        // each batch's new and stored events, once
+        let origins = batches
+            .iter()
+            .map(|b| {
+                Ok((
+                    self.of_origin(b, Origin::New)?,
+                    self.of_origin(b, Origin::Stored)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
         // the events that count: new ones, and stored upserts and deletes
         // (not DML's events nor erasure marks)
         let counted = batches
             .iter()
-            .map(|b| {
-                let new = self.of_origin(b, Origin::New)?;
+            .zip(&origins)
+            .map(|(b, (new, stored))| {
                 if self.origin.is_none() {
-                    return Ok(new);
+                    return Ok(new.clone());
                 }
                 let kinds = b
                     .column(self.kind)
@@ -397,19 +407,15 @@ impl RejectsStream {
                 let event = BooleanArray::from_unary(kinds, |k| {
                     k == Kind::Upsert as i8 || k == Kind::Delete as i8
                 });
-                Ok(or(
-                    &new,
-                    &and(&self.of_origin(b, Origin::Stored)?, &event)?,
-                )?)
+                Ok(or(new, &and(stored, &event)?)?)
             })
             .collect::<Result<Vec<_>>>()?;
         // per (key, sequence): the values of its first event, whether
         // another event of it differs, and the values of its stored event
         let mut seen: HashMap<&[u8], Identity<'_>> = HashMap::new();
-        for (batch, ((g, v), counted)) in
-            batches.iter().zip(groups.iter().zip(&values).zip(&counted))
+        for (((g, v), counted), (_, stored)) in
+            groups.iter().zip(&values).zip(&counted).zip(&origins)
         {
-            let stored = self.of_origin(batch, Origin::Stored)?;
             for i in counted.values().set_indices() {
                 let values = v.row(i).data();
                 let entry = seen.entry(g.row(i).data()).or_insert(Identity {
@@ -427,7 +433,9 @@ impl RejectsStream {
             return Ok(batches);
         }
         let mut out = Vec::with_capacity(batches.len());
-        for (batch, (g, v)) in batches.iter().zip(groups.iter().zip(&values)) {
+        for ((batch, (g, v)), (new, _)) in
+            batches.iter().zip(groups.iter().zip(&values)).zip(&origins)
+        {
             // a conflict with a stored event rejects the new events that
             // differ from it (equal ones are replays); one among new events
             // only rejects them all
@@ -439,7 +447,7 @@ impl RejectsStream {
                 })
                 .collect();
             // stored events stay: only new ones are rejected
-            let conflicting = and(&conflicting, &self.of_origin(batch, Origin::New)?)?;
+            let conflicting = and(&conflicting, new)?;
             let count = conflicting.true_count();
             if count == 0 {
                 out.push(batch.clone());
