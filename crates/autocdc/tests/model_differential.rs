@@ -148,6 +148,28 @@ async fn session(partitions: usize) -> CdcSession {
         .unwrap()
 }
 
+/// Run `stmt` to its end; a failure fails the test, naming it.
+async fn run(s: &CdcSession, stmt: &str) -> Vec<RecordBatch> {
+    s.sql(stmt)
+        .await
+        .unwrap_or_else(|e| panic!("{stmt}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{stmt}: {e}"))
+}
+
+/// Update `i` of the target `t`: the table `src` becomes `source`, then the
+/// flow `f` with `clauses` is created (the first update) or `t` refreshed.
+async fn update(s: &CdcSession, i: usize, source: &str, clauses: &str) {
+    run(s, &format!("CREATE OR REPLACE TABLE src AS {source}")).await;
+    let stmt = if i == 0 {
+        format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) {clauses}")
+    } else {
+        "REFRESH STREAMING TABLE t".to_string()
+    };
+    run(s, &stmt).await;
+}
+
 /// Run the updates; after update `i`, the statements `between[i]` (DML).
 /// Update `i` reads its source in `shapes[i]` (all columns without one).
 #[allow(clippy::too_many_arguments)]
@@ -201,35 +223,11 @@ async fn engine_with(
     ))
     .await
     .unwrap();
-    for (i, update) in updates.iter().enumerate() {
+    for (i, events) in updates.iter().enumerate() {
         let shape = shapes.get(i).copied().unwrap_or(Shape::FULL);
-        s.sql(&format!(
-            "CREATE OR REPLACE TABLE src AS {}",
-            shape.source_sql(update)
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-        let stmt = if i == 0 {
-            format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) {clauses}")
-        } else {
-            "REFRESH STREAMING TABLE t".to_string()
-        };
-        s.sql(&stmt)
-            .await
-            .unwrap_or_else(|e| panic!("{stmt}: {e}"))
-            .collect()
-            .await
-            .unwrap_or_else(|e| panic!("{stmt}: {e}"));
+        update(&s, i, &shape.source_sql(events), clauses).await;
         for dml in between.get(i).into_iter().flatten() {
-            s.sql(dml)
-                .await
-                .unwrap_or_else(|e| panic!("{dml}: {e}"))
-                .collect()
-                .await
-                .unwrap_or_else(|e| panic!("{dml}: {e}"));
+            run(&s, dml).await;
         }
     }
     read(
@@ -424,23 +422,7 @@ async fn engine_with_rejects(
         for h in bad {
             source = format!("{source} UNION ALL {}", h.sql());
         }
-        s.sql(&format!("CREATE OR REPLACE TABLE src AS {source}"))
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
-        let stmt = if i == 0 {
-            format!("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) {clauses}")
-        } else {
-            "REFRESH STREAMING TABLE t".to_string()
-        };
-        s.sql(&stmt)
-            .await
-            .unwrap_or_else(|e| panic!("{stmt}: {e}"))
-            .collect()
-            .await
-            .unwrap_or_else(|e| panic!("{stmt}: {e}"));
+        update(&s, i, &source, clauses).await;
     }
     let rows = read(
         &s.sql(select).await.unwrap().collect().await.unwrap(),
@@ -490,14 +472,7 @@ async fn engine_with_restore(
     let s = session(partitions).await;
     let sql = |stmt: String| {
         let s = &s;
-        async move {
-            s.sql(&stmt)
-                .await
-                .unwrap_or_else(|e| panic!("{stmt}: {e}"))
-                .collect()
-                .await
-                .unwrap_or_else(|e| panic!("{stmt}: {e}"))
-        }
+        async move { run(s, &stmt).await }
     };
     sql(format!(
         "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}')",
