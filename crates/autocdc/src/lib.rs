@@ -79,9 +79,12 @@ pub struct AutoCdc;
 
 impl AutoCdc {
     /// Install the query planner that knows the `AutoCdc` and `CdcCommit`
-    /// nodes. [`CdcSession`] does this and adds the warehouse catalog and
-    /// the statements.
+    /// nodes, and the optimizer rule that pushes key filters below the fold
+    /// ([`logical::PushKeyFilters`]). [`CdcSession`] does this and adds the
+    /// warehouse catalog and the statements.
     pub fn install(builder: SessionStateBuilder) -> SessionStateBuilder {
-        builder.with_query_planner(Arc::new(physical::CdcQueryPlanner))
+        builder
+            .with_query_planner(Arc::new(physical::CdcQueryPlanner))
+            .with_optimizer_rule(Arc::new(logical::PushKeyFilters))
     }
 }

@@ -168,6 +168,44 @@ async fn the_sql_relation_plans_the_fold() -> Result<()> {
     Ok(())
 }
 
+/// A filter on the key columns is planned below the fold, on its events;
+/// one on other columns stays above it.
+#[tokio::test]
+async fn key_filters_go_below_the_fold() -> Result<()> {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    text(
+        &s,
+        "CREATE TABLE ev (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (1, 'b', 2), (2, 'c', 1)",
+    )
+    .await?;
+    let sql = "SELECT * FROM AUTO CDC (SELECT * FROM ev) KEYS (id) SEQUENCE BY seq \
+               COLUMNS (id, v) AS r WHERE r.id = 1 AND r.v <> 'x'";
+    let plan = s
+        .sql(sql)
+        .await?
+        .into_optimized_plan()?
+        .display_indent()
+        .to_string();
+    let fold = plan.find("AutoCdc:").expect("the fold is planned");
+    let key = plan
+        .find("ev.id = Int32(1)")
+        .expect("the key filter is planned");
+    let other = plan
+        .find("v != Utf8(\"x\")")
+        .expect("the other filter is planned");
+    assert!(key > fold, "the key filter below the fold:\n{plan}");
+    assert!(other < fold, "the other filter above the fold:\n{plan}");
+    assert_eq!(
+        text(&s, sql)
+            .await?
+            .lines()
+            .filter(|l| l.starts_with("| 1"))
+            .count(),
+        1
+    );
+    Ok(())
+}
+
 #[allow(dead_code)]
 #[path = "../../../examples/query_time.rs"]
 mod query_time_example;

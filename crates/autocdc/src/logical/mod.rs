@@ -15,6 +15,7 @@
 mod auto_cdc;
 mod commit;
 mod expectations;
+mod key_filters;
 mod rejects;
 mod snapshot_diff;
 mod write;
@@ -22,6 +23,7 @@ mod write;
 pub use auto_cdc::AutoCdcNode;
 pub use commit::{CdcCommitNode, UPDATE_RESULT_COLUMNS};
 pub use expectations::ExpectationsNode;
+pub use key_filters::PushKeyFilters;
 pub use rejects::RejectsNode;
 pub use snapshot_diff::SnapshotDiffNode;
 pub use write::{CdcWriteNode, WriteRequest};
