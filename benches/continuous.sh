@@ -8,7 +8,7 @@
 # CPU time the engine spent per event while files landed.
 #
 #   benches/continuous.sh [--keys K] [--rate R] [--files F] [--seconds S]
-#                         [--interval 200ms] [--no-build]
+#                         [--interval 200ms] [--set 'SET autocdc.x = y'] [--no-build]
 #
 # Defaults: 2 000 000 keys, 1 000 events/s as 10 files/s, 60 s, 200ms.
 # Environment: AUTOCDC_BENCH_DIR (scratch, default /tmp/autocdc-compare),
@@ -23,6 +23,7 @@ FILES=10
 SECONDS_=60
 INTERVAL=200ms
 BUILD=1
+SETTINGS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --keys) KEYS=$2; shift ;;
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
         --files) FILES=$2; shift ;;
         --seconds) SECONDS_=$2; shift ;;
         --interval) INTERVAL=$2; shift ;;
+        --set) SETTINGS+="$2;"$'\n'; shift ;;
         --no-build) BUILD=0 ;;
         -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -73,6 +75,7 @@ mkdir -p "$WORK/run/feed" "$WORK/run/stage"
 cp "$DATA/load.parquet" "$WORK/run/feed/0-load.parquet"
 cp -r "$DATA/stage/." "$WORK/run/stage/"
 cat >"$WORK/run/defs.sql" <<EOF
+$SETTINGS
 CREATE EXTERNAL TABLE events STORED AS PARQUET LOCATION '$WORK/run/feed/';
 CREATE STREAMING TABLE t;
 CREATE FLOW f AS AUTO CDC INTO t FROM events KEYS (id)
