@@ -32,6 +32,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
 use super::event::{CommitEvent, Operation};
+pub use super::meta::MetadataChange;
 use super::properties::checkpoint_app_id;
 use super::reject_sink::{write_pending, RejectSink};
 use super::superseded::Superseded;
@@ -239,17 +240,6 @@ pub(crate) async fn commit_event(table: &ScdTable, event: CommitEvent) -> Result
         .commit(table)
         .await?;
     Ok(())
-}
-
-/// A change of a table's metadata, made by the commit that carries it.
-#[derive(Debug, Clone)]
-pub enum MetadataChange {
-    /// Set a table property.
-    Set(String, String),
-    /// Remove the table properties whose names start with one of these.
-    RemovePrefixed(Vec<String>),
-    /// Replace the table's schema.
-    Schema(SchemaRef),
 }
 
 /// What an [`Edit`] replaces of the stored rows.

@@ -138,3 +138,14 @@ impl TableMeta {
         }
     }
 }
+
+/// A change of a table's metadata, made by the commit that carries it.
+#[derive(Debug, Clone)]
+pub enum MetadataChange {
+    /// Set a table property.
+    Set(String, String),
+    /// Remove the table properties whose names start with one of these.
+    RemovePrefixed(Vec<String>),
+    /// Replace the table's schema.
+    Schema(SchemaRef),
+}

@@ -15,7 +15,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
-use super::commit::MetadataChange;
+use super::meta::MetadataChange;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL};
 
 /// The target's state-store property naming its last rejects file.
