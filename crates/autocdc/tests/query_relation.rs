@@ -233,6 +233,21 @@ async fn the_query_time_example_runs() -> Result<()> {
     Ok(())
 }
 
+/// The rows of `frame` sorted by `by`, one line each, blanks collapsed.
+async fn sorted_rows(frame: datafusion::prelude::DataFrame, by: &[&str]) -> Result<Vec<String>> {
+    let batches = frame
+        .sort_by(by.iter().map(|c| datafusion::prelude::col(*c)).collect())?
+        .collect()
+        .await?;
+    Ok(pretty_format_batches(&batches)?
+        .to_string()
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect())
+}
+
 /// `snapshot_diff` over a DataFrame of snapshots tagged by version: the
 /// events it derives, and the fold of them.
 #[tokio::test]
@@ -245,23 +260,8 @@ async fn snapshot_diff_folds_consecutive_snapshots() -> Result<()> {
         &["id".to_string()],
         "v",
     )?;
-    let shown = pretty_format_batches(
-        &events
-            .sort_by(vec![
-                datafusion::prelude::col("__snapshot_version"),
-                datafusion::prelude::col("id"),
-            ])?
-            .collect()
-            .await?,
-    )?
-    .to_string();
     assert_eq!(
-        shown
-            .lines()
-            .filter(|l| l.starts_with('|'))
-            .skip(1)
-            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-            .collect::<Vec<_>>(),
+        sorted_rows(events, &["__snapshot_version", "id"]).await?,
         [
             "| 1 | a | 1 | false |",
             "| 2 | b | 1 | false |",
@@ -269,8 +269,7 @@ async fn snapshot_diff_folds_consecutive_snapshots() -> Result<()> {
             "| 2 | | 2 | true |",
             "| 1 | c | 3 | false |",
             "| 2 | d | 3 | false |",
-        ],
-        "{shown}"
+        ]
     );
     let mut flow = FlowSpec::new(
         "snapshots",
@@ -284,30 +283,14 @@ async fn snapshot_diff_folds_consecutive_snapshots() -> Result<()> {
         .table("snaps")
         .await?
         .snapshot_diff(&flow, "v")?;
-    let shown = pretty_format_batches(
-        &history
-            .sort_by(vec![
-                datafusion::prelude::col("id"),
-                datafusion::prelude::col("__start_at"),
-            ])?
-            .collect()
-            .await?,
-    )?
-    .to_string();
     assert_eq!(
-        shown
-            .lines()
-            .filter(|l| l.starts_with('|'))
-            .skip(1)
-            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-            .collect::<Vec<_>>(),
+        sorted_rows(history, &["id", "__start_at"]).await?,
         [
             "| 1 | a | 1 | 3 |",
             "| 1 | c | 3 | |",
             "| 2 | b | 1 | 2 |",
             "| 2 | d | 3 | |",
-        ],
-        "{shown}"
+        ]
     );
     Ok(())
 }
