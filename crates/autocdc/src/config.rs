@@ -102,11 +102,12 @@ datafusion::common::extensions_options! {
         /// this fraction of the table's live stored rows; larger updates
         /// rewrite the buckets they touch.
         pub deletion_vector_max_fraction: f64, default = 0.1
-        /// An update uses deletion vectors while every key bucket of the
-        /// table has at most this many data files (each small update adds
-        /// one per bucket it touches); beyond that it rewrites the buckets
-        /// it touches, which compacts each into one file without the rows
-        /// its vectors deleted. 0: no limit.
+        /// Each update using deletion vectors adds a data file to every
+        /// key bucket it touches; to keep about this many files per bucket,
+        /// it also rewrites whole the ⌈touched ÷ limit⌉ fullest touched
+        /// buckets holding more than limit ÷ 2 files, compacting each into
+        /// one file without the rows its vectors deleted (a few buckets per
+        /// update, never all at once). 0: no compaction.
         pub deletion_vector_max_files_per_bucket: usize, default = 8
         /// Updates read a target's stored rows as plain Parquet scans
         /// (`StoredFilesExec` over a `DataSourceExec`, deletion vectors

@@ -822,57 +822,97 @@ async fn small_scd1_dml_retires_rows_with_deletion_vectors() {
     );
 }
 
-/// Small updates add a file to each bucket they touch; once a bucket holds
-/// more than `autocdc.deletion_vector_max_files_per_bucket` files, the next
-/// update rewrites the buckets it touches instead: one file each, no
-/// vectors, the same rows and an exact change feed.
+/// Data files and deletion vectors of each key bucket of `name`:
+/// `(bucket, files, vectors)`, by bucket.
+async fn files_per_bucket(s: &CdcSession, name: &str) -> Vec<(i32, usize, usize)> {
+    use futures::TryStreamExt;
+    let t = s
+        .streaming_table(&datafusion_autocdc::table::TableName::parse(name).unwrap())
+        .unwrap();
+    let delta = t.delta();
+    let log_store = delta.log_store();
+    let views: Vec<_> = delta
+        .snapshot()
+        .unwrap()
+        .snapshot()
+        .file_views(log_store.as_ref(), None)
+        .try_collect()
+        .await
+        .unwrap();
+    let mut buckets = std::collections::BTreeMap::<i32, (usize, usize)>::new();
+    for view in &views {
+        let bucket = view
+            .partition_values_map()
+            .get("__cdc_bucket")
+            .cloned()
+            .flatten()
+            .and_then(|b| b.parse::<i32>().ok())
+            .unwrap();
+        let entry = buckets.entry(bucket).or_default();
+        entry.0 += 1;
+        entry.1 += usize::from(view.deletion_vector_descriptor().is_some());
+    }
+    buckets.into_iter().map(|(b, (f, v))| (b, f, v)).collect()
+}
+
+/// Small updates add a file to each bucket they touch and retire stored
+/// rows with deletion vectors; each such update also compacts the fullest
+/// ⌈touched ÷ limit⌉ of its buckets holding more than half
+/// `autocdc.deletion_vector_max_files_per_bucket` files: it reads them
+/// whole and rewrites each into one file without vectors, while the other
+/// buckets keep their vectors — the same rows and an exact change feed.
 #[tokio::test]
-async fn small_updates_compact_buckets_past_the_file_limit() {
+async fn small_updates_compact_their_fullest_buckets_one_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let s = two_hundred_keys(&dir, "'autocdc.buckets' = '2'").await;
     exec(&s, "SET autocdc.deletion_vector_max_files_per_bucket = 2").await;
-    assert_eq!(deletion_vector_files(&s, "t").await, (2, 0, 0));
+    assert_eq!(files_per_bucket(&s, "t").await, [(0, 1, 0), (1, 1, 0)]);
     let update = |first: i64, seq: i64| {
         format!(
             "CREATE OR REPLACE TABLE src AS SELECT value AS id, 'u{seq}' AS v, {seq} AS seq FROM generate_series({first}, {})",
             first + 7
         )
     };
-    // two small updates of 8 keys each (both buckets): vectors on the first
-    // files, 2 then 3 files a bucket
+    // eight keys in both buckets: vectors on the first files, a new file in
+    // each bucket
     exec(&s, &update(1, 2)).await;
     exec(&s, "REFRESH STREAMING TABLE t").await;
-    assert_eq!(deletion_vector_files(&s, "t").await, (4, 2, 8));
+    assert_eq!(files_per_bucket(&s, "t").await, [(0, 2, 1), (1, 2, 1)]);
+    // both buckets hold more than 2 ÷ 2 files: the fuller-or-lower one
+    // (bucket 0) is compacted, bucket 1 takes vectors and a third file
     exec(&s, &update(11, 3)).await;
-    exec(&s, "REFRESH STREAMING TABLE t").await;
-    assert_eq!(deletion_vector_files(&s, "t").await, (6, 2, 16));
-    // the next one finds 3 files in a bucket: it rewrites both buckets
-    exec(&s, &update(21, 4)).await;
     let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
         .await
         .join("\n");
-    assert!(!analyzed.contains("StoredRowsExec"), "{analyzed}");
-    assert_eq!(deletion_vector_files(&s, "t").await, (2, 0, 0));
+    assert!(analyzed.contains("StoredRowsExec"), "{analyzed}");
+    assert_eq!(files_per_bucket(&s, "t").await, [(0, 1, 0), (1, 3, 1)]);
+    // then the fuller bucket 1; bucket 0 takes vectors
+    exec(&s, &update(21, 4)).await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(files_per_bucket(&s, "t").await, [(0, 2, 1), (1, 1, 0)]);
     assert_eq!(
         rows(&s, "SELECT v, count(*) FROM t GROUP BY v ORDER BY v").await,
         ["| u2 | 8 |", "| u3 | 8 |", "| u4 | 8 |", "| v | 176 |"]
     );
-    let feed = rows(
-        &s,
-        "SELECT _change_type, count(*), min(id), max(id), min(v), max(v) FROM table_changes('t', 4) GROUP BY _change_type ORDER BY _change_type",
-    )
-    .await;
-    assert_eq!(
-        feed,
-        [
-            "| update_postimage | 8 | 21 | 28 | u4 | u4 |",
-            "| update_preimage | 8 | 21 | 28 | v | v |"
-        ]
-    );
-    // and small updates use vectors again
+    for (version, seq, first) in [(3, 3, 11), (4, 4, 21)] {
+        let feed = rows(
+            &s,
+            &format!("SELECT _change_type, count(*), min(id), max(id), min(v), max(v) FROM table_changes('t', {version}, {version}) GROUP BY _change_type ORDER BY _change_type"),
+        )
+        .await;
+        assert_eq!(
+            feed,
+            [
+                format!("| update_postimage | 8 | {first} | {} | u{seq} | u{seq} |", first + 7),
+                format!("| update_preimage | 8 | {first} | {} | v | v |", first + 7),
+            ]
+        );
+    }
+    // without a limit, nothing is compacted
+    exec(&s, "SET autocdc.deletion_vector_max_files_per_bucket = 0").await;
     exec(&s, &update(31, 5)).await;
     exec(&s, "REFRESH STREAMING TABLE t").await;
-    assert_eq!(deletion_vector_files(&s, "t").await, (4, 2, 8));
+    assert_eq!(files_per_bucket(&s, "t").await, [(0, 3, 1), (1, 2, 1)]);
 }
 
 /// Commits write a Delta checkpoint every `delta.checkpointInterval`

@@ -190,9 +190,9 @@ async fn engine_with(
         Fold::IndexedOutOfMemory => Some("SET autocdc.indexed_fold_max_bytes = 1"),
     };
     // half the cases (by the parity of their event count) retire stored
-    // rows with deletion vectors on every update that can, until a bucket
-    // holds more than 1 to 3 files (then an update compacts the buckets it
-    // touches); the other half rewrite the touched buckets
+    // rows with deletion vectors on every update that can, compacting the
+    // fullest touched buckets once they hold more than half of 1 to 3
+    // files; the other half rewrite the touched buckets
     let events: usize = updates.iter().map(Vec::len).sum();
     let rewrite = if events.is_multiple_of(2) {
         vec![

@@ -15,9 +15,18 @@ use super::FoldCounts;
 /// A streaming per-key fold over event batches sorted by
 /// `(keys, seq, origin)`.
 pub trait FoldKernel: Send + std::fmt::Debug {
-    /// Raise the truncate watermark (SCD 1 only; other kernels never get
-    /// TRUNCATE events).
+    /// Raise the truncate watermark with the sequences of TRUNCATE events
+    /// (SCD 1 only; other kernels never get TRUNCATE events): stored rows
+    /// and new events at or below them are removed.
     fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()>;
+    /// Raise the truncate watermark with the stored watermark (earlier
+    /// updates' TRUNCATEs): it keeps new events at or below it out, but
+    /// removes no stored row — those it removed are gone, and those below
+    /// it now were written later by DML (an `INSERT` without a tombstone
+    /// takes the least sequence).
+    fn observe_stored_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        self.observe_watermark(sequences)
+    }
     /// The truncate watermark as a one-element array, once observed.
     fn watermark_value(&self) -> Option<&ArrayRef>;
     /// Fold one sorted batch; returns the stored rows of the key groups it

@@ -36,7 +36,7 @@ use arrow::array::{
 };
 use arrow::compute::{cast, concat_batches, take, SortOptions};
 use arrow::datatypes::{DataType, Int8Type, SchemaRef};
-use arrow::row::{OwnedRow, RowConverter, Rows};
+use arrow::row::{RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{all_nullable, EventLayout, Kind, Origin};
@@ -64,8 +64,11 @@ pub enum Chain<'a> {
     /// SCD 1: from the stored row; drops late events and events at or below
     /// the truncate watermark.
     Latest {
-        /// Truncate watermark, if any.
+        /// Truncate watermark, if any: new events at or below it are dropped.
         watermark: Option<arrow::row::Row<'a>>,
+        /// The greatest TRUNCATE of this update: the stored row goes when at
+        /// or below it (see `FoldKernel::observe_stored_watermark`).
+        truncated_through: Option<arrow::row::Row<'a>>,
     },
 }
 
@@ -221,8 +224,15 @@ impl Merger {
             let stored = origins.value(i) == Origin::Stored as i8;
             let applies = match chain {
                 Chain::History => true,
-                Chain::Latest { watermark } => {
-                    let truncated = watermark.is_some_and(|w| seqs.row(i) <= w);
+                Chain::Latest {
+                    watermark,
+                    truncated_through,
+                } => {
+                    let truncated = if stored {
+                        truncated_through.is_some_and(|w| seqs.row(i) <= w)
+                    } else {
+                        watermark.is_some_and(|w| seqs.row(i) <= w)
+                    };
                     if stored {
                         // the stored row is the base (unless truncated away)
                         stored_seq = Some(i);
@@ -360,7 +370,6 @@ pub struct MergingScd1Fold {
     inner: Scd1Fold,
     key_converter: RowConverter,
     seq_converter: RowConverter,
-    watermark: Option<OwnedRow>,
     carry: GroupCarry,
 }
 
@@ -379,7 +388,6 @@ impl MergingScd1Fold {
             carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             merger: Merger::new(flow, layout, mode),
             inner,
-            watermark: None,
         })
     }
 
@@ -390,8 +398,10 @@ impl MergingScd1Fold {
         let layout = &self.merger.layout;
         let keys = to_rows(&self.key_converter, batch, &layout.key_indices)?;
         let seqs = to_rows(&self.seq_converter, batch, &[layout.seq()])?;
+        let (watermark, truncated_through) = self.inner.watermark_rows();
         let chain = Chain::Latest {
-            watermark: self.watermark.as_ref().map(|w| w.row()),
+            watermark: watermark.map(|w| w.row()),
+            truncated_through: truncated_through.map(|w| w.row()),
         };
         let merged = self.merger.merge(batch, end, &keys, &seqs, chain)?;
         self.inner.push(&merged)
@@ -400,14 +410,11 @@ impl MergingScd1Fold {
 
 impl FoldKernel for MergingScd1Fold {
     fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
-        self.inner.observe_watermark(sequences)?;
-        if let Some(value) = self.inner.watermark_value() {
-            let rows = self
-                .seq_converter
-                .convert_columns(std::slice::from_ref(value))?;
-            self.watermark = Some(rows.row(0).owned());
-        }
-        Ok(())
+        self.inner.observe_watermark(sequences)
+    }
+
+    fn observe_stored_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        self.inner.observe_stored_watermark(sequences)
     }
 
     fn watermark_value(&self) -> Option<&ArrayRef> {

@@ -12,7 +12,10 @@
 //!   (same kind and values), otherwise the update fails with a conflict;
 //! * a key whose winning sequence is ≤ the truncate watermark `T` (the greatest
 //!   TRUNCATE sequence ever seen) disappears without a tombstone: `T` itself
-//!   keeps older events out.
+//!   keeps older events out. A stored row goes only by a TRUNCATE of this
+//!   update: the one below the stored watermark was written by DML after it
+//!   (an `INSERT` without a tombstone has the least sequence, SPEC §4.2), and
+//!   it stays when its key's new events are all ≤ `T`.
 //!
 //! ```text
 //!  sorted by (keys, seq, origin)          per key                 output
@@ -112,6 +115,9 @@ pub struct Scd1Fold {
     seq_converter: RowConverter,
     watermark: Option<OwnedRow>,
     watermark_value: Option<ArrayRef>,
+    /// The greatest TRUNCATE sequence of this update: stored rows at or
+    /// below it go (the stored watermark removes none).
+    truncated_through: Option<OwnedRow>,
     group: Option<Group>,
     counts: FoldCounts,
     new_wins_ties: bool,
@@ -139,6 +145,7 @@ impl Scd1Fold {
             layout,
             watermark: None,
             watermark_value: None,
+            truncated_through: None,
             group: None,
             counts: FoldCounts::default(),
             new_wins_ties: false,
@@ -161,10 +168,20 @@ impl Scd1Fold {
         self.counts
     }
 
-    /// Raise the truncate watermark to the greatest of `sequences` (TRUNCATE
-    /// event sequences and the stored watermark). Must be called before
-    /// [`Self::push`]. NULLs are rejected.
+    /// Raise the truncate watermark to the greatest of `sequences`, TRUNCATE
+    /// event sequences (see [`FoldKernel::observe_watermark`]). Must be
+    /// called before [`Self::push`]. NULLs are rejected.
     pub fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        self.raise_watermark(sequences, true)
+    }
+
+    /// Raise the truncate watermark to the stored watermark (see
+    /// [`FoldKernel::observe_stored_watermark`]).
+    pub fn observe_stored_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        self.raise_watermark(sequences, false)
+    }
+
+    fn raise_watermark(&mut self, sequences: &ArrayRef, truncating: bool) -> Result<()> {
         check_truncate_sequences(&self.flow, sequences.as_ref())?;
         let rows = self
             .seq_converter
@@ -174,8 +191,17 @@ impl Scd1Fold {
                 self.watermark = Some(row.owned());
                 self.watermark_value = Some(sequences.slice(i, 1));
             }
+            if truncating && self.truncated_through.as_ref().is_none_or(|w| row > w.row()) {
+                self.truncated_through = Some(row.owned());
+            }
         }
         Ok(())
+    }
+
+    /// The truncate watermark and the greatest TRUNCATE of this update, as
+    /// rows (for the partial-update merge).
+    pub(crate) fn watermark_rows(&self) -> (Option<&OwnedRow>, Option<&OwnedRow>) {
+        (self.watermark.as_ref(), self.truncated_through.as_ref())
     }
 
     /// The truncate watermark as a one-element array, once observed.
@@ -322,12 +348,26 @@ impl Scd1Fold {
         emit: &mut Emit,
     ) -> Result<()> {
         let winner_seq = slot_seq(&g.winner, seqs);
-        let truncated = self
-            .watermark
-            .as_ref()
-            .is_some_and(|w| winner_seq <= w.row());
+        // a stored row goes only by a TRUNCATE of this update; a new event
+        // by any (see `FoldKernel::observe_stored_watermark`)
+        let watermark = match g.winner_origin {
+            Origin::New => &self.watermark,
+            _ => &self.truncated_through,
+        };
+        let truncated = watermark.as_ref().is_some_and(|w| winner_seq <= w.row());
         if truncated {
+            // every new event is at or below the watermark: the stored row
+            // stays unless a TRUNCATE of this update reaches it
             if let Some(stored) = g.stored {
+                let kept = g.winner_origin == Origin::New
+                    && self
+                        .truncated_through
+                        .as_ref()
+                        .is_none_or(|t| slot_seq(&stored, seqs) > t.row());
+                if kept {
+                    emit.push(stored, None);
+                    return Ok(());
+                }
                 self.counts.deleted += 1;
                 emit.push(stored, Some(CHANGE_DELETE));
             }
@@ -452,6 +492,9 @@ impl Scd1Fold {
 impl FoldKernel for Scd1Fold {
     fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
         Scd1Fold::observe_watermark(self, sequences)
+    }
+    fn observe_stored_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        Scd1Fold::observe_stored_watermark(self, sequences)
     }
     fn watermark_value(&self) -> Option<&ArrayRef> {
         Scd1Fold::watermark_value(self)

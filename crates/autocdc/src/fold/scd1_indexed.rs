@@ -83,6 +83,8 @@ pub struct IndexedScd1Fold {
     index: Vec<IndexEntry>,
     watermark: Option<u128>,
     watermark_value: Option<ArrayRef>,
+    /// The greatest TRUNCATE of this update (see `Scd1Fold`).
+    truncated_through: Option<u128>,
     counts: FoldCounts,
     /// Rows to emit, once finished.
     emits: Option<EmitQueue>,
@@ -157,6 +159,7 @@ impl IndexedScd1Fold {
             index: Vec::new(),
             watermark: None,
             watermark_value: None,
+            truncated_through: None,
             counts: FoldCounts::default(),
             emits: None,
         })
@@ -172,9 +175,20 @@ impl IndexedScd1Fold {
         self.counts
     }
 
-    /// Raise the truncate watermark to the greatest of `sequences`; must be
-    /// called before [`Self::finish`]. NULLs are rejected.
+    /// Raise the truncate watermark to the greatest of `sequences`, TRUNCATE
+    /// event sequences; must be called before [`Self::finish`]. NULLs are
+    /// rejected.
     pub fn observe_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        self.raise_watermark(sequences, true)
+    }
+
+    /// Raise the truncate watermark to the stored watermark (see
+    /// [`FoldKernel::observe_stored_watermark`](super::kernel::FoldKernel)).
+    pub fn observe_stored_watermark(&mut self, sequences: &ArrayRef) -> Result<()> {
+        self.raise_watermark(sequences, false)
+    }
+
+    fn raise_watermark(&mut self, sequences: &ArrayRef, truncating: bool) -> Result<()> {
         check_truncate_sequences(&self.flow, sequences.as_ref())?;
         let rows = self
             .seq_converter
@@ -184,6 +198,9 @@ impl IndexedScd1Fold {
             if self.watermark.is_none_or(|w| seq > w) {
                 self.watermark = Some(seq);
                 self.watermark_value = Some(sequences.slice(i, 1));
+            }
+            if truncating && self.truncated_through.is_none_or(|w| seq > w) {
+                self.truncated_through = Some(seq);
             }
         }
         Ok(())
@@ -419,7 +436,22 @@ impl IndexedScd1Fold {
             });
         };
         let live = stored.filter(|s| s.kind == Kind::Upsert as i8);
-        if self.watermark.is_some_and(|w| winner.seq <= w) {
+        // a stored row goes only by a TRUNCATE of this update
+        let watermark = if winner.stored() {
+            self.truncated_through
+        } else {
+            self.watermark
+        };
+        if watermark.is_some_and(|w| winner.seq <= w) {
+            // every new event is at or below the watermark: the live stored
+            // row stays unless a TRUNCATE of this update reaches it (a
+            // tombstone there keeps nothing out: it goes, as in `Scd1Fold`)
+            if let Some(live) = &live {
+                if !winner.stored() && self.truncated_through.is_none_or(|t| live.seq > t) {
+                    emit(live, None);
+                    return Ok(());
+                }
+            }
             if let Some(live) = &live {
                 self.counts.deleted += 1;
                 emit(live, Some(CHANGE_DELETE));
@@ -573,6 +605,18 @@ mod tests {
     /// (id, v, seq, kind, origin)
     type Event = (i64, &'static str, i64, Kind, Origin);
 
+    /// A TRUNCATE of this update, or the stored watermark.
+    #[derive(Debug, Clone, Copy)]
+    struct Watermark {
+        seq: i64,
+        stored: bool,
+    }
+
+    const TRUNCATE_4: Watermark = Watermark {
+        seq: 4,
+        stored: false,
+    };
+
     fn batch(events: &[Event], string_keys: bool) -> RecordBatch {
         let ids: ArrayRef = if string_keys {
             Arc::new(StringArray::from_iter_values(
@@ -636,7 +680,7 @@ mod tests {
     fn run_indexed(
         events: &[Event],
         ties: bool,
-        watermark: Option<i64>,
+        watermark: Option<Watermark>,
         string_keys: bool,
         key_hash_mask: u64,
     ) -> Result<Folded> {
@@ -644,7 +688,12 @@ mod tests {
             .with_key_hash_mask(key_hash_mask);
         assert_eq!(fold.key_rows.is_some(), string_keys);
         if let Some(w) = watermark {
-            fold.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
+            let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
+            if w.stored {
+                fold.observe_stored_watermark(&seqs)?;
+            } else {
+                fold.observe_watermark(&seqs)?;
+            }
         }
         // one event per batch: key groups cross batches
         for e in events {
@@ -661,13 +710,18 @@ mod tests {
     fn run_sorted(
         events: &[Event],
         ties: bool,
-        watermark: Option<i64>,
+        watermark: Option<Watermark>,
         string_keys: bool,
     ) -> Result<Folded> {
         let mut fold =
             Scd1Fold::try_new("f", layout(), &schema(string_keys))?.with_new_wins_ties(ties);
         if let Some(w) = watermark {
-            fold.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
+            let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
+            if w.stored {
+                fold.observe_stored_watermark(&seqs)?;
+            } else {
+                fold.observe_watermark(&seqs)?;
+            }
         }
         let mut out = Vec::new();
         if let Some(b) = fold.push(&sorted(&batch(events, string_keys)))? {
@@ -706,6 +760,17 @@ mod tests {
             vec![(1, "s", 5, U, S), (1, "s", 6, U, N), (3, "z", 1, U, S)],
             // delete of a live row
             vec![(1, "s", 5, U, S), (1, "", 6, D, N)],
+            // rows DML inserted at the least sequence: a late event, a newer
+            // one, none
+            vec![
+                (1, "dml", i64::MIN, U, S),
+                (1, "late", 0, U, N),
+                (2, "ins", i64::MIN, U, S),
+                (2, "new", 5, U, N),
+                (3, "x", i64::MIN, U, S),
+                (4, "", i64::MIN, D, S),
+                (4, "late", 2, U, N),
+            ],
             // many keys, interleaved, for hash collisions
             (0..12)
                 .flat_map(|k| {
@@ -723,7 +788,11 @@ mod tests {
     fn equals_the_sorted_fold() {
         for events in &cases() {
             for ties in [false, true] {
-                for wm in [None, Some(4)] {
+                let stored_4 = Watermark {
+                    seq: 4,
+                    stored: true,
+                };
+                for wm in [None, Some(TRUNCATE_4), Some(stored_4)] {
                     let expected = run_sorted(events, ties, wm, false).unwrap();
                     let got = run_indexed(events, ties, wm, false, u64::MAX).unwrap();
                     assert_eq!(got, expected, "{events:?} ties={ties} watermark={wm:?}");
@@ -738,9 +807,9 @@ mod tests {
     fn hashed_keys_equal_the_sorted_fold_even_when_hashes_collide() {
         for events in &cases() {
             for ties in [false, true] {
-                let expected = run_sorted(events, ties, Some(1), true).unwrap();
+                let expected = run_sorted(events, ties, Some(Watermark { seq: 1, stored: false }), true).unwrap();
                 for mask in [u64::MAX, 1, 0] {
-                    let got = run_indexed(events, ties, Some(1), true, mask).unwrap();
+                    let got = run_indexed(events, ties, Some(Watermark { seq: 1, stored: false }), true, mask).unwrap();
                     assert_eq!(got, expected, "{events:?} ties={ties} mask={mask}");
                 }
             }

@@ -181,6 +181,28 @@ pub fn fold(
     fold_batch(spec, &batch(&spec.layout, events), watermark, split)
 }
 
+/// [`fold`] after observing the stored truncate watermark `stored` (earlier
+/// updates' TRUNCATEs) instead of a TRUNCATE of this update.
+pub fn fold_below_stored_watermark(
+    spec: &FoldSpec,
+    events: &[Ev],
+    stored: i64,
+    split: usize,
+) -> Result<(Vec<RecordBatch>, FoldCounts)> {
+    let input = batch(&spec.layout, events);
+    let mut kernel = spec.kernel(&input.schema())?;
+    kernel.observe_stored_watermark(&(Arc::new(Int64Array::from(vec![stored])) as ArrayRef))?;
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while offset < input.num_rows() {
+        let len = split.min(input.num_rows() - offset);
+        out.extend(kernel.push(&input.slice(offset, len))?);
+        offset += len;
+    }
+    out.extend(kernel.finish_all()?);
+    Ok((out, kernel.counts()))
+}
+
 /// [`fold`] of a batch already laid out and sorted.
 pub fn fold_batch(
     spec: &FoldSpec,

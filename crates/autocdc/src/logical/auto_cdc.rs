@@ -14,8 +14,10 @@ use crate::fold::{EventLayout, FoldSpec};
 /// 0. events `[target columns..., __cdc_seq, __cdc_kind, __cdc_origin]` —
 ///    the target's stored rows or events (origin 0) and the flow's new
 ///    UPSERT/DELETE events (origin 1);
-/// 1. truncate sequences `[__cdc_seq]` — new TRUNCATE events and the stored
-///    truncate watermark (SCD 1).
+/// 1. truncate sequences `[__cdc_seq]` or `[__cdc_seq, __cdc_origin]` —
+///    new TRUNCATE events (origin 1, or without the column) and the stored
+///    truncate watermark (SCD 1, origin 0: it keeps older new events out
+///    but removes no stored row).
 ///
 /// Output: the complete new stored state (see [`FoldSpec::output_schema`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -51,7 +51,7 @@ use tokio::sync::OnceCell;
 use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
-use crate::fold::columns::{KIND_COL, SEQ_COL};
+use crate::fold::columns::{Origin, KIND_COL, SEQ_COL};
 use crate::fold::{FoldCounts, FoldKernel, FoldSpec, IndexedScd1Fold, Kind};
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
@@ -65,7 +65,7 @@ pub struct AutoCdcExec {
     metrics: ExecutionPlanMetricsSet,
     /// The truncate sequences, collected once for all partitions (an error
     /// too: the input must not be executed twice).
-    truncate_sequences: Arc<OnceCell<std::result::Result<Option<ArrayRef>, Arc<DataFusionError>>>>,
+    truncate_sequences: Arc<OnceCell<std::result::Result<TruncateSequences, Arc<DataFusionError>>>>,
     /// Set when one partition's indexed fold ran out of memory: the others
     /// then sort too, instead of holding memory the sorts need.
     sorting: Arc<AtomicBool>,
@@ -246,6 +246,50 @@ impl DisplayAs for AutoCdcExec {
 /// One partition's fold: the indexed SCD 1 kernel or a sorted kernel,
 /// and the fall-back between them ([`AdaptivePartition`]).
 type FoldRun = AdaptivePartition<Box<IndexedScd1Fold>, Box<dyn FoldKernel>>;
+
+/// The fold's truncate input, collected once: sequences of this update's
+/// TRUNCATE events, and the stored watermark (rows whose optional second
+/// column, `__cdc_origin`, says `Stored`; see
+/// [`FoldKernel::observe_stored_watermark`]).
+#[derive(Debug, Clone, Default)]
+struct TruncateSequences {
+    events: Option<ArrayRef>,
+    stored: Option<ArrayRef>,
+}
+
+impl TruncateSequences {
+    fn try_new(batches: &[RecordBatch]) -> Result<Self> {
+        let nonempty = |arrays: Vec<ArrayRef>| -> Result<Option<ArrayRef>> {
+            let refs: Vec<&dyn arrow::array::Array> = arrays.iter().map(|a| a.as_ref()).collect();
+            if refs.iter().all(|a| a.is_empty()) {
+                return Ok(None);
+            }
+            Ok(Some(concat(&refs)?))
+        };
+        let (mut events, mut stored) = (Vec::new(), Vec::new());
+        for batch in batches {
+            let seqs = batch.column(0);
+            match batch.columns().get(1) {
+                None => events.push(Arc::clone(seqs)),
+                Some(origins) => {
+                    let is_stored = arrow::compute::kernels::cmp::eq(
+                        origins,
+                        &Int8Array::new_scalar(Origin::Stored as i8),
+                    )?;
+                    stored.push(arrow::compute::filter(seqs, &is_stored)?);
+                    events.push(arrow::compute::filter(
+                        seqs,
+                        &arrow::compute::not(&is_stored)?,
+                    )?);
+                }
+            }
+        }
+        Ok(Self {
+            events: nonempty(events)?,
+            stored: nonempty(stored)?,
+        })
+    }
+}
 
 impl SortedKernel for Box<dyn FoldKernel> {
     fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
@@ -469,12 +513,7 @@ impl ExecutionPlan for AutoCdcExec {
                 .get_or_init(|| async move {
                     let gather = async move {
                         let batches = collect(truncates, task).await?;
-                        let arrays: Vec<&dyn arrow::array::Array> =
-                            batches.iter().map(|b| b.column(0).as_ref()).collect();
-                        if arrays.is_empty() {
-                            return Ok::<_, DataFusionError>(None);
-                        }
-                        Ok(Some(concat(&arrays)?))
+                        TruncateSequences::try_new(&batches)
                     };
                     gather.await.map_err(Arc::new)
                 })
@@ -482,15 +521,17 @@ impl ExecutionPlan for AutoCdcExec {
             let seqs = collected
                 .as_ref()
                 .map_err(|e| DataFusionError::Shared(Arc::clone(e)))?
-                .clone()
-                .filter(|s| !s.is_empty());
+                .clone();
             // a sorted kernel (from the start or after a fall-back) knows
             // the truncate watermark before its first event
             let watermark = seqs.clone();
             let sorted_kernel = move |schema: &SchemaRef| -> Result<Box<dyn FoldKernel>> {
                 let mut kernel = spec.kernel(schema)?;
-                if let Some(seqs) = &watermark {
+                if let Some(seqs) = &watermark.events {
                     kernel.observe_watermark(seqs)?;
+                }
+                if let Some(seqs) = &watermark.stored {
+                    kernel.observe_stored_watermark(seqs)?;
                 }
                 Ok(kernel)
             };
@@ -506,8 +547,11 @@ impl ExecutionPlan for AutoCdcExec {
             };
             let run = if indexed {
                 let mut fold = Box::new(fold_spec.indexed_kernel(&input.schema())?);
-                if let Some(seqs) = &seqs {
+                if let Some(seqs) = &seqs.events {
                     fold.observe_watermark(seqs)?;
+                }
+                if let Some(seqs) = &seqs.stored {
+                    fold.observe_stored_watermark(seqs)?;
                 }
                 let reservation = MemoryConsumer::new(format!("AutoCdcExec[{partition}]"))
                     .with_can_spill(true)

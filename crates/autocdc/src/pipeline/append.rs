@@ -159,6 +159,7 @@ pub async fn plan_append(
         // no stored row is replaced
         touched: Some(Vec::new()),
         superseded: None,
+        compacted: Vec::new(),
         operation,
         started,
         expectations,

@@ -425,11 +425,19 @@ pub async fn plan_update(
     let touched = if widened { None } else { touched };
     // a small update of a large table retires the stored rows of its keys
     // with deletion vectors instead of rewriting whole buckets
-    let superseded = match &touched {
+    // (and compacts the fullest of them: `compacted` are read and rewritten
+    // whole)
+    let (superseded, compacted) = match &touched {
         Some(buckets) if meta.sequence_type.is_some() => {
             match superseded_keys(state, &table, &resolved, &events).await? {
-                Some(keys) => Some(Arc::new(
-                    find_superseded(state, &table, keys, buckets)
+                Some(keys) => {
+                    let compacted = buckets_to_compact(state, &table, buckets).await?;
+                    let probed: Vec<i32> = buckets
+                        .iter()
+                        .filter(|b| !compacted.contains(b))
+                        .copied()
+                        .collect();
+                    let superseded = find_superseded(state, &table, keys, &probed)
                         .await
                         .map_err(|e| {
                             e.context(format!(
@@ -437,12 +445,13 @@ pub async fn plan_update(
                                 flow.name,
                                 table.name()
                             ))
-                        })?,
-                )),
-                None => None,
+                        })?;
+                    (Some(Arc::new(superseded)), compacted)
+                }
+                None => (None, Vec::new()),
             }
         }
-        _ => None,
+        _ => (None, Vec::new()),
     };
 
     let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
@@ -493,7 +502,8 @@ pub async fn plan_update(
     let new_truncates = match truncate_source {
         None => LogicalPlanBuilder::empty(false)
             .project(vec![
-                cast(lit(ScalarValue::Null), seq_type.clone()).alias(SEQ_COL)
+                cast(lit(ScalarValue::Null), seq_type.clone()).alias(SEQ_COL),
+                lit(Origin::New as i8).alias(ORIGIN_COL),
             ])?
             .build()?,
         Some(source) => {
@@ -508,7 +518,7 @@ pub async fn plan_update(
                 None => truncates,
             };
             LogicalPlanBuilder::from(truncates)
-                .project(vec![col(SEQ_COL)])?
+                .project(vec![col(SEQ_COL), lit(Origin::New as i8).alias(ORIGIN_COL)])?
                 .build()?
         }
     };
@@ -617,6 +627,18 @@ pub async fn plan_update(
             }
             None => raw,
         };
+        // the buckets compacted by this update are read whole
+        let raw_rows = if compacted.is_empty() {
+            raw_rows
+        } else {
+            let whole = LogicalPlanBuilder::from(raw_target()?)
+                .filter(
+                    col(BUCKET_COL)
+                        .in_list(compacted.iter().map(|b| lit(*b)).collect(), false),
+                )?
+                .build()?;
+            LogicalPlanBuilder::from(raw_rows).union(whole)?.build()?
+        };
         let stored_rows = LogicalPlanBuilder::from(raw_rows)
             .filter(stored_filter)?
             .project(stored)?
@@ -630,7 +652,11 @@ pub async fn plan_update(
                     .eq(lit(WATERMARK_BUCKET))
                     .and(kind_is(Kind::Truncate)),
             )?
-            .project(vec![cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL)])?
+            .project(vec![
+                cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL),
+                // (it keeps older new events out, removes no stored row)
+                lit(Origin::Stored as i8).alias(ORIGIN_COL),
+            ])?
             .build()?;
         let events = LogicalPlanBuilder::from(new_rows)
             .union(stored_rows)?
@@ -707,6 +733,7 @@ pub async fn plan_update(
         run: next_run(&table, &flow.name).await?,
         touched,
         superseded,
+        compacted,
         operation,
         started,
         expectations,
@@ -872,12 +899,6 @@ enum PlannedDiff {
     Large(LogicalPlan),
 }
 
-/// How many keys an update of `table` may touch and still retire their
-/// stored rows with deletion vectors: `autocdc.deletion_vector_max_fraction`
-/// of the live stored rows. `None` when the session or the table does not
-/// take deletion vectors, the table is (nearly) empty, or a key bucket holds
-/// more than `autocdc.deletion_vector_max_files_per_bucket` data files (the
-/// update then rewrites the buckets it touches, compacting them).
 /// Where and how a run of `flow` writes into `table`: rows bucketed by the
 /// columns at `key_indices`.
 pub(crate) fn write_request(
@@ -911,6 +932,10 @@ pub(crate) async fn next_run(table: &ScdTable, flow: &str) -> Result<i64> {
     Ok(last.unwrap_or(0) + 1)
 }
 
+/// How many keys an update of `table` may touch and still retire their
+/// stored rows with deletion vectors: `autocdc.deletion_vector_max_fraction`
+/// of the live stored rows. `None` when the session or the table does not
+/// take deletion vectors or the table is (nearly) empty.
 pub(crate) async fn deletion_vector_budget(
     state: &SessionState,
     table: &ScdTable,
@@ -925,19 +950,6 @@ pub(crate) async fn deletion_vector_budget(
         return Ok(None);
     }
     let files = data_files(&delta).await?;
-    let limit = options.deletion_vector_max_files_per_bucket;
-    if limit > 0 {
-        // small updates add files: past the limit, rewrite (and so compact)
-        let mut per_bucket: datafusion::common::HashMap<i32, usize> = Default::default();
-        for bucket in files.iter().filter_map(bucket_of) {
-            if bucket != WATERMARK_BUCKET {
-                *per_bucket.entry(bucket).or_default() += 1;
-            }
-        }
-        if per_bucket.values().any(|&n| n > limit) {
-            return Ok(None);
-        }
-    }
     let live: i64 = files
         .iter()
         .map(|v| {
@@ -952,6 +964,48 @@ pub(crate) async fn deletion_vector_budget(
     }
     // (bounded: the keys are held in memory)
     Ok(Some(max_keys.min(MAX_DELETION_VECTOR_KEYS as f64) as usize))
+}
+
+/// The buckets among `touched` that an update using deletion vectors
+/// rewrites whole, compacting each into one file without the rows its
+/// vectors deleted. Each such update adds a file to every bucket it
+/// touches; with `limit` = `autocdc.deletion_vector_max_files_per_bucket`
+/// (0: never compact), it also compacts the ⌈touched ÷ limit⌉ fullest
+/// touched buckets holding more than limit ÷ 2 files (ties: lower bucket
+/// first). Updates that touch every bucket so keep about `limit` files per
+/// bucket, and each pays for a few buckets' rewrite instead of one update
+/// in `limit` rewriting them all at once (a latency spike).
+async fn buckets_to_compact(
+    state: &SessionState,
+    table: &ScdTable,
+    touched: &[i32],
+) -> Result<Vec<i32>> {
+    let limit = crate::config::autocdc_options(state.config()).deletion_vector_max_files_per_bucket;
+    if limit == 0 || touched.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut files: datafusion::common::HashMap<i32, usize> = Default::default();
+    for bucket in data_files(&table.delta()).await?.iter().filter_map(bucket_of) {
+        if touched.contains(&bucket) {
+            *files.entry(bucket).or_default() += 1;
+        }
+    }
+    Ok(compaction_choice(files.into_iter().collect(), touched.len(), limit))
+}
+
+/// Which buckets to compact, given the data files of each touched bucket
+/// (`files`), how many buckets are touched and the file limit (see
+/// [`buckets_to_compact`]); sorted by bucket.
+fn compaction_choice(mut files: Vec<(i32, usize)>, touched: usize, limit: usize) -> Vec<i32> {
+    files.retain(|&(_, n)| n > limit / 2);
+    files.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut chosen: Vec<i32> = files
+        .into_iter()
+        .take(touched.div_ceil(limit))
+        .map(|(bucket, _)| bucket)
+        .collect();
+    chosen.sort_unstable();
+    chosen
 }
 
 /// The key buckets an update's new events fall in; `None` when it must
@@ -992,4 +1046,44 @@ async fn touched_buckets(
     }
     touched.sort_unstable();
     Ok(Some(touched))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compaction_choice;
+
+    #[test]
+    fn compaction_takes_the_fullest_touched_buckets_past_half_the_limit() {
+        // 16 touched buckets, limit 8: two a time, the fullest first
+        let files: Vec<(i32, usize)> = (0..16).map(|b| (b, 5 + (b as usize % 3))).collect();
+        assert_eq!(compaction_choice(files, 16, 8), vec![2, 5]);
+        // none past half the limit: none
+        assert_eq!(compaction_choice(vec![(0, 4), (1, 3)], 2, 8), Vec::<i32>::new());
+        // one bucket touched: it alone, once past half the limit
+        assert_eq!(compaction_choice(vec![(7, 5)], 1, 8), vec![7]);
+        // ties go to the lower bucket
+        assert_eq!(compaction_choice(vec![(3, 3), (1, 3)], 2, 2), vec![1]);
+    }
+
+    #[test]
+    fn updates_touching_every_bucket_keep_about_limit_files_per_bucket() {
+        // a simulation of the rule: each update adds a file to every bucket
+        // and compacts the chosen ones into one file
+        let (buckets, limit) = (16usize, 8usize);
+        let mut files = vec![1usize; buckets];
+        let mut most = 0;
+        for _ in 0..200 {
+            let chosen = compaction_choice(
+                files.iter().enumerate().map(|(b, &n)| (b as i32, n)).collect(),
+                buckets,
+                limit,
+            );
+            assert!(chosen.len() <= 2);
+            for (b, n) in files.iter_mut().enumerate() {
+                *n = if chosen.contains(&(b as i32)) { 1 } else { *n + 1 };
+            }
+            most = most.max(*files.iter().max().unwrap_or(&0));
+        }
+        assert!(most <= 2 * limit, "{most}");
+    }
 }

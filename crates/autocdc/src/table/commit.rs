@@ -94,6 +94,9 @@ pub struct CommitRequest {
     /// deletion vectors instead of rewriting the touched buckets (the fold
     /// then reads and writes only these keys).
     pub superseded: Option<Arc<Superseded>>,
+    /// Touched buckets rewritten whole although the update retires the
+    /// other buckets' rows with deletion vectors (compaction).
+    pub compacted: Vec<i32>,
     /// What the update is, for the event log.
     pub operation: Operation,
     /// When the update was planned.
@@ -177,7 +180,8 @@ pub async fn commit_written(
             };
             // with deletion vectors, the files of the touched buckets stay,
             // less the stored rows of the update's keys
-            let kept = request.superseded.is_some() && bucket != Some(WATERMARK_BUCKET);
+            let kept = request.superseded.is_some()
+                && bucket.is_none_or(|b| b != WATERMARK_BUCKET && !request.compacted.contains(&b));
             if rewritten && !kept {
                 actions.push(Action::Remove(view.remove_action(true)));
                 files_removed += 1;

@@ -3,7 +3,9 @@
 use super::super::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
 };
-use super::super::test_support::{del, every_split, fold, rows, spec, up, up_null, Ev};
+use super::super::test_support::{
+    del, every_split, fold, fold_below_stored_watermark, rows, spec, up, up_null, Ev,
+};
 use super::super::{FoldCounts, ScdType};
 
 const LIVE: i8 = Kind::Upsert as i8;
@@ -115,6 +117,64 @@ fn truncate_removes_keys_at_or_below_the_watermark() {
     assert_eq!(state, ["id=3 v=c cdc_seq=8", "id=4 v=d cdc_seq=9"]);
     assert_eq!(changes, ["id=1 v=a cdc_seq=2", "id=4 v=d cdc_seq=9"]);
     assert_eq!((counts.deleted, counts.upserted), (1, 1));
+}
+
+/// | key | events (stored: inserted by DML at the least sequence) | watermark 3 stored | TRUNCATE at 3 now |
+/// |-----|------------------------------------------|--------------------|-------------------|
+/// | 1   | stored dml@MIN, new late@0               | dml@MIN, 0 dropped | gone (delete)     |
+/// | 2   | stored ins@MIN, new new@5                | new@5 (update)     | new@5 (update)    |
+/// | 3   | stored x@MIN                             | x@MIN              | gone (delete)     |
+///
+/// The stored watermark keeps late events out but removes no stored row:
+/// the rows below it were written by DML after it (SPEC §4.2).
+#[test]
+fn only_a_truncate_of_this_update_removes_rows_below_the_watermark() {
+    const LEAST: i64 = i64::MIN;
+    let events = [
+        up(1, "dml", LEAST).stored(),
+        up(1, "late", 0),
+        up(2, "ins", LEAST).stored(),
+        up(2, "new", 5),
+        up(3, "x", LEAST).stored(),
+    ];
+    let changes = [
+        CHANGE_INSERT,
+        CHANGE_PREIMAGE,
+        CHANGE_POSTIMAGE,
+        CHANGE_DELETE,
+    ];
+    let (state, changed, counts) = every_split(events.len(), |split| {
+        let (out, counts) =
+            fold_below_stored_watermark(&scd1(), &events, 3, split).expect("fold");
+        (rows(&out, &[LIVE, TOMBSTONE]), rows(&out, &changes), counts)
+    });
+    let least = format!("cdc_seq={LEAST}");
+    assert_eq!(
+        state,
+        [
+            format!("id=1 v=dml {least}"),
+            "id=2 v=new cdc_seq=5".to_string(),
+            format!("id=3 v=x {least}"),
+        ]
+    );
+    assert_eq!(
+        changed,
+        [format!("id=2 v=ins {least}"), "id=2 v=new cdc_seq=5".to_string()]
+    );
+    assert_eq!((counts.deleted, counts.upserted), (0, 1));
+
+    let (state, changed, counts) = run(&events, Some(3));
+    assert_eq!(state, ["id=2 v=new cdc_seq=5"]);
+    assert_eq!(
+        changed,
+        [
+            format!("id=1 v=dml {least}"),
+            format!("id=2 v=ins {least}"),
+            "id=2 v=new cdc_seq=5".to_string(),
+            format!("id=3 v=x {least}"),
+        ]
+    );
+    assert_eq!((counts.deleted, counts.upserted), (2, 1));
 }
 
 /// Two new events of one key at one sequence: the same event is a
