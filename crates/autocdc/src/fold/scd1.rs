@@ -191,7 +191,12 @@ impl Scd1Fold {
                 self.watermark = Some(row.owned());
                 self.watermark_value = Some(sequences.slice(i, 1));
             }
-            if truncating && self.truncated_through.as_ref().is_none_or(|w| row > w.row()) {
+            if truncating
+                && self
+                    .truncated_through
+                    .as_ref()
+                    .is_none_or(|w| row > w.row())
+            {
                 self.truncated_through = Some(row.owned());
             }
         }

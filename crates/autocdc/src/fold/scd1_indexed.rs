@@ -807,9 +807,28 @@ mod tests {
     fn hashed_keys_equal_the_sorted_fold_even_when_hashes_collide() {
         for events in &cases() {
             for ties in [false, true] {
-                let expected = run_sorted(events, ties, Some(Watermark { seq: 1, stored: false }), true).unwrap();
+                let expected = run_sorted(
+                    events,
+                    ties,
+                    Some(Watermark {
+                        seq: 1,
+                        stored: false,
+                    }),
+                    true,
+                )
+                .unwrap();
                 for mask in [u64::MAX, 1, 0] {
-                    let got = run_indexed(events, ties, Some(Watermark { seq: 1, stored: false }), true, mask).unwrap();
+                    let got = run_indexed(
+                        events,
+                        ties,
+                        Some(Watermark {
+                            seq: 1,
+                            stored: false,
+                        }),
+                        true,
+                        mask,
+                    )
+                    .unwrap();
                     assert_eq!(got, expected, "{events:?} ties={ties} mask={mask}");
                 }
             }

@@ -1,6 +1,7 @@
 //! Table functions installed by the extension.
 
 mod as_of;
+pub(crate) mod debezium;
 mod event_log;
 mod snapshot_version;
 mod stream;
@@ -8,6 +9,7 @@ mod table_as_of;
 pub(crate) mod table_changes;
 
 pub use as_of::{BitemporalAsOfFunction, Scd2AsOfFunction};
+pub use debezium::DebeziumFunction;
 pub use event_log::EventLogFunction;
 pub use snapshot_version::{
     MisplacedSnapshotVersion, SnapshotVersionFunction, CURRENT_SNAPSHOT_VERSION,

@@ -50,7 +50,7 @@ pub fn flow_reads(flow: &FlowSpec) -> Result<BTreeSet<TableName>> {
         } => std::iter::once(query.as_str())
             .chain(version_query.as_deref())
             .collect(),
-        FlowSource::SnapshotFunction => vec![],
+        FlowSource::SnapshotFunction | FlowSource::Debezium { .. } => vec![],
     };
     for query in queries {
         names.extend(relations(query, &flow.dialect)?);

@@ -633,8 +633,7 @@ pub async fn plan_update(
         } else {
             let whole = LogicalPlanBuilder::from(raw_target()?)
                 .filter(
-                    col(BUCKET_COL)
-                        .in_list(compacted.iter().map(|b| lit(*b)).collect(), false),
+                    col(BUCKET_COL).in_list(compacted.iter().map(|b| lit(*b)).collect(), false),
                 )?
                 .build()?;
             LogicalPlanBuilder::from(raw_rows).union(whole)?.build()?
@@ -985,12 +984,20 @@ async fn buckets_to_compact(
         return Ok(Vec::new());
     }
     let mut files: datafusion::common::HashMap<i32, usize> = Default::default();
-    for bucket in data_files(&table.delta()).await?.iter().filter_map(bucket_of) {
+    for bucket in data_files(&table.delta())
+        .await?
+        .iter()
+        .filter_map(bucket_of)
+    {
         if touched.contains(&bucket) {
             *files.entry(bucket).or_default() += 1;
         }
     }
-    Ok(compaction_choice(files.into_iter().collect(), touched.len(), limit))
+    Ok(compaction_choice(
+        files.into_iter().collect(),
+        touched.len(),
+        limit,
+    ))
 }
 
 /// Which buckets to compact, given the data files of each touched bucket
@@ -1058,7 +1065,10 @@ mod tests {
         let files: Vec<(i32, usize)> = (0..16).map(|b| (b, 5 + (b as usize % 3))).collect();
         assert_eq!(compaction_choice(files, 16, 8), vec![2, 5]);
         // none past half the limit: none
-        assert_eq!(compaction_choice(vec![(0, 4), (1, 3)], 2, 8), Vec::<i32>::new());
+        assert_eq!(
+            compaction_choice(vec![(0, 4), (1, 3)], 2, 8),
+            Vec::<i32>::new()
+        );
         // one bucket touched: it alone, once past half the limit
         assert_eq!(compaction_choice(vec![(7, 5)], 1, 8), vec![7]);
         // ties go to the lower bucket
@@ -1074,13 +1084,21 @@ mod tests {
         let mut most = 0;
         for _ in 0..200 {
             let chosen = compaction_choice(
-                files.iter().enumerate().map(|(b, &n)| (b as i32, n)).collect(),
+                files
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &n)| (b as i32, n))
+                    .collect(),
                 buckets,
                 limit,
             );
             assert!(chosen.len() <= 2);
             for (b, n) in files.iter_mut().enumerate() {
-                *n = if chosen.contains(&(b as i32)) { 1 } else { *n + 1 };
+                *n = if chosen.contains(&(b as i32)) {
+                    1
+                } else {
+                    *n + 1
+                };
             }
             most = most.max(*files.iter().max().unwrap_or(&0));
         }

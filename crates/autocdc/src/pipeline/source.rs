@@ -44,6 +44,7 @@ use object_store::ObjectStoreExt;
 use super::checkpoint::SourceCheckpoint;
 use super::streams::{self, changing_versions, not_append_only, CHANGES_SCAN};
 use crate::fold::columns::all_nullable;
+use crate::functions::debezium::{list_event_files, DebeziumTable};
 use crate::spec::resolve::plan_source;
 use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::changes::changes_provider;
@@ -104,6 +105,9 @@ pub async fn plan_changes(
                 },
             },
         );
+    }
+    if let FlowSource::Debezium { path } = &flow.source {
+        return debezium_changes(state, flow, path, previous, key).await;
     }
     let FlowSource::Table(name) = &flow.source else {
         return Ok(SourceRead {
@@ -226,6 +230,43 @@ pub async fn plan_changes(
         plan: whole().await?,
         checkpoint: None,
         newest_input_ms: None,
+    })
+}
+
+/// A flow `FROM debezium('path')`: the event files not read yet (all at the
+/// first update), their primary-key changes made DELETEs of the old keys.
+async fn debezium_changes(
+    state: &SessionState,
+    flow: &FlowSpec,
+    path: &str,
+    previous: Option<SourceCheckpoint>,
+    key: String,
+) -> Result<SourceRead> {
+    let (store, files) = list_event_files(state.runtime_env(), path).await?;
+    let read = match previous {
+        Some(SourceCheckpoint::Files { files }) => files,
+        _ => BTreeSet::new(),
+    };
+    let (old, new): (Vec<_>, Vec<_>) = files
+        .iter()
+        .cloned()
+        .partition(|meta| read.contains(meta.location.as_ref()));
+    let newest_input_ms = new.iter().map(|m| m.last_modified.timestamp_millis()).max();
+    // (with nothing new, the files read before give the columns)
+    let table = DebeziumTable::open(path, store, new, &old, Some(&flow.keys)).await?;
+    let plan =
+        LogicalPlanBuilder::scan("debezium", provider_as_source(Arc::new(table)), None)?.build()?;
+    let checkpoint = SourceCheckpoint::Files {
+        files: files.into_iter().map(|m| m.location.to_string()).collect(),
+    };
+    Ok(SourceRead {
+        plan,
+        checkpoint: Some((
+            key,
+            serde_json::to_string(&checkpoint)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+        )),
+        newest_input_ms,
     })
 }
 

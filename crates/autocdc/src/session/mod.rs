@@ -21,8 +21,8 @@ use datafusion::prelude::{DataFrame, SessionContext};
 use crate::clock::{Clock, SessionClock};
 use crate::config::AutoCdcConfig;
 use crate::functions::{
-    BitemporalAsOfFunction, EventLogFunction, MisplacedSnapshotVersion, Scd2AsOfFunction,
-    StreamFunction, TableAsOfFunction, TableChangesFunction, TableRegistry,
+    BitemporalAsOfFunction, DebeziumFunction, EventLogFunction, MisplacedSnapshotVersion,
+    Scd2AsOfFunction, StreamFunction, TableAsOfFunction, TableChangesFunction, TableRegistry,
     CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION,
 };
 use crate::pipeline::dml::PipelineDml;
@@ -113,6 +113,7 @@ impl CdcSession {
             "event_log",
             Arc::new(EventLogFunction::new(Arc::clone(&tables))),
         );
+        ctx.register_udtf("debezium", Arc::new(DebeziumFunction));
         ctx.register_udtf(
             "scd2_as_of",
             Arc::new(Scd2AsOfFunction::new(Arc::clone(&tables))),

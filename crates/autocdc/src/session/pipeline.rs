@@ -193,7 +193,7 @@ impl CdcSession {
                     }
                 }
                 FlowSource::Snapshot { .. } | FlowSource::SnapshotFunction => {}
-                FlowSource::Table(_) | FlowSource::Query(_) => {
+                FlowSource::Table(_) | FlowSource::Query(_) | FlowSource::Debezium { .. } => {
                     let read = plan_changes(&state, flow, &meta)
                         .await
                         .map_err(|e| in_from_clause(&flow.name, e))?;

@@ -36,6 +36,12 @@ pub enum FlowSource {
     /// (`next_snapshot_and_version`); it must be registered again in a new
     /// process.
     SnapshotFunction,
+    /// `FROM debezium('path')`: Debezium change events in JSON files, read
+    /// incrementally (files not read yet), primary-key changes included.
+    Debezium {
+        /// The file or folder, as written.
+        path: String,
+    },
 }
 
 impl FlowSource {
@@ -121,6 +127,11 @@ pub struct FlowSpec {
     /// the new data of its streams; no keys, no sequence (SPEC §4.4).
     #[serde(default)]
     pub append: bool,
+    /// `PREVIOUS KEYS (e1, ...)` (SQL texts, one per key column): an upsert
+    /// whose previous key differs from its key moved the row — its previous
+    /// key is deleted at the same sequence (a primary-key change).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_keys: Vec<String>,
 }
 
 /// How a flow reads a streaming table it names as its source.
@@ -174,7 +185,40 @@ impl FlowSpec {
             dialect: "generic".to_string(),
             stream: StreamRead::Rows,
             append: false,
+            previous_keys: vec![],
         }
+    }
+
+    /// Fill in what a change source implies and the flow did not write:
+    /// for `FROM debezium(…)`, `APPLY AS DELETE WHEN _op = 'd'`, `APPLY AS
+    /// TRUNCATE WHEN _op = 't'` (SCD 1), `SEQUENCE BY _seq` and the
+    /// envelope columns (`_op`, `_seq`, `_before`) left out of `COLUMNS *`
+    /// and `COLUMNS * EXCEPT (…)`. Written clauses win.
+    pub fn with_source_defaults(mut self) -> Self {
+        if let FlowSource::Debezium { .. } = self.source {
+            self.apply_as_deletes
+                .get_or_insert_with(|| "_op = 'd'".to_string());
+            if self.stored_as_scd_type == ScdType::Type1 {
+                self.apply_as_truncates
+                    .get_or_insert_with(|| "_op = 't'".to_string());
+            }
+            self.sequence_by
+                .get_or_insert_with(|| SequenceBy::Column("_seq".to_string()));
+            let envelope = ["_op", "_seq", "_before"].map(String::from);
+            self.columns = match std::mem::take(&mut self.columns) {
+                ColumnSelection::All => ColumnSelection::Except(envelope.to_vec()),
+                ColumnSelection::Except(mut list) => {
+                    for c in envelope {
+                        if !list.iter().any(|l| l.eq_ignore_ascii_case(&c)) {
+                            list.push(c);
+                        }
+                    }
+                    ColumnSelection::Except(list)
+                }
+                only => only,
+            };
+        }
+        self
     }
 
     /// An append flow of `query` (in `dialect`) into `target`.

@@ -111,6 +111,9 @@ pub async fn plan_source(
     let sql = match source {
         FlowSource::Table(name) => format!("SELECT * FROM {name}"),
         FlowSource::Query(q) | FlowSource::Snapshot { query: q, .. } => q.clone(),
+        FlowSource::Debezium { path } => {
+            format!("SELECT * FROM debezium('{}')", path.replace('\'', "''"))
+        }
         FlowSource::SnapshotFunction => {
             return Err(DataFusionError::Plan(
                 "this snapshot flow reads a Rust function: register it with the session again"
@@ -383,6 +386,137 @@ fn find_column<'a>(names: &'a [String], name: &str) -> Option<&'a String> {
     })
 }
 
+/// `PREVIOUS KEYS`: what turns a primary-key change into a DELETE of the
+/// previous key and an UPSERT of the new one, at the same sequence.
+///
+/// | event                                        | becomes                          |
+/// |----------------------------------------------|----------------------------------|
+/// | UPSERT, previous key NULL (any part)         | itself                           |
+/// | UPSERT, previous key = key                   | itself                           |
+/// | UPSERT, previous key ≠ key                   | itself + DELETE of previous key  |
+/// | DELETE / TRUNCATE                            | itself                           |
+///
+/// The DELETE carries the previous key, NULL in every other column, and the
+/// event's sequence (and system sequence): in SCD 1 the old key is gone, in
+/// SCD 2 its open version closes there. The source is read twice (the
+/// events, and the moves among them).
+struct MovedKeys<'a> {
+    target_schema: &'a SchemaRef,
+    /// Key columns, as positions of the target columns.
+    key_indices: &'a [usize],
+    /// How many target columns lead the event projection.
+    num_target: usize,
+    /// Whether a source row is an UPSERT.
+    upsert: Expr,
+}
+
+impl MovedKeys<'_> {
+    fn with_deletes(
+        self,
+        state: &SessionState,
+        spec: &FlowSpec,
+        source: LogicalPlan,
+        projection: Vec<Expr>,
+    ) -> Result<LogicalPlan> {
+        let flow = spec.name.as_str();
+        const CLAUSE: &str = "PREVIOUS KEYS";
+        if spec.previous_keys.len() != self.key_indices.len() {
+            return Err(flow_err(
+                flow,
+                CLAUSE,
+                format!(
+                    "{} expression(s) for {} key column(s): give one per key column, in the order of KEYS",
+                    spec.previous_keys.len(),
+                    self.key_indices.len()
+                ),
+            ));
+        }
+        if spec.stored_as_scd_type == ScdType::Bitemporal {
+            return Err(flow_err(
+                flow,
+                CLAUSE,
+                "is not allowed with STORED AS BITEMPORAL",
+            ));
+        }
+        let source_schema = Arc::clone(source.schema());
+        // KEYS order → the previous key of each key column
+        let mut moved = Vec::new();
+        let mut previous = vec![None; self.num_target];
+        for (key, text) in spec.keys.iter().zip(&spec.previous_keys) {
+            let position = self
+                .target_schema
+                .fields()
+                .iter()
+                .position(|f| f.name().eq_ignore_ascii_case(key))
+                .filter(|p| self.key_indices.contains(p))
+                .ok_or_else(|| {
+                    flow_err(
+                        flow,
+                        CLAUSE,
+                        format!("key column '{key}' is not a target column"),
+                    )
+                })?;
+            let field = self.target_schema.field(position);
+            let expr = plan_sql_expr(state, text, &spec.dialect, &source_schema)
+                .map_err(|e| flow_err(flow, CLAUSE, e))?;
+            expr.get_type(&source_schema)
+                .map_err(|e| flow_err(flow, CLAUSE, e))?;
+            let old = cast(expr, field.data_type().clone());
+            let now = cast(
+                Expr::Column(Column::new_unqualified(field.name())),
+                field.data_type().clone(),
+            );
+            moved.push((old.clone(), now));
+            previous[position] = Some(old);
+        }
+        let complete = moved
+            .iter()
+            .map(|(old, _)| old.clone().is_not_null())
+            .reduce(Expr::and)
+            .unwrap_or(lit(false));
+        let differs = moved
+            .into_iter()
+            .map(|(old, now)| {
+                Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                    Box::new(old),
+                    datafusion::logical_expr::Operator::IsDistinctFrom,
+                    Box::new(now),
+                ))
+            })
+            .reduce(Expr::or)
+            .unwrap_or(lit(false));
+        let filter = self.upsert.and(complete).and(differs);
+        let deletes: Vec<Expr> = projection
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let Expr::Alias(alias) = e else {
+                    return e.clone();
+                };
+                let name = alias.name.clone();
+                if i < self.num_target {
+                    let data_type = self.target_schema.field(i).data_type().clone();
+                    let value = previous[i].clone().unwrap_or(lit(ScalarValue::Null));
+                    return cast(value, data_type).alias(name);
+                }
+                match name.as_str() {
+                    KIND_COL => lit(Kind::Delete as i8).alias(name),
+                    UPDATE_LIST_COL => cast(lit(ScalarValue::Null), update_list_type()).alias(name),
+                    _ => e.clone(),
+                }
+            })
+            .collect();
+        let deletes = LogicalPlanBuilder::from(source.clone())
+            .filter(filter)?
+            .project(deletes)?
+            .build()?;
+        LogicalPlanBuilder::from(source)
+            .project(projection)?
+            .union(deletes)?
+            .build()
+    }
+}
+
 /// Validate `spec` against its planned `source` and the `target` shape.
 ///
 /// `now_micros` (UTC µs by the session clock) stamps the rows this update
@@ -404,6 +538,7 @@ pub fn resolve(
             (spec.ignore_null_updates.is_some(), "IGNORE NULL UPDATES"),
             (spec.columns_to_update.is_some(), "COLUMNS TO UPDATE"),
             (spec.system_sequence_by.is_some(), "SYSTEM SEQUENCE BY"),
+            (!spec.previous_keys.is_empty(), "PREVIOUS KEYS"),
             (
                 spec.stored_as_scd_type == ScdType::Bitemporal,
                 "STORED AS BITEMPORAL",
@@ -770,7 +905,9 @@ pub fn resolve(
             cast(value, f.data_type().clone()).alias(f.name())
         })
         .collect();
+    let num_target = projection.len();
     projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));
+    let upsert = kind.clone().eq(lit(Kind::Upsert as i8));
     projection.push(kind.alias(KIND_COL));
     projection.push(lit(written_at_value(now_micros)).alias(WRITTEN_AT_COL));
     projection.push(lit(Origin::New as i8).alias(ORIGIN_COL));
@@ -786,9 +923,19 @@ pub fn resolve(
             .alias(UPDATE_LIST_COL),
         );
     }
-    let events = LogicalPlanBuilder::from(source)
-        .project(projection)?
-        .build()?;
+    let events = if spec.previous_keys.is_empty() {
+        LogicalPlanBuilder::from(source)
+            .project(projection)?
+            .build()?
+    } else {
+        let moved = MovedKeys {
+            target_schema: &target_schema,
+            key_indices: &key_indices,
+            num_target,
+            upsert,
+        };
+        moved.with_deletes(state, spec, source, projection)?
+    };
 
     let key_set: Vec<usize> = key_indices.clone();
     let target_column = |clause: &str, name: &str| -> Result<usize> {

@@ -972,6 +972,12 @@ impl CdcParser<'_> {
             let q = self.p.parse_query()?;
             self.expect_token(Token::RParen)?;
             FlowSource::Query(q.to_string())
+        } else if self.peek_word(0, "DEBEZIUM") && self.p.peek_nth_token(1).token == Token::LParen {
+            self.p.next_token();
+            self.expect_token(Token::LParen)?;
+            let path = self.p.parse_literal_string()?;
+            self.expect_token(Token::RParen)?;
+            FlowSource::Debezium { path }
         } else {
             FlowSource::Table(self.p.parse_object_name(false)?.to_string())
         };
@@ -980,7 +986,7 @@ impl CdcParser<'_> {
         spec.once = once;
         spec.dialect = self.dialect.clone();
         self.flow_clauses(&mut spec)?;
-        Ok(spec)
+        Ok(spec.with_source_defaults())
     }
 
     /// The clauses of a flow after its source (`KEYS …`, `SEQUENCE BY …`,
@@ -998,6 +1004,14 @@ impl CdcParser<'_> {
             if self.word("KEYS") {
                 once_clause("KEYS", &spec.name)?;
                 spec.keys = self.column_list()?;
+            } else if self.peek_word(0, "PREVIOUS") && self.peek_word(1, "KEYS") {
+                self.p.next_token();
+                self.p.next_token();
+                once_clause("PREVIOUS KEYS", &spec.name)?;
+                self.expect_token(Token::LParen)?;
+                let exprs = self.p.parse_comma_separated(|p| p.parse_expr())?;
+                self.expect_token(Token::RParen)?;
+                spec.previous_keys = exprs.iter().map(|e| e.to_string()).collect();
             } else if self.peek_word(0, "IGNORE") {
                 self.p.next_token();
                 self.expect_word("NULL")?;

@@ -144,8 +144,7 @@ fn only_a_truncate_of_this_update_removes_rows_below_the_watermark() {
         CHANGE_DELETE,
     ];
     let (state, changed, counts) = every_split(events.len(), |split| {
-        let (out, counts) =
-            fold_below_stored_watermark(&scd1(), &events, 3, split).expect("fold");
+        let (out, counts) = fold_below_stored_watermark(&scd1(), &events, 3, split).expect("fold");
         (rows(&out, &[LIVE, TOMBSTONE]), rows(&out, &changes), counts)
     });
     let least = format!("cdc_seq={LEAST}");
@@ -159,7 +158,10 @@ fn only_a_truncate_of_this_update_removes_rows_below_the_watermark() {
     );
     assert_eq!(
         changed,
-        [format!("id=2 v=ins {least}"), "id=2 v=new cdc_seq=5".to_string()]
+        [
+            format!("id=2 v=ins {least}"),
+            "id=2 v=new cdc_seq=5".to_string()
+        ]
     );
     assert_eq!((counts.deleted, counts.upserted), (0, 1));
 

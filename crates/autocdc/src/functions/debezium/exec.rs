@@ -1,0 +1,273 @@
+//! `DebeziumExec`: reads and decodes Debezium event files, a share of the
+//! files per partition, file by file (memory: one file's bytes and its
+//! batches per partition).
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::{StreamExt, TryStreamExt};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+
+use super::decode::DebeziumLayout;
+use super::moved_keys::MovedKeys;
+
+/// Scans Debezium event files (see [`super::decode`]).
+#[derive(Debug)]
+pub(crate) struct DebeziumExec {
+    store: Arc<dyn ObjectStore>,
+    /// The files of each partition.
+    partitions: Vec<Vec<ObjectMeta>>,
+    layout: Arc<DebeziumLayout>,
+    moved: Option<Arc<MovedKeys>>,
+    projection: Option<Vec<usize>>,
+    limit: Option<usize>,
+    batch_rows: usize,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+/// Metrics of one partition of [`DebeziumExec`].
+struct ScanMetrics {
+    baseline: BaselineMetrics,
+    files_read: Count,
+    bytes_read: Count,
+    moved_keys: Count,
+    decode_time: Time,
+}
+
+impl ScanMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        Self {
+            baseline: BaselineMetrics::new(metrics, partition),
+            files_read: MetricBuilder::new(metrics).counter("files_read", partition),
+            bytes_read: MetricBuilder::new(metrics).counter("bytes_read", partition),
+            moved_keys: MetricBuilder::new(metrics).counter("num_moved_keys", partition),
+            decode_time: MetricBuilder::new(metrics).subset_time("decode_time", partition),
+        }
+    }
+}
+
+impl DebeziumExec {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn try_new(
+        store: Arc<dyn ObjectStore>,
+        files: Vec<ObjectMeta>,
+        layout: Arc<DebeziumLayout>,
+        moved: Option<Arc<MovedKeys>>,
+        projection: Option<Vec<usize>>,
+        limit: Option<usize>,
+        target_partitions: usize,
+        batch_rows: usize,
+    ) -> Result<Self> {
+        let full = layout.schema();
+        let schema = match &projection {
+            Some(p) => Arc::new(full.project(p)?),
+            None => full,
+        };
+        // the biggest files first, each to the partition with the fewest bytes
+        let count = target_partitions.clamp(1, files.len().max(1));
+        let mut partitions: Vec<(u64, Vec<ObjectMeta>)> = vec![(0, Vec::new()); count];
+        let mut files = files;
+        files.sort_by(|a, b| b.size.cmp(&a.size).then(a.location.cmp(&b.location)));
+        for file in files {
+            if let Some(lightest) = partitions.iter_mut().min_by_key(|(bytes, _)| *bytes) {
+                lightest.0 += file.size;
+                lightest.1.push(file);
+            }
+        }
+        let partitions: Vec<Vec<ObjectMeta>> = partitions
+            .into_iter()
+            .map(|(_, mut files)| {
+                files.sort_by(|a, b| a.location.cmp(&b.location));
+                files
+            })
+            .collect();
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(partitions.len()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            store,
+            partitions,
+            layout,
+            moved,
+            projection,
+            limit,
+            batch_rows: batch_rows.max(1),
+            schema,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    fn files(&self) -> usize {
+        self.partitions.iter().map(Vec::len).sum()
+    }
+}
+
+impl DisplayAs for DebeziumExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match t {
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(
+                    f,
+                    "DebeziumExec: files={}, sequence={:?}",
+                    self.files(),
+                    self.layout.sequence()
+                )?;
+                if self.moved.is_some() {
+                    write!(f, ", moved_keys")?;
+                }
+                if let Some(limit) = self.limit {
+                    write!(f, ", limit={limit}")?;
+                }
+                Ok(())
+            }
+            DisplayFormatType::TreeRender => write!(f, "files={}", self.files()),
+        }
+    }
+}
+
+impl ExecutionPlan for DebeziumExec {
+    fn name(&self) -> &str {
+        "DebeziumExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "DebeziumExec has no children".into(),
+            ))
+        }
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let files = self.partitions.get(partition).cloned().ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "DebeziumExec has {} partitions, got {partition}",
+                self.partitions.len()
+            ))
+        })?;
+        let metrics = Arc::new(ScanMetrics::new(&self.metrics, partition));
+        let (store, layout, moved) = (
+            Arc::clone(&self.store),
+            Arc::clone(&self.layout),
+            self.moved.clone(),
+        );
+        let (projection, batch_rows) = (self.projection.clone(), self.batch_rows);
+        let read = futures::stream::iter(files)
+            .then(move |meta| {
+                let (store, layout, moved, projection, metrics) = (
+                    Arc::clone(&store),
+                    Arc::clone(&layout),
+                    moved.clone(),
+                    projection.clone(),
+                    Arc::clone(&metrics),
+                );
+                async move {
+                    let bytes = store
+                        .get(&meta.location)
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?
+                        .bytes()
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    metrics.files_read.add(1);
+                    metrics.bytes_read.add(bytes.len());
+                    let timer = metrics.decode_time.timer();
+                    let name = meta.location.to_string();
+                    let mut out = Vec::new();
+                    for batch in layout.decode(&name, &bytes, batch_rows)? {
+                        let deletes = match &moved {
+                            Some(moved) => moved.deletes(&batch)?,
+                            None => None,
+                        };
+                        out.push(batch);
+                        if let Some(deletes) = deletes {
+                            metrics.moved_keys.add(deletes.num_rows());
+                            out.push(deletes);
+                        }
+                    }
+                    timer.done();
+                    let projected = out
+                        .into_iter()
+                        .map(|b| match &projection {
+                            Some(p) => b.project(p).map_err(DataFusionError::from),
+                            None => Ok(b),
+                        })
+                        .collect::<Result<Vec<RecordBatch>>>()?;
+                    metrics
+                        .baseline
+                        .record_output(projected.iter().map(RecordBatch::num_rows).sum::<usize>());
+                    Ok::<_, DataFusionError>(futures::stream::iter(projected.into_iter().map(Ok)))
+                }
+            })
+            .try_flatten();
+        let limited = match self.limit {
+            Some(limit) => read
+                .scan(0usize, move |seen, batch| {
+                    let out = match batch {
+                        Ok(_) if *seen >= limit => None,
+                        Ok(b) => {
+                            let take = (limit - *seen).min(b.num_rows());
+                            *seen += take;
+                            Some(Ok(b.slice(0, take)))
+                        }
+                        Err(e) => Some(Err(e)),
+                    };
+                    futures::future::ready(out)
+                })
+                .boxed(),
+            None => read.boxed(),
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            limited,
+        )))
+    }
+}
