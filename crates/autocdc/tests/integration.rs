@@ -903,7 +903,10 @@ async fn small_updates_compact_their_fullest_buckets_one_at_a_time() {
         assert_eq!(
             feed,
             [
-                format!("| update_postimage | 8 | {first} | {} | u{seq} | u{seq} |", first + 7),
+                format!(
+                    "| update_postimage | 8 | {first} | {} | u{seq} | u{seq} |",
+                    first + 7
+                ),
                 format!("| update_preimage | 8 | {first} | {} | v | v |", first + 7),
             ]
         );

@@ -154,8 +154,14 @@ pub async fn plan_changes(
                 if from > version {
                     empty_with(changes.schema())?
                 } else {
-                    LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?
-                        .build()?
+                    let scan =
+                        LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?;
+                    if flow.post_images_only {
+                        scan.filter(col("_change_type").not_eq(lit("update_preimage")))?
+                            .build()?
+                    } else {
+                        scan.build()?
+                    }
                 }
             }
             (_, None) => whole().await?,

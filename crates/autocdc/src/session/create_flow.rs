@@ -24,6 +24,8 @@ use super::CdcSession;
 
 impl CdcSession {
     pub(crate) async fn create_flow(&self, spec: FlowSpec) -> Result<Vec<RecordBatch>> {
+        // (the SQL parser derives them too; the Rust and Python builders not)
+        let spec = spec.with_source_defaults();
         let target = TableName::parse(&spec.target)?;
         let table = self.table(&target).await.map_err(|e| {
             let msg = match e {

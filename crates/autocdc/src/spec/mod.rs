@@ -132,6 +132,30 @@ pub struct FlowSpec {
     /// key is deleted at the same sequence (a primary-key change).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_keys: Vec<String>,
+    /// A change-feed flow whose clauses were derived
+    /// ([`Self::with_source_defaults`]): its source's `update_preimage`
+    /// rows are left out (the post-image of the same commit replaces them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub post_images_only: bool,
+}
+
+/// `selection` without the columns `envelope` (`*` and `* EXCEPT` lists;
+/// a list of columns stays as written).
+fn leave_out(selection: ColumnSelection, envelope: &[&str]) -> ColumnSelection {
+    match selection {
+        ColumnSelection::All => {
+            ColumnSelection::Except(envelope.iter().map(|c| c.to_string()).collect())
+        }
+        ColumnSelection::Except(mut list) => {
+            for c in envelope {
+                if !list.iter().any(|l| l.eq_ignore_ascii_case(c)) {
+                    list.push(c.to_string());
+                }
+            }
+            ColumnSelection::Except(list)
+        }
+        only => only,
+    }
 }
 
 /// How a flow reads a streaming table it names as its source.
@@ -186,15 +210,33 @@ impl FlowSpec {
             stream: StreamRead::Rows,
             append: false,
             previous_keys: vec![],
+            post_images_only: false,
         }
     }
 
-    /// Fill in what a change source implies and the flow did not write:
-    /// for `FROM debezium(…)`, `APPLY AS DELETE WHEN _op = 'd'`, `APPLY AS
-    /// TRUNCATE WHEN _op = 't'` (SCD 1), `SEQUENCE BY _seq` and the
-    /// envelope columns (`_op`, `_seq`, `_before`) left out of `COLUMNS *`
-    /// and `COLUMNS * EXCEPT (…)`. Written clauses win.
+    /// Fill in what a change source implies and the flow did not write
+    /// (written clauses win):
+    ///
+    /// | source                                   | derived                                      |
+    /// |------------------------------------------|----------------------------------------------|
+    /// | `debezium(…)`                            | `APPLY AS DELETE WHEN _op = 'd'`, `APPLY AS TRUNCATE WHEN _op = 't'` (SCD 1), `SEQUENCE BY _seq`, `_op`, `_seq`, `_before` left out of `COLUMNS *` / `* EXCEPT` |
+    /// | `STREAM t WITH (readChangeFeed = true)`, without `APPLY AS DELETE` or `SEQUENCE BY` | `APPLY AS DELETE WHEN _change_type = 'delete'`, `SEQUENCE BY _commit_version`, `update_preimage` rows left out, `_change_type`, `_commit_version`, `_commit_timestamp` left out of `COLUMNS *` / `* EXCEPT` |
     pub fn with_source_defaults(mut self) -> Self {
+        let change_feed = matches!(self.source, FlowSource::Table(_))
+            && self.stream == StreamRead::ChangeFeed
+            && !self.append
+            && (self.apply_as_deletes.is_none() || self.sequence_by.is_none());
+        if change_feed {
+            self.apply_as_deletes
+                .get_or_insert_with(|| "_change_type = 'delete'".to_string());
+            self.sequence_by
+                .get_or_insert_with(|| SequenceBy::Column("_commit_version".to_string()));
+            self.post_images_only = true;
+            self.columns = leave_out(
+                std::mem::take(&mut self.columns),
+                &["_change_type", "_commit_version", "_commit_timestamp"],
+            );
+        }
         if let FlowSource::Debezium { .. } = self.source {
             self.apply_as_deletes
                 .get_or_insert_with(|| "_op = 'd'".to_string());
@@ -204,19 +246,10 @@ impl FlowSpec {
             }
             self.sequence_by
                 .get_or_insert_with(|| SequenceBy::Column("_seq".to_string()));
-            let envelope = ["_op", "_seq", "_before"].map(String::from);
-            self.columns = match std::mem::take(&mut self.columns) {
-                ColumnSelection::All => ColumnSelection::Except(envelope.to_vec()),
-                ColumnSelection::Except(mut list) => {
-                    for c in envelope {
-                        if !list.iter().any(|l| l.eq_ignore_ascii_case(&c)) {
-                            list.push(c);
-                        }
-                    }
-                    ColumnSelection::Except(list)
-                }
-                only => only,
-            };
+            self.columns = leave_out(
+                std::mem::take(&mut self.columns),
+                &["_op", "_seq", "_before"],
+            );
         }
         self
     }
