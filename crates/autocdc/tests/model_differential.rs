@@ -612,6 +612,52 @@ fn by_key_seq_st(e: &Event) -> (i32, i32, i32, bool) {
     (e.id, e.seq, e.st, false)
 }
 
+/// `events` with some upserts moving their row from another key (`moves[i]`
+/// for event `i`, kept in `st` as old key + 1): only where the old key has
+/// no other event at that sequence (so that the model's DELETE is the only
+/// event of its key and sequence, as the engine requires).
+fn with_moves(mut events: Vec<Event>, moves: &[Option<i32>]) -> Vec<Event> {
+    let taken: HashSet<(i32, i32)> = events
+        .iter()
+        .filter(|e| e.kind != Kind::Truncate)
+        .map(|e| (e.id, e.seq))
+        .collect();
+    for (i, e) in events.iter_mut().enumerate() {
+        e.st = 0;
+        if let Some(Some(old)) = moves.get(i) {
+            if e.kind == Kind::Upsert && *old != e.id && !taken.contains(&(*old, e.seq)) {
+                e.st = old + 1;
+            }
+        }
+    }
+    // a replayed event moves like its first copy
+    let mut first: std::collections::HashMap<(i32, i32), i32> = Default::default();
+    for e in events.iter_mut().filter(|e| e.kind == Kind::Upsert) {
+        e.st = *first.entry((e.id, e.seq)).or_insert(e.st);
+    }
+    events
+}
+
+/// The model's reading of [`with_moves`]: each move is a DELETE of the old
+/// key beside its upsert.
+fn moves_as_deletes(events: &[Event]) -> Vec<Event> {
+    let mut out = Vec::with_capacity(events.len());
+    for e in events {
+        out.push(Event { st: 0, ..*e });
+        if e.st > 0 {
+            out.push(Event {
+                id: e.st - 1,
+                st: 0,
+                kind: Kind::Delete,
+                values: [None, None],
+                writes: None,
+                ..*e
+            });
+        }
+    }
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), .. ProptestConfig::default() })]
 
@@ -943,6 +989,67 @@ proptest! {
         prop_assert_eq!(&got, &expected, "partial: {:?}, tracked: {:?}, keys only: {}, updates: {:?}", partial, tracked, keys_only, updates);
         let got = runtime().block_on(relation(&events, &clauses, select, width, partitions));
         prop_assert_eq!(got, expected, "relation, partial: {:?}, tracked: {:?}, keys only: {}, events: {:?}", partial, tracked, keys_only, events);
+    }
+
+    /// Primary-key changes (`PREVIOUS KEYS`): an upsert moving a row from
+    /// another key is, in the model, a DELETE of that key and the upsert at
+    /// the same sequence; any split and order, a final replay. (The old key
+    /// travels in the `st` column, unused by SCD 1: `st - 1`, 0 = none.)
+    #[test]
+    fn scd1_key_changes_equal_the_model(
+        events in events(14, true, by_key_seq),
+        moves in prop::collection::vec(prop::option::weighted(0.3, 0..3i32), 28),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        partitions in 1usize..4,
+        fold in fold_choice(),
+    ) {
+        let events = with_moves(events, &moves);
+        let mut updates = shuffle_and_split(&events, order, &cuts);
+        updates.push(events.clone());
+        let mut model = scd1::Scd1::default();
+        for update in &updates {
+            model.apply(&moves_as_deletes(update), Partial::None);
+        }
+        let expected: Vec<Vec<Option<i32>>> = model
+            .rows()
+            .into_iter()
+            .map(|(id, a, b)| vec![Some(id), a, b])
+            .collect();
+        let clauses = "PREVIOUS KEYS (CASE WHEN st > 0 THEN st - 1 END) \
+             APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' \
+             SEQUENCE BY seq COLUMNS (id, a, b)";
+        let got = runtime().block_on(engine_with(
+            &updates, &[], &[], clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
+        ));
+        prop_assert_eq!(got, expected, "fold: {:?}, updates: {:?}", fold, updates);
+    }
+
+    /// SCD 2 with primary-key changes: the old key's version closes at the
+    /// move, as if the DELETE had been written.
+    #[test]
+    fn scd2_key_changes_equal_the_model(
+        events in events(14, false, by_key_seq),
+        moves in prop::collection::vec(prop::option::weighted(0.3, 0..3i32), 28),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        partitions in 1usize..4,
+    ) {
+        let events = with_moves(events, &moves);
+        let updates = shuffle_and_split(&events, order, &cuts);
+        let expected: Vec<Vec<Option<i32>>> =
+            scd2::history(&moves_as_deletes(&events), Partial::None, [true, true])
+                .into_iter()
+                .map(|(id, a, b, start, end)| vec![Some(id), a, b, Some(start), end])
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+        let clauses = "PREVIOUS KEYS (CASE WHEN st > 0 THEN st - 1 END) \
+             APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, a, b) STORED AS SCD TYPE 2";
+        let got = runtime().block_on(engine(
+            &updates, clauses, "SELECT id, a, b, __start_at, __end_at FROM t", 5, partitions,
+        ));
+        prop_assert_eq!(got, expected, "updates: {:?}", updates);
     }
 
     /// SCD 2 with DML between updates: statements edit versions; the
