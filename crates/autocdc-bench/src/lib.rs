@@ -9,10 +9,14 @@
 //! * [`write_snapshots`] writes two full snapshots of a table, the second
 //!   with a share of rows changed, deleted and inserted, streaming both files in
 //!   one pass.
+//! * [`write_debezium`] writes a Debezium (PostgreSQL connector) change history
+//!   as JSON Lines files: snapshot reads, creates, updates, deletes, primary-key
+//!   changes and tombstones, with or without the JSON converter's schema.
 //!
 //! The binary `autocdc-datagen` exposes both on the command line; the
 //! side-by-side comparison `benches/compare.sh` uses it.
 
+mod debezium;
 mod events;
 mod rng;
 mod snapshots;
@@ -26,6 +30,9 @@ use parquet::basic::Compression;
 use parquet::errors::ParquetError;
 use parquet::file::properties::WriterProperties;
 
+pub use debezium::{
+    debezium_file_name, envelope_schema, write_debezium, DebeziumConfig, DebeziumSummary,
+};
 pub use events::{events_schema, write_events, EventsConfig, EventsSummary};
 pub use snapshots::{snapshot_schema, write_snapshots, SnapshotsConfig, SnapshotsSummary};
 pub use values::ValueColumns;

@@ -3,11 +3,14 @@
 //! ```text
 //! autocdc-datagen events --out events.parquet [--events N] [--keys K] ...
 //! autocdc-datagen snapshots --out-dir DIR [--rows N] [--changed F] ...
+//! autocdc-datagen debezium --out-dir DIR [--events N] [--keys K] [--files F] ...
 //! ```
 //!
 //! `events` writes one change feed (see [`EventsConfig`]); `snapshots` writes
 //! `DIR/snapshot_1.parquet` and `DIR/snapshot_2.parquet` (see
-//! [`SnapshotsConfig`]). Each prints a one-line summary of what it wrote.
+//! [`SnapshotsConfig`]); `debezium` writes Debezium JSON change events as
+//! `DIR/part-00000.json` ... (see [`DebeziumConfig`]). Each prints a one-line
+//! summary of what it wrote.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -15,8 +18,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use autocdc_bench::{
-    write_events, write_snapshots, EventsConfig, SnapshotsConfig, ValueColumns, DEFAULT_BATCH_ROWS,
-    DEFAULT_ROW_GROUP_ROWS,
+    write_debezium, write_events, write_snapshots, DebeziumConfig, EventsConfig, SnapshotsConfig,
+    ValueColumns, DEFAULT_BATCH_ROWS, DEFAULT_ROW_GROUP_ROWS,
 };
 use clap::{Args, Parser, Subcommand};
 
@@ -25,7 +28,8 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "autocdc-datagen",
     version,
-    about = "Writes CDC event streams and snapshot pairs as Parquet for benchmarks"
+    about = "Writes CDC event streams and snapshot pairs as Parquet, and Debezium JSON \
+             change events, for benchmarks"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -38,6 +42,8 @@ enum Command {
     Events(EventsArgs),
     /// Two snapshots of a table, the second with rows changed, deleted and inserted.
     Snapshots(SnapshotsArgs),
+    /// Debezium JSON change events (PostgreSQL connector), JSON Lines in F files.
+    Debezium(DebeziumArgs),
 }
 
 /// Options of both generators.
@@ -125,11 +131,47 @@ struct SnapshotsArgs {
     common: Common,
 }
 
+#[derive(Debug, Args)]
+struct DebeziumArgs {
+    /// Output folder (created if missing; part-*.json files in it are replaced).
+    #[arg(long)]
+    out_dir: PathBuf,
+    /// Change events after the snapshot (which reads KEYS / 2 keys).
+    #[arg(long, default_value_t = 1_000_000)]
+    events: u64,
+    /// Keys 0..KEYS (column id).
+    #[arg(long, default_value_t = 200_000)]
+    keys: u64,
+    /// Files part-00000.json ...: contiguous chunks of the history, named in a
+    /// shuffled order.
+    #[arg(long, default_value_t = 16)]
+    files: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write the payload alone, not {"schema": ..., "payload": ...}.
+    #[arg(long)]
+    no_schema: bool,
+    /// Share of change events that change a live key's primary key to a free one.
+    #[arg(long, default_value_t = 0.0)]
+    key_changes: f64,
+    /// Share of change events that delete a live key.
+    #[arg(long, default_value_t = 0.05)]
+    deletes: f64,
+    /// Share of change events that create a key not live (the rest are updates).
+    #[arg(long, default_value_t = 0.05)]
+    creates: f64,
+    /// Write a tombstone line (`null`) after each delete.
+    #[arg(long)]
+    tombstones: bool,
+}
+
 fn main() -> ExitCode {
     let started = Instant::now();
     let result = match Cli::parse().command {
         Command::Events(args) => events(args),
         Command::Snapshots(args) => snapshots(args),
+        Command::Debezium(args) => debezium(args),
     };
     match result {
         Ok(summary) => {
@@ -206,5 +248,37 @@ fn snapshots(args: SnapshotsArgs) -> Result<String, String> {
         s.changed,
         s.deleted,
         s.inserted
+    ))
+}
+
+fn debezium(args: DebeziumArgs) -> Result<String, String> {
+    let config = DebeziumConfig {
+        events: args.events,
+        keys: args.keys,
+        files: args.files,
+        with_schema: !args.no_schema,
+        delete_fraction: args.deletes,
+        key_change_fraction: args.key_changes,
+        create_fraction: args.creates,
+        tombstones: args.tombstones,
+        seed: args.seed,
+    };
+    config.validate().map_err(|error| error.to_string())?;
+    let s = write_debezium(&config, &args.out_dir)
+        .map_err(|error| format!("writing {}: {error}", args.out_dir.display()))?;
+    Ok(format!(
+        "{}: {} lines in {} files, {:.1} MB ({} snapshot reads, {} creates, {} updates, \
+         {} key changes, {} deletes, {} tombstones; {} keys live at the end)",
+        args.out_dir.display(),
+        s.lines,
+        s.files,
+        s.bytes as f64 / 1e6,
+        s.reads,
+        s.creates,
+        s.updates,
+        s.key_changes,
+        s.deletes,
+        s.tombstones,
+        s.live_keys
     ))
 }
