@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peer implementations for benches/compare.sh: DuckDB and Polars, Parquet -> Parquet.
 
-    peers.py run TOOL TASK --out OUT (--events FILE | --snap1 FILE --snap2 FILE)
+    peers.py run TOOL TASK --out OUT (--events FILE|DIR | --snap1 FILE --snap2 FILE)
     peers.py check TASK REFERENCE OTHER...
     peers.py report RESULTS.tsv
 
@@ -15,6 +15,14 @@ run     TOOL is duckdb or polars; TASK is one of
           qscd1     scd1's rows aggregated: count(*) AS n, sum(seq) AS s (nothing stored)
           qscd2     scd2's rows aggregated: count(*) AS n, sum(__start_at) AS s,
                     sum(__end_at) AS e
+          dbz1      Debezium JSON change events (every *.json of the folder --events, as
+                    `autocdc-datagen debezium` writes them, with or without the schema
+                    envelope, tombstone lines `null` skipped) folded into an SCD 1 table:
+                    ordered by source.lsn, the latest event per id kept, ids whose latest
+                    event is a delete dropped; an update whose before.id differs from its
+                    after.id also deletes before.id; amount decoded from base64 to
+                    DECIMAL(12, 2), updated_at (µs) to TIMESTAMP, day (days) to DATE.
+                    Output columns id, name, amount, updated_at, day
         Each is one query from the input file(s) to OUT; the process is what is timed,
         so only the engine the task needs is imported.
 check   compares Parquet files as sets of rows on their common columns (for snapdiff:
@@ -53,8 +61,127 @@ def duckdb_run(task, args):
     con.execute(f"COPY ({duckdb_query(task, args)}) TO '{out}' (FORMAT parquet)")
 
 
+# ---------------------------------------------------------------- Debezium (dbz1)
+
+DBZ_ROW = {"id": "BIGINT", "name": "VARCHAR", "amount": "VARCHAR", "updated_at": "BIGINT", "day": "INTEGER"}
+
+
+def dbz_files(folder):
+    """The *.json files of a Debezium folder, and whether their lines carry the
+    schema envelope ({"schema": ..., "payload": ...}), judged by the first line."""
+    import glob
+    import os
+
+    files = sorted(glob.glob(os.path.join(folder, "*.json")))
+    if not files:
+        raise SystemExit(f"no *.json file in {folder}")
+    enveloped = False
+    for path in files:
+        with open(path, "rb") as f:
+            first = f.readline()
+        if first.strip() and first.strip() != b"null":
+            enveloped = first.lstrip().startswith(b'{"schema"')
+            break
+    return files, enveloped
+
+
+def duckdb_dbz1_query(folder):
+    """read_json with explicit columns (only the fields used; other keys are
+    skipped by the parser), one scan; a tombstone line `null` is a row of NULLs."""
+    import os
+
+    _, enveloped = dbz_files(folder)
+    row = "STRUCT(" + ", ".join(f"{k} {t}" for k, t in DBZ_ROW.items()) + ")"
+    event = f"before {row}, after {row}, source STRUCT(lsn BIGINT), op VARCHAR"
+    if enveloped:
+        columns = f"{{payload: 'STRUCT({event})'}}"
+        unpack = "payload.op AS op, payload.source.lsn AS lsn, payload.before AS before, payload.after AS after"
+        present = "payload.op IS NOT NULL"
+    else:
+        columns = "{" + ", ".join(
+            f"{name}: '{kind}'" for name, kind in
+            (("before", row), ("after", row), ("source", "STRUCT(lsn BIGINT)"), ("op", "VARCHAR"))) + "}"
+        unpack = "op, source.lsn AS lsn, before, after"
+        present = "op IS NOT NULL"
+    glob = os.path.join(folder, "*.json")
+    # Kafka Connect Decimal: base64 of big-endian two's complement. DuckDB has no
+    # blob-to-integer cast: the hex digits are read as an unsigned number, from
+    # which 16^digits is taken when the sign bit is set.
+    return f"""
+        WITH ev AS (
+            SELECT {unpack}
+            FROM read_json('{glob}', format = 'newline_delimited', columns = {columns})
+            WHERE {present}),
+        changes AS (
+            -- after is NULL exactly for a delete
+            SELECT coalesce(after.id, before.id) AS id, lsn, after FROM ev
+            UNION ALL
+            -- a key change deletes the old key at the same lsn
+            SELECT before.id AS id, lsn, NULL AS after FROM ev
+            WHERE op = 'u' AND before.id <> after.id),
+        latest AS (
+            SELECT after FROM changes
+            QUALIFY lsn = max(lsn) OVER (PARTITION BY id)),
+        live AS (
+            SELECT after.id AS id, after.name AS name, hex(from_base64(after.amount)) AS h,
+                   after.updated_at AS updated_at, after.day AS day
+            FROM latest WHERE after IS NOT NULL)
+        SELECT id, name,
+               CAST(CAST(('0x' || h)::BIGINT
+                         - CASE WHEN h >= '8' THEN 1::BIGINT << (4 * length(h)) ELSE 0 END
+                         AS DECIMAL(14, 0)) * 0.01 AS DECIMAL(12, 2)) AS amount,
+               make_timestamp(updated_at) AS updated_at,
+               CAST(DATE '1970-01-01' + day AS DATE) AS day
+        FROM live"""
+
+
+def polars_dbz1_frame(folder):
+    """scan_ndjson with an explicit schema of the fields used (tombstone lines
+    `null` read as NULL rows with ignore_errors), struct fields unpacked."""
+    import decimal
+
+    import polars as pl
+
+    files, enveloped = dbz_files(folder)
+    types = {"BIGINT": pl.Int64, "VARCHAR": pl.String, "INTEGER": pl.Int32}
+    row = pl.Struct({k: types[t] for k, t in DBZ_ROW.items()})
+    event = {"before": row, "after": row, "source": pl.Struct({"lsn": pl.Int64}), "op": pl.String}
+    scan = pl.scan_ndjson(files, schema={"payload": pl.Struct(event)} if enveloped else event,
+                          ignore_errors=True)
+    if enveloped:
+        scan = scan.select(pl.col("payload").struct.unnest())
+    ev = scan.filter(pl.col("op").is_not_null()).select(
+        "op", pl.col("source").struct.field("lsn").alias("lsn"), "before", "after")
+    before_id = pl.col("before").struct.field("id")
+    after_id = pl.col("after").struct.field("id")
+    changes = pl.concat([
+        # after is null exactly for a delete
+        ev.select(pl.coalesce(after_id, before_id).alias("id"), "lsn", "after"),
+        # a key change deletes the old key at the same lsn
+        ev.filter((pl.col("op") == "u") & (before_id != after_id))
+        .select(before_id.alias("id"), "lsn", pl.lit(None, dtype=row).alias("after")),
+    ])
+    hexed = pl.col("amount").str.decode("base64").bin.encode("hex")
+    unsigned = hexed.str.to_integer(base=16)
+    # Kafka Connect Decimal: big-endian two's complement of the unscaled value
+    signed = pl.when(hexed.str.slice(0, 1) >= "8").then(
+        unsigned - pl.lit(16, dtype=pl.Int64).pow(hexed.str.len_bytes())).otherwise(unsigned)
+    return (
+        changes.filter(pl.col("lsn") == pl.col("lsn").max().over("id"))
+        .filter(pl.col("after").is_not_null())
+        .select(pl.col("after").struct.unnest())
+        .with_columns(
+            (signed.cast(pl.Decimal(14, 0)) * pl.lit(decimal.Decimal("0.01"))).cast(pl.Decimal(12, 2)).alias("amount"),
+            pl.col("updated_at").cast(pl.Datetime("us")),
+            pl.col("day").cast(pl.Date),
+        )
+    )
+
+
 def duckdb_query(task, args):
     """The DuckDB query of `task`."""
+    if task == "dbz1":
+        return duckdb_dbz1_query(args.events)
     if task == "scd1":
         # (faster here than `QUALIFY row_number() OVER (... ORDER BY seq DESC) = 1`
         # or arg_max; DISTINCT ON keeps one of a replayed event's copies)
@@ -110,6 +237,8 @@ def polars_frame(task, args):
     """The Polars lazy frame of `task`."""
     import polars as pl
 
+    if task == "dbz1":
+        return polars_dbz1_frame(args.events)
     if task == "scd1":
         # (faster here than sort + unique(keep="last") or group_by + last;
         # unique keeps one of a replayed event's copies)
@@ -273,13 +402,13 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
     run.add_argument("tool", choices=["duckdb", "polars"])
-    run.add_argument("task", choices=["scd1", "floor", "scd2", "snapdiff", "qscd1", "qscd2"])
+    run.add_argument("task", choices=["scd1", "floor", "scd2", "snapdiff", "qscd1", "qscd2", "dbz1"])
     run.add_argument("--out", required=True)
     run.add_argument("--events")
     run.add_argument("--snap1")
     run.add_argument("--snap2")
     chk = sub.add_parser("check")
-    chk.add_argument("task", choices=["scd1", "scd2", "snapdiff", "snapshot", "qscd1", "qscd2"])
+    chk.add_argument("task", choices=["scd1", "scd2", "snapdiff", "snapshot", "qscd1", "qscd2", "dbz1"])
     chk.add_argument("reference")
     chk.add_argument("others", nargs="+")
     rep = sub.add_parser("report")
