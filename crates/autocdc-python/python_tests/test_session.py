@@ -35,6 +35,48 @@ class Flows(unittest.TestCase):
     def rows(self, query: str) -> list:
         return pa.table(self.s.sql(query)).to_pylist()
 
+    def test_debezium_folder_with_a_key_change(self) -> None:
+        """Debezium JSON events: clauses derived, a key change deletes the old key."""
+        import json
+
+        folder = os.path.join(tempfile.mkdtemp(), "cdc")
+        os.makedirs(folder)
+
+        def event(op, before, after, lsn):
+            source = {"connector": "postgresql", "lsn": lsn, "ts_ms": 1000 + lsn}
+            return json.dumps({"before": before, "after": after, "source": source, "op": op})
+
+        lines = [
+            event("r", None, {"id": 1, "name": "Ann"}, 10),
+            event("r", None, {"id": 2, "name": "Bob"}, 11),
+            event("u", {"id": 2, "name": "Bob"}, {"id": 20, "name": "Bob"}, 20),
+            event("d", {"id": 1, "name": "Ann"}, None, 21),
+        ]
+        with open(os.path.join(folder, "part-0.json"), "w") as f:
+            f.write("\n".join(lines) + "\nnull\n")
+        self.s.create_streaming_table("people")
+        metrics = self.s.create_auto_cdc_flow(
+            target="people", source=f"debezium('{folder}/')", keys=["id"]
+        )
+        self.assertEqual(metrics["num_input_rows"], 5)
+        self.assertEqual(self.rows("SELECT * FROM people"), [{"id": 20, "name": "Bob"}])
+
+    def test_previous_keys(self) -> None:
+        self.s.register(
+            "moves",
+            pa.table({"id": [1, 10], "old_id": [None, 1], "v": ["a", "a"], "seq": [1, 2]}),
+        )
+        self.s.create_streaming_table("moved")
+        self.s.create_auto_cdc_flow(
+            target="moved",
+            source="moves",
+            keys=["id"],
+            previous_keys=["old_id"],
+            sequence_by="seq",
+            except_column_list=["old_id", "seq"],
+        )
+        self.assertEqual(self.rows("SELECT * FROM moved"), [{"id": 10, "v": "a"}])
+
     def test_scd1_flow_from_pyarrow(self) -> None:
         self.s.register("users", users_cdf())
         self.s.create_streaming_table("target")

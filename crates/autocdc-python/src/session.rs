@@ -270,12 +270,13 @@ impl PyCdcSession {
     /// Create an AUTO CDC flow and run its first update; returns its metrics.
     /// Parameters as in the reference's `create_auto_cdc_flow`.
     #[pyo3(signature = (
-        *, target, source, keys, sequence_by, apply_as_deletes = None,
+        *, target, source, keys, sequence_by = None, apply_as_deletes = None,
         apply_as_truncates = None, column_list = None, except_column_list = None,
         stored_as_scd_type = None, track_history_column_list = None,
         track_history_except_column_list = None, ignore_null_updates = false,
         ignore_null_updates_column_list = None, ignore_null_updates_except_column_list = None,
-        columns_to_update = None, system_sequence_by = None, name = None, once = false
+        columns_to_update = None, system_sequence_by = None, name = None, once = false,
+        previous_keys = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn create_auto_cdc_flow<'py>(
@@ -284,7 +285,7 @@ impl PyCdcSession {
         target: String,
         source: String,
         keys: Vec<String>,
-        sequence_by: &Bound<'py, PyAny>,
+        sequence_by: Option<&Bound<'py, PyAny>>,
         apply_as_deletes: Option<String>,
         apply_as_truncates: Option<String>,
         column_list: Option<Vec<String>>,
@@ -299,22 +300,23 @@ impl PyCdcSession {
         system_sequence_by: Option<String>,
         name: Option<String>,
         once: bool,
+        previous_keys: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         if keys.is_empty() {
             return Err(PyValueError::new_err(
                 "create_auto_cdc_flow: keys must name at least one column",
             ));
         }
-        let sequence: Result<String, Vec<String>> = if let Ok(column) =
-            sequence_by.extract::<String>()
-        {
-            Ok(column)
-        } else if let Ok(columns) = sequence_by.extract::<Vec<String>>() {
-            Err(columns)
-        } else {
-            return Err(PyTypeError::new_err(
-                "create_auto_cdc_flow: sequence_by must be a column name or a list of them (a STRUCT sequence)",
-            ));
+        // (None: derived from a change source, else the flow says it is required)
+        let sequence: Option<Result<String, Vec<String>>> = match sequence_by {
+            None => None,
+            Some(s) if s.extract::<String>().is_ok() => Some(Ok(s.extract::<String>()?)),
+            Some(s) if s.extract::<Vec<String>>().is_ok() => Some(Err(s.extract::<Vec<String>>()?)),
+            Some(_) => {
+                return Err(PyTypeError::new_err(
+                    "create_auto_cdc_flow: sequence_by must be a column name or a list of them (a STRUCT sequence)",
+                ))
+            }
         };
         let scd = stored_as_scd_type.map(scd_type).transpose()?;
         if column_list.is_some() && except_column_list.is_some() {
@@ -325,9 +327,11 @@ impl PyCdcSession {
         let metrics = self.run(py, move |s| async move {
             let flow = s.create_auto_cdc_flow(&target, &source).keys(keys);
             let flow = match sequence {
-                Ok(column) => flow.sequence_by(column),
-                Err(columns) => flow.sequence_by_struct(columns),
+                Some(Ok(column)) => flow.sequence_by(column),
+                Some(Err(columns)) => flow.sequence_by_struct(columns),
+                None => flow,
             };
+            let flow = with(flow, previous_keys, |f, v| f.previous_keys(v));
             let flow = with(flow, name, |f, v| f.name(v));
             let flow = with(flow, apply_as_deletes, |f, v| f.apply_as_deletes(v));
             let flow = with(flow, apply_as_truncates, |f, v| f.apply_as_truncates(v));

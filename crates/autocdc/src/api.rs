@@ -192,12 +192,18 @@ impl CdcSession {
     }
 
     /// `create_auto_cdc_flow(target=..., source=...)`: start building a flow
-    /// reading the table or view `source`.
+    /// reading the table or view `source` — or, written
+    /// `debezium('path')`, Debezium change events (see
+    /// [`AutoCdcFlowBuilder::source_debezium`]).
     pub fn create_auto_cdc_flow(&self, target: &str, source: &str) -> AutoCdcFlowBuilder<'_> {
         let name = target.rsplit('.').next().unwrap_or(target).to_string();
+        let source = match debezium_path(source) {
+            Some(path) => FlowSource::Debezium { path },
+            None => FlowSource::Table(source.to_string()),
+        };
         AutoCdcFlowBuilder {
             session: self,
-            spec: FlowSpec::new(name, target, FlowSource::Table(source.to_string())),
+            spec: FlowSpec::new(name, target, source),
         }
     }
 
@@ -322,12 +328,40 @@ macro_rules! flow_setters {
     };
 }
 
+/// The path of a source written `debezium('path')` (any case, spaces
+/// around), if it is one.
+fn debezium_path(source: &str) -> Option<String> {
+    let s = source.trim();
+    let open = s.find('(')?;
+    if !s[..open].trim().eq_ignore_ascii_case("debezium") || !s.ends_with(')') {
+        return None;
+    }
+    let inner = s[open + 1..s.len() - 1].trim();
+    let quoted = inner.strip_prefix('\'')?.strip_suffix('\'')?;
+    Some(quoted.replace("''", "'"))
+}
+
 impl AutoCdcFlowBuilder<'_> {
     flow_setters!();
 
     /// Read a SQL query instead of a table.
     pub fn source_query(mut self, sql: impl Into<String>) -> Self {
         self.spec.source = FlowSource::Query(sql.into());
+        self
+    }
+    /// Read Debezium change events (JSON Lines) from a file or a folder:
+    /// the files not read yet at each update; the delete, truncate and
+    /// sequence clauses and the columns derive from the envelope unless set
+    /// (SQL `FROM debezium('path')`).
+    pub fn source_debezium(mut self, path: impl Into<String>) -> Self {
+        self.spec.source = FlowSource::Debezium { path: path.into() };
+        self
+    }
+    /// `PREVIOUS KEYS (e1, ...)`: SQL expressions of the source giving each
+    /// event's previous key (one per key column); an upsert whose previous
+    /// key differs from its key also deletes the previous key.
+    pub fn previous_keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, exprs: I) -> Self {
+        self.spec.previous_keys = names(exprs);
         self
     }
     /// `sequence_by`: a column.

@@ -525,20 +525,7 @@ async fn updates_rewrite_only_touched_buckets() {
 /// (number of data files, number with a deletion vector, rows they delete)
 /// of a streaming table's current version.
 async fn deletion_vector_files(s: &CdcSession, name: &str) -> (usize, usize, i64) {
-    use futures::TryStreamExt;
-    let t = s
-        .streaming_table(&datafusion_autocdc::table::TableName::parse(name).unwrap())
-        .unwrap();
-    let delta = t.delta();
-    let log_store = delta.log_store();
-    let views: Vec<_> = delta
-        .snapshot()
-        .unwrap()
-        .snapshot()
-        .file_views(log_store.as_ref(), None)
-        .try_collect()
-        .await
-        .unwrap();
+    let views = file_views(s, name).await;
     let vectors: Vec<i64> = views
         .iter()
         .filter_map(|v| v.deletion_vector_descriptor().map(|d| d.cardinality))
@@ -822,23 +809,28 @@ async fn small_scd1_dml_retires_rows_with_deletion_vectors() {
     );
 }
 
-/// Data files and deletion vectors of each key bucket of `name`:
-/// `(bucket, files, vectors)`, by bucket.
-async fn files_per_bucket(s: &CdcSession, name: &str) -> Vec<(i32, usize, usize)> {
+/// The data files of the streaming table `name`'s state store.
+async fn file_views(s: &CdcSession, name: &str) -> Vec<deltalake_core::kernel::LogicalFileView> {
     use futures::TryStreamExt;
     let t = s
         .streaming_table(&datafusion_autocdc::table::TableName::parse(name).unwrap())
         .unwrap();
     let delta = t.delta();
     let log_store = delta.log_store();
-    let views: Vec<_> = delta
+    delta
         .snapshot()
         .unwrap()
         .snapshot()
         .file_views(log_store.as_ref(), None)
         .try_collect()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Data files and deletion vectors of each key bucket of `name`:
+/// `(bucket, files, vectors)`, by bucket.
+async fn files_per_bucket(s: &CdcSession, name: &str) -> Vec<(i32, usize, usize)> {
+    let views = file_views(s, name).await;
     let mut buckets = std::collections::BTreeMap::<i32, (usize, usize)>::new();
     for view in &views {
         let bucket = view

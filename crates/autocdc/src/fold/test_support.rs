@@ -192,15 +192,7 @@ pub fn fold_below_stored_watermark(
     let input = batch(&spec.layout, events);
     let mut kernel = spec.kernel(&input.schema())?;
     kernel.observe_stored_watermark(&(Arc::new(Int64Array::from(vec![stored])) as ArrayRef))?;
-    let mut out = Vec::new();
-    let mut offset = 0;
-    while offset < input.num_rows() {
-        let len = split.min(input.num_rows() - offset);
-        out.extend(kernel.push(&input.slice(offset, len))?);
-        offset += len;
-    }
-    out.extend(kernel.finish_all()?);
-    Ok((out, kernel.counts()))
+    push_all(kernel, &input, split)
 }
 
 /// [`fold`] of a batch already laid out and sorted.
@@ -214,6 +206,15 @@ pub fn fold_batch(
     if let Some(w) = watermark {
         kernel.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
     }
+    push_all(kernel, &input, split)
+}
+
+/// Feed `input` to `kernel`, `split` rows at a time, and finish it.
+fn push_all(
+    mut kernel: Box<dyn crate::fold::FoldKernel>,
+    input: &RecordBatch,
+    split: usize,
+) -> Result<(Vec<RecordBatch>, FoldCounts)> {
     let mut out = Vec::new();
     let mut offset = 0;
     while offset < input.num_rows() {
