@@ -206,7 +206,7 @@ pub fn fold_batch(
     if let Some(w) = watermark {
         kernel.observe_watermark(&(Arc::new(Int64Array::from(vec![w])) as ArrayRef))?;
     }
-    push_all(kernel, &input, split)
+    push_all(kernel, input, split)
 }
 
 /// Feed `input` to `kernel`, `split` rows at a time, and finish it.
