@@ -2010,3 +2010,78 @@ async fn restore_by_commit_time() {
         ["| 1 | b |", "| 2 | c |"]
     );
 }
+
+/// Malformed Debezium events (not JSON, an unknown `op`) fail the update,
+/// naming file and line — unless the target takes rejects: then they go to
+/// `t__rejects` as written (reason naming file and line), and the good
+/// events of the same file apply.
+#[tokio::test]
+async fn malformed_debezium_events_fail_or_are_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdc = dir.path().join("cdc");
+    std::fs::create_dir_all(&cdc).unwrap();
+    let event = |op: &str, id: i64, name: &str, lsn: i64| {
+        format!(
+            r#"{{"before":null,"after":{{"id":{id},"name":"{name}"}},"source":{{"connector":"postgresql","lsn":{lsn}}},"op":"{op}"}}"#
+        )
+    };
+    let lines = [
+        event("c", 1, "Ann", 1),
+        "{not json".to_string(),
+        event("x", 2, "Bob", 2),
+        event("u", 1, "Anna", 3),
+    ];
+    std::fs::write(cdc.join("part-0.json"), lines.join("\n") + "\n").unwrap();
+    let wh = dir.path().join("wh");
+    let s = CdcSession::open(AutoCdcConfig::new(wh.to_str().unwrap()))
+        .await
+        .unwrap();
+    let path = format!("{}/", cdc.to_str().unwrap());
+    exec(&s, "CREATE STREAMING TABLE strict").await;
+    let err = match s
+        .sql(&format!(
+            "CREATE FLOW f AS AUTO CDC INTO strict FROM debezium('{path}') KEYS (id)"
+        ))
+        .await
+    {
+        Err(e) => e.to_string(),
+        Ok(df) => df
+            .collect()
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default(),
+    };
+    assert!(err.contains("part-0.json' line 2"), "{err}");
+    assert_eq!(rows(&s, "SELECT count(*) FROM strict").await, ["| 0 |"]);
+
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.rejects' = 'true')",
+    )
+    .await;
+    exec(
+        &s,
+        &format!("CREATE FLOW f AS AUTO CDC INTO t FROM debezium('{path}') KEYS (id)"),
+    )
+    .await;
+    assert_eq!(rows(&s, "SELECT * FROM t").await, ["| 1 | Anna |"]);
+    let rejects = rows(
+        &s,
+        "SELECT flow, key IS NULL, reason LIKE '%part-0.json'' line 2%', reason LIKE '%line 3%', \"row\" FROM t__rejects ORDER BY reason",
+    )
+    .await;
+    assert_eq!(rejects.len(), 2, "{rejects:?}");
+    assert!(
+        rejects[0].starts_with("| f | true | true | false | {not json |"),
+        "{rejects:?}"
+    );
+    assert!(
+        rejects[1].contains("| f | true | false | true |"),
+        "{rejects:?}"
+    );
+    assert!(rejects[1].contains(r#""op":"x""#), "{rejects:?}");
+    // nothing is rejected twice: the file was read
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(rows(&s, "SELECT count(*) FROM t__rejects").await, ["| 2 |"]);
+}

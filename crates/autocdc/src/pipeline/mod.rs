@@ -265,6 +265,8 @@ pub async fn plan_update(
     let mut extra_config: Vec<(String, String)> = Vec::new();
     // when the newest of what this update reads arrived (the event log)
     let mut newest_input_ms = None;
+    // lines of the source it could not read (rejects on: they are rejects)
+    let mut unreadable = None;
     // the target's expectations check what a flow brings (not DML, and
     // snapshot flows take none)
     let expected = matches!(source, UpdateSource::Changes) && !meta.decl.expectations.is_empty();
@@ -285,6 +287,7 @@ pub async fn plan_update(
                         .map_err(|e| source::in_from_clause(&flow.name, e))?;
                     extra_config.extend(read.checkpoint);
                     newest_input_ms = read.newest_input_ms;
+                    unreadable = read.unreadable;
                     read.plan
                 }
             };
@@ -471,7 +474,7 @@ pub async fn plan_update(
             .iter()
             .map(|&k| resolved.layout.target_columns[k].clone())
             .collect();
-        Arc::new(RejectSink::new(flow.name.clone(), keys))
+        Arc::new(RejectSink::new(flow.name.clone(), keys).with_unreadable(unreadable.clone()))
     });
     let (new_rows, expectations) = if expected {
         let (rows, counts) = check_expectations(

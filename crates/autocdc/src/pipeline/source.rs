@@ -50,6 +50,8 @@ use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::changes::changes_provider;
 use crate::table::meta::TableMeta;
 use crate::table::properties::source_checkpoint_property;
+use crate::table::reject_sink::UnreadableLines;
+use crate::table::rejects::takes_rejects;
 use crate::table::ScdTable;
 
 /// The new part of a flow's source and the checkpoint that records it.
@@ -64,6 +66,9 @@ pub struct SourceRead {
     /// epoch: the newest new file's modification time, or the commit time of
     /// the newest upstream version (`None`: unknown, or nothing new).
     pub newest_input_ms: Option<i64>,
+    /// Lines of the source that could not be read, for the run's rejects
+    /// (a Debezium source of a target with rejects on).
+    pub unreadable: Option<Arc<UnreadableLines>>,
 }
 
 /// An error reading a flow's source, as the flow's `FROM` clause's.
@@ -97,23 +102,26 @@ pub async fn plan_changes(
                     plan,
                     checkpoint: Some((key, encode(&checkpoint)?)),
                     newest_input_ms: None,
+                    unreadable: None,
                 },
                 None => SourceRead {
                     plan: whole().await?,
                     checkpoint: None,
                     newest_input_ms: None,
+                    unreadable: None,
                 },
             },
         );
     }
     if let FlowSource::Debezium { path } = &flow.source {
-        return debezium_changes(state, flow, path, previous, key).await;
+        return debezium_changes(state, flow, path, previous, key, target).await;
     }
     let FlowSource::Table(name) = &flow.source else {
         return Ok(SourceRead {
             plan: whole().await?,
             checkpoint: None,
             newest_input_ms: None,
+            unreadable: None,
         });
     };
     let reference = TableReference::parse_str(name);
@@ -127,6 +135,7 @@ pub async fn plan_changes(
             plan: whole().await?,
             checkpoint: None,
             newest_input_ms: None,
+            unreadable: None,
         });
     };
 
@@ -179,6 +188,7 @@ pub async fn plan_changes(
             plan,
             checkpoint: Some((key, encode(&checkpoint)?)),
             newest_input_ms,
+            unreadable: None,
         });
     }
 
@@ -195,6 +205,7 @@ pub async fn plan_changes(
                 plan: whole().await?,
                 checkpoint: None,
                 newest_input_ms: None,
+                unreadable: None,
             });
         }
         let files = list_files(state, listing).await?;
@@ -229,6 +240,7 @@ pub async fn plan_changes(
             plan,
             checkpoint: Some((key, encode(&checkpoint)?)),
             newest_input_ms,
+            unreadable: None,
         });
     }
 
@@ -236,6 +248,7 @@ pub async fn plan_changes(
         plan: whole().await?,
         checkpoint: None,
         newest_input_ms: None,
+        unreadable: None,
     })
 }
 
@@ -247,6 +260,7 @@ async fn debezium_changes(
     path: &str,
     previous: Option<SourceCheckpoint>,
     key: String,
+    target: &TableMeta,
 ) -> Result<SourceRead> {
     let (store, files) = list_event_files(state.runtime_env(), path).await?;
     let read = match previous {
@@ -259,7 +273,11 @@ async fn debezium_changes(
         .partition(|meta| read.contains(meta.location.as_ref()));
     let newest_input_ms = new.iter().map(|m| m.last_modified.timestamp_millis()).max();
     // (with nothing new, the files read before give the columns)
-    let table = DebeziumTable::open(path, store, new, &old, Some(&flow.keys)).await?;
+    // a target with rejects on takes malformed events as rejects
+    let unreadable =
+        takes_rejects(&target.properties).then(|| Arc::new(UnreadableLines::default()));
+    let table =
+        DebeziumTable::open(path, store, new, &old, Some(&flow.keys), unreadable.clone()).await?;
     let plan =
         LogicalPlanBuilder::scan("debezium", provider_as_source(Arc::new(table)), None)?.build()?;
     let checkpoint = SourceCheckpoint::Files {
@@ -273,6 +291,7 @@ async fn debezium_changes(
                 .map_err(|e| DataFusionError::External(Box::new(e)))?,
         )),
         newest_input_ms,
+        unreadable,
     })
 }
 

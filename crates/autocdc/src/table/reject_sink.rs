@@ -37,13 +37,41 @@ pub(crate) fn pending_schema() -> SchemaRef {
     ))
 }
 
+/// Source lines a scan could not read (a malformed Debezium event), kept
+/// for the rejects of the run that read them: `(reason, line as written)`.
+#[derive(Debug, Default)]
+pub struct UnreadableLines {
+    lines: Mutex<Vec<(String, String)>>,
+}
+
+impl UnreadableLines {
+    /// Keep one line.
+    pub fn push(&self, reason: String, text: String) -> Result<()> {
+        self.lines
+            .lock()
+            .map_err(|_| DataFusionError::Internal("the unreadable lines are poisoned".into()))?
+            .push((reason, text));
+        Ok(())
+    }
+
+    fn taken(&self) -> Result<Vec<(String, String)>> {
+        Ok(self
+            .lines
+            .lock()
+            .map_err(|_| DataFusionError::Internal("the unreadable lines are poisoned".into()))?
+            .clone())
+    }
+}
+
 /// The events one flow run rejects, collected by the operators that find
-/// them (`RejectsExec`, `ExpectationsExec`) for the run's commit.
+/// them (`RejectsExec`, `ExpectationsExec`) for the run's commit, and the
+/// lines its source scan could not read.
 #[derive(Debug)]
 pub struct RejectSink {
     flow: String,
     keys: Vec<String>,
     batches: Mutex<Vec<RecordBatch>>,
+    unreadable: Option<Arc<UnreadableLines>>,
 }
 
 impl RejectSink {
@@ -54,7 +82,15 @@ impl RejectSink {
             flow,
             keys,
             batches: Mutex::new(Vec::new()),
+            unreadable: None,
         }
+    }
+
+    /// Also reject the lines the run's source scan could not read (reason
+    /// as given, the line as `row`; key, sequence and change NULL).
+    pub fn with_unreadable(mut self, lines: Option<Arc<UnreadableLines>>) -> Self {
+        self.unreadable = lines;
+        self
     }
 
     /// The flow whose events it collects.
@@ -159,18 +195,43 @@ impl RejectSink {
 
     /// How many events it holds.
     pub fn rows(&self) -> usize {
-        self.batches
-            .lock()
+        self.batches()
             .map(|b| b.iter().map(RecordBatch::num_rows).sum())
             .unwrap_or(0)
     }
 
     fn batches(&self) -> Result<Vec<RecordBatch>> {
-        Ok(self
+        let mut batches = self
             .batches
             .lock()
             .map_err(|_| DataFusionError::Internal("the rejects sink is poisoned".into()))?
-            .clone())
+            .clone();
+        let lines = match &self.unreadable {
+            Some(lines) => lines.taken()?,
+            None => Vec::new(),
+        };
+        if !lines.is_empty() {
+            let n = lines.len();
+            batches.push(RecordBatch::try_new(
+                pending_schema(),
+                vec![
+                    Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                        self.flow.as_str(),
+                        n,
+                    ))),
+                    Arc::new(StringArray::from_iter_values(
+                        lines.iter().map(|(reason, _)| reason.as_str()),
+                    )),
+                    Arc::new(StringArray::new_null(n)),
+                    Arc::new(StringArray::new_null(n)),
+                    Arc::new(StringArray::new_null(n)),
+                    Arc::new(StringArray::from_iter_values(
+                        lines.iter().map(|(_, text)| text.as_str()),
+                    )),
+                ],
+            )?);
+        }
+        Ok(batches)
     }
 }
 

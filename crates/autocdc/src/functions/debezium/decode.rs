@@ -88,6 +88,17 @@ pub(crate) const SEQ_COL: &str = "_seq";
 /// Name of the struct column holding the event's `before` row.
 pub(crate) const BEFORE_COL: &str = "_before";
 
+/// A line [`DebeziumLayout::decode_lenient`] left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnreadableLine {
+    /// 1-based line number in its file.
+    pub line: usize,
+    /// Why it could not be decoded (names the file and line).
+    pub reason: String,
+    /// The line as written.
+    pub text: String,
+}
+
 /// How the events of one source are ordered (see module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SequenceKind {
@@ -181,8 +192,47 @@ impl DebeziumLayout {
         bytes: &[u8],
         batch_rows: usize,
     ) -> Result<Vec<RecordBatch>> {
+        self.decode_lines(file, event_lines(bytes), batch_rows)
+    }
+
+    /// [`Self::decode`], but a line that cannot be decoded is left out and
+    /// returned — its number, why, and its text — instead of failing the
+    /// file (a flow whose target takes rejects). Only a file with such a
+    /// line pays for deciding line by line.
+    pub(crate) fn decode_lenient(
+        &self,
+        file: &str,
+        bytes: &[u8],
+        batch_rows: usize,
+    ) -> Result<(Vec<RecordBatch>, Vec<UnreadableLine>)> {
+        if let Ok(batches) = self.decode(file, bytes, batch_rows) {
+            return Ok((batches, Vec::new()));
+        }
+        let mut good = Vec::new();
+        let mut bad = Vec::new();
+        for (no, line) in event_lines(bytes) {
+            match self.decode_lines(file, std::iter::once((no, line)), 1) {
+                Ok(_) => good.push((no, line)),
+                Err(e) => bad.push(UnreadableLine {
+                    line: no,
+                    reason: e.to_string(),
+                    text: String::from_utf8_lossy(line).into_owned(),
+                }),
+            }
+        }
+        let batches = self.decode_lines(file, good.into_iter(), batch_rows)?;
+        Ok((batches, bad))
+    }
+
+    /// Decode the numbered `lines` of `file` (see [`Self::decode`]).
+    fn decode_lines<'a>(
+        &self,
+        file: &str,
+        lines: impl Iterator<Item = (usize, &'a [u8])>,
+        batch_rows: usize,
+    ) -> Result<Vec<RecordBatch>> {
         let batch_rows = batch_rows.max(1);
-        let mut lines = event_lines(bytes).peekable();
+        let mut lines = lines.peekable();
         let Some(&(first_no, first)) = lines.peek() else {
             return Ok(vec![]);
         };

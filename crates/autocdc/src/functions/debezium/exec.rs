@@ -24,6 +24,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::decode::DebeziumLayout;
 use super::moved_keys::MovedKeys;
+use crate::table::reject_sink::UnreadableLines;
 
 /// Scans Debezium event files (see [`super::decode`]).
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub(crate) struct DebeziumExec {
     partitions: Vec<Vec<ObjectMeta>>,
     layout: Arc<DebeziumLayout>,
     moved: Option<Arc<MovedKeys>>,
+    /// Where malformed events go instead of failing the scan.
+    unreadable: Option<Arc<UnreadableLines>>,
     projection: Option<Vec<usize>>,
     limit: Option<usize>,
     batch_rows: usize,
@@ -47,6 +50,7 @@ struct ScanMetrics {
     files_read: Count,
     bytes_read: Count,
     moved_keys: Count,
+    unreadable: Count,
     decode_time: Time,
 }
 
@@ -57,6 +61,7 @@ impl ScanMetrics {
             files_read: MetricBuilder::new(metrics).counter("files_read", partition),
             bytes_read: MetricBuilder::new(metrics).counter("bytes_read", partition),
             moved_keys: MetricBuilder::new(metrics).counter("num_moved_keys", partition),
+            unreadable: MetricBuilder::new(metrics).counter("num_unreadable_events", partition),
             decode_time: MetricBuilder::new(metrics).subset_time("decode_time", partition),
         }
     }
@@ -69,6 +74,7 @@ impl DebeziumExec {
         files: Vec<ObjectMeta>,
         layout: Arc<DebeziumLayout>,
         moved: Option<Arc<MovedKeys>>,
+        unreadable: Option<Arc<UnreadableLines>>,
         projection: Option<Vec<usize>>,
         limit: Option<usize>,
         target_partitions: usize,
@@ -108,6 +114,7 @@ impl DebeziumExec {
             partitions,
             layout,
             moved,
+            unreadable,
             projection,
             limit,
             batch_rows: batch_rows.max(1),
@@ -200,14 +207,16 @@ impl ExecutionPlan for DebeziumExec {
             self.moved.clone(),
         );
         let (projection, batch_rows) = (self.projection.clone(), self.batch_rows);
+        let unreadable = self.unreadable.clone();
         let read = futures::stream::iter(files)
             .then(move |meta| {
-                let (store, layout, moved, projection, metrics) = (
+                let (store, layout, moved, projection, metrics, unreadable) = (
                     Arc::clone(&store),
                     Arc::clone(&layout),
                     moved.clone(),
                     projection.clone(),
                     Arc::clone(&metrics),
+                    unreadable.clone(),
                 );
                 async move {
                     let bytes = store
@@ -221,8 +230,20 @@ impl ExecutionPlan for DebeziumExec {
                     metrics.bytes_read.add(bytes.len());
                     let timer = metrics.decode_time.timer();
                     let name = meta.location.to_string();
+                    let decoded = match &unreadable {
+                        None => layout.decode(&name, &bytes, batch_rows)?,
+                        Some(lines) => {
+                            let (batches, bad) =
+                                layout.decode_lenient(&name, &bytes, batch_rows)?;
+                            metrics.unreadable.add(bad.len());
+                            for line in bad {
+                                lines.push(line.reason, line.text)?;
+                            }
+                            batches
+                        }
+                    };
                     let mut out = Vec::new();
-                    for batch in layout.decode(&name, &bytes, batch_rows)? {
+                    for batch in decoded {
                         let deletes = match &moved {
                             Some(moved) => moved.deletes(&batch)?,
                             None => None,

@@ -16,6 +16,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use super::decode::DebeziumLayout;
 use super::exec::DebeziumExec;
 use super::moved_keys::MovedKeys;
+use crate::table::reject_sink::UnreadableLines;
 
 /// How much of each of the first files the layout is inferred from.
 const SAMPLE_BYTES: u64 = 1 << 20;
@@ -59,19 +60,24 @@ pub(crate) struct DebeziumTable {
     files: Vec<ObjectMeta>,
     layout: Arc<DebeziumLayout>,
     moved: Option<Arc<MovedKeys>>,
+    unreadable: Option<Arc<UnreadableLines>>,
 }
 
 impl DebeziumTable {
     /// The events of `files`, laid out as their first files say
     /// (`sample`: files to infer from when `files` is empty, e.g. a flow's
     /// files already read). With `keys`, primary-key changes also yield
-    /// the DELETE of the old key ([`super::moved_keys`]).
+    /// the DELETE of the old key ([`super::moved_keys`]). With
+    /// `unreadable`, malformed events are left out of the layout's samples
+    /// and of the scan and kept there (for the rejects of a flow whose
+    /// target takes them) instead of failing it.
     pub(crate) async fn open(
         path: &str,
         store: Arc<dyn ObjectStore>,
         files: Vec<ObjectMeta>,
         sample: &[ObjectMeta],
         keys: Option<&[String]>,
+        unreadable: Option<Arc<UnreadableLines>>,
     ) -> Result<Self> {
         let from = if files.is_empty() { sample } else { &files };
         if from.is_empty() {
@@ -88,6 +94,11 @@ impl DebeziumTable {
             let bytes = match (end < meta.size, bytes.iter().rposition(|&b| b == b'\n')) {
                 (true, Some(last)) => bytes.slice(..last + 1),
                 _ => bytes,
+            };
+            let bytes: Vec<u8> = match unreadable {
+                // (the scan reports them; the layout ignores them)
+                Some(_) => json_objects_only(&bytes),
+                None => bytes.to_vec(),
             };
             samples.push((meta.location.to_string(), bytes));
         }
@@ -106,8 +117,24 @@ impl DebeziumTable {
             files,
             layout: Arc::new(layout),
             moved,
+            unreadable,
         })
     }
+}
+
+/// The lines of `bytes` that are JSON objects (or tombstones).
+fn json_objects_only(bytes: &[u8]) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(bytes.len());
+    for line in bytes.split(|b| *b == b'\n') {
+        let trimmed = line.trim_ascii();
+        let object = trimmed.first() == Some(&b'{')
+            && serde_json::from_slice::<serde::de::IgnoredAny>(trimmed).is_ok();
+        if object || trimmed.is_empty() || trimmed == b"null" {
+            kept.extend_from_slice(line);
+            kept.push(b'\n');
+        }
+    }
+    kept
 }
 
 #[async_trait]
@@ -132,6 +159,7 @@ impl TableProvider for DebeziumTable {
             self.files.clone(),
             Arc::clone(&self.layout),
             self.moved.clone(),
+            self.unreadable.clone(),
             projection.cloned(),
             limit,
             state.config().target_partitions(),
@@ -167,7 +195,7 @@ impl TableFunctionImpl for DebeziumFunction {
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
                     runtime_io.block_on(async {
                         let (store, files) = list_event_files(runtime, &path).await?;
-                        DebeziumTable::open(&path, store, files, &[], None).await
+                        DebeziumTable::open(&path, store, files, &[], None, None).await
                     })
                 })
                 .join()
