@@ -24,6 +24,16 @@ pub fn venv_python(env_var: &str, default: &Path, imports: &str, packages: &[&st
         .map(PathBuf::from)
         .unwrap_or_else(|| default.to_path_buf());
     let python = venv.join("bin").join("python");
+    // one creator at a time: tests running in parallel (threads of one test
+    // binary, or binaries) share the environment
+    if let Some(parent) = venv.parent() {
+        std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{}: {e}", parent.display()));
+    }
+    let lock_path = venv.with_extension("lock");
+    let lock = std::fs::File::create(&lock_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", lock_path.display()));
+    lock.lock()
+        .unwrap_or_else(|e| panic!("locking {}: {e}", lock_path.display()));
     let ready = python.exists()
         && Command::new(&python)
             .args(["-c", &format!("import {imports}")])
@@ -31,7 +41,9 @@ pub fn venv_python(env_var: &str, default: &Path, imports: &str, packages: &[&st
             .is_ok_and(|o| o.status.success());
     if !ready {
         run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            Command::new("python3")
+                .args(["-m", "venv", "--clear"])
+                .arg(&venv),
             "python3 -m venv",
         );
         run(
@@ -41,5 +53,6 @@ pub fn venv_python(env_var: &str, default: &Path, imports: &str, packages: &[&st
             &format!("pip install {}", packages.join(" ")),
         );
     }
+    drop(lock);
     python
 }
