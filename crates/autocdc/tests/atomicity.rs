@@ -179,7 +179,7 @@ async fn setup(s: &CdcSession, stored_as: &str) {
         // periodic snapshots of the rows that are not deleted
         "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT id, v FROM src WHERE op <> 'D' AND seq > 0) KEYS (id)".to_string()
     } else {
-        let stored_as = if stored_as == REJECTS {
+        let stored_as = if stored_as == REJECTS || stored_as == DML {
             "SCD TYPE 1"
         } else {
             stored_as
@@ -191,6 +191,10 @@ async fn setup(s: &CdcSession, stored_as: &str) {
 
 /// An SCD 1 target with rejects on (`setup`'s `stored_as`).
 const REJECTS: &str = "REJECTS";
+
+/// An SCD 1 target; the step checked is an `UPDATE` of two keys (their
+/// stored rows retired with deletion vectors).
+const DML: &str = "DML";
 
 /// An SCD 2 target reading a file folder, two files applied; the step
 /// checked is a `RESTORE` to the version after the first.
@@ -234,6 +238,11 @@ async fn second_update(s: &CdcSession, stored_as: &str) -> datafusion::error::Re
         // (a new process registers its source again)
         run(s, FEED).await?;
         return run(s, "RESTORE STREAMING TABLE t TO VERSION AS OF 1").await;
+    }
+    if stored_as == DML {
+        // (idempotent: a retry after a commit that reported a failure
+        // changes nothing more)
+        return run(s, "UPDATE t SET v = 'x' WHERE id IN (1, 2) AND v <> 'x'").await;
     }
     let second = if stored_as == REJECTS {
         SECOND_REJECTS
@@ -422,6 +431,12 @@ async fn update_with_rejects_is_atomic_at_every_call() {
 #[tokio::test]
 async fn restore_is_atomic_at_every_call() {
     check(RESTORE, Fault::Crash).await;
+}
+
+#[tokio::test]
+async fn dml_statement_is_atomic_at_every_call() {
+    check(DML, Fault::Fail).await;
+    check(DML, Fault::Crash).await;
 }
 
 #[tokio::test]

@@ -1554,6 +1554,170 @@ async fn write_and_commit_operators_report_their_work() {
     assert!(commit.contains("num_files_added=4,"), "{commit}");
 }
 
+/// Whether an operator follows `op` in a plan printed as table rows (whose
+/// indentation is not kept): for the lowest operator of a chain, its input.
+fn has_child(analyzed: &str, op: &str) -> bool {
+    let lines: Vec<&str> = analyzed.lines().collect();
+    lines
+        .iter()
+        .position(|l| l.contains(&format!("{op}:")))
+        .and_then(|i| lines.get(i + 1))
+        .is_some_and(|next| next.contains("Exec:"))
+}
+
+/// `EXPLAIN ANALYZE` of `UPDATE`, `DELETE`, `INSERT` and `MERGE` shows each
+/// statement as a plan: its rows (`DmlRowsExec`, an `INSERT`'s rows as its
+/// child), the writer and the commit, with what each did — on SCD 1 (few
+/// keys: deletion vectors; past the budget: a rewrite) and SCD 2 targets.
+#[tokio::test]
+async fn dml_statements_run_as_write_and_commit_plans() {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 100)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let analyze = |sql: &'static str| {
+        let s = &s;
+        async move { rows(s, &format!("EXPLAIN ANALYZE {sql}")).await.join("\n") }
+    };
+    let expect = |analyzed: &str, op: &str, marks: &[&str]| {
+        let line = operator_line(analyzed, op);
+        for m in marks {
+            assert!(line.contains(m), "missing {m} in {line}\n{analyzed}");
+        }
+    };
+
+    // UPDATE of one key: one file written, its stored row's file retired
+    // with a deletion vector
+    let analyzed = analyze("UPDATE t SET v = 'u' WHERE id = 7").await;
+    expect(
+        &analyzed,
+        "DmlRowsExec",
+        &["statement=UPDATE", "num_files_retired=1", "rewrite=0"],
+    );
+    expect(
+        &analyzed,
+        "CdcWriteExec",
+        // the live row, its pre- and post-image
+        &["target=t", "num_files_written=1,", "num_rows_written=3,"],
+    );
+    expect(
+        &analyzed,
+        "CdcCommitExec",
+        &[
+            "statement=UPDATE",
+            "num_files_added=1,",
+            "num_files_removed=1,",
+        ],
+    );
+    assert_eq!(rows(&s, "SELECT v FROM t WHERE id = 7").await, ["| u |"]);
+
+    // DELETE of two keys: two tombstones and their two change rows
+    let analyzed = analyze("DELETE FROM t WHERE id IN (1, 2)").await;
+    expect(&analyzed, "DmlRowsExec", &["statement=DELETE", "rewrite=0"]);
+    expect(&analyzed, "CdcWriteExec", &["num_rows_written=4,"]);
+    expect(&analyzed, "CdcCommitExec", &["statement=DELETE"]);
+    assert!(!has_child(&analyzed, "DmlRowsExec"), "{analyzed}");
+    assert_eq!(rows(&s, "SELECT count(*) FROM t").await, ["| 98 |"]);
+
+    // INSERT: its rows are the input of the statement's rows
+    let analyzed = analyze("INSERT INTO t VALUES (1, 'back', 5)").await;
+    expect(&analyzed, "DmlRowsExec", &["statement=INSERT"]);
+    assert!(has_child(&analyzed, "DmlRowsExec"), "{analyzed}");
+    expect(&analyzed, "CdcCommitExec", &["statement=INSERT"]);
+    assert_eq!(rows(&s, "SELECT v FROM t WHERE id = 1").await, ["| back |"]);
+
+    // MERGE
+    let analyzed = analyze(
+        "MERGE INTO t USING (SELECT 3 AS id, 'm' AS v) AS s ON t.id = s.id \
+         WHEN MATCHED THEN UPDATE SET v = s.v",
+    )
+    .await;
+    expect(&analyzed, "DmlRowsExec", &["statement=MERGE", "rewrite=0"]);
+    expect(&analyzed, "CdcWriteExec", &["num_files_written=1,"]);
+    expect(&analyzed, "CdcCommitExec", &["statement=MERGE"]);
+    assert_eq!(rows(&s, "SELECT v FROM t WHERE id = 3").await, ["| m |"]);
+
+    // past the deletion-vector budget, the statement rewrites every file
+    exec(&s, "SET autocdc.deletion_vector_max_fraction = 0").await;
+    let analyzed = analyze("UPDATE t SET v = 'all'").await;
+    expect(&analyzed, "DmlRowsExec", &["rewrite=1"]);
+    // 99 live rows, their pre- and post-images, key 2's tombstone: a file
+    // of live rows per bucket and one of the tombstone
+    expect(&analyzed, "CdcWriteExec", &["num_rows_written=298,"]);
+    expect(&analyzed, "CdcCommitExec", &["num_files_added=5,"]);
+    assert_eq!(
+        rows(&s, "SELECT count(*), min(v), max(v) FROM t").await,
+        ["| 99 | all | all |"]
+    );
+    // nothing of these statements is left out of the event log
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT operation, count(*) FROM event_log('t') \
+             WHERE operation IN ('UPDATE', 'DELETE', 'INSERT', 'MERGE') \
+             GROUP BY operation ORDER BY operation"
+        )
+        .await,
+        [
+            "| DELETE | 1 |",
+            "| INSERT | 1 |",
+            "| MERGE | 1 |",
+            "| UPDATE | 2 |"
+        ]
+    );
+
+    // SCD 2: a statement is an update of the keys' histories
+    exec(
+        &s,
+        "CREATE STREAMING TABLE h TBLPROPERTIES ('autocdc.buckets' = '4')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW g AS AUTO CDC INTO h FROM src KEYS (id) SEQUENCE BY seq STORED AS SCD TYPE 2",
+    )
+    .await;
+    for sql in [
+        "UPDATE h SET v = 'w' WHERE id = 5",
+        "DELETE FROM h WHERE id = 6",
+        "INSERT INTO h VALUES (500, 'n', 1, 10, NULL)",
+    ] {
+        let analyzed = analyze(sql).await;
+        expect(&analyzed, "AutoCdcExec", &[]);
+        expect(
+            &analyzed,
+            "CdcWriteExec",
+            &["target=h", "num_files_written="],
+        );
+        expect(
+            &analyzed,
+            "CdcCommitExec",
+            &["target=h", "num_files_added="],
+        );
+    }
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*), count(*) FILTER (WHERE id = 500), \
+             count(*) FILTER (WHERE id = 6) FROM h"
+        )
+        .await,
+        ["| 100 | 1 | 0 |"]
+    );
+}
+
 /// `create_streaming_table` takes the Python parameters `schema` (a column
 /// list in SQL) and `table_properties`; a flow then fills the declared
 /// columns, and a schema that is not a column list is refused with nothing

@@ -275,6 +275,12 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                 indexed_cap: options.indexed_cap,
             }
         } else if let Some(exec) = node.downcast_ref::<CdcWriteExec>() {
+            if exec.is_statement() {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "CdcPhysicalCodec: the write of a DML statement on {} runs where it was planned",
+                    exec.request().target
+                )));
+            }
             let request = exec.request();
             Node::Write {
                 target: request.target.clone(),

@@ -8,6 +8,10 @@
 //!   CdcWriteExec
 //! ```
 //!
+//! A DML statement's commit ([`CdcCommitExec::statement`]) takes the
+//! same manifest, with the stored rows the statement retires, and logs the
+//! statement instead of a flow run (no checkpoint moves).
+//!
 //! The commit reads only its input, the manifest
 //! ([`crate::table::manifest`]): the written files and what the fold did.
 //! Nothing is visible until the commit: a failure anywhere before it leaves
@@ -17,6 +21,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{Field, Schema, SchemaRef};
@@ -39,13 +44,22 @@ use futures::StreamExt;
 
 use crate::fold::FoldCounts;
 use crate::logical::UPDATE_RESULT_COLUMNS;
-use crate::table::commit::{commit_written, CommitRequest};
+use crate::table::commit::{commit_written, CommitOutcome, CommitRequest, StatementCommit};
 use crate::table::manifest::Manifest;
+
+/// What a [`CdcCommitExec`] commits.
+#[derive(Debug, Clone)]
+enum Committing {
+    /// A flow's update: its files, metadata and checkpoint.
+    Update(Arc<CommitRequest>),
+    /// A DML statement's files and the stored rows it retires.
+    Statement(Arc<StatementCommit>),
+}
 
 /// Commits the new state of a target (see the module docs).
 #[derive(Debug)]
 pub struct CdcCommitExec {
-    request: Arc<CommitRequest>,
+    committing: Committing,
     input: Arc<dyn ExecutionPlan>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
@@ -55,6 +69,17 @@ pub struct CdcCommitExec {
 impl CdcCommitExec {
     /// Create the operator.
     pub fn new(request: Arc<CommitRequest>, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::committing(Committing::Update(request), input)
+    }
+
+    /// The operator committing a DML statement's rows: the written files
+    /// and the retired rows of its manifest, in one commit logged as the
+    /// statement. Its row's `flow` is the statement.
+    pub fn statement(commit: Arc<StatementCommit>, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::committing(Committing::Statement(commit), input)
+    }
+
+    fn committing(committing: Committing, input: Arc<dyn ExecutionPlan>) -> Self {
         let schema = result_schema();
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -63,7 +88,7 @@ impl CdcCommitExec {
             Boundedness::Bounded,
         ));
         Self {
-            request,
+            committing,
             input,
             schema,
             properties,
@@ -124,17 +149,25 @@ pub fn result_batch(flow: &str, counts: FoldCounts, version: Option<i64>) -> Res
 
 impl DisplayAs for CdcCommitExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let (target, what, name) = match &self.committing {
+            Committing::Update(request) => (
+                request.target.to_string(),
+                "flow",
+                request.flow.name.as_str(),
+            ),
+            Committing::Statement(commit) => (
+                commit.table.name().to_string(),
+                "statement",
+                commit.statement,
+            ),
+        };
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
-                write!(
-                    f,
-                    "CdcCommitExec: target={}, flow={}",
-                    self.request.target, self.request.flow.name
-                )
+                write!(f, "CdcCommitExec: target={target}, {what}={name}")
             }
             DisplayFormatType::TreeRender => {
-                writeln!(f, "target={}", self.request.target)?;
-                write!(f, "flow={}", self.request.flow.name)
+                writeln!(f, "target={target}")?;
+                write!(f, "{what}={name}")
             }
         }
     }
@@ -171,7 +204,7 @@ impl ExecutionPlan for CdcCommitExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("CdcCommitExec needs one child".into()))?;
-        Ok(Arc::new(Self::new(Arc::clone(&self.request), input)))
+        Ok(Arc::new(Self::committing(self.committing.clone(), input)))
     }
 
     fn execute(
@@ -191,22 +224,47 @@ impl ExecutionPlan for CdcCommitExec {
         } else {
             self.input.execute(0, context)?
         };
-        let request = Arc::clone(&self.request);
+        let committing = self.committing.clone();
         let metrics = CommitMetrics::new(&self.metrics);
+        let started = Instant::now();
         let fut = async move {
             let mut manifest = Manifest::default();
             while let Some(batch) = input.next().await {
                 manifest.read(&batch?)?;
             }
             let timer = metrics.commit_time.timer();
-            let changed = manifest.changed();
-            let outcome =
-                commit_written(&request, manifest.written, changed, &manifest.counts).await?;
+            let (name, outcome) = match committing {
+                Committing::Update(request) => {
+                    let changed = manifest.changed();
+                    let outcome =
+                        commit_written(&request, manifest.written, changed, &manifest.counts)
+                            .await?;
+                    (request.flow.name.clone(), outcome)
+                }
+                Committing::Statement(commit) => {
+                    let files_added = manifest.written.adds.len();
+                    let files_removed = manifest.retired.files();
+                    let version = commit
+                        .commit(
+                            manifest.written,
+                            manifest.retired,
+                            &manifest.counts,
+                            started,
+                        )
+                        .await?;
+                    let outcome = CommitOutcome {
+                        version,
+                        files_added,
+                        files_removed,
+                    };
+                    (commit.statement.to_string(), outcome)
+                }
+            };
             timer.done();
             metrics.files_added.add(outcome.files_added);
             metrics.files_removed.add(outcome.files_removed);
             metrics.commit_version.set(outcome.version.max(0) as usize);
-            result_batch(&request.flow.name, manifest.counts, Some(outcome.version))
+            result_batch(&name, manifest.counts, Some(outcome.version))
         };
         let stream = futures::stream::once(fut).boxed();
         Ok(Box::pin(RecordBatchStreamAdapter::new(

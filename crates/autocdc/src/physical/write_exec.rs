@@ -53,7 +53,7 @@ use super::AutoCdcExec;
 use crate::fold::columns::KIND_COL;
 use crate::fold::{FoldCounts, Kind};
 use crate::logical::WriteRequest;
-use crate::table::commit::{write_rows, ChangeFeed};
+use crate::table::commit::{write_rows, ChangeFeed, OutcomeSlot, Retired};
 use crate::table::manifest::{encode, manifest_schema};
 
 /// Writes an update's files and returns their manifest (see the module docs).
@@ -63,6 +63,9 @@ pub struct CdcWriteExec {
     input: Arc<dyn ExecutionPlan>,
     /// Whether each fold partition is written by a partition of its own.
     per_partition: bool,
+    /// Where a DML statement's rows operator leaves its counts and the
+    /// rows it retires (`None`: the input is a fold or an append flow's rows).
+    statement: Option<OutcomeSlot>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -88,6 +91,22 @@ impl CdcWriteExec {
         }
     }
 
+    /// The operator writing a DML statement's rows: their operator leaves
+    /// the statement's counts and retired rows in `slot`, passed on in the
+    /// manifest.
+    pub fn for_statement(self, slot: OutcomeSlot) -> Self {
+        Self {
+            statement: Some(slot),
+            ..self
+        }
+    }
+
+    /// Whether the operator writes a DML statement's rows (a plan that runs
+    /// where it was planned: the codec refuses it).
+    pub fn is_statement(&self) -> bool {
+        self.statement.is_some()
+    }
+
     /// Where and how the operator writes.
     pub fn request(&self) -> &Arc<WriteRequest> {
         &self.request
@@ -100,6 +119,7 @@ impl CdcWriteExec {
             request,
             input,
             per_partition: false,
+            statement: None,
             properties: Arc::new(write_properties(1)),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -199,9 +219,12 @@ impl ExecutionPlan for CdcWriteExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("CdcWriteExec needs one child".into()))?;
-        Ok(Arc::new(
-            Self::try_new(Arc::clone(&self.request), input)?.per_partition(self.per_partition),
-        ))
+        let exec =
+            Self::try_new(Arc::clone(&self.request), input)?.per_partition(self.per_partition);
+        Ok(Arc::new(Self {
+            statement: self.statement.clone(),
+            ..exec
+        }))
     }
 
     fn execute(
@@ -233,6 +256,7 @@ impl ExecutionPlan for CdcWriteExec {
         let saw_watermark = rows.seen();
         let request = Arc::clone(&self.request);
         let fold = Arc::clone(&self.input);
+        let statement = self.statement.clone();
         let write = async move {
             let timer = metrics.write_time.timer();
             let written = write_rows(
@@ -254,6 +278,24 @@ impl ExecutionPlan for CdcWriteExec {
                 .map(|a| a.size.max(0) as usize)
                 .sum();
             metrics.bytes_written.add(bytes);
+            if let Some(slot) = statement {
+                let outcome = slot
+                    .lock()
+                    .map_err(|_| DataFusionError::Internal("poisoned statement outcome".into()))?
+                    .take()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal(format!(
+                            "{}: the statement's rows left no outcome",
+                            request.target
+                        ))
+                    })?;
+                return encode(
+                    &written,
+                    &outcome.retired,
+                    &outcome.counts,
+                    saw_watermark.value() > 0,
+                );
+            }
             let counts = match fold.downcast_ref::<AutoCdcExec>() {
                 Some(fold) if per_partition => fold.partition_counts(partition),
                 Some(fold) => fold.counts(),
@@ -267,7 +309,12 @@ impl ExecutionPlan for CdcWriteExec {
                     }
                 }
             };
-            encode(&written, &counts, saw_watermark.value() > 0)
+            encode(
+                &written,
+                &Retired::default(),
+                &counts,
+                saw_watermark.value() > 0,
+            )
         };
         Ok(Box::pin(CdcWriteStream {
             state: WriteState::Writing(write.boxed()),

@@ -1,22 +1,26 @@
 //! `EXPLAIN [ANALYZE] REFRESH STREAMING TABLE`: the plan of each flow's next
-//! update, read without data; with ANALYZE, the update run. Also the same
+//! update, read without data; with ANALYZE, the update run. `EXPLAIN
+//! [ANALYZE] MERGE INTO`: the statement's plan (with ANALYZE, run). Also the same
 //! plans as physical plans, for callers that ship or inspect them.
 
 use std::str::FromStr;
 use std::sync::Arc;
 
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::format::ExplainFormat;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{ExplainOption, LogicalPlan, LogicalPlanBuilder};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::DataFrame;
 
 use crate::pipeline::append::plan_append;
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
-use crate::sql::CdcStatement;
+use crate::sql::{CdcStatement, MergeStatement};
 use crate::table::event::Operation;
 use crate::table::properties::last_version_property;
 use crate::table::{ScdTable, TableName};
@@ -110,12 +114,18 @@ impl CdcSession {
         verbose: bool,
         format: Option<&str>,
     ) -> Result<DataFrame> {
-        let CdcStatement::Refresh { name, full } = statement else {
-            return Err(DataFusionError::NotImplemented(
-                "EXPLAIN supports REFRESH STREAMING TABLE among the AUTO CDC statements"
-                    .to_string(),
-            ));
-        };
+        let (name, full) =
+            match statement {
+                CdcStatement::Refresh { name, full } => (name, full),
+                CdcStatement::Merge(merge) => {
+                    return self.explain_merge(&merge, analyze, verbose).await
+                }
+                _ => return Err(DataFusionError::NotImplemented(
+                    "EXPLAIN supports REFRESH STREAMING TABLE and MERGE INTO among the AUTO CDC \
+                     statements"
+                        .to_string(),
+                )),
+            };
         let table = self.table(&name).await?;
         table.refresh().await?;
         if full && analyze {
@@ -148,6 +158,42 @@ impl CdcSession {
             )));
         }
         self.ctx.read_batches(batches)
+    }
+
+    /// `EXPLAIN [ANALYZE] MERGE INTO …`: the statement's physical plan (its
+    /// clauses are matched to the source rows when it is planned); with
+    /// ANALYZE, run and shown with its metrics. Rendered indented, as
+    /// DataFusion renders `EXPLAIN` of its own DML.
+    async fn explain_merge(
+        &self,
+        merge: &MergeStatement,
+        analyze: bool,
+        verbose: bool,
+    ) -> Result<DataFrame> {
+        let table = self.table(&merge.target).await?;
+        table.refresh().await?;
+        let state = self.dialect_state(&merge.dialect);
+        let plan = crate::pipeline::dml::merge(&state, table, merge).await?;
+        let (plan_type, text) = if analyze {
+            collect(Arc::clone(&plan), state.task_ctx()).await?;
+            let shown = DisplayableExecutionPlan::with_metrics(plan.as_ref()).indent(verbose);
+            ("Plan with Metrics", shown.to_string())
+        } else {
+            let shown = DisplayableExecutionPlan::new(plan.as_ref()).indent(verbose);
+            ("physical_plan", shown.to_string())
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("plan_type", DataType::Utf8, false),
+            Field::new("plan", DataType::Utf8, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec![plan_type])),
+                Arc::new(StringArray::from(vec![text])),
+            ],
+        )?;
+        self.ctx.read_batch(batch)
     }
 
     /// The physical plan of each flow's next update of `target`, planned

@@ -312,17 +312,9 @@ impl CdcSession {
                 let table = self.table(&merge.target).await?;
                 table.refresh().await?;
                 let state = self.dialect_state(&merge.dialect);
-                let count = crate::pipeline::dml::merge(&state, table, &merge).await?;
-                let schema = Arc::new(Schema::new(vec![arrow::datatypes::Field::new(
-                    "count",
-                    arrow::datatypes::DataType::UInt64,
-                    false,
-                )]));
-                let batch = RecordBatch::try_new(
-                    schema,
-                    vec![Arc::new(arrow::array::UInt64Array::from(vec![count]))],
-                )?;
-                self.ctx.read_batch(batch)
+                let plan = crate::pipeline::dml::merge(&state, table, &merge).await?;
+                let batches = datafusion::physical_plan::collect(plan, state.task_ctx()).await?;
+                self.ctx.read_batches(batches)
             }
             CdcStatement::ShowProperties { name, key } => {
                 self.show_properties(&name, key.as_deref()).await

@@ -588,7 +588,7 @@ impl CdcParser<'_> {
             let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
             let name = self.table_name()?;
             CdcStatement::Drop { name, if_exists }
-        } else if top && self.peek_word(0, "MERGE") {
+        } else if self.peek_word(0, "MERGE") {
             self.merge()?
         } else if top && self.peek_word(0, "SHOW") && self.peek_word(1, "TBLPROPERTIES") {
             self.p.next_token();

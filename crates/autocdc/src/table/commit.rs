@@ -253,10 +253,106 @@ pub(crate) enum Replaced {
     Nothing,
     /// Every data file of the loaded version.
     All,
-    /// The stored rows found for the edit's keys (deletion vectors).
-    Rows(Superseded),
     /// These data files (their `remove` actions, deletion vectors included).
     Files(Vec<Remove>),
+    /// What a DML statement's rows operator retired ([`Retired`]).
+    Retired(Retired),
+}
+
+/// The actions retiring the stored rows a DML statement replaces, made
+/// before its commit (deletion vectors written, nothing committed): what
+/// its rows operator reports to the commit through the manifest
+/// ([`super::manifest`]).
+#[derive(Debug, Clone, Default)]
+pub struct Retired(pub(crate) Vec<Action>);
+
+impl Retired {
+    /// The rows `superseded` found, marked with deletion vectors (files
+    /// left without rows removed).
+    pub(crate) async fn rows(table: &ScdTable, superseded: &Superseded) -> Result<Self> {
+        let delta = table.delta();
+        let current = data_files(&delta).await?;
+        Ok(Self(
+            superseded.retire(&delta.object_store(), &current).await?,
+        ))
+    }
+
+    /// Every data file of the table's loaded version (a rewrite).
+    pub(crate) async fn all(table: &ScdTable) -> Result<Self> {
+        Ok(Self(remove_all(&table.delta()).await?))
+    }
+
+    /// Files removed, whole or for a new deletion vector.
+    pub fn files(&self) -> usize {
+        self.0
+            .iter()
+            .filter(|a| matches!(a, Action::Remove(_)))
+            .count()
+    }
+}
+
+/// What a DML statement's rows operator found, for its writer: the
+/// statement's counts and the rows it retires. Filled when its rows are
+/// done ([`OutcomeSlot`]).
+#[derive(Debug, Default)]
+pub struct StatementOutcome {
+    /// Rows inserted or updated (`upserted`) and deleted (`deleted`).
+    pub counts: FoldCounts,
+    /// The stored rows replaced.
+    pub retired: Retired,
+}
+
+/// Where a statement's rows operator leaves its [`StatementOutcome`] for
+/// the writer of those rows (both are planned together).
+pub type OutcomeSlot = Arc<std::sync::Mutex<Option<StatementOutcome>>>;
+
+/// The commit of a DML statement: its written files and retired rows (the
+/// manifest), its event, recorded as its kind of Delta operation.
+#[derive(Debug)]
+pub struct StatementCommit {
+    /// Target table.
+    pub table: Arc<ScdTable>,
+    /// `UPDATE`, `DELETE`, `INSERT` or `MERGE` (for plans and messages).
+    pub statement: &'static str,
+    pub(crate) kind: EditKind,
+    operation: Operation,
+}
+
+impl StatementCommit {
+    /// The commit of `statement` on `table`.
+    pub(crate) fn new(
+        table: Arc<ScdTable>,
+        statement: &'static str,
+        kind: EditKind,
+        operation: Operation,
+    ) -> Self {
+        Self {
+            table,
+            statement,
+            kind,
+            operation,
+        }
+    }
+
+    /// Commit what the manifest says: the files written, the rows retired,
+    /// an event with the statement's counts. Returns the version.
+    pub(crate) async fn commit(
+        &self,
+        written: WrittenFiles,
+        retired: Retired,
+        counts: &FoldCounts,
+        started: Instant,
+    ) -> Result<i64> {
+        let mut event = CommitEvent::new(self.operation, None, started);
+        event.upserted = counts.upserted as u64;
+        event.deleted = counts.deleted as u64;
+        Edit::new(self.kind)
+            .event(event)
+            .written(written)
+            .replacing(Replaced::Retired(retired))
+            .commit(&self.table)
+            .await
+    }
 }
 
 /// The kind of Delta operation an [`Edit`] is recorded as.
@@ -362,11 +458,8 @@ impl Edit {
         match self.replaced {
             Replaced::Nothing => {}
             Replaced::All => actions.extend(remove_all(&delta).await?),
-            Replaced::Rows(superseded) => {
-                let current = data_files(&delta).await?;
-                actions.extend(superseded.retire(&delta.object_store(), &current).await?);
-            }
             Replaced::Files(files) => actions.extend(files.into_iter().map(Action::Remove)),
+            Replaced::Retired(retired) => actions.extend(retired.0),
         }
         let WrittenFiles { adds, change_files } = self.written;
         actions.extend(adds.into_iter().map(Action::Add));

@@ -9,7 +9,11 @@
 //! |-----------|----------------------------|-----------------------------|
 //! | `add`     | a data file (Delta `Add`)  | NULL                        |
 //! | `cdc`     | a change data feed file    | NULL                        |
+//! | `retire`  | a `remove`, or an `add` with a deletion vector, of a stored file | NULL |
 //! | `summary` | NULL                       | what the fold did; one row  |
+//!
+//! (`retire` entries come from a DML statement's rows operator, which
+//! finds the stored rows it replaces; a flow update's commit finds its own.)
 //!
 //! `action` is the Delta action in its log (JSON) form. Summaries are
 //! summed: a commit may gather the manifests of several writers. Writers
@@ -22,10 +26,10 @@ use std::sync::{Arc, LazyLock};
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use datafusion::common::{DataFusionError, Result};
-use deltalake_core::kernel::Add;
+use deltalake_core::kernel::{Action, Add};
 
 use super::bucket::{BUCKET_COL, WATERMARK_BUCKET};
-use super::commit::WrittenFiles;
+use super::commit::{Retired, WrittenFiles};
 use crate::fold::FoldCounts;
 
 const ENTRY: &str = "entry";
@@ -33,6 +37,7 @@ const ACTION: &str = "action";
 const TRUNCATED: &str = "truncated";
 const ADD: &str = "add";
 const CDC: &str = "cdc";
+const RETIRE: &str = "retire";
 const SUMMARY: &str = "summary";
 
 /// The count columns of a summary, in [`FoldCounts`] field order.
@@ -77,9 +82,15 @@ fn counts_array(counts: &FoldCounts) -> [usize; 7] {
     ]
 }
 
-/// The manifest of one writer: a row per written file and its summary.
-pub fn encode(written: &WrittenFiles, counts: &FoldCounts, truncated: bool) -> Result<RecordBatch> {
-    let files = written.adds.len() + written.change_files.len();
+/// The manifest of one writer: a row per written file, one per action
+/// retiring stored rows, and its summary.
+pub fn encode(
+    written: &WrittenFiles,
+    retired: &Retired,
+    counts: &FoldCounts,
+    truncated: bool,
+) -> Result<RecordBatch> {
+    let files = written.adds.len() + written.change_files.len() + retired.0.len();
     let mut entries = Vec::with_capacity(files + 1);
     let mut actions = Vec::with_capacity(files + 1);
     let tagged = written
@@ -91,6 +102,12 @@ pub fn encode(written: &WrittenFiles, counts: &FoldCounts, truncated: bool) -> R
         entries.push(entry);
         actions.push(Some(serde_json::to_string(add).map_err(|e| {
             DataFusionError::Internal(format!("manifest: cannot encode {}: {e}", add.path))
+        })?));
+    }
+    for action in &retired.0 {
+        entries.push(RETIRE);
+        actions.push(Some(serde_json::to_string(action).map_err(|e| {
+            DataFusionError::Internal(format!("manifest: cannot encode a retire action: {e}"))
         })?));
     }
     entries.push(SUMMARY);
@@ -118,6 +135,8 @@ pub fn encode(written: &WrittenFiles, counts: &FoldCounts, truncated: bool) -> R
 pub struct Manifest {
     /// The files written.
     pub written: WrittenFiles,
+    /// The stored rows retired (a DML statement's).
+    pub retired: Retired,
     /// What the fold did, summed over writers.
     pub counts: FoldCounts,
     /// Whether the target has a truncate watermark (new or stored).
@@ -164,6 +183,12 @@ impl Manifest {
                         }
                         _ => self.written.change_files.push(add),
                     }
+                }
+                RETIRE => {
+                    let action: Action = serde_json::from_str(actions.value(row)).map_err(|e| {
+                        DataFusionError::Internal(format!("manifest: bad retire entry: {e}"))
+                    })?;
+                    self.retired.0.push(action);
                 }
                 SUMMARY => {
                     let c = &mut self.counts;
@@ -230,9 +255,14 @@ mod tests {
             duplicates: 0,
             events_added: 0,
         };
-        let first = encode(&written, &counts, false)?;
+        let first = encode(&written, &Retired::default(), &counts, false)?;
         assert_eq!(first.num_rows(), 4);
-        let second = encode(&WrittenFiles::default(), &FoldCounts::default(), true)?;
+        let second = encode(
+            &WrittenFiles::default(),
+            &Retired::default(),
+            &FoldCounts::default(),
+            true,
+        )?;
         let mut manifest = Manifest::default();
         manifest.read(&first)?;
         manifest.read(&second)?;
@@ -247,6 +277,36 @@ mod tests {
         Ok(())
     }
 
+    /// The actions retiring a statement's stored rows survive the round
+    /// trip as they are, apart from the files written.
+    #[test]
+    fn retired_rows_round_trip() -> Result<()> {
+        let file = add("__cdc_bucket=3/a.parquet", 10);
+        let remove = deltalake_core::kernel::Remove {
+            path: file.path.clone(),
+            deletion_timestamp: Some(7),
+            data_change: true,
+            ..Default::default()
+        };
+        let retired = Retired(vec![
+            Action::Remove(remove.clone()),
+            Action::Add(file.clone()),
+        ]);
+        let written = WrittenFiles {
+            adds: vec![add("__cdc_bucket=3/b.parquet", 11)],
+            change_files: Vec::new(),
+        };
+        let mut manifest = Manifest::default();
+        manifest.read(&encode(&written, &retired, &FoldCounts::default(), false)?)?;
+        assert_eq!(manifest.written.adds, written.adds);
+        assert_eq!(
+            manifest.retired.0,
+            vec![Action::Remove(remove), Action::Add(file)]
+        );
+        assert_eq!(manifest.retired.files(), 1);
+        Ok(())
+    }
+
     /// A summary of a fold that changed nothing, without a watermark, commits no files.
     #[test]
     fn an_unchanged_update_is_seen_as_such() -> Result<()> {
@@ -256,7 +316,12 @@ mod tests {
             ..Default::default()
         };
         let mut manifest = Manifest::default();
-        manifest.read(&encode(&WrittenFiles::default(), &counts, false)?)?;
+        manifest.read(&encode(
+            &WrittenFiles::default(),
+            &Retired::default(),
+            &counts,
+            false,
+        )?)?;
         assert!(!manifest.changed());
         Ok(())
     }

@@ -42,23 +42,24 @@ struct Loaded {
 /// hands its implementation to every table it registers
 /// ([`ScdTable::into_shared`]); a table without one (time travel) is
 /// read-only.
+#[async_trait]
 pub trait TargetDml: Send + Sync + fmt::Debug {
     /// `INSERT INTO table ...` of the rows of `input`.
-    fn insert(
+    async fn insert(
         &self,
         table: Arc<ScdTable>,
         state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<dyn ExecutionPlan>>;
     /// `DELETE FROM table [WHERE filters]`.
-    fn delete(
+    async fn delete(
         &self,
         table: Arc<ScdTable>,
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>>;
     /// `UPDATE table SET assignments [WHERE filters]`.
-    fn update(
+    async fn update(
         &self,
         table: Arc<ScdTable>,
         state: &dyn Session,
@@ -344,7 +345,7 @@ impl TableProvider for ScdTable {
         _op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let (table, dml) = self.writable("INSERT")?;
-        dml.insert(table, state, input)
+        dml.insert(table, state, input).await
     }
 
     async fn delete_from(
@@ -353,7 +354,7 @@ impl TableProvider for ScdTable {
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let (table, dml) = self.writable("DELETE")?;
-        dml.delete(table, state, filters)
+        dml.delete(table, state, filters).await
     }
 
     async fn update(
@@ -363,7 +364,7 @@ impl TableProvider for ScdTable {
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let (table, dml) = self.writable("UPDATE")?;
-        dml.update(table, state, assignments, filters)
+        dml.update(table, state, assignments, filters).await
     }
 }
 

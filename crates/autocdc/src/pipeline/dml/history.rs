@@ -29,7 +29,7 @@ use datafusion::functions_window::expr_fn::lead;
 use datafusion::logical_expr::{
     cast, lit, Expr, ExprFunctionExt, JoinType, LogicalPlan, LogicalPlanBuilder,
 };
-use datafusion::physical_plan::collect;
+use datafusion::physical_plan::{collect, ExecutionPlan};
 
 use super::column;
 use crate::fold::columns::{END_AT_COL, START_AT_COL, SYSTEM_START_AT_COL};
@@ -145,15 +145,16 @@ impl History {
         )
     }
 
-    /// Replace the history of every key in `edited` (the version columns
-    /// and [`DROP_COL`]) by its versions not dropped; one commit logged as
-    /// `operation`.
+    /// The plan replacing the history of every key in `edited` (the version
+    /// columns and [`DROP_COL`]) by its versions not dropped: an update
+    /// (`CdcCommit(CdcWrite(AutoCdc))`) committed as `operation`. The
+    /// versions are checked now.
     pub(super) async fn replace(
         &self,
         state: &SessionState,
         edited: LogicalPlan,
         operation: Operation,
-    ) -> Result<()> {
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let keys: Vec<Expr> = self.keys.iter().map(|k| column(k)).collect();
         let bitemporal = self.bitemporal();
         let after = LogicalPlanBuilder::from(edited.clone()).filter(column(DROP_COL).not())?;
@@ -271,8 +272,7 @@ impl History {
             Planning::Adaptive,
         )
         .await?;
-        collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
-        Ok(())
+        state.create_physical_plan(&plan).await
     }
 
     /// Fail naming the first version that has no start, ends where it

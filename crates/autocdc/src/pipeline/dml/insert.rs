@@ -2,21 +2,19 @@
 
 use std::sync::Arc;
 
-use crate::table::commit::EditKind;
 use arrow::array::RecordBatch;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
+use super::rows_exec::Statement;
 use super::{
-    apply, column, file_columns, key_positions, raw_plan, InsertedRows, NewRows, Replacing,
-    StatementRows,
+    column, file_columns, key_positions, raw_plan, InsertedRows, NewRows, Replacing, StatementRows,
 };
 use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL};
 use crate::pipeline::deletion_vector_budget;
 use crate::spec::FlowSpec;
-use crate::table::event::{CommitEvent, Operation};
 use crate::table::ScdTable;
 
 /// `INSERT INTO t ...` on an SCD 1 target: each row is a live row of a key
@@ -31,8 +29,7 @@ pub(super) async fn insert_scd1(
     state: SessionState,
     input: Arc<dyn ExecutionPlan>,
     flow: FlowSpec,
-) -> Result<u64> {
-    let started = std::time::Instant::now();
+) -> Result<Statement> {
     let user = table.meta().user_schema;
     let keys: Vec<String> = key_positions(&table, &flow)?
         .into_iter()
@@ -166,21 +163,14 @@ pub(super) async fn insert_scd1(
     let changed = LogicalPlanBuilder::from(new_rows(Kind::Upsert as i8)?)
         .union(new_rows(CHANGE_INSERT)?)?
         .build()?;
-    let mut event = CommitEvent::new(Operation::Insert, None, started);
-    event.upserted = inserted;
     let rows = StatementRows { changed, kept };
-    let budget = deletion_vector_budget(&state, &table)
+    let replacing = deletion_vector_budget(&state, &table)
         .await?
         .map_or(Replacing::Rewrite, Replacing::UpTo);
-    apply(
-        table,
-        state,
+    Ok(Statement {
         rows,
-        budget,
-        EditKind::Overwrite,
-        event,
-        started,
-    )
-    .await?;
-    Ok(inserted)
+        replacing,
+        upserted: inserted,
+        deleted: 0,
+    })
 }

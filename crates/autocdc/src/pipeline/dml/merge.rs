@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
@@ -24,14 +23,15 @@ use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::functions::expr_fn::coalesce;
 use datafusion::logical_expr::{col, lit, when, Expr, JoinType, LogicalPlan, LogicalPlanBuilder};
-use datafusion::physical_plan::collect;
+use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::sql::sqlparser::ast::Ident;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 
 use super::history::{History, DROP_COL};
+use super::rows_exec::{Prepare, Statement};
 use super::{
-    apply, column, file_columns, key_positions, keyed_flow, raw_plan, NewRows, Replacing,
-    StatementRows,
+    column, counted, file_columns, key_positions, keyed_flow, raw_plan, statement_plan, NewRows,
+    Replacing, StatementRows,
 };
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
@@ -41,17 +41,17 @@ use crate::pipeline::deletion_vector_budget;
 use crate::spec::ScdType;
 use crate::sql::{MergeAction, MergeStatement};
 use crate::table::commit::EditKind;
-use crate::table::event::{CommitEvent, Operation};
+use crate::table::event::Operation;
 use crate::table::ScdTable;
 
-/// Run `merge` on `table`; returns the number of target rows it updated,
-/// deleted or inserted.
+/// The plan of `merge` on `table` (its clauses matched to the source rows
+/// now); it yields the number of target rows it updated, deleted or
+/// inserted.
 pub async fn merge(
     state: &SessionState,
     table: Arc<ScdTable>,
     merge: &MergeStatement,
-) -> Result<u64> {
-    let started = Instant::now();
+) -> Result<Arc<dyn ExecutionPlan>> {
     let name = table.name().to_string();
     let meta = table.meta();
     let history = match meta.stored_as {
@@ -359,9 +359,7 @@ pub async fn merge(
         .iter()
         .map(|&i| format!("__v_{}", user.field(i).name()))
         .collect();
-    let mut event = CommitEvent::new(Operation::Merge, None, started);
-    event.upserted = (updates.len() + inserts.len()) as u64;
-    event.deleted = deletes.len() as u64;
+    let counts = ((updates.len() + inserts.len()) as u64, deletes.len() as u64);
     let tables = Actions {
         updated: updated_table,
         deleted: deleted_table,
@@ -371,22 +369,37 @@ pub async fn merge(
         values,
     };
     match history {
-        Some(history) => merge_versions(state, &history, &identity_names, tables).await?,
+        Some(history) => {
+            let plan = merge_versions(state, &history, &identity_names, tables).await?;
+            counted(Some(plan), affected)
+        }
         None => {
-            apply_scd1(
+            let statement = apply_scd1(
                 state,
-                table,
+                Arc::clone(&table),
                 keys,
                 user,
                 tables,
-                (event, started),
+                counts,
                 refuse,
                 describe,
             )
-            .await?
+            .await?;
+            // (the clauses were matched above: the rows are ready)
+            let prepare: Prepare = Arc::new(move |_| {
+                let statement = statement.clone();
+                Box::pin(async move { Ok(statement) })
+            });
+            statement_plan(
+                table,
+                state,
+                "MERGE",
+                (EditKind::Overwrite, Operation::Merge),
+                None,
+                prepare,
+            )
         }
     }
-    Ok(affected)
 }
 
 /// A MERGE's actions as tables: updated target rows (identity, and per
@@ -411,7 +424,7 @@ async fn merge_versions(
     history: &History,
     identity: &[String],
     actions: Actions,
-) -> Result<()> {
+) -> Result<Arc<dyn ExecutionPlan>> {
     let Actions {
         updated,
         deleted,
@@ -499,10 +512,10 @@ async fn apply_scd1(
     keys: Vec<String>,
     user: SchemaRef,
     actions: Actions,
-    (event, started): (CommitEvent, Instant),
+    (upserted, deleted): (u64, u64),
     refuse: impl Fn(String) -> DataFusionError,
     describe: impl Fn(&[ScalarValue]) -> String,
-) -> Result<()> {
+) -> Result<Statement> {
     let Actions {
         updated: updated_table,
         deleted: deleted_table,
@@ -654,17 +667,13 @@ async fn apply_scd1(
         .union(inserted_rows(CHANGE_INSERT)?)?
         .build()?;
     let rows = StatementRows { changed, kept };
-    let budget = deletion_vector_budget(state, &table)
+    let replacing = deletion_vector_budget(state, &table)
         .await?
         .map_or(Replacing::Rewrite, Replacing::UpTo);
-    apply(
-        table,
-        state.clone(),
+    Ok(Statement {
         rows,
-        budget,
-        EditKind::Overwrite,
-        event,
-        started,
-    )
-    .await
+        replacing,
+        upserted,
+        deleted,
+    })
 }

@@ -18,163 +18,130 @@
 //!   are ignored, an erased key stays erased within the retention;
 //! * BITEMPORAL `DELETE` erases whole keys; other DML is refused.
 //!
-//! Every statement is one Delta commit with its change data feed; it returns
-//! the number of rows affected. An SCD 1 statement of few keys writes only
-//! the rows it changes and retires their stored rows with deletion vectors
-//! (`apply`); SCD 2 statements become events of the update pipeline.
+//! Every statement is a plan ending in one Delta commit with its change data
+//! feed, yielding the number of rows affected:
+//!
+//! * SCD 1: `count ◄ CdcCommitExec ◄ CdcWriteExec ◄ DmlRowsExec [◄ input]`
+//!   ([`rows_exec`]): when it runs, the statement's rows are prepared and, for
+//!   few keys, only the rows it changes are written and their stored rows
+//!   retired with deletion vectors (else every file is rewritten);
+//! * SCD 2 / BITEMPORAL: `count ◄` the update of the touched keys'
+//!   histories (`CdcCommitExec ◄ CdcWriteExec ◄ AutoCdcExec`), whose edited
+//!   versions are read and checked when it is planned.
+//!
 //! Schema-changing DML is refused by DataFusion before it reaches the table
 //! (insert schemas must match).
 
-use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use arrow::array::{AsArray, BooleanArray, RecordBatch, UInt64Array};
+use arrow::array::{AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
-use datafusion::common::tree_node::TreeNodeRecursion;
+use arrow::datatypes::{DataType, Int8Type, Schema, SchemaRef};
+use async_trait::async_trait;
 use datafusion::common::ScalarValue;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::functions::expr_fn::coalesce;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
     cast, col, lit, when, Expr, LogicalPlan, LogicalPlanBuilder, Operator,
 };
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_expr::expressions::{self as physical, Literal};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    collect, execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
-    PlanProperties,
-};
-use futures::future::BoxFuture;
+use datafusion::physical_plan::{collect, ExecutionPlan};
 use futures::StreamExt;
 
 mod history;
 mod insert;
 mod merge;
+mod rows_exec;
 mod versions;
 
 use history::History;
 use insert::insert_scd1;
 pub use merge::merge;
+pub use rows_exec::DmlRowsExec;
+use rows_exec::{Prepare, Statement};
 
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
     WRITTEN_AT_COL,
 };
-use crate::pipeline::{deletion_vector_budget, find_superseded, plain_files};
+use crate::physical::{CdcCommitExec, CdcWriteExec};
+use crate::pipeline::{deletion_vector_budget, find_superseded, plain_files, write_request};
 use crate::spec::resolve::written_at_value;
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::bucket_array;
 use crate::table::bucket::BUCKET_COL;
-use crate::table::commit::{write_rows, ChangeFeed, Edit, EditKind, Replaced, WrittenFiles};
+use crate::table::commit::{ChangeFeed, EditKind, OutcomeSlot, StatementCommit};
 use crate::table::deletion_vectors::KeySet;
-use crate::table::event::{CommitEvent, Operation};
+use crate::table::event::Operation;
 use crate::table::provider::TargetDml;
 use crate::table::superseded::Superseded;
 use crate::table::ScdTable;
 
-/// Runs one DML statement when executed; yields its `count` row.
-pub struct DmlExec {
-    label: &'static str,
-    job: Mutex<Option<BoxFuture<'static, Result<u64>>>>,
-    properties: Arc<PlanProperties>,
+/// The physical plan of an SCD 1 statement: its rows, prepared by
+/// `prepare` when the plan runs (from `input`, an `INSERT`'s rows, if any),
+/// written and committed; yields the `count` of rows it affected.
+///
+/// ```text
+///   ProjectionExec: count   ◄ CdcCommitExec ◄ CdcWriteExec ◄ DmlRowsExec [◄ input]
+/// ```
+fn statement_plan(
+    table: Arc<ScdTable>,
+    state: &SessionState,
+    statement: &'static str,
+    (kind, operation): (EditKind, Operation),
+    input: Option<Arc<dyn ExecutionPlan>>,
+    prepare: Prepare,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let flow = keyed_flow(&table, statement)?;
+    let keys = key_positions(&table, &flow)?;
+    let slot = OutcomeSlot::default();
+    let rows = Arc::new(DmlRowsExec::new(
+        statement,
+        Arc::clone(&table),
+        state.clone(),
+        prepare,
+        input,
+        Arc::clone(&slot),
+    ));
+    let request = write_request(&table, statement, keys, ChangeFeed::Files);
+    let write = Arc::new(CdcWriteExec::try_new(Arc::new(request), rows)?.for_statement(slot));
+    let commit = StatementCommit::new(table, statement, kind, operation);
+    let commit = Arc::new(CdcCommitExec::statement(Arc::new(commit), write));
+    let schema = commit.schema();
+    let affected = physical::binary(
+        physical::col("num_upserted_rows", &schema)?,
+        Operator::Plus,
+        physical::col("num_deleted_rows", &schema)?,
+        &schema,
+    )?;
+    let count = physical::cast(affected, &schema, DataType::UInt64)?;
+    Ok(Arc::new(ProjectionExec::try_new(
+        vec![(count, "count".to_string())],
+        commit,
+    )?))
 }
 
-impl fmt::Debug for DmlExec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DmlExec({})", self.label)
-    }
-}
-
-impl DmlExec {
-    fn new(label: &'static str, job: BoxFuture<'static, Result<u64>>) -> Self {
-        let schema = count_schema();
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
-        Self {
-            label,
-            job: Mutex::new(Some(job)),
-            properties,
-        }
-    }
-}
-
-fn count_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new(
-        "count",
-        DataType::UInt64,
-        false,
-    )]))
-}
-
-impl DisplayAs for DmlExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "DmlExec: {}", self.label)
-    }
-}
-
-impl ExecutionPlan for DmlExec {
-    fn name(&self) -> &str {
-        "DmlExec"
-    }
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
-    fn execute(
-        &self,
-        _partition: usize,
-        _context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let job = self
-            .job
-            .lock()
-            .map_err(|_| DataFusionError::Internal("poisoned DML job".into()))?
-            .take()
-            .ok_or_else(|| DataFusionError::Execution(format!("{} already ran", self.label)))?;
-        let stream = futures::stream::once(async move {
-            let count = job.await?;
-            Ok(RecordBatch::try_new(
-                count_schema(),
-                vec![Arc::new(UInt64Array::from(vec![count]))],
-            )?)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            count_schema(),
-            stream,
-        )))
-    }
-}
-
-/// A `DmlExec` running `job`.
-pub fn dml_exec(
-    label: &'static str,
-    job: BoxFuture<'static, Result<u64>>,
-) -> Arc<dyn ExecutionPlan> {
-    Arc::new(DmlExec::new(label, job))
+/// The plan of a statement that affected `count` rows: `plan`, which makes
+/// its commit, yielding `count` (`None`: nothing to commit).
+fn counted(plan: Option<Arc<dyn ExecutionPlan>>, count: u64) -> Result<Arc<dyn ExecutionPlan>> {
+    let count: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(ScalarValue::UInt64(Some(count))));
+    let plan = match plan {
+        Some(plan) => plan,
+        None => Arc::new(PlaceholderRowExec::new(Arc::new(Schema::empty()))),
+    };
+    Ok(Arc::new(ProjectionExec::try_new(
+        vec![(count, "count".to_string())],
+        plan,
+    )?))
 }
 
 fn session_state(state: &dyn datafusion::catalog::Session) -> Result<SessionState> {
@@ -300,99 +267,24 @@ impl InsertedRows {
 /// What an SCD 1 statement writes, in the data file layout: `changed`, the
 /// new row of every key it affects and its change data feed rows; `kept`,
 /// the stored rows of every other key.
+#[derive(Clone)]
 struct StatementRows {
     changed: LogicalPlan,
     kept: LogicalPlan,
 }
 
 /// How a statement replaces the stored rows of the keys it affects.
+#[derive(Clone)]
 enum Replacing {
     /// Their rows were found by key ([`Superseded`]): the statement writes
     /// `changed` and retires those rows with deletion vectors.
-    Found(Superseded),
+    Found(Arc<Superseded>),
     /// `changed` is read up to this many keys, then the stored rows of its
     /// keys are found and retired with deletion vectors; past it, as
     /// [`Replacing::Rewrite`].
     UpTo(usize),
     /// The table is rewritten from `kept` and `changed`.
     Rewrite,
-}
-
-/// Apply an SCD 1 statement's rows in one commit recorded as `kind` and
-/// logged as `event`. With deletion vectors (few keys: the table's budget,
-/// [`deletion_vector_budget`]) it writes only `changed`: its cost follows
-/// the rows it changes.
-async fn apply(
-    table: Arc<ScdTable>,
-    state: SessionState,
-    rows: StatementRows,
-    replacing: Replacing,
-    kind: EditKind,
-    mut event: CommitEvent,
-    started: std::time::Instant,
-) -> Result<()> {
-    let flow = keyed_flow(&table, "DML")?;
-    let keys = key_positions(&table, &flow)?;
-    let store = table.delta().object_store();
-    let writers = state.config().target_partitions();
-    let write = |stream| {
-        write_rows(
-            &store,
-            stream,
-            &keys,
-            table.meta().buckets,
-            writers,
-            ChangeFeed::Files,
-        )
-    };
-    let commit = |written, replaced, mut event: CommitEvent| {
-        event.duration_ms = started.elapsed().as_millis() as u64;
-        Edit::new(kind)
-            .event(event)
-            .written(written)
-            .replacing(replaced)
-            .commit(&table)
-    };
-    let plan = |plan: &LogicalPlan| {
-        let state = state.clone();
-        let plan = plan.clone();
-        async move {
-            let physical = state.create_physical_plan(&plan).await?;
-            execute_stream(physical, state.task_ctx())
-        }
-    };
-    match replacing {
-        Replacing::Found(superseded) => {
-            let written = write(plan(&rows.changed).await?).await?;
-            commit(written, Replaced::Rows(superseded), event).await?;
-            return Ok(());
-        }
-        Replacing::UpTo(budget) => {
-            let changed = plan(&rows.changed).await?;
-            if let Some(changed) = ChangedRows::collect(changed, &keys, budget).await? {
-                let written = write(changed.stream()).await?;
-                let replaced = match changed.keys()? {
-                    Some(key_set) => {
-                        let touched = written_buckets(&written);
-                        let found =
-                            find_superseded(&state, &table, Arc::new(key_set), &touched).await?;
-                        Replaced::Rows(found)
-                    }
-                    None => Replaced::Nothing,
-                };
-                commit(written, replaced, event).await?;
-                return Ok(());
-            }
-        }
-        Replacing::Rewrite => {}
-    }
-    let all = LogicalPlanBuilder::from(rows.kept)
-        .union(rows.changed)?
-        .build()?;
-    let written = write(plan(&all).await?).await?;
-    event.duration_ms = started.elapsed().as_millis() as u64;
-    commit(written, Replaced::All, event).await?;
-    Ok(())
 }
 
 /// The rows a small statement changes, held until written: at most one
@@ -403,7 +295,6 @@ struct ChangedRows {
     batches: Vec<RecordBatch>,
     /// The key columns of the data rows (not the change rows).
     keys: Vec<RecordBatch>,
-    key_names: Vec<String>,
 }
 
 impl ChangedRows {
@@ -416,12 +307,6 @@ impl ChangedRows {
     ) -> Result<Option<Self>> {
         let schema = stream.schema();
         let kind = schema.index_of(KIND_COL)?;
-        let key_schema = Arc::new(schema.project(key_indices)?);
-        let key_names = key_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
         let (mut batches, mut keys, mut data_rows) = (Vec::new(), Vec::new(), 0);
         while let Some(batch) = stream.next().await {
             let batch = batch?;
@@ -440,16 +325,7 @@ impl ChangedRows {
             schema,
             batches,
             keys,
-            key_names,
         }))
-    }
-
-    /// The keys of the data rows (`None`: there are none).
-    fn keys(&self) -> Result<Option<KeySet>> {
-        if self.keys.iter().all(|b| b.num_rows() == 0) {
-            return Ok(None);
-        }
-        KeySet::try_new(self.key_names.clone(), &self.keys).map(Some)
     }
 
     /// The rows as a stream, for the writer.
@@ -462,19 +338,6 @@ impl ChangedRows {
     }
 }
 
-/// The key buckets of the data files in `written`.
-fn written_buckets(written: &WrittenFiles) -> Vec<i32> {
-    let mut buckets: Vec<i32> = written
-        .adds
-        .iter()
-        .filter_map(|add| add.partition_values.get(BUCKET_COL).cloned().flatten())
-        .filter_map(|b| b.parse().ok())
-        .collect();
-    buckets.sort_unstable();
-    buckets.dedup();
-    buckets
-}
-
 async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
     let batches = collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
     Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
@@ -482,9 +345,8 @@ async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
 
 /// An `UPDATE` or `DELETE` (SCD 1): every stored row matching `hit` becomes
 /// its `state_rows` projection, with one change data feed row per `images`
-/// projection; `named_keys`: the keys its `WHERE` names, if any. Returns the
-/// number of matching rows.
-#[allow(clippy::too_many_arguments)]
+/// projection; `named_keys`: the keys its `WHERE` names, if any. The
+/// statement affects the matching rows.
 async fn rewrite_rows(
     table: Arc<ScdTable>,
     state: SessionState,
@@ -493,8 +355,7 @@ async fn rewrite_rows(
     named_keys: Option<RecordBatch>,
     images: Vec<Vec<Expr>>,
     kind: EditKind,
-) -> Result<u64> {
-    let started = std::time::Instant::now();
+) -> Result<Statement> {
     // few matching rows are found by their keys — the keys the `WHERE`
     // names, or else those of the rows it matches (only the columns of the
     // predicate are read to find those) — then read by position and
@@ -526,7 +387,7 @@ async fn rewrite_rows(
             let rows =
                 InsertedRows::collect(state.create_physical_plan(&plan).await?, &state).await?;
             let hits = count(&state, rows.scan()?.filter(hit.clone())?.build()?).await?;
-            (hits, Replacing::Found(found), Some(rows))
+            (hits, Replacing::Found(Arc::new(found)), Some(rows))
         }
         None => {
             let all = raw_plan(&table)?.filter(hit.clone())?.build()?;
@@ -540,17 +401,9 @@ async fn rewrite_rows(
             None => raw_plan(&table)?.filter(hit.clone()),
         }
     };
-    let event = match kind {
-        EditKind::Delete => {
-            let mut event = CommitEvent::new(Operation::Delete, None, started);
-            event.deleted = hits;
-            event
-        }
-        _ => {
-            let mut event = CommitEvent::new(Operation::Update, None, started);
-            event.upserted = hits;
-            event
-        }
+    let (upserted, deleted) = match kind {
+        EditKind::Delete => (0, hits),
+        _ => (hits, 0),
     };
     // the new rows of the matching keys, and their change rows
     let mut changed = matching()?.project(state_rows)?;
@@ -576,17 +429,12 @@ async fn rewrite_rows(
         changed: changed.build()?,
         kept,
     };
-    apply(
-        Arc::clone(&table),
-        state,
+    Ok(Statement {
         rows,
         replacing,
-        kind,
-        event,
-        started,
-    )
-    .await?;
-    Ok(hits)
+        upserted,
+        deleted,
+    })
 }
 
 /// The stored rows that `hit` matches, when there are at most `budget`:
@@ -783,9 +631,10 @@ fn raw_plan(table: &ScdTable) -> Result<LogicalPlanBuilder> {
 #[derive(Debug, Default)]
 pub struct PipelineDml;
 
+#[async_trait]
 impl TargetDml for PipelineDml {
     /// `DELETE FROM t [WHERE ...]` (SCD 1): live rows become tombstones.
-    fn delete(
+    async fn delete(
         &self,
         table: Arc<ScdTable>,
         state: &dyn datafusion::catalog::Session,
@@ -794,56 +643,70 @@ impl TargetDml for PipelineDml {
         if table.meta().stored_as != Some(ScdType::Type1) {
             let history = History::new(table, "DELETE")?;
             let state = session_state(state)?;
-            return Ok(dml_exec(
-                "DELETE",
-                Box::pin(versions::delete(history, state, filters)),
-            ));
+            let (plan, count) = versions::delete(history, state, filters).await?;
+            return counted(plan, count);
         }
         keyed_flow(&table, "DELETE")?;
         let state = session_state(state)?;
         let now = written_at_value(crate::clock::now(state.config()).timestamp_micros());
-        let job = async move {
-            let named = named_keys(&table, &filters)?;
-            let hit = matching(filters);
-            let columns = file_columns(&table);
-            let state_rows: Vec<Expr> = columns
-                .iter()
-                .map(|c| match c.as_str() {
-                    KIND_COL => when(hit.clone(), lit(Kind::Delete as i8))
-                        .otherwise(column(c))
-                        .map(|e| e.alias(c)),
-                    WRITTEN_AT_COL => when(hit.clone(), lit(now.clone()))
-                        .otherwise(column(c))
-                        .map(|e| e.alias(c)),
-                    _ => Ok(column(c)),
-                })
-                .collect::<Result<_>>()?;
-            let change_rows: Vec<Expr> = columns
-                .iter()
-                .map(|c| {
-                    if c == KIND_COL {
-                        lit(CHANGE_DELETE).alias(c)
-                    } else {
-                        column(c)
-                    }
-                })
-                .collect();
-            rewrite_rows(
-                table,
-                state,
-                state_rows,
-                hit,
-                named,
-                vec![change_rows],
-                EditKind::Delete,
-            )
-            .await
-        };
-        Ok(dml_exec("DELETE", Box::pin(job)))
+        let (this, planning) = (Arc::clone(&table), state.clone());
+        let prepare: Prepare = Arc::new(move |_| {
+            let (table, state, filters, now) = (
+                Arc::clone(&this),
+                planning.clone(),
+                filters.clone(),
+                now.clone(),
+            );
+            Box::pin(async move {
+                let named = named_keys(&table, &filters)?;
+                let hit = matching(filters);
+                let columns = file_columns(&table);
+                let state_rows: Vec<Expr> = columns
+                    .iter()
+                    .map(|c| match c.as_str() {
+                        KIND_COL => when(hit.clone(), lit(Kind::Delete as i8))
+                            .otherwise(column(c))
+                            .map(|e| e.alias(c)),
+                        WRITTEN_AT_COL => when(hit.clone(), lit(now.clone()))
+                            .otherwise(column(c))
+                            .map(|e| e.alias(c)),
+                        _ => Ok(column(c)),
+                    })
+                    .collect::<Result<_>>()?;
+                let change_rows: Vec<Expr> = columns
+                    .iter()
+                    .map(|c| {
+                        if c == KIND_COL {
+                            lit(CHANGE_DELETE).alias(c)
+                        } else {
+                            column(c)
+                        }
+                    })
+                    .collect();
+                rewrite_rows(
+                    table,
+                    state,
+                    state_rows,
+                    hit,
+                    named,
+                    vec![change_rows],
+                    EditKind::Delete,
+                )
+                .await
+            })
+        });
+        statement_plan(
+            table,
+            &state,
+            "DELETE",
+            (EditKind::Delete, Operation::Delete),
+            None,
+            prepare,
+        )
     }
 
     /// `UPDATE t SET ... [WHERE ...]` (SCD 1): live rows change in place.
-    fn update(
+    async fn update(
         &self,
         table: Arc<ScdTable>,
         state: &dyn datafusion::catalog::Session,
@@ -854,10 +717,8 @@ impl TargetDml for PipelineDml {
             refuse_on_bitemporal(&table, "UPDATE")?;
             let history = History::new(table, "UPDATE")?;
             let state = session_state(state)?;
-            return Ok(dml_exec(
-                "UPDATE",
-                Box::pin(versions::update(history, state, assignments, filters)),
-            ));
+            let (plan, count) = versions::update(history, state, assignments, filters).await?;
+            return counted(plan, count);
         }
         let flow = keyed_flow(&table, "UPDATE")?;
         let keys = key_positions(&table, &flow)?;
@@ -871,67 +732,83 @@ impl TargetDml for PipelineDml {
             }
         }
         let state = session_state(state)?;
-        let job = async move {
-            let named = named_keys(&table, &filters)?;
-            let hit = matching(filters);
-            let columns = file_columns(&table);
-            let raw_schema = table.raw_provider().schema();
-            let assigned = |c: &str| {
-                assignments
-                    .iter()
-                    .find(|(n, _)| n == c)
-                    .map(|(_, e)| unnormalize_col(e.clone()))
-            };
-            let new_value = |c: &str| -> Result<Expr> {
-                Ok(match assigned(c) {
-                    Some(e) => cast(e, raw_schema.field_with_name(c)?.data_type().clone()),
-                    None => column(c),
-                })
-            };
-            let state_rows: Vec<Expr> = columns
-                .iter()
-                .map(|c| match assigned(c) {
-                    Some(_) => Ok(when(hit.clone(), new_value(c)?)
-                        .otherwise(column(c))?
-                        .alias(c)),
-                    None => Ok(column(c)),
-                })
-                .collect::<Result<_>>()?;
-            let image = |kind: i8, new: bool| -> Result<Vec<Expr>> {
-                columns
-                    .iter()
-                    .map(|c| {
-                        Ok(if c == KIND_COL {
-                            lit(kind).alias(c)
-                        } else if new {
-                            new_value(c)?.alias(c)
-                        } else {
-                            column(c)
-                        })
+        let (this, planning) = (Arc::clone(&table), state.clone());
+        let prepare: Prepare = Arc::new(move |_| {
+            let (table, state, filters, assignments) = (
+                Arc::clone(&this),
+                planning.clone(),
+                filters.clone(),
+                assignments.clone(),
+            );
+            Box::pin(async move {
+                let named = named_keys(&table, &filters)?;
+                let hit = matching(filters);
+                let columns = file_columns(&table);
+                let raw_schema = table.raw_provider().schema();
+                let assigned = |c: &str| {
+                    assignments
+                        .iter()
+                        .find(|(n, _)| n == c)
+                        .map(|(_, e)| unnormalize_col(e.clone()))
+                };
+                let new_value = |c: &str| -> Result<Expr> {
+                    Ok(match assigned(c) {
+                        Some(e) => cast(e, raw_schema.field_with_name(c)?.data_type().clone()),
+                        None => column(c),
                     })
-                    .collect()
-            };
-            let images = vec![
-                image(CHANGE_PREIMAGE, false)?,
-                image(CHANGE_POSTIMAGE, true)?,
-            ];
-            rewrite_rows(
-                table,
-                state,
-                state_rows,
-                hit,
-                named,
-                images,
-                EditKind::Update,
-            )
-            .await
-        };
-        Ok(dml_exec("UPDATE", Box::pin(job)))
+                };
+                let state_rows: Vec<Expr> = columns
+                    .iter()
+                    .map(|c| match assigned(c) {
+                        Some(_) => Ok(when(hit.clone(), new_value(c)?)
+                            .otherwise(column(c))?
+                            .alias(c)),
+                        None => Ok(column(c)),
+                    })
+                    .collect::<Result<_>>()?;
+                let image = |kind: i8, new: bool| -> Result<Vec<Expr>> {
+                    columns
+                        .iter()
+                        .map(|c| {
+                            Ok(if c == KIND_COL {
+                                lit(kind).alias(c)
+                            } else if new {
+                                new_value(c)?.alias(c)
+                            } else {
+                                column(c)
+                            })
+                        })
+                        .collect()
+                };
+                let images = vec![
+                    image(CHANGE_PREIMAGE, false)?,
+                    image(CHANGE_POSTIMAGE, true)?,
+                ];
+                rewrite_rows(
+                    table,
+                    state,
+                    state_rows,
+                    hit,
+                    named,
+                    images,
+                    EditKind::Update,
+                )
+                .await
+            })
+        });
+        statement_plan(
+            table,
+            &state,
+            "UPDATE",
+            (EditKind::Update, Operation::Update),
+            None,
+            prepare,
+        )
     }
 
     /// `INSERT INTO t ...`: SCD 1 rows become live rows of new keys; SCD 2
     /// rows become events folded into history.
-    fn insert(
+    async fn insert(
         &self,
         table: Arc<ScdTable>,
         state: &dyn datafusion::catalog::Session,
@@ -940,17 +817,29 @@ impl TargetDml for PipelineDml {
         if table.meta().stored_as == Some(ScdType::Type1) {
             let flow = keyed_flow(&table, "INSERT")?;
             let state = session_state(state)?;
-            return Ok(dml_exec(
+            let (this, planning) = (Arc::clone(&table), state.clone());
+            let prepare: Prepare = Arc::new(move |input| {
+                let (table, state, flow) = (Arc::clone(&this), planning.clone(), flow.clone());
+                Box::pin(async move {
+                    let input = input.ok_or_else(|| {
+                        DataFusionError::Internal("INSERT without its rows".into())
+                    })?;
+                    insert_scd1(table, state, input, flow).await
+                })
+            });
+            return statement_plan(
+                table,
+                &state,
                 "INSERT",
-                Box::pin(insert_scd1(table, state, input, flow)),
-            ));
+                (EditKind::Overwrite, Operation::Insert),
+                Some(input),
+                prepare,
+            );
         }
         refuse_on_bitemporal(&table, "INSERT")?;
         let history = History::new(table, "INSERT")?;
         let state = session_state(state)?;
-        Ok(dml_exec(
-            "INSERT",
-            Box::pin(versions::insert(history, state, input)),
-        ))
+        let (plan, count) = versions::insert(history, state, input).await?;
+        counted(plan, count)
     }
 }

@@ -1,7 +1,7 @@
 //! `DELETE`, `UPDATE` and `INSERT` on the versions of SCD 2 targets, and
 //! `DELETE` of whole keys on BITEMPORAL ones: each statement yields the
 //! edited versions of the keys it touches, which [`History::replace`]
-//! makes their histories.
+//! plans as their histories: the statement's plan is that update's.
 
 use std::sync::Arc;
 
@@ -16,18 +16,22 @@ use super::history::{count_rows, History, DROP_COL};
 use super::{column, predicate, InsertedRows};
 use crate::table::event::Operation;
 
+/// A statement's plan (`None`: it changes nothing) and the number of rows
+/// it affects.
+type Planned = (Option<Arc<dyn ExecutionPlan>>, u64);
+
 /// `DELETE FROM t [WHERE ...]`: the matching versions leave their keys'
 /// histories (BITEMPORAL: every row of each key must match; the key is
-/// erased). Returns the number of rows deleted.
+/// erased). Plans it; counts the rows deleted.
 pub(super) async fn delete(
     history: History,
     state: SessionState,
     filters: Vec<Expr>,
-) -> Result<u64> {
+) -> Result<Planned> {
     let hit = predicate(filters);
     let deleted = count_rows(&state, history.versions()?.filter(hit.clone())?).await?;
     if deleted == 0 {
-        return Ok(0);
+        return Ok((None, 0));
     }
     let touched = history.keys_of(history.versions()?.filter(hit.clone())?)?;
     if history.bitemporal() {
@@ -40,8 +44,8 @@ pub(super) async fn delete(
         .collect();
     edited.push(hit.alias(DROP_COL));
     let edited = history.versions_of(touched)?.project(edited)?.build()?;
-    history.replace(&state, edited, Operation::Delete).await?;
-    Ok(deleted)
+    let plan = history.replace(&state, edited, Operation::Delete).await?;
+    Ok((Some(plan), deleted))
 }
 
 /// BITEMPORAL `DELETE` erases whole keys: fail naming a key whose rows
@@ -92,13 +96,13 @@ async fn whole_keys(
 
 /// `UPDATE t SET ... [WHERE ...]`: matching versions take the assigned
 /// values (`__start_at` / `__end_at` included; key columns cannot be
-/// assigned). Returns the number of versions updated.
+/// assigned). Plans it; counts the versions updated.
 pub(super) async fn update(
     history: History,
     state: SessionState,
     assignments: Vec<(String, Expr)>,
     filters: Vec<Expr>,
-) -> Result<u64> {
+) -> Result<Planned> {
     for (name, _) in &assignments {
         if history.keys.iter().any(|k| k == name) {
             return Err(history.refuse(format!("key column '{name}' cannot be assigned")));
@@ -107,7 +111,7 @@ pub(super) async fn update(
     let hit = predicate(filters);
     let updated = count_rows(&state, history.versions()?.filter(hit.clone())?).await?;
     if updated == 0 {
-        return Ok(0);
+        return Ok((None, 0));
     }
     let touched = history.keys_of(history.versions()?.filter(hit.clone())?)?;
     let versions = history.versions_of(touched)?;
@@ -129,20 +133,20 @@ pub(super) async fn update(
         .collect::<Result<Vec<_>>>()?;
     edited.push(lit(false).alias(DROP_COL));
     let edited = versions.project(edited)?.build()?;
-    history.replace(&state, edited, Operation::Update).await?;
-    Ok(updated)
+    let plan = history.replace(&state, edited, Operation::Update).await?;
+    Ok((Some(plan), updated))
 }
 
 /// `INSERT INTO t ...`: the rows are new versions of their keys, beside
-/// the versions they have. Returns the number of rows inserted.
+/// the versions they have. Plans it; counts the rows inserted.
 pub(super) async fn insert(
     history: History,
     state: SessionState,
     input: Arc<dyn ExecutionPlan>,
-) -> Result<u64> {
+) -> Result<Planned> {
     let inserted = InsertedRows::collect(input, &state).await?;
     if inserted.count == 0 {
-        return Ok(0);
+        return Ok((None, 0));
     }
     let rows = || inserted.scan();
     let null_key = history
@@ -174,6 +178,6 @@ pub(super) async fn insert(
     let edited = project(versions)?
         .union(project(rows()?)?.build()?)?
         .build()?;
-    history.replace(&state, edited, Operation::Insert).await?;
-    Ok(inserted.count)
+    let plan = history.replace(&state, edited, Operation::Insert).await?;
+    Ok((Some(plan), inserted.count))
 }
