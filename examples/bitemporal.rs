@@ -10,8 +10,7 @@
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::print_batches;
 use datafusion::error::Result;
-use datafusion_autocdc::spec::ScdType;
-use datafusion_autocdc::{AutoCdcConfig, CdcSession};
+use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
 
 /// The change feed, in arrival order: (id, data, business time, system time, op).
 const EVENTS: [&str; 4] = [

@@ -19,43 +19,58 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## What an embedding engine uses
+//!
+//! * [`CdcSession`] (statements, tables, flows) or [`AutoCdc::install`]
+//!   (the planner alone, in a `SessionStateBuilder` of your own), with
+//!   [`AutoCdcConfig`] and the settings of [`config`];
+//! * the builders of [`api`] (`create_auto_cdc_flow`, `update_pipeline`, …)
+//!   and the metrics they return ([`metrics`]);
+//! * [`AutoCdcDataFrame`] (`DataFrame::auto_cdc`, `snapshot_diff`);
+//! * [`catalog`] (the warehouse in any `SessionContext`), [`physical`] (the
+//!   operators and their codec, for a cluster), [`sql`] (the statement
+//!   parser), [`table`] (the target `TableProvider`, table names), and the
+//!   typed errors ([`CdcError`]).
+//!
 //! ## Layers
 //!
 //! Each module uses only those below it (no cycles among the top-level
-//! modules):
+//! modules); the crate-internal ones are in brackets:
 //!
 //! ```text
 //!  api, session,         statements: the Rust builder, SQL dispatch;
 //!  catalog               the warehouse in any SessionContext
-//!  pipeline              plans one update: CdcCommit(AutoCdc(events, ...)); DML
+//!  (pipeline)            plans one update: CdcCommit(CdcWrite(AutoCdc(events,
+//!                        ...))); DML statements as write → commit plans
 //!  physical              the execs and the extension planner
-//!  logical, functions,   plan nodes; table functions (table_changes, ...);
+//!  (logical, functions), plan nodes; table functions (table_changes, ...);
 //!  sql                   the statement parser
 //!  table                 Delta storage: warehouse, target TableProvider,
 //!                        writing and committing an update, deletion vectors
-//!  spec, config          flow definitions and their validation; settings
-//!  fold, clock           pure per-key kernels (no I/O); the session clock
+//!  (spec), config        flow definitions and their validation; settings
+//!  (fold), clock         pure per-key kernels (no I/O); the session clock
 //!  error                 the typed errors ([`CdcError`])
 //! ```
 //!
-//! DML on a target is planned by [`pipeline`] and reaches the target's
-//! `TableProvider` through [`table::TargetDml`], which the session hands to
-//! every table it registers, so storage never calls up into planning.
+//! DML on a target is planned by the update pipeline and reaches the
+//! target's `TableProvider` through [`table::TargetDml`], which the session
+//! hands to every table it registers, so storage never calls up into
+//! planning.
 
 pub mod api;
 pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod error;
-pub mod fold;
-pub mod functions;
-pub mod logical;
+pub(crate) mod fold;
+pub(crate) mod functions;
+pub(crate) mod logical;
 pub mod metrics;
 pub mod physical;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod query;
 pub mod session;
-pub mod spec;
+pub(crate) mod spec;
 pub mod sql;
 pub mod table;
 
@@ -80,7 +95,7 @@ pub struct AutoCdc;
 impl AutoCdc {
     /// Install the query planner that knows the `AutoCdc` and `CdcCommit`
     /// nodes, and the optimizer rule that pushes key filters below the fold
-    /// ([`logical::PushKeyFilters`]). [`CdcSession`] does this and adds the
+    /// (`PushKeyFilters`). [`CdcSession`] does this and adds the
     /// warehouse catalog and the statements.
     pub fn install(builder: SessionStateBuilder) -> SessionStateBuilder {
         builder

@@ -29,7 +29,7 @@ pub struct UpdateMetrics {
 
 impl UpdateMetrics {
     /// Decode the result rows of an update statement (columns found by
-    /// name, see [`crate::logical::UPDATE_RESULT_COLUMNS`]).
+    /// name, see `crate::logical::UPDATE_RESULT_COLUMNS`).
     pub fn from_batch(batch: &RecordBatch) -> Result<Vec<Self>> {
         let column = |name: &str| {
             batch.column_by_name(name).ok_or_else(|| {

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! The flow's clauses, validation and messages are a flow's: the spec is
-//! resolved by [`crate::spec::resolve`] against an empty target. The
+//! resolved by `crate::spec::resolve` against an empty target. The
 //! session must know the operators ([`crate::AutoCdc::install`]; a
 //! [`crate::CdcSession`] does).
 
@@ -63,7 +63,7 @@ const SNAPSHOT_GONE: &str = "__snapshot_gone";
 /// opens only when tracked values change), so the result is that of a
 /// snapshot flow fed the snapshots in version order. `keys` and `version`
 /// are columns of `snapshots`; the events carry every other column, then
-/// [`SNAPSHOT_VERSION`] and [`SNAPSHOT_GONE`].
+/// `SNAPSHOT_VERSION` and `SNAPSHOT_GONE`.
 pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> Result<DataFrame> {
     let column = |name: &str| Expr::Column(Column::new_unqualified(name));
     let schema = snapshots.schema().as_arrow().clone();

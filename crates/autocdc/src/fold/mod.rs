@@ -18,7 +18,7 @@ pub mod scd2;
 pub mod snapshot_diff;
 pub mod snapshot_diff_indexed;
 
-pub use columns::{EventLayout, Kind, Origin};
+pub use columns::{EventLayout, Kind};
 pub use kernel::FoldKernel;
 pub use partial::PartialUpdates;
 pub use scd1::{FoldCounts, Scd1Fold};

@@ -101,11 +101,6 @@ impl SnapshotDiff {
         })
     }
 
-    /// Schema of the produced events.
-    pub fn output_schema(&self) -> &SchemaRef {
-        &self.output_schema
-    }
-
     fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
         format_key(&self.target_columns, &self.key_indices, batch, row)
     }

@@ -122,11 +122,6 @@ impl IndexedSnapshotDiff {
         })
     }
 
-    /// Schema of the produced events.
-    pub fn output_schema(&self) -> &SchemaRef {
-        &self.output_schema
-    }
-
     /// Bytes held: the retained batches and the index.
     pub fn memory_size(&self) -> usize {
         self.retained_bytes + self.index.capacity() * std::mem::size_of::<Entry>()

@@ -18,7 +18,7 @@ use crate::logical::{
     AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, RejectsNode, SnapshotDiffNode,
 };
 
-/// Plans [`AutoCdcNode`], [`SnapshotDiffNode`], [`CdcWriteNode`] and [`CdcCommitNode`].
+/// Plans `AutoCdcNode`, `SnapshotDiffNode`, `CdcWriteNode` and `CdcCommitNode`.
 #[derive(Debug, Default)]
 pub struct CdcExtensionPlanner;
 

@@ -3,9 +3,9 @@
 //! statement to DataFusion unchanged.
 //!
 //! This module opens the session and dispatches statements; each statement
-//! is carried out by its own module: [`create_table`], [`create_flow`]
-//! (and one update of a change-feed flow), [`snapshot_flows`], [`refresh`],
-//! [`drop_table`] and [`explain`]. DML reaches targets through DataFusion's
+//! is carried out by its own module: `create_table`, `create_flow`
+//! (and one update of a change-feed flow), `snapshot_flows`, `refresh`,
+//! `drop_table` and `explain`. DML reaches targets through DataFusion's
 //! `TableProvider` hooks (planned in `pipeline::dml`).
 
 use std::collections::HashMap;

@@ -14,7 +14,6 @@ pub mod shared_target;
 use serde::{Deserialize, Serialize};
 
 pub use crate::fold::ScdType;
-pub use resolve::{ResolvedFlow, SequenceKind};
 
 /// Where a flow reads its change events from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -28,15 +28,6 @@ pub const RESERVED_COLUMNS: [&str; 4] = [
     "__system_end_at",
 ];
 
-/// Whether the sequence is a single value or a STRUCT of several.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SequenceKind {
-    /// One orderable value.
-    Scalar,
-    /// A STRUCT ordered field by field.
-    Struct,
-}
-
 /// What the target already fixes for its flows.
 #[derive(Debug, Clone, Default)]
 pub struct TargetShape {
@@ -59,8 +50,6 @@ pub struct TargetShape {
 /// A validated flow: the plan of its new change events and the target layout.
 #[derive(Debug, Clone)]
 pub struct ResolvedFlow {
-    /// The definition.
-    pub spec: FlowSpec,
     /// New events: `[target columns..., __cdc_seq, __cdc_kind, __cdc_origin]`.
     pub events: LogicalPlan,
     /// User columns of the target, with storage types.
@@ -1000,7 +989,6 @@ pub fn resolve(
         partial,
         system_sequence_type: system_sequence.map(|(_, t)| t),
         tracked,
-        spec: spec.clone(),
         events,
         target_schema,
         sequence_type,

@@ -568,7 +568,7 @@ pub enum ChangeFeed {
 }
 
 /// Write the rows of a new state into bucketed data files and its change data
-/// feed rows (kinds ≥ [`CHANGE_INSERT`]) into `_change_data/` files; returns
+/// feed rows (kinds ≥ `CHANGE_INSERT`) into `_change_data/` files; returns
 /// both file lists (nothing is committed). Visible and hidden state rows go
 /// to different files ([`FileRows`]); a truncate watermark row goes to the
 /// watermark bucket.

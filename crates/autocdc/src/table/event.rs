@@ -134,7 +134,7 @@ pub struct CommitEvent {
     /// When the newest of what the run read arrived (ms since the epoch):
     /// a new file's modification time or an upstream commit's time.
     pub newest_input_ms: Option<i64>,
-    /// The rejects file the commit recorded ([`super::rejects`]).
+    /// The rejects file the commit recorded (`super::rejects`).
     pub rejects: Option<String>,
     /// Events the run rejected.
     pub rejected: u64,

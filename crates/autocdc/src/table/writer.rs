@@ -164,7 +164,7 @@ impl BucketWriter {
 
     /// Give the key columns `key_indices` of data files (not change files)
     /// a bloom filter per row group, when their type has one
-    /// ([`super::key_bloom`]): small updates probe only the row groups that
+    /// (`super::key_bloom`): small updates probe only the row groups that
     /// may hold their keys.
     pub fn with_key_filters(mut self, key_indices: &[usize]) -> Self {
         if self.rows != FileRows::Changes {
