@@ -20,15 +20,20 @@ use std::sync::Arc;
 use datafusion::common::{plan_err, Column, Result, ScalarValue};
 use datafusion::functions_window::expr_fn::lead;
 use datafusion::logical_expr::{
-    cast, col, lit, Expr, ExprFunctionExt, Extension, JoinType, LogicalPlan, LogicalPlanBuilder,
+    cast, col, lit, when, Expr, ExprFunctionExt, Extension, JoinType, LogicalPlan,
+    LogicalPlanBuilder,
 };
 use datafusion::prelude::DataFrame;
 
-use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL};
+use crate::fold::columns::{
+    change_type_name, Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
+    INTERNAL_PREFIX, KIND_COL, SEQ_COL,
+};
 use crate::logical::AutoCdcNode;
 use crate::pipeline::fold_spec;
 use crate::spec::resolve::{resolve, TargetShape};
 use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
+use crate::table::commit::CHANGE_TYPE_COL;
 
 /// AUTO CDC over a `DataFrame` of change events.
 pub trait AutoCdcDataFrame {
@@ -44,6 +49,26 @@ pub trait AutoCdcDataFrame {
     /// one value of the column `version`, which sequences them (SCD 2:
     /// `__START_AT` / `__END_AT` are versions). See [`snapshot_events`].
     fn snapshot_diff(self, flow: &FlowSpec, version: &str) -> Result<DataFrame>;
+
+    /// The change data feed that update would write (`WITH CHANGES`): the
+    /// rows of [`Self::auto_cdc`]'s columns that changed, each with its
+    /// `_change_type` (`insert`, `update_preimage`, `update_postimage`,
+    /// `delete`), as a flow's `table_changes` shows them without the
+    /// commit columns.
+    fn auto_cdc_changes(self, flow: &FlowSpec) -> Result<DataFrame>;
+
+    /// The change data feed of [`Self::snapshot_diff`] (see
+    /// [`Self::auto_cdc_changes`]).
+    fn snapshot_diff_changes(self, flow: &FlowSpec, version: &str) -> Result<DataFrame>;
+}
+
+/// What a fold in a query returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// The rows the target would hold.
+    Rows,
+    /// The change data feed it would write.
+    Changes,
 }
 
 /// The sequence of the change events of [`snapshot_events`].
@@ -156,72 +181,105 @@ pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> 
 
 impl AutoCdcDataFrame for DataFrame {
     fn auto_cdc(self, flow: &FlowSpec) -> Result<DataFrame> {
-        let (state, events) = self.into_parts();
-        let now = state.execution_props().query_execution_start_time;
-        let now_micros = now.map_or(0, |t| t.timestamp_micros());
-        let resolved = resolve(
-            &state,
-            flow,
-            events,
-            &TargetShape::default(),
-            now_micros,
-            None,
-        )?;
-        let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
-        let (rows, truncates) = match flow.apply_as_truncates {
-            Some(_) => (
-                LogicalPlanBuilder::from(resolved.events.clone())
-                    .filter(kind_is(Kind::Truncate).not())?
-                    .build()?,
-                LogicalPlanBuilder::from(resolved.events.clone())
-                    .filter(kind_is(Kind::Truncate))?
-                    .project(vec![col(SEQ_COL)])?
-                    .build()?,
-            ),
-            None => (
-                resolved.events.clone(),
-                LogicalPlanBuilder::empty(false)
-                    .project(vec![cast(
-                        lit(ScalarValue::Null),
-                        resolved.sequence_type.clone(),
-                    )
-                    .alias(SEQ_COL)])?
-                    .build()?,
-            ),
-        };
-        let fold = fold_spec(&state, flow, &resolved, false);
-        let folded = LogicalPlan::Extension(Extension {
-            node: Arc::new(AutoCdcNode::try_new(fold, rows, truncates)?),
-        });
-        let visible: Vec<Expr> = folded
-            .schema()
-            .fields()
-            .iter()
-            .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
-            .map(|f| Expr::Column(Column::new_unqualified(f.name())))
-            .collect();
-        let plan = LogicalPlanBuilder::from(folded)
-            .filter(kind_is(Kind::Upsert))?
-            .project(visible)?
-            .build()?;
-        Ok(DataFrame::new(state, plan))
+        fold(self, flow, Output::Rows)
     }
 
     fn snapshot_diff(self, flow: &FlowSpec, version: &str) -> Result<DataFrame> {
-        let events = snapshot_events(self, &flow.keys, version)?;
-        let mut flow = flow.clone();
-        flow.sequence_by = Some(SequenceBy::Column(SNAPSHOT_VERSION.to_string()));
-        flow.apply_as_deletes = Some(SNAPSHOT_GONE.to_string());
-        // (the events carry the version as their sequence only)
-        let hidden = [SNAPSHOT_VERSION, SNAPSHOT_GONE].map(str::to_string);
-        flow.columns = match flow.columns {
-            ColumnSelection::All => ColumnSelection::Except(hidden.to_vec()),
-            ColumnSelection::Except(mut except) => {
-                except.extend(hidden);
-                ColumnSelection::Except(except)
-            }
-            only @ ColumnSelection::Only(_) => only,
-        };
-        events.auto_cdc(&flow)
+        diff(self, flow, version, Output::Rows)
     }
+
+    fn auto_cdc_changes(self, flow: &FlowSpec) -> Result<DataFrame> {
+        fold(self, flow, Output::Changes)
+    }
+
+    fn snapshot_diff_changes(self, flow: &FlowSpec, version: &str) -> Result<DataFrame> {
+        diff(self, flow, version, Output::Changes)
+    }
+}
+
+/// `events` folded by `flow`: the rows, or the change feed (`output`).
+fn fold(events: DataFrame, flow: &FlowSpec, output: Output) -> Result<DataFrame> {
+    let (state, events) = events.into_parts();
+    let now = state.execution_props().query_execution_start_time;
+    let now_micros = now.map_or(0, |t| t.timestamp_micros());
+    let resolved = resolve(
+        &state,
+        flow,
+        events,
+        &TargetShape::default(),
+        now_micros,
+        None,
+    )?;
+    let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
+    let (rows, truncates) = match flow.apply_as_truncates {
+        Some(_) => (
+            LogicalPlanBuilder::from(resolved.events.clone())
+                .filter(kind_is(Kind::Truncate).not())?
+                .build()?,
+            LogicalPlanBuilder::from(resolved.events.clone())
+                .filter(kind_is(Kind::Truncate))?
+                .project(vec![col(SEQ_COL)])?
+                .build()?,
+        ),
+        None => (
+            resolved.events.clone(),
+            LogicalPlanBuilder::empty(false)
+                .project(vec![cast(
+                    lit(ScalarValue::Null),
+                    resolved.sequence_type.clone(),
+                )
+                .alias(SEQ_COL)])?
+                .build()?,
+        ),
+    };
+    let fold = fold_spec(&state, flow, &resolved, false);
+    let folded = LogicalPlan::Extension(Extension {
+        node: Arc::new(AutoCdcNode::try_new(fold, rows, truncates)?),
+    });
+    let mut visible: Vec<Expr> = folded
+        .schema()
+        .fields()
+        .iter()
+        .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+        .map(|f| Expr::Column(Column::new_unqualified(f.name())))
+        .collect();
+    let rows = match output {
+        Output::Rows => kind_is(Kind::Upsert),
+        Output::Changes => {
+            let is = |k: i8| col(KIND_COL).eq(lit(k));
+            let name = |k: i8| lit(change_type_name(k).unwrap_or_default());
+            let change_type = when(is(CHANGE_INSERT), name(CHANGE_INSERT))
+                .when(is(CHANGE_PREIMAGE), name(CHANGE_PREIMAGE))
+                .when(is(CHANGE_POSTIMAGE), name(CHANGE_POSTIMAGE))
+                .when(is(CHANGE_DELETE), name(CHANGE_DELETE))
+                .end()?;
+            visible.push(change_type.alias(CHANGE_TYPE_COL));
+            col(KIND_COL).gt_eq(lit(CHANGE_INSERT))
+        }
+    };
+    let plan = LogicalPlanBuilder::from(folded)
+        .filter(rows)?
+        .project(visible)?
+        .build()?;
+    Ok(DataFrame::new(state, plan))
+}
+
+/// The snapshots of `snapshots` (one per value of `version`) folded by
+/// `flow`: the rows, or the change feed (`output`).
+fn diff(snapshots: DataFrame, flow: &FlowSpec, version: &str, output: Output) -> Result<DataFrame> {
+    let events = snapshot_events(snapshots, &flow.keys, version)?;
+    let mut flow = flow.clone();
+    flow.sequence_by = Some(SequenceBy::Column(SNAPSHOT_VERSION.to_string()));
+    flow.apply_as_deletes = Some(SNAPSHOT_GONE.to_string());
+    // (the events carry the version as their sequence only)
+    let hidden = [SNAPSHOT_VERSION, SNAPSHOT_GONE].map(str::to_string);
+    flow.columns = match flow.columns {
+        ColumnSelection::All => ColumnSelection::Except(hidden.to_vec()),
+        ColumnSelection::Except(mut except) => {
+            except.extend(hidden);
+            ColumnSelection::Except(except)
+        }
+        only @ ColumnSelection::Only(_) => only,
+    };
+    fold(events, &flow, output)
 }

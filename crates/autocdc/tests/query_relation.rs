@@ -2,7 +2,8 @@
 //! the relation holds what a flow's target holds after its first update —
 //! SCD 1 with deletes, truncates and late events, SCD 2 with TRACK HISTORY,
 //! BITEMPORAL, partial updates — and refuses what a flow refuses, with the
-//! flow's message.
+//! flow's message; `auto_cdc_changes` holds the change feed that update
+//! writes.
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::common::Result;
@@ -33,6 +34,28 @@ async fn same_rows(s: &CdcSession, target: &str, flow_sql: &str, order: &str) ->
     let query = text(s, &format!("SELECT * FROM {target}_q ORDER BY {order}")).await?;
     assert_eq!(flow, query, "{flow_sql}");
     assert!(flow.lines().count() > 4, "{flow}");
+    // and the change feed of that update is the relation's `WITH CHANGES`
+    let changes = s
+        .context()
+        .table("ev")
+        .await?
+        .auto_cdc_changes(&spec(flow_sql))?;
+    s.context()
+        .register_table(format!("{target}_c"), changes.into_view())?;
+    let flow = text(
+        s,
+        &format!(
+            "SELECT * EXCEPT (_commit_version, _commit_timestamp) FROM table_changes('{target}', 0) \
+             ORDER BY _change_type, {order}"
+        ),
+    )
+    .await?;
+    let query = text(
+        s,
+        &format!("SELECT * FROM {target}_c ORDER BY _change_type, {order}"),
+    )
+    .await?;
+    assert_eq!(flow, query, "the change feed of {flow_sql}");
     Ok(())
 }
 

@@ -33,7 +33,10 @@ pub struct AutoCdcNode {
 
 impl PartialOrd for AutoCdcNode {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        self.spec.partial_cmp(&other.spec)
+        // (agrees with equality: equal specs over other inputs are unordered)
+        self.spec
+            .partial_cmp(&other.spec)
+            .filter(|o| o.is_ne() || self == other)
     }
 }
 

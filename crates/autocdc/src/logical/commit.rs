@@ -61,7 +61,13 @@ impl std::hash::Hash for CdcCommitNode {
 }
 impl PartialOrd for CdcCommitNode {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        self.request.flow.name.partial_cmp(&other.request.flow.name)
+        // (agrees with equality: nodes of one flow that are not equal are
+        // unordered)
+        self.request
+            .flow
+            .name
+            .partial_cmp(&other.request.flow.name)
+            .filter(|o| o.is_ne() || self == other)
     }
 }
 

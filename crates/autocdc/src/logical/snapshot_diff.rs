@@ -31,7 +31,10 @@ pub struct SnapshotDiffNode {
 
 impl PartialOrd for SnapshotDiffNode {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        (&self.flow, &self.version).partial_cmp(&(&other.flow, &other.version))
+        // (agrees with equality: nodes that differ elsewhere are unordered)
+        (&self.flow, &self.version)
+            .partial_cmp(&(&other.flow, &other.version))
+            .filter(|o| o.is_ne() || self == other)
     }
 }
 

@@ -80,7 +80,12 @@ impl std::hash::Hash for CdcWriteNode {
 }
 impl PartialOrd for CdcWriteNode {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        self.request.flow.partial_cmp(&other.request.flow)
+        // (agrees with equality: nodes of one flow that are not equal are
+        // unordered)
+        self.request
+            .flow
+            .partial_cmp(&other.request.flow)
+            .filter(|o| o.is_ne() || self == other)
     }
 }
 

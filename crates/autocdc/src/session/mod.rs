@@ -230,10 +230,17 @@ impl CdcSession {
             let folded = match (
                 self.ctx.sql(&relation.query).await,
                 &relation.snapshot_version,
+                relation.changes,
             ) {
-                (Ok(events), None) => events.auto_cdc(&relation.spec),
-                (Ok(snapshots), Some(version)) => snapshots.snapshot_diff(&relation.spec, version),
-                (Err(e), _) => Err(e),
+                (Ok(events), None, false) => events.auto_cdc(&relation.spec),
+                (Ok(events), None, true) => events.auto_cdc_changes(&relation.spec),
+                (Ok(snapshots), Some(version), false) => {
+                    snapshots.snapshot_diff(&relation.spec, version)
+                }
+                (Ok(snapshots), Some(version), true) => {
+                    snapshots.snapshot_diff_changes(&relation.spec, version)
+                }
+                (Err(e), _, _) => Err(e),
             };
             match folded.and_then(|df| self.ctx.register_table(name.as_str(), df.into_view())) {
                 Ok(_) => registered.push(name),

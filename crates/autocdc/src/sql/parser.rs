@@ -211,6 +211,9 @@ pub struct AutoCdcRelation {
     /// `FROM SNAPSHOTS … VERSION BY v`: the query holds snapshots tagged by
     /// the column `v` (`None`: change events).
     pub snapshot_version: Option<String>,
+    /// `WITH CHANGES`: the relation is the change feed the fold would write
+    /// (its rows with `_change_type`), not the rows it leaves.
+    pub changes: bool,
 }
 
 /// A query whose `AUTO CDC (…)` relations were replaced by names.
@@ -259,7 +262,8 @@ pub fn replace_auto_cdc_relations(
                 normalize: normalize_idents,
                 dialect: dialect.to_string(),
             };
-            let relation = c.snapshots_relation()?;
+            let mut relation = c.snapshots_relation()?;
+            relation.changes = c.with_changes();
             let next = c.p.peek_token();
             let end = match next.token {
                 Token::EOF => sql.len(),
@@ -283,6 +287,7 @@ pub fn replace_auto_cdc_relations(
         let FlowSource::Query(query) = &spec.source else {
             return Err(perr("AUTO CDC (query): expected a query in parentheses"));
         };
+        let changes = c.with_changes();
         let next = c.p.peek_token();
         let end = match next.token {
             Token::EOF => sql.len(),
@@ -295,6 +300,7 @@ pub fn replace_auto_cdc_relations(
                 query: query.clone(),
                 spec,
                 snapshot_version: None,
+                changes,
             },
         ));
         sql.replace_range(start..end, &format!("{placeholder} "));
@@ -1130,7 +1136,18 @@ impl CdcParser<'_> {
             spec,
             query,
             snapshot_version: Some(version),
+            changes: false,
         })
+    }
+
+    /// `WITH CHANGES` after a relation's clauses (consumed when present).
+    fn with_changes(&mut self) -> bool {
+        let found = self.peek_word(0, "WITH") && self.peek_word(1, "CHANGES");
+        if found {
+            self.p.next_token();
+            self.p.next_token();
+        }
+        found
     }
 }
 
