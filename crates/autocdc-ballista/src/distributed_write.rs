@@ -1,6 +1,9 @@
 //! `DistributedWriteExec`: the writing part of an update, run by a Ballista
 //! cluster; and `DistributeWrites`, the physical optimizer rule that puts it
-//! under every `CdcCommitExec` whose input can travel.
+//! under every `CdcCommitExec` whose input can travel — and over a query
+//! that folds without committing (`FROM AUTO CDC (…)`, `FROM SNAPSHOTS
+//! (…)`), shown as `DistributedQueryExec`: the whole query runs on the
+//! cluster and its rows stream back.
 //!
 //! ```text
 //!  client                                   cluster
@@ -29,12 +32,13 @@ use datafusion::config::ConfigOptions;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
-use datafusion_autocdc::physical::CdcCommitExec;
+use datafusion_autocdc::physical::{AutoCdcExec, CdcCommitExec, SnapshotDiffExec};
 use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use futures::TryStreamExt;
@@ -50,10 +54,20 @@ enum Placement {
     Local(String),
 }
 
+/// What a [`DistributedWriteExec`] runs on the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The writing part of an update (under its commit).
+    Write,
+    /// A whole query that folds (an `AUTO CDC` relation).
+    Query,
+}
+
 /// Runs its input on a Ballista cluster (see the module docs).
 pub struct DistributedWriteExec {
     input: Arc<dyn ExecutionPlan>,
     placement: Placement,
+    role: Role,
     codec: Arc<dyn PhysicalExtensionCodec>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -68,7 +82,7 @@ impl fmt::Debug for DistributedWriteExec {
 }
 
 impl DistributedWriteExec {
-    fn new(input: Arc<dyn ExecutionPlan>, placement: Placement) -> Self {
+    fn new(input: Arc<dyn ExecutionPlan>, placement: Placement, role: Role) -> Self {
         let properties = Arc::new(PlanProperties::new(
             input.equivalence_properties().clone(),
             // the cluster's output comes back as one stream
@@ -79,6 +93,7 @@ impl DistributedWriteExec {
         Self {
             input,
             placement,
+            role,
             codec: physical_codec(),
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -93,18 +108,20 @@ impl DistributedWriteExec {
 
 impl DisplayAs for DistributedWriteExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let name = self.name();
         match &self.placement {
-            Placement::Cluster(url) => write!(f, "DistributedWriteExec: scheduler={url}"),
-            Placement::Local(why) => {
-                write!(f, "DistributedWriteExec: runs locally ({why})")
-            }
+            Placement::Cluster(url) => write!(f, "{name}: scheduler={url}"),
+            Placement::Local(why) => write!(f, "{name}: runs locally ({why})"),
         }
     }
 }
 
 impl ExecutionPlan for DistributedWriteExec {
     fn name(&self) -> &str {
-        "DistributedWriteExec"
+        match self.role {
+            Role::Write => "DistributedWriteExec",
+            Role::Query => "DistributedQueryExec",
+        }
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -135,7 +152,11 @@ impl ExecutionPlan for DistributedWriteExec {
         let input = children.pop().ok_or_else(|| {
             DataFusionError::Internal("DistributedWriteExec needs one child".into())
         })?;
-        Ok(Arc::new(Self::new(input, self.placement.clone())))
+        Ok(Arc::new(Self::new(
+            input,
+            self.placement.clone(),
+            self.role,
+        )))
     }
 
     fn execute(
@@ -218,6 +239,38 @@ impl PhysicalOptimizerRule for DistributeWrites {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let codec = physical_codec();
+        let placement = |input: &Arc<dyn ExecutionPlan>| {
+            let encoded =
+                PhysicalPlanNode::try_from_physical_plan(Arc::clone(input), codec.as_ref());
+            match (self.scheduler.get(), encoded) {
+                (Some(url), Ok(_)) => Placement::Cluster(url.clone()),
+                (None, _) => Placement::Local("no cluster yet".to_string()),
+                (_, Err(e)) => Placement::Local(first_line(&e.to_string())),
+            }
+        };
+        let folds = plan.exists(|n| {
+            Ok(n.downcast_ref::<AutoCdcExec>().is_some()
+                || n.downcast_ref::<SnapshotDiffExec>().is_some())
+        })?;
+        let placed = plan.exists(|n| {
+            Ok(n.downcast_ref::<CdcCommitExec>().is_some()
+                || n.downcast_ref::<DistributedWriteExec>().is_some())
+        })?;
+        if folds && !placed {
+            // a query that folds: all of it runs on the cluster, its rows
+            // come back as one stream
+            let input = if plan.output_partitioning().partition_count() > 1 {
+                Arc::new(CoalescePartitionsExec::new(plan)) as Arc<dyn ExecutionPlan>
+            } else {
+                plan
+            };
+            let placement = placement(&input);
+            return Ok(Arc::new(DistributedWriteExec::new(
+                input,
+                placement,
+                Role::Query,
+            )));
+        }
         plan.transform_down(|node| {
             if node.downcast_ref::<CdcCommitExec>().is_none() {
                 return Ok(Transformed::no(node));
@@ -228,14 +281,11 @@ impl PhysicalOptimizerRule for DistributeWrites {
             if input.downcast_ref::<DistributedWriteExec>().is_some() {
                 return Ok(Transformed::no(node));
             }
-            let encoded =
-                PhysicalPlanNode::try_from_physical_plan(Arc::clone(input), codec.as_ref());
-            let placement = match (self.scheduler.get(), encoded) {
-                (Some(url), Ok(_)) => Placement::Cluster(url.clone()),
-                (None, _) => Placement::Local("no cluster yet".to_string()),
-                (_, Err(e)) => Placement::Local(first_line(&e.to_string())),
-            };
-            let write = Arc::new(DistributedWriteExec::new(Arc::clone(input), placement));
+            let write = Arc::new(DistributedWriteExec::new(
+                Arc::clone(input),
+                placement(input),
+                Role::Write,
+            ));
             #[allow(deprecated)]
             let node = node.with_new_children(vec![write])?;
             Ok(Transformed::new(node, true, TreeNodeRecursion::Jump))

@@ -47,3 +47,11 @@ SELECT id, name, city, __START_AT, _change_type, _commit_version FROM table_chan
   ORDER BY _commit_version, id, __START_AT, _change_type;
 SELECT id, name, _change_type, _commit_version FROM table_changes('sn', 0)
   ORDER BY _commit_version, id, _change_type;
+
+-- AUTO CDC in queries: the relation (SCD 2) and its change feed
+SELECT * FROM AUTO CDC (SELECT * FROM changes_without_truncates) KEYS (id)
+  APPLY AS DELETE WHEN op = 'DELETE' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)
+  STORED AS SCD TYPE 2 ORDER BY id, __START_AT;
+SELECT * FROM AUTO CDC (SELECT * FROM changes) KEYS (id)
+  APPLY AS DELETE WHEN op = 'DELETE' APPLY AS TRUNCATE WHEN op = 'TRUNCATE'
+  SEQUENCE BY seq COLUMNS * EXCEPT (op, seq) WITH CHANGES ORDER BY id, _change_type;

@@ -2,7 +2,8 @@
 //! executors) equal the same updates run locally: the script of
 //! `cluster_script.sql` (SCD 1 with deletes, a truncate and late events,
 //! SCD 2, a snapshot flow; three updates each), its targets and change
-//! feeds; both executors ran tasks; `EXPLAIN` shows where writes run.
+//! feeds, and `AUTO CDC` relations in queries; both executors ran tasks;
+//! `EXPLAIN` shows where writes and folding queries run.
 
 use std::path::Path;
 
@@ -61,7 +62,7 @@ async fn standalone_updates_equal_local_ones() -> Result<()> {
     )
     .await?;
     let got = run(&cluster.session, cluster_dir.path()).await?;
-    assert_eq!(got.len(), 6);
+    assert_eq!(got.len(), 8);
     for (g, e) in got.iter().zip(&expected) {
         assert_eq!(g, e);
     }
@@ -95,6 +96,26 @@ async fn standalone_updates_equal_local_ones() -> Result<()> {
         assert!(text.contains("StoredFilesExec"), "{text}");
         assert!(!text.contains("DeltaScanExec"), "{text}");
     }
+
+    // a query that folds runs whole on the cluster
+    let plan = cluster
+        .session
+        .sql(
+            "EXPLAIN SELECT count(*) FROM AUTO CDC (SELECT * FROM changes) KEYS (id) \
+             SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)",
+        )
+        .await?
+        .collect()
+        .await?;
+    let text = pretty_format_batches(&plan)?.to_string();
+    assert!(
+        text.contains(&format!(
+            "DistributedQueryExec: scheduler={}",
+            cluster.scheduler
+        )),
+        "{text}"
+    );
+    assert!(text.contains("AutoCdcExec"), "{text}");
     Ok(())
 }
 
