@@ -440,3 +440,12 @@ class AutoCdcInAQuery(unittest.TestCase):
             [tuple(r.values()) for r in rows],
             [(1, "a", 1, 2), (1, "b", 2, None), (2, "c", 1, None)],
         )
+        # WITH CHANGES: the change feed that update writes
+        changes = pa.table(s.sql(
+            "SELECT id, v, _change_type FROM AUTO CDC (SELECT * FROM events) KEYS (id) "
+            "SEQUENCE BY seq COLUMNS (id, v) WITH CHANGES ORDER BY id"
+        )).to_pylist()
+        self.assertEqual(
+            [tuple(r.values()) for r in changes],
+            [(1, "b", "insert"), (2, "c", "insert")],
+        )

@@ -627,6 +627,36 @@ fn raw_plan(table: &ScdTable) -> Result<LogicalPlanBuilder> {
     )
 }
 
+/// The rows an SCD 1 `UPDATE` or `DELETE` writes, as projections of the
+/// stored rows over the data file `columns` of the table: every matching
+/// row's new state (`hit`: whether the statement matches a row), and one
+/// change data feed row per image.
+type Projections =
+    dyn Fn(&ScdTable, &Expr, &[String]) -> Result<(Vec<Expr>, Vec<Vec<Expr>>)> + Send + Sync;
+
+/// How an SCD 1 `UPDATE` or `DELETE` (`kind`) of the rows `filters` match
+/// is prepared when it runs: the keys its `WHERE` names, its projections.
+fn rewriting(
+    table: &Arc<ScdTable>,
+    state: &SessionState,
+    filters: Vec<Expr>,
+    kind: EditKind,
+    projections: Arc<Projections>,
+) -> Prepare {
+    let (table, state) = (Arc::clone(table), state.clone());
+    Arc::new(move |_| {
+        let (table, state) = (Arc::clone(&table), state.clone());
+        let (filters, projections) = (filters.clone(), Arc::clone(&projections));
+        Box::pin(async move {
+            let named = named_keys(&table, &filters)?;
+            let hit = matching(filters);
+            let columns = file_columns(&table);
+            let (state_rows, images) = projections(&table, &hit, &columns)?;
+            rewrite_rows(table, state, state_rows, hit, named, images, kind).await
+        })
+    })
+}
+
 /// The update pipeline's DML: what [`ScdTable`]'s `TableProvider` hooks call.
 #[derive(Debug, Default)]
 pub struct PipelineDml;
@@ -649,18 +679,12 @@ impl TargetDml for PipelineDml {
         keyed_flow(&table, "DELETE")?;
         let state = session_state(state)?;
         let now = written_at_value(crate::clock::now(state.config()).timestamp_micros());
-        let (this, planning) = (Arc::clone(&table), state.clone());
-        let prepare: Prepare = Arc::new(move |_| {
-            let (table, state, filters, now) = (
-                Arc::clone(&this),
-                planning.clone(),
-                filters.clone(),
-                now.clone(),
-            );
-            Box::pin(async move {
-                let named = named_keys(&table, &filters)?;
-                let hit = matching(filters);
-                let columns = file_columns(&table);
+        let prepare = rewriting(
+            &table,
+            &state,
+            filters,
+            EditKind::Delete,
+            Arc::new(move |_, hit, columns| {
                 let state_rows: Vec<Expr> = columns
                     .iter()
                     .map(|c| match c.as_str() {
@@ -683,18 +707,9 @@ impl TargetDml for PipelineDml {
                         }
                     })
                     .collect();
-                rewrite_rows(
-                    table,
-                    state,
-                    state_rows,
-                    hit,
-                    named,
-                    vec![change_rows],
-                    EditKind::Delete,
-                )
-                .await
-            })
-        });
+                Ok((state_rows, vec![change_rows]))
+            }),
+        );
         statement_plan(
             table,
             &state,
@@ -732,18 +747,12 @@ impl TargetDml for PipelineDml {
             }
         }
         let state = session_state(state)?;
-        let (this, planning) = (Arc::clone(&table), state.clone());
-        let prepare: Prepare = Arc::new(move |_| {
-            let (table, state, filters, assignments) = (
-                Arc::clone(&this),
-                planning.clone(),
-                filters.clone(),
-                assignments.clone(),
-            );
-            Box::pin(async move {
-                let named = named_keys(&table, &filters)?;
-                let hit = matching(filters);
-                let columns = file_columns(&table);
+        let prepare = rewriting(
+            &table,
+            &state,
+            filters,
+            EditKind::Update,
+            Arc::new(move |table, hit, columns| {
                 let raw_schema = table.raw_provider().schema();
                 let assigned = |c: &str| {
                     assignments
@@ -784,18 +793,9 @@ impl TargetDml for PipelineDml {
                     image(CHANGE_PREIMAGE, false)?,
                     image(CHANGE_POSTIMAGE, true)?,
                 ];
-                rewrite_rows(
-                    table,
-                    state,
-                    state_rows,
-                    hit,
-                    named,
-                    images,
-                    EditKind::Update,
-                )
-                .await
-            })
-        });
+                Ok((state_rows, images))
+            }),
+        );
         statement_plan(
             table,
             &state,
