@@ -440,6 +440,19 @@ class AutoCdcInAQuery(unittest.TestCase):
             [tuple(r.values()) for r in rows],
             [(1, "a", 1, 2), (1, "b", 2, None), (2, "c", 1, None)],
         )
+        # the relation as a table of a datafusion-python session
+        ctx = datafusion.SessionContext()
+        ctx.register_table("folded", s.query_provider(
+            "SELECT * FROM AUTO CDC (SELECT * FROM events) KEYS (id) "
+            "SEQUENCE BY seq COLUMNS (id, v)"
+        ))
+        self.assertEqual(
+            ctx.sql("SELECT id, v FROM folded WHERE id > 0 ORDER BY id").to_arrow_table().to_pylist(),
+            [{"id": 1, "v": "b"}, {"id": 2, "v": "c"}],
+        )
+        with self.assertRaisesRegex(cdc.AutoCdcError, "SEQUENCE BY"):
+            s.query_provider("SELECT * FROM AUTO CDC (SELECT * FROM events) KEYS (id) "
+                             "SEQUENCE BY nope")
         # WITH CHANGES: the change feed that update writes
         changes = pa.table(s.sql(
             "SELECT id, v, _change_type FROM AUTO CDC (SELECT * FROM events) KEYS (id) "

@@ -528,6 +528,20 @@ impl PyCdcSession {
         Ok(self.foreign(table))
     }
 
+    /// The rows of the query `query`, in our SQL (`FROM AUTO CDC (…) …`,
+    /// `FROM SNAPSHOTS (…) …`, our table functions, the session's tables),
+    /// as a table for a datafusion-python `SessionContext`:
+    /// `ctx.register_table("t", s.query_provider("SELECT … FROM AUTO CDC (…) …"))`.
+    /// Planned now (a bad clause fails here, named as in `sql`); each scan
+    /// there runs it here.
+    fn query_provider(&self, py: Python<'_>, query: String) -> PyResult<PyTableProvider> {
+        let view = self.run(
+            py,
+            move |s| async move { Ok(s.sql(&query).await?.into_view()) },
+        )?;
+        Ok(self.foreign(view))
+    }
+
     /// Our table function `name` (`table_changes`, `table_as_of`,
     /// `event_log`, `stream`) for a datafusion-python `SessionContext`:
     /// `ctx.register_udtf(datafusion.udtf(s.table_function(n), n))`; calls
