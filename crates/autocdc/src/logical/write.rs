@@ -5,23 +5,22 @@ use std::sync::Arc;
 
 use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
-use object_store::ObjectStore;
 
 use crate::table::commit::ChangeFeed;
 use crate::table::manifest::manifest_schema;
 use crate::table::TableName;
 
-/// Where and how an update's rows are written.
+/// Where and how an update's rows are written: data only (the writer finds
+/// the object store of `location` when it runs).
 #[derive(Debug)]
 pub struct WriteRequest {
     /// Target name.
     pub target: TableName,
     /// The flow being run (for messages).
     pub flow: String,
-    /// The target's object store, rooted at the table.
-    pub store: Arc<dyn ObjectStore>,
-    /// Where `store` is rooted: how another process finds the same store
-    /// (see [`crate::physical::CdcPhysicalCodec`]).
+    /// The table's state store: the writer writes under it, through the
+    /// store its task's `RuntimeEnv` has for it (see
+    /// [`crate::physical::StoreResolver`]).
     pub location: url::Url,
     /// Number of key buckets of the table.
     pub buckets: i32,

@@ -15,10 +15,10 @@
 //!
 //! `CdcCommitExec` is never encoded: the commit runs where the update was
 //! planned. `CdcWriteExec` writes through an object store, which is not
-//! data: the payload carries the table's location, and the decoding side
-//! finds the store for it in its `RuntimeEnv` (or in the resolver given to
-//! [`CdcPhysicalCodec::with_store_resolver`]), so every process that decodes
-//! must reach the warehouse.
+//! data: the payload carries the table's location, and the writer finds the
+//! store for it when it runs, in its task's `RuntimeEnv` (or with the
+//! resolver given to [`CdcPhysicalCodec::with_store_resolver`]), so every
+//! process that runs it must reach the warehouse.
 
 use std::fmt;
 use std::sync::Arc;
@@ -84,7 +84,10 @@ impl CdcPhysicalCodec {
 
 /// The store registered for `location`'s scheme and authority in the
 /// task's `RuntimeEnv`, rooted at `location`'s path.
-fn store_from_runtime(location: &Url, ctx: &TaskContext) -> Result<Arc<dyn ObjectStore>> {
+pub(crate) fn store_from_runtime(
+    location: &Url,
+    ctx: &TaskContext,
+) -> Result<Arc<dyn ObjectStore>> {
     let root = ObjectStoreUrl::parse(&location[..url::Position::BeforePath])?;
     let store = ctx.runtime_env().object_store(&root)?;
     let prefix =
@@ -189,7 +192,7 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
         &self,
         buf: &[u8],
         inputs: &[Arc<dyn ExecutionPlan>],
-        ctx: &TaskContext,
+        _ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let node: Node = serde_json::from_slice(buf).map_err(|e| {
@@ -229,18 +232,18 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                 per_partition,
             } => {
                 let [input] = children("CdcWriteExec", inputs)?;
-                let store = (self.stores)(&location, ctx)?;
                 let request = WriteRequest {
                     target,
                     flow,
-                    store,
                     location,
                     buckets,
                     key_indices,
                     change_feed,
                 };
                 Arc::new(
-                    CdcWriteExec::try_new(Arc::new(request), input)?.per_partition(per_partition),
+                    CdcWriteExec::try_new(Arc::new(request), input)?
+                        .per_partition(per_partition)
+                        .with_store_resolver(Arc::clone(&self.stores)),
                 )
             }
             Node::StoredFiles { masks } => {

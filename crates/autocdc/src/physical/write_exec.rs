@@ -49,7 +49,8 @@ use datafusion::physical_plan::{
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 
-use super::AutoCdcExec;
+use super::codec::store_from_runtime;
+use super::{AutoCdcExec, StoreResolver};
 use crate::fold::columns::KIND_COL;
 use crate::fold::{FoldCounts, Kind};
 use crate::logical::WriteRequest;
@@ -57,7 +58,6 @@ use crate::table::commit::{write_rows, ChangeFeed, OutcomeSlot, Retired};
 use crate::table::manifest::{encode, manifest_schema};
 
 /// Writes an update's files and returns their manifest (see the module docs).
-#[derive(Debug)]
 pub struct CdcWriteExec {
     request: Arc<WriteRequest>,
     input: Arc<dyn ExecutionPlan>,
@@ -66,6 +66,8 @@ pub struct CdcWriteExec {
     /// Where a DML statement's rows operator leaves its counts and the
     /// rows it retires (`None`: the input is a fold or an append flow's rows).
     statement: Option<OutcomeSlot>,
+    /// Finds the object store of the request's location when it runs.
+    stores: StoreResolver,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -101,6 +103,15 @@ impl CdcWriteExec {
         }
     }
 
+    /// The operator finding its store with `resolver` (the codec's, in a
+    /// process whose stores are not registered in its `RuntimeEnv`).
+    pub fn with_store_resolver(self, resolver: StoreResolver) -> Self {
+        Self {
+            stores: resolver,
+            ..self
+        }
+    }
+
     /// Whether the operator writes a DML statement's rows (a plan that runs
     /// where it was planned: the codec refuses it).
     pub fn is_statement(&self) -> bool {
@@ -120,9 +131,20 @@ impl CdcWriteExec {
             input,
             per_partition: false,
             statement: None,
+            stores: Arc::new(store_from_runtime),
             properties: Arc::new(write_properties(1)),
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+}
+
+impl fmt::Debug for CdcWriteExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CdcWriteExec")
+            .field("request", &self.request)
+            .field("per_partition", &self.per_partition)
+            .field("statement", &self.statement.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -223,6 +245,7 @@ impl ExecutionPlan for CdcWriteExec {
             Self::try_new(Arc::clone(&self.request), input)?.per_partition(self.per_partition);
         Ok(Arc::new(Self {
             statement: self.statement.clone(),
+            stores: Arc::clone(&self.stores),
             ..exec
         }))
     }
@@ -238,6 +261,8 @@ impl ExecutionPlan for CdcWriteExec {
                 "CdcWriteExec has {partitions} partitions, got {partition}"
             )));
         }
+        // (the store of the table's location, as this task's process has it)
+        let store = (self.stores)(&self.request.location, &context)?;
         let (rows, writers) = if self.per_partition {
             (self.input.execute(partition, context)?, 1)
         } else {
@@ -260,7 +285,7 @@ impl ExecutionPlan for CdcWriteExec {
         let write = async move {
             let timer = metrics.write_time.timer();
             let written = write_rows(
-                &request.store,
+                &store,
                 Box::pin(rows),
                 &request.key_indices,
                 request.buckets,

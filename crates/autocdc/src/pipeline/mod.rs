@@ -913,7 +913,6 @@ pub(crate) fn write_request(
     WriteRequest {
         target: table.name().clone(),
         flow: flow.to_string(),
-        store: delta.object_store(),
         location: delta.table_url().clone(),
         buckets: table.meta().buckets,
         key_indices,
