@@ -38,6 +38,13 @@ REFRESH STREAMING TABLE s1;
 REFRESH STREAMING TABLE s2;
 REFRESH STREAMING TABLE sn;
 
+-- DML: SCD 1 statements (their writes run on the client), an SCD 2 one
+UPDATE s1 SET city = 'Bergen' WHERE id = 4;
+DELETE FROM s1 WHERE id = 6;
+MERGE INTO s1 USING (SELECT 7 AS id, 'Gus' AS name, 'Graz' AS city) AS n ON s1.id = n.id
+  WHEN NOT MATCHED THEN INSERT (id, name, city) VALUES (n.id, n.name, n.city);
+UPDATE s2 SET city = 'Turin' WHERE id = 2 AND __END_AT IS NULL;
+
 SELECT * FROM s1 ORDER BY id;
 SELECT id, name, city, __START_AT, __END_AT FROM s2 ORDER BY id, __START_AT;
 SELECT * FROM sn ORDER BY id;

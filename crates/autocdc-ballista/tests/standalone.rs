@@ -2,7 +2,7 @@
 //! executors) equal the same updates run locally: the script of
 //! `cluster_script.sql` (SCD 1 with deletes, a truncate and late events,
 //! SCD 2, a snapshot flow; three updates each), its targets and change
-//! feeds, and `AUTO CDC` relations in queries; both executors ran tasks;
+//! feeds, DML statements, and `AUTO CDC` relations in queries; both executors ran tasks;
 //! `EXPLAIN` shows where writes and folding queries run.
 
 use std::path::Path;
@@ -66,6 +66,14 @@ async fn standalone_updates_equal_local_ones() -> Result<()> {
     for (g, e) in got.iter().zip(&expected) {
         assert_eq!(g, e);
     }
+    // the script's DML took effect: updated, deleted, merged rows
+    assert!(
+        got[0].contains("Bergen") && got[0].contains("Graz"),
+        "{}",
+        got[0]
+    );
+    assert!(!got[0].contains("Flo"), "{}", got[0]);
+    assert!(got[1].contains("Turin"), "{}", got[1]);
 
     // both executors ran tasks
     let tasks = cluster
