@@ -12,7 +12,7 @@ use crate::table::TableName;
 
 /// Where and how an update's rows are written: data only (the writer finds
 /// the object store of `location` when it runs).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd)]
 pub struct WriteRequest {
     /// Target name.
     pub target: TableName,
@@ -67,23 +67,22 @@ impl CdcWriteNode {
 
 impl PartialEq for CdcWriteNode {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.request, &other.request) && self.input == other.input
+        self.request == other.request && self.input == other.input
     }
 }
 impl Eq for CdcWriteNode {}
 impl std::hash::Hash for CdcWriteNode {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.request.flow.hash(state);
+        self.request.hash(state);
         self.input.hash(state);
     }
 }
 impl PartialOrd for CdcWriteNode {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        // (agrees with equality: nodes of one flow that are not equal are
+        // (agrees with equality: nodes writing alike that are not equal are
         // unordered)
         self.request
-            .flow
-            .partial_cmp(&other.request.flow)
+            .partial_cmp(&other.request)
             .filter(|o| o.is_ne() || self == other)
     }
 }

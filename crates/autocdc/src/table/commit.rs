@@ -556,7 +556,9 @@ pub(crate) fn bucket_of(view: &LogicalFileView) -> Option<i32> {
 }
 
 /// How an update's change data feed reaches its readers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, serde::Serialize, serde::Deserialize,
+)]
 pub enum ChangeFeed {
     /// In `_change_data/` files, one row per change.
     Files,
