@@ -86,43 +86,30 @@ async fn standalone_updates_equal_local_ones() -> Result<()> {
     assert!(tasks.values().all(|&n| n > 0), "{tasks:?}");
 
     // EXPLAIN shows the writes running on the cluster
+    let explain = |sql: String| {
+        let session = &cluster.session;
+        async move {
+            let plan = session.sql(&sql).await?.collect().await?;
+            Ok::<_, datafusion::error::DataFusionError>(pretty_format_batches(&plan)?.to_string())
+        }
+    };
     for table in ["s1", "s2", "sn"] {
-        let plan = cluster
-            .session
-            .sql(&format!("EXPLAIN REFRESH STREAMING TABLE {table}"))
-            .await?
-            .collect()
-            .await?;
-        let text = pretty_format_batches(&plan)?.to_string();
-        assert!(
-            text.contains(&format!(
-                "DistributedWriteExec: scheduler={}",
-                cluster.scheduler
-            )),
-            "{text}"
-        );
+        let text = explain(format!("EXPLAIN REFRESH STREAMING TABLE {table}")).await?;
+        let on_cluster = format!("DistributedWriteExec: scheduler={}", cluster.scheduler);
+        assert!(text.contains(&on_cluster), "{text}");
         assert!(text.contains("StoredFilesExec"), "{text}");
         assert!(!text.contains("DeltaScanExec"), "{text}");
     }
 
     // a query that folds runs whole on the cluster
-    let plan = cluster
-        .session
-        .sql(
-            "EXPLAIN SELECT count(*) FROM AUTO CDC (SELECT * FROM changes) KEYS (id) \
-             SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)",
-        )
-        .await?
-        .collect()
-        .await?;
-    let text = pretty_format_batches(&plan)?.to_string();
-    assert!(
-        text.contains(&format!(
-            "DistributedQueryExec: scheduler={}",
-            cluster.scheduler
-        )),
-        "{text}"
-    );
+    let text = explain(
+        "EXPLAIN SELECT count(*) FROM AUTO CDC (SELECT * FROM changes) KEYS (id) \
+         SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)"
+            .to_string(),
+    )
+    .await?;
+    let on_cluster = format!("DistributedQueryExec: scheduler={}", cluster.scheduler);
+    assert!(text.contains(&on_cluster), "{text}");
     assert!(text.contains("AutoCdcExec"), "{text}");
     Ok(())
 }
