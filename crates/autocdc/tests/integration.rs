@@ -1568,7 +1568,8 @@ fn has_child(analyzed: &str, op: &str) -> bool {
 /// `EXPLAIN ANALYZE` of `UPDATE`, `DELETE`, `INSERT` and `MERGE` shows each
 /// statement as a plan: its rows (`DmlRowsExec`, an `INSERT`'s rows as its
 /// child), the writer and the commit, with what each did — on SCD 1 (few
-/// keys: deletion vectors; past the budget: a rewrite) and SCD 2 targets.
+/// keys: deletion vectors; past the budget: a rewrite) and SCD 2 targets
+/// (`UPDATE`, `DELETE`, `INSERT`, `MERGE`).
 #[tokio::test]
 async fn dml_statements_run_as_write_and_commit_plans() {
     let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
@@ -1693,6 +1694,8 @@ async fn dml_statements_run_as_write_and_commit_plans() {
         "UPDATE h SET v = 'w' WHERE id = 5",
         "DELETE FROM h WHERE id = 6",
         "INSERT INTO h VALUES (500, 'n', 1, 10, NULL)",
+        "MERGE INTO h USING (SELECT 7 AS id, 'm' AS v) AS s \
+         ON h.id = s.id AND h.__END_AT IS NULL WHEN MATCHED THEN UPDATE SET v = s.v",
     ] {
         let analyzed = analyze(sql).await;
         expect(&analyzed, "AutoCdcExec", &[]);
@@ -1715,6 +1718,10 @@ async fn dml_statements_run_as_write_and_commit_plans() {
         )
         .await,
         ["| 100 | 1 | 0 |"]
+    );
+    assert_eq!(
+        rows(&s, "SELECT v FROM h WHERE id IN (5, 7) ORDER BY id").await,
+        ["| w |", "| m |"]
     );
 }
 
