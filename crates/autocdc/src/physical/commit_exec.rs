@@ -235,6 +235,14 @@ impl ExecutionPlan for CdcCommitExec {
             let timer = metrics.commit_time.timer();
             let (name, outcome) = match committing {
                 Committing::Update(request) => {
+                    // (stored rows are retired by the update's own commit;
+                    // retire entries come from DML statements only)
+                    if !manifest.retired.0.is_empty() {
+                        return Err(DataFusionError::Internal(format!(
+                            "flow '{}': the manifest retires stored rows; nothing was committed",
+                            request.flow.name
+                        )));
+                    }
                     let changed = manifest.changed();
                     let outcome =
                         commit_written(&request, manifest.written, changed, &manifest.counts)

@@ -314,7 +314,7 @@ pub struct StatementCommit {
     pub table: Arc<ScdTable>,
     /// `UPDATE`, `DELETE`, `INSERT` or `MERGE` (for plans and messages).
     pub statement: &'static str,
-    pub(crate) kind: EditKind,
+    kind: EditKind,
     operation: Operation,
 }
 

@@ -325,7 +325,7 @@ fn selection(rows: &RoaringTreemap, total: usize) -> RowSelection {
 /// `batch` (columns of a data file) in `schema`: columns by name, cast when
 /// the file stores another type; a partition column from the file's
 /// partition values; a column the file lacks (added later) NULL.
-fn conform(
+pub(crate) fn conform(
     batch: &RecordBatch,
     schema: &SchemaRef,
     partition: &std::collections::HashMap<String, Option<String>>,

@@ -18,11 +18,10 @@
 //! stored rows it retires reach the commit through the writer's manifest
 //! ([`crate::table::manifest`]). Nothing is visible before the commit.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::compute::cast;
 use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
@@ -45,6 +44,7 @@ use super::{find_keys, key_positions, keyed_flow, ChangedRows, Replacing, Statem
 use crate::fold::FoldCounts;
 use crate::table::bucket::BUCKET_COL;
 use crate::table::commit::{OutcomeSlot, Retired, StatementOutcome};
+use crate::table::stored_rows::conform;
 use crate::table::ScdTable;
 
 /// An SCD 1 statement ready to write: its rows, how they replace the
@@ -246,10 +246,16 @@ impl ExecutionPlan for DmlRowsExec {
                 .lock()
                 .map_err(|_| DataFusionError::Internal("poisoned statement outcome".into()))? =
                 Some(outcome);
-            let schema = Arc::clone(&schema);
-            let counted = metrics.rows.clone();
+            // (the statement's projections may type a column otherwise
+            // than the files: cast, when they do)
+            let same = rows.schema().fields() == schema.fields();
+            let (schema, counted) = (Arc::clone(&schema), metrics.rows.clone());
+            let no_partition = HashMap::new();
             Ok::<_, DataFusionError>(rows.map(move |batch| {
-                let batch = conform(batch?, &schema)?;
+                let batch = match batch? {
+                    batch if same => batch,
+                    batch => conform(&batch, &schema, &no_partition)?,
+                };
                 counted.add(batch.num_rows());
                 Ok(batch)
             }))
@@ -264,27 +270,6 @@ impl ExecutionPlan for DmlRowsExec {
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
     }
-}
-
-/// `batch` in the data file layout `schema` (the statement's projections
-/// may type a column differently from the files: cast).
-fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    if batch.schema().fields() == schema.fields() {
-        return Ok(batch);
-    }
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|field| {
-            let column = batch.column(batch.schema().index_of(field.name())?);
-            Ok(if column.data_type() == field.data_type() {
-                Arc::clone(column)
-            } else {
-                cast(column, field.data_type())?
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 /// The stored rows a statement retires, and whether it rewrote every file.
