@@ -150,10 +150,34 @@ pub fn all_nullable(schema: &arrow::datatypes::Schema) -> arrow::datatypes::Sche
     ))
 }
 
+/// Prefix of the state column that keeps a sequence group's sequence
+/// (per-column sequencing, SCD 1): `__cdc_seq_<group>`.
+pub const GROUP_SEQ_PREFIX: &str = "__cdc_seq_";
+
+/// Columns that share one sequence under per-column sequencing
+/// (`autocdc.sequencePerColumn`): a named group of
+/// `autocdc.sequenceGroups`, or one non-key column on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, serde::Serialize, serde::Deserialize)]
+pub struct SequenceGroup {
+    /// The group's name (the column's name for a column on its own).
+    pub name: String,
+    /// Its target columns (indices into the target columns).
+    pub members: Vec<usize>,
+}
+
+impl SequenceGroup {
+    /// Name of the state column keeping the group's sequence.
+    pub fn state_column(&self) -> String {
+        format!("{GROUP_SEQ_PREFIX}{}", self.name)
+    }
+}
+
 /// Column positions of an event batch: `[target columns..., __cdc_seq,
 /// __cdc_kind, __cdc_written_at, __cdc_origin]`, followed by
 /// `__cdc_system_seq` (BITEMPORAL) and `__cdc_columns_to_update` (COLUMNS TO
-/// UPDATE) when the flow has them.
+/// UPDATE) when the flow has them, and by one sequence per
+/// [`SequenceGroup`] when the fold keeps them (SCD 1 with per-column
+/// sequencing).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct EventLayout {
     /// Names of the target (user) columns, in order.
@@ -164,6 +188,13 @@ pub struct EventLayout {
     pub system_seq: bool,
     /// Events carry a `COLUMNS TO UPDATE` list.
     pub update_list: bool,
+    /// Per-column sequencing: the groups of non-key columns that are
+    /// sequenced apart (empty: whole rows are sequenced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sequence_groups: Vec<SequenceGroup>,
+    /// Batches carry each group's sequence (the SCD 1 state keeps them).
+    #[serde(default)]
+    pub group_sequences: bool,
 }
 
 impl EventLayout {
@@ -196,8 +227,19 @@ impl EventLayout {
         self.update_list
             .then(|| self.origin() + 1 + usize::from(self.system_seq))
     }
+    /// Index of the sequence of group `g` (when batches carry them).
+    pub fn group_seq(&self, g: usize) -> Option<usize> {
+        self.group_sequences.then(|| {
+            self.origin() + 1 + usize::from(self.system_seq) + usize::from(self.update_list) + g
+        })
+    }
     /// Number of columns of an event batch.
     pub fn num_columns(&self) -> usize {
-        self.origin() + 1 + usize::from(self.system_seq) + usize::from(self.update_list)
+        let groups = if self.group_sequences {
+            self.sequence_groups.len()
+        } else {
+            0
+        };
+        self.origin() + 1 + usize::from(self.system_seq) + usize::from(self.update_list) + groups
     }
 }

@@ -35,6 +35,8 @@ fn layout(system_seq: bool, update_list: bool) -> EventLayout {
         key_indices: vec![0, 1],
         system_seq,
         update_list,
+        sequence_groups: Vec::new(),
+        group_sequences: false,
     }
 }
 

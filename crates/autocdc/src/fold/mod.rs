@@ -11,6 +11,7 @@ pub mod emits;
 pub mod errors;
 pub mod kernel;
 pub mod partial;
+pub mod per_column;
 pub mod rows;
 pub mod scd1;
 pub mod scd1_indexed;
@@ -80,6 +81,9 @@ impl FoldSpec {
     /// Schema of the stored rows produced from events of `input`.
     pub fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
         match self.stored_as {
+            ScdType::Type1 if self.layout.group_sequences => {
+                per_column::output_schema(&self.layout, input)
+            }
             ScdType::Type1 => columns::scd1_output_schema(&self.layout, input),
             ScdType::Type2 => Ok(scd2::scd2_output_schema(&self.layout, input)),
             ScdType::Bitemporal => Ok(bitemporal::output_schema(&self.layout, input)),
@@ -93,6 +97,7 @@ impl FoldSpec {
         self.indexed_fold
             && self.stored_as == ScdType::Type1
             && self.partial.is_none()
+            && !self.layout.group_sequences
             && IndexedScd1Fold::supports(&self.layout, input)
     }
 
@@ -104,6 +109,14 @@ impl FoldSpec {
     /// A fresh kernel for one partition.
     pub fn kernel(&self, input: &SchemaRef) -> Result<Box<dyn FoldKernel>> {
         Ok(match self.stored_as {
+            ScdType::Type1 if self.layout.group_sequences => {
+                Box::new(per_column::PerColumnScd1Fold::try_new(
+                    &self.flow,
+                    self.layout.clone(),
+                    self.partial.clone(),
+                    input,
+                )?)
+            }
             ScdType::Type1 => {
                 let fold = Scd1Fold::try_new(&self.flow, self.layout.clone(), input)?
                     .with_new_wins_ties(self.new_wins_ties);

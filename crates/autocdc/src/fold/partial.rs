@@ -77,7 +77,8 @@ pub enum Chain<'a> {
 pub struct Merger {
     flow: String,
     layout: EventLayout,
-    mode: PartialUpdates,
+    /// `None`: every upsert writes every column (whole rows).
+    mode: Option<PartialUpdates>,
     /// `ignore[c]`: column `c` keeps its value on NULL (IGNORE NULL UPDATES).
     ignore: Vec<bool>,
     /// Target column of a name in a `COLUMNS TO UPDATE` list.
@@ -106,19 +107,61 @@ impl Merger {
         Self {
             flow: flow.to_string(),
             layout,
-            mode,
+            mode: Some(mode),
             ignore,
             names,
         }
     }
 
+    /// A merger of whole rows: every upsert writes every column (what
+    /// per-column sequencing sees of a flow without partial updates).
+    pub(crate) fn whole_rows(flow: &str, layout: EventLayout) -> Self {
+        Self {
+            mode: None,
+            ..Self::new(flow, layout, PartialUpdates::IgnoreNulls(Vec::new()))
+        }
+    }
+
+    /// The events' layout.
+    pub(crate) fn layout(&self) -> &EventLayout {
+        &self.layout
+    }
+
+    /// The flow's name (for messages).
+    pub(crate) fn flow(&self) -> &str {
+        &self.flow
+    }
+
     /// Which target columns each of rows `[0, end)` writes, row-major
-    /// (`end × num_target`). Key columns are always written.
-    fn writes(&self, batch: &RecordBatch, end: usize) -> Result<Vec<bool>> {
+    /// (`end × num_target`). Key columns are always written; under
+    /// per-column sequencing a row that writes a column of a
+    /// [`SequenceGroup`](super::columns::SequenceGroup) writes all of them.
+    pub(crate) fn writes(&self, batch: &RecordBatch, end: usize) -> Result<Vec<bool>> {
+        let mut writes = self.column_writes(batch, end)?;
+        let n = self.layout.num_target();
+        for group in self
+            .layout
+            .sequence_groups
+            .iter()
+            .filter(|g| g.members.len() > 1)
+        {
+            for row in writes.chunks_exact_mut(n) {
+                if group.members.iter().any(|&c| row[c]) {
+                    for &c in &group.members {
+                        row[c] = true;
+                    }
+                }
+            }
+        }
+        Ok(writes)
+    }
+
+    fn column_writes(&self, batch: &RecordBatch, end: usize) -> Result<Vec<bool>> {
         let n = self.layout.num_target();
         let mut writes = vec![true; end * n];
         match &self.mode {
-            PartialUpdates::IgnoreNulls(_) => {
+            None => {}
+            Some(PartialUpdates::IgnoreNulls(_)) => {
                 for c in (0..n).filter(|&c| self.ignore[c]) {
                     let column = batch.column(c);
                     if column.null_count() == 0 {
@@ -129,7 +172,7 @@ impl Merger {
                     }
                 }
             }
-            PartialUpdates::ColumnsToUpdate => {
+            Some(PartialUpdates::ColumnsToUpdate) => {
                 let Some(index) = self.layout.update_list() else {
                     return Err(DataFusionError::Internal(
                         "COLUMNS TO UPDATE without its list column".into(),
@@ -293,7 +336,7 @@ impl Merger {
     }
 
     /// Same kind and raw value in every column the flow reads.
-    fn same_event(&self, batch: &RecordBatch, a: usize, b: usize) -> Result<bool> {
+    pub(crate) fn same_event(&self, batch: &RecordBatch, a: usize, b: usize) -> Result<bool> {
         let columns = (0..self.layout.num_target())
             .chain([self.layout.kind()])
             .chain(self.layout.update_list());

@@ -582,6 +582,8 @@ mod tests {
             key_indices: vec![0],
             system_seq: false,
             update_list: false,
+            sequence_groups: Vec::new(),
+            group_sequences: false,
         }
     }
 

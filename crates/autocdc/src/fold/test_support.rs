@@ -106,6 +106,8 @@ pub fn layout(system_seq: bool) -> EventLayout {
         key_indices: vec![0],
         system_seq,
         update_list: false,
+        sequence_groups: Vec::new(),
+        group_sequences: false,
     }
 }
 

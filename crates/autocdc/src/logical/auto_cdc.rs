@@ -42,8 +42,22 @@ impl PartialOrd for AutoCdcNode {
 
 impl PartialOrd for EventLayout {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        (&self.target_columns, &self.key_indices)
-            .partial_cmp(&(&other.target_columns, &other.key_indices))
+        (
+            &self.target_columns,
+            &self.key_indices,
+            self.system_seq,
+            self.update_list,
+            &self.sequence_groups,
+            self.group_sequences,
+        )
+            .partial_cmp(&(
+                &other.target_columns,
+                &other.key_indices,
+                other.system_seq,
+                other.update_list,
+                &other.sequence_groups,
+                other.group_sequences,
+            ))
     }
 }
 

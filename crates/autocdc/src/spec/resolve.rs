@@ -997,6 +997,8 @@ pub fn resolve(
             key_indices,
             system_seq: spec.system_sequence_by.is_some(),
             update_list: spec.columns_to_update.is_some(),
+            sequence_groups: Vec::new(),
+            group_sequences: false,
         },
     })
 }
