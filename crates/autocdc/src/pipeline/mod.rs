@@ -119,6 +119,8 @@ pub enum Planning {
     ReadNothing,
 }
 
+use crate::spec::sequence_groups;
+
 pub mod append;
 pub mod checkpoint;
 pub mod dependencies;
@@ -143,6 +145,30 @@ fn stored_projection(target_schema: &Schema, stored: &Schema) -> Vec<Expr> {
             cast(value, f.data_type().clone()).alias(f.name())
         })
         .collect()
+}
+
+/// `events` followed by a NULL sequence column per name of `columns` (the
+/// group sequences of per-column sequencing: new events have none).
+fn with_group_sequences(
+    events: LogicalPlan,
+    columns: &[String],
+    seq_type: &DataType,
+) -> Result<LogicalPlan> {
+    if columns.is_empty() {
+        return Ok(events);
+    }
+    let mut projection: Vec<Expr> = events
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    projection.extend(
+        columns
+            .iter()
+            .map(|c| cast(lit(ScalarValue::Null), seq_type.clone()).alias(c)),
+    );
+    LogicalPlanBuilder::from(events).project(projection)?.build()
 }
 
 /// `events` with every row's origin set to `origin`.
@@ -276,7 +302,7 @@ pub async fn plan_update(
     // `truncate_source`: what the truncate events are read from (`None`: the
     // update has none — snapshots never truncate, nor flows without
     // APPLY AS TRUNCATE — and the costly events stay out of that input)
-    let (resolved, events, touched, truncate_source, new_wins_ties) = match source {
+    let (mut resolved, events, touched, truncate_source, new_wins_ties) = match source {
         UpdateSource::Changes | UpdateSource::Dml(_) => {
             let dml = matches!(source, UpdateSource::Dml(_));
             let source = match source {
@@ -414,6 +440,37 @@ pub async fn plan_update(
         }
     };
     let seq_type = resolved.sequence_type.clone();
+    // per-column sequencing (SPEC §2.6): SCD 1 keeps each group's sequence
+    // in its state; SCD 2 folds every event in sequence order anyway and
+    // only writes groups whole
+    if let Some(declared) = sequence_groups::declared(&table.name().to_string(), &meta.properties)? {
+        if bitemporal {
+            return Err(DataFusionError::Plan(format!(
+                "flow '{}': per-column sequencing ('{}' of '{}') is not allowed with BITEMPORAL",
+                flow.name,
+                sequence_groups::SEQUENCE_PER_COLUMN_PROPERTY,
+                table.name()
+            )));
+        }
+        resolved.layout.sequence_groups = sequence_groups::resolve(
+            &flow.name,
+            &declared,
+            &resolved.layout.target_columns,
+            &resolved.layout.key_indices,
+        )?;
+        resolved.layout.group_sequences =
+            !scd2 && !resolved.layout.sequence_groups.is_empty();
+    }
+    let group_columns: Vec<String> = if resolved.layout.group_sequences {
+        resolved
+            .layout
+            .sequence_groups
+            .iter()
+            .map(|g| g.state_column())
+            .collect()
+    } else {
+        Vec::new()
+    };
     // schema evolution (SPEC §2.9): new columns are NULL in stored rows; a
     // widened column is rewritten in every file, so that every reader sees
     // one type per column (no Delta type widening feature needed)
@@ -608,6 +665,17 @@ pub async fn plan_update(
             };
             stored.push(cast(list, update_list_type()).alias(UPDATE_LIST_COL));
         }
+        // each group's sequence (NULL where the files do not have it yet:
+        // never written)
+        let stored_schema = table.raw_provider().schema();
+        for name in &group_columns {
+            let value = if stored_schema.field_with_name(name).is_ok() {
+                col(Column::new_unqualified(name))
+            } else {
+                lit(ScalarValue::Null)
+            };
+            stored.push(cast(value, seq_type.clone()).alias(name));
+        }
         // with deletion vectors, only the stored rows of the update's keys
         let raw_rows = match &superseded {
             Some(superseded) if plain_reads => {
@@ -660,6 +728,7 @@ pub async fn plan_update(
                 lit(Origin::Stored as i8).alias(ORIGIN_COL),
             ])?
             .build()?;
+        let new_rows = with_group_sequences(new_rows, &group_columns, &seq_type)?;
         let events = LogicalPlanBuilder::from(new_rows)
             .union(stored_rows)?
             .build()?;
@@ -672,7 +741,10 @@ pub async fn plan_update(
     } else if scd2 {
         (rejecting_new(new_rows), new_truncates)
     } else {
-        (new_rows, new_truncates)
+        (
+            with_group_sequences(new_rows, &group_columns, &seq_type)?,
+            new_truncates,
+        )
     };
 
     let fold_spec = fold_spec(state, flow, &resolved, new_wins_ties);
@@ -711,6 +783,9 @@ pub async fn plan_update(
         }
         if scd2 && resolved.layout.update_list {
             fields.push(Field::new(UPDATE_LIST_COL, update_list_type(), true));
+        }
+        for name in &group_columns {
+            fields.push(Field::new(name, seq_type.clone(), true));
         }
         fields.push(bucket_field());
         metadata.push(MetadataChange::Schema(Arc::new(Schema::new(fields))));

@@ -70,6 +70,11 @@ impl CdcSession {
             })?,
             None => DEFAULT_BUCKETS,
         };
+        // per-column sequencing: the properties are read now, the groups
+        // checked against the columns when a flow plans
+        let properties: std::collections::HashMap<String, String> =
+            c.properties.iter().cloned().collect();
+        crate::spec::sequence_groups::declared(&c.name.to_string(), &properties)?;
         let decl = TableDecl {
             declared_columns: !c.columns.is_empty(),
             expectations: c.expectations.clone(),

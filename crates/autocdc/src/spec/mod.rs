@@ -9,6 +9,7 @@
 
 pub mod expectations;
 pub mod resolve;
+pub mod sequence_groups;
 pub mod shared_target;
 
 use serde::{Deserialize, Serialize};

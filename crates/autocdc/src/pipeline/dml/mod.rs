@@ -70,7 +70,8 @@ pub use rows_exec::DmlRowsExec;
 use rows_exec::{Prepare, Statement};
 
 use crate::fold::columns::{
-    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
+    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, GROUP_SEQ_PREFIX,
+    KIND_COL, SEQ_COL,
     WRITTEN_AT_COL,
 };
 use crate::physical::{CdcCommitExec, CdcWriteExec};
@@ -80,6 +81,7 @@ use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::bucket_array;
 use crate::table::bucket::BUCKET_COL;
 use crate::table::commit::{ChangeFeed, EditKind, OutcomeSlot, StatementCommit};
+use crate::spec::sequence_groups;
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::Operation;
 use crate::table::provider::TargetDml;
@@ -597,7 +599,12 @@ impl NewRows {
             .iter()
             .map(|(c, data_type)| {
                 let e = match c.as_str() {
+                    // (a row written by DML counts as written at its
+                    // sequence in every column: per-column sequencing)
                     SEQ_COL => coalesce(vec![tombstone_seq.clone(), self.least.clone()]),
+                    c if c.starts_with(GROUP_SEQ_PREFIX) => {
+                        coalesce(vec![tombstone_seq.clone(), self.least.clone()])
+                    }
                     KIND_COL => lit(kind),
                     WRITTEN_AT_COL => lit(self.now.clone()),
                     c => value(c).unwrap_or(lit(datafusion::common::ScalarValue::Null)),
@@ -746,6 +753,22 @@ impl TargetDml for PipelineDml {
                 )));
             }
         }
+        // per-column sequencing: the groups it assigns count as written at
+        // the row's sequence
+        let names: Vec<String> = user.fields().iter().map(|f| f.name().clone()).collect();
+        let written_groups: Vec<String> =
+            match sequence_groups::declared(&table.name().to_string(), &table.meta().properties)? {
+                Some(declared) => sequence_groups::resolve(&flow.name, &declared, &names, &keys)?
+                    .into_iter()
+                    .filter(|g| {
+                        g.members
+                            .iter()
+                            .any(|&c| assignments.iter().any(|(n, _)| n == &names[c]))
+                    })
+                    .map(|g| g.state_column())
+                    .collect(),
+                None => Vec::new(),
+            };
         let state = session_state(state)?;
         let prepare = rewriting(
             &table,
@@ -770,6 +793,9 @@ impl TargetDml for PipelineDml {
                     .iter()
                     .map(|c| match assigned(c) {
                         Some(_) => Ok(when(hit.clone(), new_value(c)?)
+                            .otherwise(column(c))?
+                            .alias(c)),
+                        None if written_groups.contains(c) => Ok(when(hit.clone(), column(SEQ_COL))
                             .otherwise(column(c))?
                             .alias(c)),
                         None => Ok(column(c)),
