@@ -25,7 +25,7 @@ mod common;
 mod model;
 
 use common::shuffle_and_split;
-use model::{bitemporal, scd1, scd2, Event, Kind, Partial};
+use model::{bitemporal, scd1, scd2, Event, Kind, Merge, Partial};
 
 fn cases() -> u32 {
     std::env::var("AUTOCDC_MODEL_CASES")
@@ -71,6 +71,7 @@ async fn engine(
         width,
         partitions,
         Fold::Indexed,
+        "",
     )
     .await
 }
@@ -182,6 +183,7 @@ async fn engine_with(
     width: usize,
     partitions: usize,
     fold: Fold,
+    properties: &str,
 ) -> Vec<Vec<Option<i32>>> {
     let s = session(partitions).await;
     let setting = match fold {
@@ -218,7 +220,7 @@ async fn engine_with(
         s.sql(&setting).await.unwrap().collect().await.unwrap();
     }
     s.sql(&format!(
-        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}')",
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '{}'{properties})",
         partitions * 2 - 1
     ))
     .await
@@ -601,6 +603,17 @@ fn scd2_dml() -> impl Strategy<Value = scd2::Dml> {
     ]
 }
 
+/// The table properties of per-column sequencing, `a` and `b` apart or in
+/// one group.
+fn per_column_properties(together: bool) -> String {
+    let groups = if together {
+        ", 'autocdc.sequenceGroups' = 'ab: a, b'"
+    } else {
+        ""
+    };
+    format!(", 'autocdc.sequencePerColumn' = 'true'{groups}")
+}
+
 /// Key events are unique per (key, seq), truncates per seq.
 fn by_key_seq(e: &Event) -> (i32, i32, i32, bool) {
     let truncate = e.kind == Kind::Truncate;
@@ -699,7 +712,7 @@ proptest! {
             ("SELECT id, a, b FROM t", 3)
         };
         let got = runtime().block_on(engine_with(
-            &updates, &[], &[], &clauses, select, width, partitions, fold,
+            &updates, &[], &[], &clauses, select, width, partitions, fold, "",
         ));
         prop_assert_eq!(got, expected, "fold: {:?}, partial: {:?}, keys only: {}, updates: {:?}", fold, partial, keys_only, updates);
         // the relation: one update of every event (with partial updates a
@@ -713,6 +726,78 @@ proptest! {
             .collect();
         let got = runtime().block_on(relation(&events, &clauses, select, width, partitions));
         prop_assert_eq!(got, expected, "relation, partial: {:?}, keys only: {}, events: {:?}", partial, keys_only, events);
+    }
+
+    /// Per-column sequencing (SPEC §2.6), SCD 1: two arrival orders, each
+    /// split into updates anywhere and followed by a replay of everything,
+    /// give the same rows: those of one update of every event in sequence
+    /// order, in the model. `a` and `b` are sequenced apart or as one group.
+    #[test]
+    fn scd1_per_column_equals_the_model(
+        events in events(16, true, by_key_seq),
+        arrivals in prop::collection::vec(
+            (any::<u64>(), prop::collection::vec(any::<prop::sample::Index>(), 0..3)),
+            2,
+        ),
+        partial in partial(),
+        together in any::<bool>(),
+        partitions in 1usize..4,
+        fold in fold_choice(),
+    ) {
+        let merge = Merge { partial, together };
+        let mut model = scd1::Scd1::default();
+        model.apply(&events, merge);
+        let expected: Vec<Vec<Option<i32>>> = model
+            .rows()
+            .into_iter()
+            .map(|(id, a, b)| vec![Some(id), a, b])
+            .collect();
+        let (ignore, to_update) = partial.clauses();
+        let clauses = format!(
+            "{ignore} APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' \
+             SEQUENCE BY seq COLUMNS (id, a, b) {to_update}"
+        );
+        let properties = per_column_properties(together);
+        for (order, cuts) in &arrivals {
+            let mut updates = shuffle_and_split(&events, *order, cuts);
+            updates.push(events.clone());
+            let got = runtime().block_on(engine_with(
+                &updates, &[], &[], &clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
+                &properties,
+            ));
+            prop_assert_eq!(got, expected.clone(), "fold: {:?}, merge: {:?}, updates: {:?}", fold, merge, updates);
+        }
+    }
+
+    /// Per-column sequencing, SCD 2: any split and order gives the model's
+    /// history, groups written whole.
+    #[test]
+    fn scd2_per_column_equals_the_model(
+        events in events(16, false, by_key_seq),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        order in any::<u64>(),
+        partial in partial(),
+        together in any::<bool>(),
+        partitions in 1usize..4,
+    ) {
+        let merge = Merge { partial, together };
+        let expected: Vec<Vec<Option<i32>>> = scd2::history(&events, merge, [true, true])
+            .into_iter()
+            .map(|(id, a, b, start, end)| vec![Some(id), a, b, Some(start), end])
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let (ignore, to_update) = partial.clauses();
+        let clauses = format!(
+            "{ignore} APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, a, b) \
+             STORED AS SCD TYPE 2 {to_update}"
+        );
+        let updates = shuffle_and_split(&events, order, &cuts);
+        let got = runtime().block_on(engine_with(
+            &updates, &[], &[], &clauses, "SELECT id, a, b, __start_at, __end_at FROM t", 5,
+            partitions, Fold::Sorted, &per_column_properties(together),
+        ));
+        prop_assert_eq!(got, expected, "merge: {:?}, updates: {:?}", merge, updates);
     }
 
     /// SCD 1 with rejects on (SPEC §4.8): events with a NULL key or a NULL
@@ -934,7 +1019,7 @@ proptest! {
              SEQUENCE BY seq COLUMNS (id, a, b) {to_update}"
         );
         let got = runtime().block_on(engine_with(
-            &updates, &between, &[], &clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
+            &updates, &between, &[], &clauses, "SELECT id, a, b FROM t", 3, partitions, fold, "",
         ));
         prop_assert_eq!(got, expected, "fold: {:?}, partial: {:?}, updates: {:?}, dml: {:?}", fold, partial, updates, between);
     }
@@ -1020,7 +1105,7 @@ proptest! {
              APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' \
              SEQUENCE BY seq COLUMNS (id, a, b)";
         let got = runtime().block_on(engine_with(
-            &updates, &[], &[], clauses, "SELECT id, a, b FROM t", 3, partitions, fold,
+            &updates, &[], &[], clauses, "SELECT id, a, b FROM t", 3, partitions, fold, "",
         ));
         prop_assert_eq!(got, expected, "fold: {:?}, updates: {:?}", fold, updates);
     }
@@ -1096,6 +1181,7 @@ proptest! {
             5,
             partitions,
             Fold::Sorted,
+            "",
         ));
         prop_assert_eq!(got, expected, "tracked: {:?}, updates: {:?}, dml: {:?}", tracked, updates, between);
     }
@@ -1161,7 +1247,7 @@ proptest! {
             )
         };
         let got = runtime().block_on(engine_with(
-            &updates, &[], &shapes, clauses, select, width, partitions, Fold::Indexed,
+            &updates, &[], &shapes, clauses, select, width, partitions, Fold::Indexed, "",
         ));
         let mut expected = expected;
         expected.sort();

@@ -168,7 +168,9 @@ fn with_group_sequences(
             .iter()
             .map(|c| cast(lit(ScalarValue::Null), seq_type.clone()).alias(c)),
     );
-    LogicalPlanBuilder::from(events).project(projection)?.build()
+    LogicalPlanBuilder::from(events)
+        .project(projection)?
+        .build()
 }
 
 /// `events` with every row's origin set to `origin`.
@@ -443,7 +445,8 @@ pub async fn plan_update(
     // per-column sequencing (SPEC §2.6): SCD 1 keeps each group's sequence
     // in its state; SCD 2 folds every event in sequence order anyway and
     // only writes groups whole
-    if let Some(declared) = sequence_groups::declared(&table.name().to_string(), &meta.properties)? {
+    if let Some(declared) = sequence_groups::declared(&table.name().to_string(), &meta.properties)?
+    {
         if bitemporal {
             return Err(DataFusionError::Plan(format!(
                 "flow '{}': per-column sequencing ('{}' of '{}') is not allowed with BITEMPORAL",
@@ -458,8 +461,7 @@ pub async fn plan_update(
             &resolved.layout.target_columns,
             &resolved.layout.key_indices,
         )?;
-        resolved.layout.group_sequences =
-            !scd2 && !resolved.layout.sequence_groups.is_empty();
+        resolved.layout.group_sequences = !scd2 && !resolved.layout.sequence_groups.is_empty();
     }
     let group_columns: Vec<String> = if resolved.layout.group_sequences {
         resolved

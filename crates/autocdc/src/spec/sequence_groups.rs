@@ -54,10 +54,7 @@ pub fn declared(
             .split_once(':')
             .ok_or_else(|| bad("expected '<group>: <column>, ...'"))?;
         let name = name.trim();
-        let valid = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
             return Err(bad("a group name is letters, digits and '_'"));
         }
@@ -91,10 +88,11 @@ pub fn resolve(
         DataFusionError::Plan(format!("flow '{flow}': {SEQUENCE_GROUPS_PROPERTY}: {m}"))
     };
     let position = |name: &str| {
-        target_columns
-            .iter()
-            .position(|c| c == name)
-            .or_else(|| target_columns.iter().position(|c| c.eq_ignore_ascii_case(name)))
+        target_columns.iter().position(|c| c == name).or_else(|| {
+            target_columns
+                .iter()
+                .position(|c| c.eq_ignore_ascii_case(name))
+        })
     };
     let mut grouped = HashSet::new();
     let mut groups = Vec::with_capacity(target_columns.len());
@@ -195,7 +193,9 @@ mod tests {
                 .iter()
                 .map(|(n, c)| (n.to_string(), names(c)))
                 .collect();
-            resolve("f", &declared, &columns, &[0]).unwrap_err().to_string()
+            resolve("f", &declared, &columns, &[0])
+                .unwrap_err()
+                .to_string()
         };
         assert!(resolve_err(&[("g", &["x"])]).contains("'x' is not a target column"));
         assert!(resolve_err(&[("g", &["id"])]).contains("key column"));

@@ -70,22 +70,58 @@ impl Partial {
         }
     }
 
+    /// Whether the upsert `e` writes column `c`.
+    pub fn writes(self, e: &Event, c: usize) -> bool {
+        match self {
+            Partial::None => true,
+            Partial::IgnoreNulls { keep } => !(keep[c] && e.values[c].is_none()),
+            Partial::ColumnsToUpdate => e.writes.is_none_or(|w| w & (1 << c) != 0),
+        }
+    }
+
     /// The row an upsert leaves behind, given the key's live row (if any).
     pub fn merge(self, live: Option<Row>, e: &Event) -> Row {
         let mut row = [None; 2];
         for (c, value) in row.iter_mut().enumerate() {
-            let writes = match self {
-                Partial::None => true,
-                Partial::IgnoreNulls { keep } => !(keep[c] && e.values[c].is_none()),
-                Partial::ColumnsToUpdate => e.writes.is_none_or(|w| w & (1 << c) != 0),
-            };
-            *value = if writes {
+            *value = if self.writes(e, c) {
                 e.values[c]
             } else {
                 live.and_then(|l| l[c])
             };
         }
         row
+    }
+}
+
+/// How an upsert merges: the partial-update option, and whether
+/// per-column sequencing groups `a` and `b` together (an upsert writing
+/// either writes both, with its own values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Merge {
+    pub partial: Partial,
+    pub together: bool,
+}
+
+impl Merge {
+    /// The row an upsert leaves behind, given the key's live row (if any).
+    pub fn merge(self, live: Option<Row>, e: &Event) -> Row {
+        if !self.together {
+            return self.partial.merge(live, e);
+        }
+        if (0..2).any(|c| self.partial.writes(e, c)) {
+            e.values
+        } else {
+            live.unwrap_or([None, None])
+        }
+    }
+}
+
+impl From<Partial> for Merge {
+    fn from(partial: Partial) -> Self {
+        Self {
+            partial,
+            together: false,
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Event, Kind, Partial, Row};
+use super::{Event, Kind, Merge, Row};
 
 /// A DML statement on the target.
 #[derive(Debug, Clone, Copy)]
@@ -27,7 +27,8 @@ pub struct Scd1 {
 
 impl Scd1 {
     /// Apply one update.
-    pub fn apply(&mut self, update: &[Event], partial: Partial) {
+    pub fn apply(&mut self, update: &[Event], merge: impl Into<Merge>) {
+        let merge = merge.into();
         let mut events = update.to_vec();
         events.sort_by_key(|e| (e.seq, e.kind == Kind::Truncate));
         for e in events {
@@ -45,7 +46,7 @@ impl Scd1 {
             let live = stored.and_then(|(row, _)| *row);
             let row = match e.kind {
                 Kind::Delete => None,
-                _ => Some(partial.merge(live, &e)),
+                _ => Some(merge.merge(live, &e)),
             };
             self.keys.insert(e.id, (row, e.seq));
         }

@@ -5,13 +5,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Event, Kind, Partial, Row};
+use super::{Event, Kind, Merge, Partial, Row};
 
 /// A version: `(id, a, b, start, end)`.
 pub type Version = (i32, Option<i32>, Option<i32>, i32, Option<i32>);
 
 /// The versions of all keys; `tracked[c]`: column `c` is tracked.
-pub fn history(events: &[Event], partial: Partial, tracked: [bool; 2]) -> Vec<Version> {
+pub fn history(events: &[Event], merge: impl Into<Merge>, tracked: [bool; 2]) -> Vec<Version> {
+    let merge = merge.into();
     let mut by_key: BTreeMap<i32, BTreeMap<i32, Event>> = BTreeMap::new();
     for e in events {
         by_key.entry(e.id).or_default().insert(e.seq, *e);
@@ -28,7 +29,7 @@ pub fn history(events: &[Event], partial: Partial, tracked: [bool; 2]) -> Vec<Ve
                 }
                 continue;
             }
-            let row = partial.merge(live, &e);
+            let row = merge.merge(live, &e);
             live = Some(row);
             let same_tracked = |old: &Row| (0..2).all(|c| !tracked[c] || old[c] == row[c]);
             cur = match cur {

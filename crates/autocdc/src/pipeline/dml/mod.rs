@@ -71,17 +71,16 @@ use rows_exec::{Prepare, Statement};
 
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, GROUP_SEQ_PREFIX,
-    KIND_COL, SEQ_COL,
-    WRITTEN_AT_COL,
+    KIND_COL, SEQ_COL, WRITTEN_AT_COL,
 };
 use crate::physical::{CdcCommitExec, CdcWriteExec};
 use crate::pipeline::{deletion_vector_budget, find_superseded, plain_files, write_request};
 use crate::spec::resolve::written_at_value;
+use crate::spec::sequence_groups;
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::bucket_array;
 use crate::table::bucket::BUCKET_COL;
 use crate::table::commit::{ChangeFeed, EditKind, OutcomeSlot, StatementCommit};
-use crate::spec::sequence_groups;
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::Operation;
 use crate::table::provider::TargetDml;
@@ -795,9 +794,11 @@ impl TargetDml for PipelineDml {
                         Some(_) => Ok(when(hit.clone(), new_value(c)?)
                             .otherwise(column(c))?
                             .alias(c)),
-                        None if written_groups.contains(c) => Ok(when(hit.clone(), column(SEQ_COL))
-                            .otherwise(column(c))?
-                            .alias(c)),
+                        None if written_groups.contains(c) => {
+                            Ok(when(hit.clone(), column(SEQ_COL))
+                                .otherwise(column(c))?
+                                .alias(c))
+                        }
                         None => Ok(column(c)),
                     })
                     .collect::<Result<_>>()?;
