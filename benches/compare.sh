@@ -10,12 +10,14 @@
 #   10m           10 M events / 2 M keys, 2 M-row snapshots
 #   --reps N      repetitions of every measurement (default 3; tools alternate
 #                 within each repetition; medians are reported)
-#   --scenarios   comma-separated, from startup,scd1,scd2,snapshot,parallel,query
+#   --scenarios   comma-separated, from startup,scd1,scd2,snapshot,parallel,query,partial
 #                 (default startup,scd1,scd2,snapshot; startup = the cost of
 #                 starting each process; parallel = our SCD 1 on 1 core vs 2;
 #                 query = SCD 1 and SCD 2 folded in a query, `SELECT count(*),
 #                 sum(…) FROM AUTO CDC (…)`, against the peers' same aggregates:
-#                 no target written by anyone)
+#                 no target written by anyone; partial = our SCD 1 of partial
+#                 events under IGNORE NULL UPDATES, with per-column sequencing
+#                 and without)
 #   --check       after timing, check that every tool computed the same result
 #   --no-build    use the binaries already built
 #
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
         --scenarios) SCENARIOS=$2; shift ;;
         --check) CHECK=1 ;;
         --no-build) BUILD=0 ;;
-        -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -162,6 +164,17 @@ query_scd1="COPY (SELECT count(*) AS n, CAST(sum(seq) AS BIGINT) AS s FROM AUTO 
 query_scd2="COPY (SELECT count(*) AS n, CAST(sum(__start_at) AS BIGINT) AS s, CAST(sum(__end_at) AS BIGINT) AS e
   FROM AUTO CDC (SELECT * FROM events) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq
   COLUMNS * EXCEPT (op, seq) STORED AS SCD TYPE 2 AS t) TO '$RUN/ours_qscd2.parquet' STORED AS PARQUET"
+# partial events: two services, each writing its own columns (even
+# sequences the numbers, odd ones the strings), folded under IGNORE NULL UPDATES
+partial_events="CREATE VIEW partial AS SELECT id, seq, op,
+  CASE WHEN seq % 2 = 0 THEN i1 END AS i1, CASE WHEN seq % 2 = 0 THEN i2 END AS i2,
+  CASE WHEN seq % 2 = 1 THEN s1 END AS s1, CASE WHEN seq % 2 = 1 THEN s2 END AS s2,
+  CASE WHEN seq % 2 = 0 THEN d1 END AS d1 FROM events"
+partial_flow() {
+    echo "CREATE STREAMING TABLE t $1;
+CREATE FLOW f AS AUTO CDC INTO t FROM partial KEYS (id) IGNORE NULL UPDATES
+  APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 1"
+}
 snap_first="CREATE EXTERNAL TABLE snap STORED AS PARQUET LOCATION '$SNAP1';
 CREATE STREAMING TABLE t;
 CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM snap) KEYS (id) STORED AS SCD TYPE 1"
@@ -241,6 +254,17 @@ run_parallel() {
         -c "SET datafusion.execution.target_partitions = 2; $events_table; $scd1_flow"
 }
 
+run_partial() {
+    local rep=$1
+    fresh "$RUN/wh-pw"
+    timed partial "ours, whole-row sequencing" ours "$rep" \
+        "$AUTOCDC" --warehouse "$RUN/wh-pw" -c "$events_table; $partial_events; $(partial_flow '')"
+    fresh "$RUN/wh-pc"
+    timed partial "ours, per-column sequencing" ours "$rep" \
+        "$AUTOCDC" --warehouse "$RUN/wh-pc" -c "$events_table; $partial_events;
+        $(partial_flow "TBLPROPERTIES ('autocdc.sequencePerColumn' = 'true')")"
+}
+
 run_query() {
     local rep=$1
     fresh "$RUN/wh-q"
@@ -279,6 +303,20 @@ check_results() {
             "${PEERS[@]}" check scd2 "$RUN/ours_scd2.parquet" \
                 "$RUN/df_scd2.parquet" "$RUN/duckdb_scd2.parquet" "$RUN/polars_scd2.parquet" || rc=1
             ;;
+        partial)
+            # one update folds every event in sequence order: both agree
+            for wh in pw pc; do
+                "$AUTOCDC" --warehouse "$RUN/wh-$wh" -c "COPY (SELECT * FROM t) TO '$RUN/ours_partial_$wh.parquet' STORED AS PARQUET" >/dev/null || rc=1
+            done
+            local differ
+            differ=$("$AUTOCDC" --warehouse "$RUN/wh-df" -q --format csv -c "
+                CREATE EXTERNAL TABLE pw STORED AS PARQUET LOCATION '$RUN/ours_partial_pw.parquet';
+                CREATE EXTERNAL TABLE pc STORED AS PARQUET LOCATION '$RUN/ours_partial_pc.parquet';
+                SELECT (SELECT count(*) FROM (SELECT * FROM pw EXCEPT ALL SELECT * FROM pc))
+                     + (SELECT count(*) FROM (SELECT * FROM pc EXCEPT ALL SELECT * FROM pw)) AS n" | tail -n 1)
+            log "partial: rows that differ between the two targets: $differ"
+            [ "$differ" = 0 ] || rc=1
+            ;;
         snapshot)
             "$AUTOCDC" --warehouse "$RUN/wh3" -c "COPY (SELECT * FROM t) TO '$RUN/ours_snapshot.parquet' STORED AS PARQUET;
                 COPY (SELECT id, _change_type, _commit_version FROM table_changes('t', 0))
@@ -296,7 +334,7 @@ IFS=',' read -r -a scenario_list <<<"$SCENARIOS"
 failed=0
 for scenario in "${scenario_list[@]}"; do
     case "$scenario" in
-        startup | scd1 | scd2 | snapshot | parallel | query) ;;
+        startup | scd1 | scd2 | snapshot | parallel | query | partial) ;;
         *) echo "unknown scenario: $scenario" >&2; exit 2 ;;
     esac
     for rep in $(seq 1 "$REPS"); do

@@ -382,6 +382,14 @@ def report(path):
                 f"speed-up {median(one) / median(two):.2f}x"
             )
             continue
+        if scenario.startswith("partial") and len(ours) == 2:
+            whole, per_column = ours
+            lines.append(
+                f"* {scenario}: {per_column[1]} {median(per_column):.2f} s, {whole[1]} "
+                f"{median(whole):.2f} s: per-column / whole-row = "
+                f"{median(per_column) / median(whole):.2f}"
+            )
+            continue
         if not ours:
             continue
         mine = median(ours[0])
