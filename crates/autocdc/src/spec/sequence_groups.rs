@@ -161,9 +161,9 @@ mod tests {
             (SEQUENCE_PER_COLUMN_PROPERTY, "TRUE"),
             (SEQUENCE_GROUPS_PROPERTY, " addr: street, City ; pay: iban;"),
         ]);
-        let declared = declared("t", &p)?.expect("on");
+        let groups = declared("t", &p)?.expect("on");
         let columns = names(&["id", "street", "city", "zip", "iban"]);
-        let groups = resolve("f", &declared, &columns, &[0])?;
+        let groups = resolve("f", &groups, &columns, &[0])?;
         let got: Vec<(&str, &[usize])> = groups
             .iter()
             .map(|g| (g.name.as_str(), g.members.as_slice()))
