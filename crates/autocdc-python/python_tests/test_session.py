@@ -245,6 +245,30 @@ class Flows(unittest.TestCase):
             ],
         )
 
+    def test_per_column_sequencing(self) -> None:
+        """Two services writing different columns keep each other's late writes."""
+        self.s.register(
+            "svc",
+            pa.table({"id": [1, 1], "street": ["Main", None], "iban": [None, "DE01"], "seq": [10, 20]}),
+        )
+        self.s.create_streaming_table(
+            "customers", table_properties=[("autocdc.sequencePerColumn", "true")]
+        )
+        self.s.create_auto_cdc_flow(
+            target="customers", source="svc", keys=["id"], sequence_by="seq",
+            except_column_list=["seq"], ignore_null_updates=True,
+        )
+        self.s.register(
+            "svc",
+            pa.table({
+                "id": [1], "street": ["Elm"], "iban": pa.array([None], pa.string()), "seq": [15],
+            }),
+        )
+        self.s.refresh("customers")
+        self.assertEqual(
+            self.rows("SELECT * FROM customers"), [{"id": 1, "street": "Elm", "iban": "DE01"}]
+        )
+
     def test_history_queries(self) -> None:
         self.s.register(
             "hist",
