@@ -28,12 +28,13 @@ use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::TableRegistry;
+use crate::metrics::run_count_fields;
 use crate::table::event::{logged_commits, CommitEvent, LoggedCommit};
 use crate::table::ScdTable;
 
 static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     let count = |name: &str| Field::new(name, DataType::Int64, true);
-    Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new("commit_version", DataType::Int64, false),
         Field::new(
             "commit_timestamp",
@@ -42,10 +43,9 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         ),
         Field::new("operation", DataType::Utf8, true),
         Field::new("flow", DataType::Utf8, true),
-        count("num_upserted_rows"),
-        count("num_deleted_rows"),
-        count("num_input_rows"),
-        count("num_late_rows_dropped"),
+    ];
+    fields.extend(run_count_fields());
+    fields.extend([
         count("duration_ms"),
         Field::new("details", DataType::Utf8, true),
         Field::new("expectations", DataType::Utf8, true),
@@ -57,7 +57,8 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         ),
         Field::new("latency_ms", DataType::Int64, true),
         count("num_rejected_rows"),
-    ]))
+    ]);
+    Arc::new(Schema::new(fields))
 });
 
 /// The `event_log` table function.

@@ -7,15 +7,16 @@ use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DFSchema, DFSchemaRef, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
+use crate::metrics::count;
 use crate::table::commit::CommitRequest;
 
 /// Columns of the row an update returns (one row per flow run).
 pub const UPDATE_RESULT_COLUMNS: [(&str, DataType); 6] = [
     ("flow", DataType::Utf8),
-    ("num_upserted_rows", DataType::Int64),
-    ("num_deleted_rows", DataType::Int64),
-    ("num_input_rows", DataType::Int64),
-    ("num_late_rows_dropped", DataType::Int64),
+    (count::RUN[0], DataType::Int64),
+    (count::RUN[1], DataType::Int64),
+    (count::RUN[2], DataType::Int64),
+    (count::RUN[3], DataType::Int64),
     ("commit_version", DataType::Int64),
 ];
 

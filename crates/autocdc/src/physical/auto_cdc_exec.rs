@@ -71,22 +71,12 @@ pub struct AutoCdcExec {
     sorting: Arc<AtomicBool>,
 }
 
-/// Metric names reported by [`AutoCdcExec`].
+/// Metric names reported by [`AutoCdcExec`] (the counts as
+/// [`crate::metrics::count`] names them).
 pub mod metric {
-    /// New events read.
-    pub const INPUT_ROWS: &str = "num_input_rows";
-    /// Live rows inserted or updated.
-    pub const UPSERTED: &str = "num_upserted_rows";
-    /// Live rows removed.
-    pub const DELETED: &str = "num_deleted_rows";
-    /// Tombstones written.
-    pub const TOMBSTONES: &str = "num_tombstones_written";
-    /// Late (or replayed) events dropped.
-    pub const LATE: &str = "num_late_rows_dropped";
-    /// Duplicate events dropped.
-    pub const DUPLICATES: &str = "num_duplicate_rows_dropped";
-    /// New events added to stored histories (SCD 2).
-    pub const EVENTS_ADDED: &str = "num_events_added";
+    pub use crate::metrics::count::{
+        DELETED, DUPLICATES, EVENTS_ADDED, INPUT_ROWS, LATE, TOMBSTONES, UPSERTED,
+    };
     /// Partitions that emitted the target's truncate watermark row (every
     /// partition does when the target has a watermark, new or stored).
     pub const WATERMARK: &str = "num_truncates_applied";

@@ -39,7 +39,7 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::CdcSession;
-use crate::metrics::{PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
+use crate::metrics::{run_count_fields, PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
 use crate::pipeline::dependencies::{flow_reads, PipelineGraph};
 use crate::pipeline::source::{in_from_clause, plan_changes};
 use crate::spec::{FlowSource, FlowSpec};
@@ -338,19 +338,18 @@ fn first_line(e: &DataFusionError) -> String {
 
 /// The columns of `REFRESH PIPELINE`'s result: one row per table.
 pub(super) fn pipeline_result_schema() -> SchemaRef {
-    let count = |name: &str| Field::new(name, DataType::Int64, true);
-    Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new("update_id", DataType::Utf8, false),
         Field::new("table", DataType::Utf8, false),
         Field::new("status", DataType::Utf8, false),
         Field::new("flows", DataType::Int64, false),
-        count("num_upserted_rows"),
-        count("num_deleted_rows"),
-        count("num_input_rows"),
-        count("num_late_rows_dropped"),
-        count("commit_version"),
+    ];
+    fields.extend(run_count_fields());
+    fields.extend([
+        Field::new("commit_version", DataType::Int64, true),
         Field::new("message", DataType::Utf8, true),
-    ]))
+    ]);
+    Arc::new(Schema::new(fields))
 }
 
 /// `update` as `REFRESH PIPELINE` prints it.

@@ -31,6 +31,7 @@ use deltalake_core::kernel::{Action, Add};
 use super::bucket::{BUCKET_COL, WATERMARK_BUCKET};
 use super::commit::{Retired, WrittenFiles};
 use crate::fold::FoldCounts;
+use crate::metrics::count;
 
 const ENTRY: &str = "entry";
 const ACTION: &str = "action";
@@ -42,13 +43,13 @@ const SUMMARY: &str = "summary";
 
 /// The count columns of a summary, in [`FoldCounts`] field order.
 const COUNTS: [&str; 7] = [
-    "num_input_rows",
-    "num_upserted_rows",
-    "num_deleted_rows",
-    "num_tombstones_written",
-    "num_late_rows_dropped",
-    "num_duplicate_rows_dropped",
-    "num_events_added",
+    count::INPUT_ROWS,
+    count::UPSERTED,
+    count::DELETED,
+    count::TOMBSTONES,
+    count::LATE,
+    count::DUPLICATES,
+    count::EVENTS_ADDED,
 ];
 
 static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {

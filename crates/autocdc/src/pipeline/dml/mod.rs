@@ -73,6 +73,7 @@ use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, GROUP_SEQ_PREFIX,
     KIND_COL, SEQ_COL, WRITTEN_AT_COL,
 };
+use crate::metrics::count;
 use crate::physical::{CdcCommitExec, CdcWriteExec};
 use crate::pipeline::{deletion_vector_budget, find_superseded, plain_files, write_request};
 use crate::spec::resolve::written_at_value;
@@ -119,9 +120,9 @@ fn statement_plan(
     let commit = Arc::new(CdcCommitExec::statement(Arc::new(commit), write));
     let schema = commit.schema();
     let affected = physical::binary(
-        physical::col("num_upserted_rows", &schema)?,
+        physical::col(count::UPSERTED, &schema)?,
         Operator::Plus,
-        physical::col("num_deleted_rows", &schema)?,
+        physical::col(count::DELETED, &schema)?,
         &schema,
     )?;
     let count = physical::cast(affected, &schema, DataType::UInt64)?;
