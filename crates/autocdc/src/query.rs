@@ -233,8 +233,14 @@ fn fold(events: DataFrame, flow: &FlowSpec, output: Output) -> Result<DataFrame>
         ),
     };
     let fold = fold_spec(&state, flow, &resolved, false);
+    let node = AutoCdcNode::try_new(fold, rows, truncates)?;
+    // a change feed compares every column of a key's old and new rows
+    let node = match output {
+        Output::Rows => node.with_prunable_columns(),
+        Output::Changes => node,
+    };
     let folded = LogicalPlan::Extension(Extension {
-        node: Arc::new(AutoCdcNode::try_new(fold, rows, truncates)?),
+        node: Arc::new(node),
     });
     let mut visible: Vec<Expr> = folded
         .schema()

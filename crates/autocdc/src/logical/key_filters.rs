@@ -90,11 +90,7 @@ impl OptimizerRule for PushKeyFilters {
         };
         let events = LogicalPlan::Filter(Filter::try_new(pushed, Arc::clone(&node.events))?);
         let mut folded = LogicalPlan::Extension(Extension {
-            node: Arc::new(AutoCdcNode::try_new(
-                node.spec.clone(),
-                events,
-                node.truncates.as_ref().clone(),
-            )?),
+            node: Arc::new(node.with_events(events)?),
         });
         if let Some(projection) = projection {
             folded = LogicalPlan::Projection(Projection::try_new(
