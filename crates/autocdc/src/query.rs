@@ -232,9 +232,12 @@ fn fold(events: DataFrame, flow: &FlowSpec, output: Output) -> Result<DataFrame>
                 .build()?,
         ),
     };
-    let fold = fold_spec(&state, flow, &resolved, false);
+    let mut fold = fold_spec(&state, flow, &resolved, false);
+    // rows are read as they are: the fold emits only them, and the query
+    // reads only the columns they need (a change feed compares every column
+    // of a key's old and new rows)
+    fold.visible_only = output == Output::Rows;
     let node = AutoCdcNode::try_new(fold, rows, truncates)?;
-    // a change feed compares every column of a key's old and new rows
     let node = match output {
         Output::Rows => node.with_prunable_columns(),
         Output::Changes => node,

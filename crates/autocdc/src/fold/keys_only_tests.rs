@@ -127,6 +127,7 @@ fn spec(stored_as: ScdType, layout: EventLayout, partial: Option<PartialUpdates>
         partial,
         indexed_fold: false,
         indexed_fold_max_bytes: 0,
+        visible_only: false,
     }
 }
 

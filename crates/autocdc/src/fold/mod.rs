@@ -75,6 +75,11 @@ pub struct FoldSpec {
     /// Bytes a partition's indexed fold may hold before it falls back to
     /// sorting (0: as many as the memory pool grants).
     pub indexed_fold_max_bytes: usize,
+    /// Emit only the visible rows (live rows, versions): no tombstones,
+    /// hidden events or change data feed rows. For a fold read as rows (a
+    /// query's relation), never for one a target stores.
+    #[serde(default)]
+    pub visible_only: bool,
 }
 
 impl FoldSpec {
@@ -103,7 +108,10 @@ impl FoldSpec {
 
     /// An indexed fold for one partition (see [`Self::uses_indexed_fold`]).
     pub fn indexed_kernel(&self, input: &SchemaRef) -> Result<IndexedScd1Fold> {
-        IndexedScd1Fold::try_new(&self.flow, self.layout.clone(), input, self.new_wins_ties)
+        Ok(
+            IndexedScd1Fold::try_new(&self.flow, self.layout.clone(), input, self.new_wins_ties)?
+                .with_visible_only(self.visible_only),
+        )
     }
 
     /// A fresh kernel for one partition.
@@ -119,7 +127,8 @@ impl FoldSpec {
             }
             ScdType::Type1 => {
                 let fold = Scd1Fold::try_new(&self.flow, self.layout.clone(), input)?
-                    .with_new_wins_ties(self.new_wins_ties);
+                    .with_new_wins_ties(self.new_wins_ties)
+                    .with_visible_only(self.visible_only);
                 match &self.partial {
                     None => Box::new(fold),
                     Some(mode) => Box::new(partial::MergingScd1Fold::try_new(
@@ -131,13 +140,16 @@ impl FoldSpec {
                     )?),
                 }
             }
-            ScdType::Type2 => Box::new(Scd2Fold::try_new(
-                &self.flow,
-                self.layout.clone(),
-                self.tracked.clone(),
-                self.partial.clone(),
-                input,
-            )?),
+            ScdType::Type2 => Box::new(
+                Scd2Fold::try_new(
+                    &self.flow,
+                    self.layout.clone(),
+                    self.tracked.clone(),
+                    self.partial.clone(),
+                    input,
+                )?
+                .with_visible_only(self.visible_only),
+            ),
             ScdType::Bitemporal => Box::new(bitemporal::BitemporalFold::try_new(
                 &self.flow,
                 self.layout.clone(),

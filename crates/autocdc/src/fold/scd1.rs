@@ -121,6 +121,8 @@ pub struct Scd1Fold {
     group: Option<Group>,
     counts: FoldCounts,
     new_wins_ties: bool,
+    /// Emit live rows only (see `FoldSpec::visible_only`).
+    visible_only: bool,
 }
 
 impl std::fmt::Debug for Scd1Fold {
@@ -149,12 +151,20 @@ impl Scd1Fold {
             group: None,
             counts: FoldCounts::default(),
             new_wins_ties: false,
+            visible_only: false,
         })
     }
 
     /// Let new events win ties with the stored row (snapshot flows).
     pub fn with_new_wins_ties(mut self, new_wins_ties: bool) -> Self {
         self.new_wins_ties = new_wins_ties;
+        self
+    }
+
+    /// Emit live rows only: no change rows or tombstones (a fold read as
+    /// rows).
+    pub fn with_visible_only(mut self, visible_only: bool) -> Self {
+        self.visible_only = visible_only;
         self
     }
 
@@ -228,7 +238,7 @@ impl Scd1Fold {
             .column(self.layout.origin())
             .as_primitive::<Int8Type>();
 
-        let mut emit = Emit::default();
+        let mut emit = Emit::new(self.visible_only);
         for i in 0..n {
             let origin = if origins.value(i) == Origin::Stored as i8 {
                 Origin::Stored
@@ -330,7 +340,7 @@ impl Scd1Fold {
             return Ok(None);
         };
         let empty = self.seq_converter.empty_rows(0, 0);
-        let mut emit = Emit::default();
+        let mut emit = Emit::new(self.visible_only);
         self.finish(g, &empty, None, &mut emit)?;
         if emit.carried.is_empty() {
             return Ok(None);
@@ -391,7 +401,7 @@ impl Scd1Fold {
                 match &g.stored {
                     None => emit.push(g.winner.clone(), Some(CHANGE_INSERT)),
                     Some(stored) => {
-                        if !self.same_values(batch, stored, &g.winner)? {
+                        if !emit.visible_only && !self.same_values(batch, stored, &g.winner)? {
                             emit.push(stored.clone(), Some(CHANGE_PREIMAGE));
                             emit.push(g.winner.clone(), Some(CHANGE_POSTIMAGE));
                         }
@@ -399,7 +409,8 @@ impl Scd1Fold {
                 }
             }
         }
-        emit.push(g.winner, None);
+        let tombstone = slot_kind(&g.winner, batch, self.layout.kind()) != Kind::Upsert as i8;
+        emit.state(g.winner, tombstone);
         Ok(())
     }
 
@@ -522,12 +533,33 @@ impl FoldKernel for Scd1Fold {
 /// differs from its input kind (change data feed rows).
 #[derive(Default)]
 struct Emit {
+    /// Change rows are left out (their kind is set), and so are the rows
+    /// `Scd1Fold::finish` marks as tombstones.
+    visible_only: bool,
     here: Vec<(u32, Option<i8>)>,
     carried: Vec<(RecordBatch, Option<i8>)>,
 }
 
 impl Emit {
+    fn new(visible_only: bool) -> Self {
+        Self {
+            visible_only,
+            ..Self::default()
+        }
+    }
+
+    /// The state row `slot`, unless only live rows are emitted and it is a
+    /// tombstone.
+    fn state(&mut self, slot: Slot, tombstone: bool) {
+        if !(self.visible_only && tombstone) {
+            self.push(slot, None);
+        }
+    }
+
     fn push(&mut self, slot: Slot, kind: Option<i8>) {
+        if self.visible_only && kind.is_some() {
+            return;
+        }
         match slot {
             Slot::Here(i) => self.here.push((i as u32, kind)),
             Slot::Carried { row, .. } => self.carried.push((row, kind)),

@@ -72,6 +72,8 @@ pub struct IndexedScd1Fold {
     layout: EventLayout,
     output_schema: SchemaRef,
     new_wins_ties: bool,
+    /// Emit live rows only (see `FoldSpec::visible_only`).
+    visible_only: bool,
     key_converter: RowConverter,
     seq_converter: RowConverter,
     /// Row-format keys of each retained batch, when keys are hashed.
@@ -132,6 +134,13 @@ impl IndexedScd1Fold {
         .is_some_and(|w| w <= MAX_ENCODED_BYTES)
     }
 
+    /// Emit live rows only: no change rows or tombstones (a fold read as
+    /// rows).
+    pub fn with_visible_only(mut self, visible_only: bool) -> Self {
+        self.visible_only = visible_only;
+        self
+    }
+
     /// Create a fold for events of `input_schema` (see [`EventLayout`]);
     /// output rows have the input columns minus `__cdc_origin`.
     pub fn try_new(
@@ -154,6 +163,7 @@ impl IndexedScd1Fold {
             key_hash_mask: u64::MAX,
             layout,
             new_wins_ties,
+            visible_only: false,
             batches: Vec::new(),
             retained_bytes: 0,
             index: Vec::new(),
@@ -428,7 +438,12 @@ impl IndexedScd1Fold {
         self.counts.late += late;
         self.counts.duplicates += duplicates;
 
+        let visible_only = self.visible_only;
         let mut emit = |e: &IndexEntry, kind: Option<i8>| {
+            // (live rows only: no change rows, no tombstones)
+            if visible_only && (kind.is_some() || e.kind != Kind::Upsert as i8) {
+                return;
+            }
             emits.push(Emit {
                 batch: e.batch,
                 row: e.row,
@@ -471,6 +486,7 @@ impl IndexedScd1Fold {
                     None => emit(&winner, Some(CHANGE_INSERT)),
                     // change feed rows unless nothing visible changes
                     // (compared with all others at the end)
+                    Some(_) if visible_only => {}
                     Some(live) => checks.values.push(pair(live, &winner)),
                 }
             }
@@ -686,8 +702,20 @@ mod tests {
         string_keys: bool,
         key_hash_mask: u64,
     ) -> Result<Folded> {
+        run_indexed_emitting(events, ties, watermark, string_keys, key_hash_mask, false)
+    }
+
+    fn run_indexed_emitting(
+        events: &[Event],
+        ties: bool,
+        watermark: Option<Watermark>,
+        string_keys: bool,
+        key_hash_mask: u64,
+        visible_only: bool,
+    ) -> Result<Folded> {
         let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(string_keys), ties)?
-            .with_key_hash_mask(key_hash_mask);
+            .with_key_hash_mask(key_hash_mask)
+            .with_visible_only(visible_only);
         assert_eq!(fold.key_rows.is_some(), string_keys);
         if let Some(w) = watermark {
             let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
@@ -715,8 +743,19 @@ mod tests {
         watermark: Option<Watermark>,
         string_keys: bool,
     ) -> Result<Folded> {
-        let mut fold =
-            Scd1Fold::try_new("f", layout(), &schema(string_keys))?.with_new_wins_ties(ties);
+        run_sorted_emitting(events, ties, watermark, string_keys, false)
+    }
+
+    fn run_sorted_emitting(
+        events: &[Event],
+        ties: bool,
+        watermark: Option<Watermark>,
+        string_keys: bool,
+        visible_only: bool,
+    ) -> Result<Folded> {
+        let mut fold = Scd1Fold::try_new("f", layout(), &schema(string_keys))?
+            .with_new_wins_ties(ties)
+            .with_visible_only(visible_only);
         if let Some(w) = watermark {
             let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
             if w.stored {
@@ -833,6 +872,30 @@ mod tests {
                     .unwrap();
                     assert_eq!(got, expected, "{events:?} ties={ties} mask={mask}");
                 }
+            }
+        }
+    }
+
+    /// Emitting visible rows only, both folds emit exactly the live rows of
+    /// the full output, with the same counts.
+    #[test]
+    fn visible_only_emits_the_live_rows() {
+        for events in &cases() {
+            for wm in [None, Some(TRUNCATE_4)] {
+                let (full, counts) = run_sorted(events, false, wm, false).unwrap();
+                let live: Vec<String> = full
+                    .into_iter()
+                    .filter(|r| r.split('|').nth(3) == Some("0"))
+                    .collect();
+                let sorted = run_sorted_emitting(events, false, wm, false, true).unwrap();
+                let indexed =
+                    run_indexed_emitting(events, false, wm, false, u64::MAX, true).unwrap();
+                assert_eq!(
+                    sorted,
+                    (live.clone(), counts),
+                    "{events:?} watermark={wm:?}"
+                );
+                assert_eq!(indexed, (live, counts), "{events:?} watermark={wm:?}");
             }
         }
     }

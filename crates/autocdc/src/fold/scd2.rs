@@ -63,6 +63,8 @@ pub fn scd2_output_schema(layout: &EventLayout, input: &Schema) -> SchemaRef {
 #[derive(Debug)]
 pub struct Scd2Fold {
     flow: String,
+    /// Emit versions only (see `FoldSpec::visible_only`).
+    visible_only: bool,
     layout: EventLayout,
     output_schema: SchemaRef,
     key_converter: RowConverter,
@@ -85,6 +87,8 @@ pub struct Scd2Fold {
 /// Rows to emit for one batch.
 #[derive(Default)]
 struct Emit {
+    /// Versions only (see `FoldSpec::visible_only`).
+    visible_only: bool,
     rows: Vec<u32>,
     start: Vec<Option<u32>>,
     end: Vec<Option<u32>>,
@@ -102,6 +106,9 @@ impl Emit {
 
     /// A hidden row with the stored code `code`, written at `written`'s time.
     fn mark(&mut self, row: usize, code: i8, written: usize) {
+        if self.visible_only {
+            return;
+        }
         self.rows.push(row as u32);
         self.start.push(None);
         self.end.push(None);
@@ -111,6 +118,9 @@ impl Emit {
 
     /// A change data feed row for a version.
     fn change(&mut self, last: usize, open: usize, close: Option<usize>, kind: i8) {
+        if self.visible_only && kind != Kind::Upsert as i8 {
+            return;
+        }
         self.rows.push(last as u32);
         self.start.push(Some(open as u32));
         self.end.push(close.map(|c| c as u32));
@@ -216,6 +226,13 @@ pub(super) fn fold_versions(
 }
 
 impl Scd2Fold {
+    /// Emit versions only: no hidden events, marks or change rows (a fold
+    /// read as rows).
+    pub fn with_visible_only(mut self, visible_only: bool) -> Self {
+        self.visible_only = visible_only;
+        self
+    }
+
     /// Create a fold; `tracked` are the indices of the tracked target columns.
     pub fn try_new(
         flow: &str,
@@ -247,6 +264,7 @@ impl Scd2Fold {
             counts: FoldCounts::default(),
             scratch: Scratch::default(),
             merger: partial.map(|mode| Merger::new(flow, layout.clone(), mode)),
+            visible_only: false,
             layout,
         })
     }
@@ -286,7 +304,10 @@ impl Scd2Fold {
         };
         // per-key work reuses the fold's scratch buffers (no allocation per key)
         let mut scratch = std::mem::take(&mut self.scratch);
-        let mut emit = Emit::default();
+        let mut emit = Emit {
+            visible_only: self.visible_only,
+            ..Emit::default()
+        };
         let mut start = 0;
         while start < end {
             let mut stop = start + 1;

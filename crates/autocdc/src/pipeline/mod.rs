@@ -209,6 +209,7 @@ pub(crate) fn fold_spec(
         partial: resolved.partial.clone(),
         indexed_fold: options.indexed_fold,
         indexed_fold_max_bytes: options.indexed_fold_max_bytes,
+        visible_only: false,
     }
 }
 

@@ -333,3 +333,34 @@ fn replays_of_corrected_events_are_dropped() {
     assert_eq!(versions, ["id=1 v=y start_at=6 end_at=NULL cdc_seq=6"]);
     assert_eq!((counts.late, counts.events_added), (2, 1));
 }
+
+/// Emitting visible rows only (a fold read as rows), the fold emits exactly
+/// the versions of the full output, with the same counts: no hidden events,
+/// marks or change rows.
+#[test]
+fn visible_only_emits_the_versions() {
+    let events = [
+        up(1, "a", 1).stored(),
+        up(1, "b", 3),
+        up_null(1, 5),
+        del(1, 4),
+        up(2, "x", 2),
+        del(2, 6),
+        up(3, "y", 1).stored(),
+        up(3, "y", 2),
+    ];
+    for partial in [None, Some(PartialUpdates::IgnoreNulls(vec![1]))] {
+        let full = scd2(vec![1], partial.clone());
+        let (versions, _, _, counts) = run(&full, &events);
+        let visible = FoldSpec {
+            visible_only: true,
+            ..full
+        };
+        let every_kind: Vec<i8> = (0..=20).collect();
+        let got = every_split(events.len(), |split| {
+            let (out, counts) = fold(&visible, &events, None, split).expect("fold");
+            (rows(&out, &every_kind), counts)
+        });
+        assert_eq!(got, (versions, counts), "partial: {partial:?}");
+    }
+}
