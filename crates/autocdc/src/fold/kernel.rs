@@ -6,9 +6,10 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
-use arrow::row::{RowConverter, Rows};
+use arrow::row::{OwnedRow, Row, RowConverter, Rows};
 use datafusion::common::Result;
 
+use super::errors::check_truncate_sequences;
 use super::rows::{row_converter, to_rows};
 use super::FoldCounts;
 
@@ -38,6 +39,64 @@ pub trait FoldKernel: Send + std::fmt::Debug {
     fn counts(&self) -> FoldCounts;
     /// Schema of the produced rows.
     fn output_schema(&self) -> &SchemaRef;
+}
+
+/// The truncate watermarks of an SCD 1 fold, each as a row of the fold's
+/// sequence converter and as a one-element array: the greatest TRUNCATE
+/// seen, stored or new (new events at or below it are dropped), and the
+/// greatest of this update (stored rows at or below it go; see
+/// [`FoldKernel::observe_stored_watermark`]).
+#[derive(Debug, Default)]
+pub struct TruncateWatermarks {
+    all: Option<(OwnedRow, ArrayRef)>,
+    this_update: Option<(OwnedRow, ArrayRef)>,
+}
+
+impl TruncateWatermarks {
+    /// Raise them with the TRUNCATE sequences `sequences` of this update
+    /// (`this_update`) or of the stored watermark; NULLs fail the fold.
+    pub fn raise(
+        &mut self,
+        flow: &str,
+        converter: &RowConverter,
+        sequences: &ArrayRef,
+        this_update: bool,
+    ) -> Result<()> {
+        check_truncate_sequences(flow, sequences.as_ref())?;
+        let rows = converter.convert_columns(std::slice::from_ref(sequences))?;
+        let raise = |slot: &mut Option<(OwnedRow, ArrayRef)>, row: Row<'_>, i: usize| {
+            if slot.as_ref().is_none_or(|(w, _)| row > w.row()) {
+                *slot = Some((row.owned(), sequences.slice(i, 1)));
+            }
+        };
+        for (i, row) in rows.iter().enumerate() {
+            raise(&mut self.all, row, i);
+            if this_update {
+                raise(&mut self.this_update, row, i);
+            }
+        }
+        Ok(())
+    }
+
+    /// The greatest TRUNCATE seen.
+    pub fn all(&self) -> Option<&OwnedRow> {
+        self.all.as_ref().map(|(row, _)| row)
+    }
+
+    /// The greatest TRUNCATE of this update.
+    pub fn this_update(&self) -> Option<&OwnedRow> {
+        self.this_update.as_ref().map(|(row, _)| row)
+    }
+
+    /// [`Self::all`] as a one-element array (the watermark row's sequence).
+    pub fn value(&self) -> Option<&ArrayRef> {
+        self.all.as_ref().map(|(_, value)| value)
+    }
+
+    /// [`Self::this_update`] as a one-element array.
+    pub fn this_update_value(&self) -> Option<&ArrayRef> {
+        self.this_update.as_ref().map(|(_, value)| value)
+    }
 }
 
 /// First row of the last key group of `keys` (`n` rows, `n > 0`).

@@ -50,8 +50,8 @@ use super::columns::{
     all_nullable, EventLayout, Kind, Origin, SequenceGroup, CHANGE_DELETE, CHANGE_INSERT,
     CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
 };
-use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
-use super::kernel::{FoldKernel, GroupCarry};
+use super::errors::{check_event_nulls, conflict_error};
+use super::kernel::{FoldKernel, GroupCarry, TruncateWatermarks};
 use super::partial::{Merger, PartialUpdates};
 use super::rows::{row_converter, to_rows};
 use super::FoldCounts;
@@ -124,9 +124,7 @@ pub struct PerColumnScd1Fold {
     key_converter: RowConverter,
     seq_converter: RowConverter,
     carry: GroupCarry,
-    watermark: Option<OwnedRow>,
-    watermark_value: Option<ArrayRef>,
-    truncated_through: Option<(OwnedRow, ArrayRef)>,
+    watermarks: TruncateWatermarks,
     counts: FoldCounts,
     state: KeyState,
 }
@@ -162,9 +160,7 @@ impl PerColumnScd1Fold {
             carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             group_of,
             merger,
-            watermark: None,
-            watermark_value: None,
-            truncated_through: None,
+            watermarks: TruncateWatermarks::default(),
             counts: FoldCounts::default(),
             state: KeyState::default(),
         })
@@ -179,25 +175,9 @@ impl PerColumnScd1Fold {
     }
 
     fn raise_watermark(&mut self, sequences: &ArrayRef, truncating: bool) -> Result<()> {
-        check_truncate_sequences(self.flow(), sequences.as_ref())?;
-        let rows = self
-            .seq_converter
-            .convert_columns(std::slice::from_ref(sequences))?;
-        for (i, row) in rows.iter().enumerate() {
-            if self.watermark.as_ref().is_none_or(|w| row > w.row()) {
-                self.watermark = Some(row.owned());
-                self.watermark_value = Some(sequences.slice(i, 1));
-            }
-            if truncating
-                && self
-                    .truncated_through
-                    .as_ref()
-                    .is_none_or(|(w, _)| row > w.row())
-            {
-                self.truncated_through = Some((row.owned(), sequences.slice(i, 1)));
-            }
-        }
-        Ok(())
+        let flow = self.merger.flow().to_string();
+        self.watermarks
+            .raise(&flow, &self.seq_converter, sequences, truncating)
     }
 
     fn flow(&self) -> &str {
@@ -226,8 +206,8 @@ impl PerColumnScd1Fold {
             .collect::<Result<Vec<_>>>()?;
         let writes = self.merger.writes(batch, end)?;
         // (owned copies: the fold below counts into `self`)
-        let truncated = self.truncated_through.as_ref().map(|(r, _)| r.clone());
-        let watermark = self.watermark.clone();
+        let truncated = self.watermarks.this_update().cloned();
+        let watermark = self.watermarks.all().cloned();
         let ctx = Batch {
             batch,
             seqs: &seqs,
@@ -465,9 +445,9 @@ impl PerColumnScd1Fold {
         let seq_column = batch.column(layout.seq());
         let null = new_null_array(seq_column.data_type(), 1);
         let truncated = self
-            .truncated_through
-            .as_ref()
-            .map_or_else(|| Arc::clone(&null), |(_, v)| Arc::clone(v));
+            .watermarks
+            .this_update_value()
+            .map_or_else(|| Arc::clone(&null), Arc::clone);
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output_schema.fields().len());
         for (c, sources) in out.values.into_iter().enumerate() {
             columns.push(take(
@@ -616,7 +596,7 @@ impl FoldKernel for PerColumnScd1Fold {
     }
 
     fn watermark_value(&self) -> Option<&ArrayRef> {
-        self.watermark_value.as_ref()
+        self.watermarks.value()
     }
 
     fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {

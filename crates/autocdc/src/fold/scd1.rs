@@ -33,9 +33,7 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{
-    make_comparator, Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array,
-};
+use arrow::array::{make_comparator, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch, SortOptions};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use arrow::row::{OwnedRow, Row, RowConverter, Rows};
@@ -45,8 +43,8 @@ use super::columns::{
     scd1_output_schema, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
     CHANGE_PREIMAGE,
 };
-use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
-use super::kernel::FoldKernel;
+use super::errors::{check_event_nulls, conflict_error};
+use super::kernel::{FoldKernel, TruncateWatermarks};
 use super::rows::{row_converter, to_rows};
 
 /// What one fold did; reported as operator metrics and by the update.
@@ -113,11 +111,7 @@ pub struct Scd1Fold {
     output_schema: SchemaRef,
     key_converter: RowConverter,
     seq_converter: RowConverter,
-    watermark: Option<OwnedRow>,
-    watermark_value: Option<ArrayRef>,
-    /// The greatest TRUNCATE sequence of this update: stored rows at or
-    /// below it go (the stored watermark removes none).
-    truncated_through: Option<OwnedRow>,
+    watermarks: TruncateWatermarks,
     group: Option<Group>,
     counts: FoldCounts,
     new_wins_ties: bool,
@@ -145,9 +139,7 @@ impl Scd1Fold {
             seq_converter: row_converter(input_schema, &[layout.seq()])?,
             output_schema: scd1_output_schema(&layout, input_schema)?,
             layout,
-            watermark: None,
-            watermark_value: None,
-            truncated_through: None,
+            watermarks: TruncateWatermarks::default(),
             group: None,
             counts: FoldCounts::default(),
             new_wins_ties: false,
@@ -192,36 +184,19 @@ impl Scd1Fold {
     }
 
     fn raise_watermark(&mut self, sequences: &ArrayRef, truncating: bool) -> Result<()> {
-        check_truncate_sequences(&self.flow, sequences.as_ref())?;
-        let rows = self
-            .seq_converter
-            .convert_columns(std::slice::from_ref(sequences))?;
-        for (i, row) in rows.iter().enumerate() {
-            if self.watermark.as_ref().is_none_or(|w| row > w.row()) {
-                self.watermark = Some(row.owned());
-                self.watermark_value = Some(sequences.slice(i, 1));
-            }
-            if truncating
-                && self
-                    .truncated_through
-                    .as_ref()
-                    .is_none_or(|w| row > w.row())
-            {
-                self.truncated_through = Some(row.owned());
-            }
-        }
-        Ok(())
+        self.watermarks
+            .raise(&self.flow, &self.seq_converter, sequences, truncating)
     }
 
     /// The truncate watermark and the greatest TRUNCATE of this update, as
     /// rows (for the partial-update merge).
     pub(crate) fn watermark_rows(&self) -> (Option<&OwnedRow>, Option<&OwnedRow>) {
-        (self.watermark.as_ref(), self.truncated_through.as_ref())
+        (self.watermarks.all(), self.watermarks.this_update())
     }
 
     /// The truncate watermark as a one-element array, once observed.
     pub fn watermark_value(&self) -> Option<&ArrayRef> {
-        self.watermark_value.as_ref()
+        self.watermarks.value()
     }
 
     /// Fold one sorted batch; returns the rows of the key groups it completed.
@@ -366,18 +341,18 @@ impl Scd1Fold {
         // a stored row goes only by a TRUNCATE of this update; a new event
         // by any (see `FoldKernel::observe_stored_watermark`)
         let watermark = match g.winner_origin {
-            Origin::New => &self.watermark,
-            _ => &self.truncated_through,
+            Origin::New => self.watermarks.all(),
+            _ => self.watermarks.this_update(),
         };
-        let truncated = watermark.as_ref().is_some_and(|w| winner_seq <= w.row());
+        let truncated = watermark.is_some_and(|w| winner_seq <= w.row());
         if truncated {
             // every new event is at or below the watermark: the stored row
             // stays unless a TRUNCATE of this update reaches it
             if let Some(stored) = g.stored {
                 let kept = g.winner_origin == Origin::New
                     && self
-                        .truncated_through
-                        .as_ref()
+                        .watermarks
+                        .this_update()
                         .is_none_or(|t| slot_seq(&stored, seqs) > t.row());
                 if kept {
                     emit.push(stored, None);
