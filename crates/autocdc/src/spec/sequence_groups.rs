@@ -18,12 +18,15 @@ pub const SEQUENCE_PER_COLUMN_PROPERTY: &str = "autocdc.sequencePerColumn";
 /// Table property naming the groups of columns sequenced together.
 pub const SEQUENCE_GROUPS_PROPERTY: &str = "autocdc.sequenceGroups";
 
-/// The named groups of a table's properties, as `(name, columns)`, or `None`
-/// when per-column sequencing is off; errors name the table and property.
+/// Named groups as declared: `(name, columns)`.
+pub type DeclaredGroups = Vec<(String, Vec<String>)>;
+
+/// The named groups of a table's properties, or `None` when per-column
+/// sequencing is off; errors name the table and property.
 pub fn declared(
     table: &str,
     properties: &HashMap<String, String>,
-) -> Result<Option<Vec<(String, Vec<String>)>>> {
+) -> Result<Option<DeclaredGroups>> {
     let error = |property: &str, m: String| {
         DataFusionError::Plan(format!("streaming table '{table}': {property}: {m}"))
     };
@@ -47,7 +50,7 @@ pub fn declared(
             format!("groups need '{SEQUENCE_PER_COLUMN_PROPERTY}' = 'true'"),
         ));
     }
-    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut groups: DeclaredGroups = Vec::new();
     for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = |m: &str| error(SEQUENCE_GROUPS_PROPERTY, format!("{m} in '{part}'"));
         let (name, columns) = part
