@@ -7,7 +7,8 @@
 //! Loads KEYS keys (2,000,000 by default) into an SCD 1 target on an
 //! in-memory warehouse, then times, three times each (new keys every
 //! time): a `REFRESH` of 100 changed keys, an `UPDATE` of 100 rows, a
-//! `DELETE` of 100 rows, and the `UPDATE` again with
+//! `DELETE` of 100 rows, a `MERGE` updating 100 rows, an `UPDATE` of one
+//! row, and the 100-row `UPDATE` again with
 //! `autocdc.deletion_vector_max_fraction = 0` (a rewrite of the table).
 //! Prints each median and its ratio to the refresh.
 
@@ -68,6 +69,7 @@ async fn main() -> Result<()> {
     };
     let (mut refreshes, mut updates, mut deletes, mut rewrites) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut merges, mut one_row) = (Vec::new(), Vec::new());
     for round in 0..3 {
         ctx.deregister_table("feed")?;
         ctx.register_batch("feed", events(hundred(round, 0), "r", 2 + round)?)?;
@@ -92,6 +94,18 @@ async fn main() -> Result<()> {
             )
             .await?,
         );
+        ctx.deregister_table("changes")?;
+        ctx.register_batch("changes", events(hundred(round, 4), "m", 0)?)?;
+        merges.push(
+            run(
+                &session,
+                "MERGE INTO t USING changes c ON t.id = c.id \
+                 WHEN MATCHED THEN UPDATE SET v = c.v",
+            )
+            .await?,
+        );
+        let key = (round * 104_729 + 5) % keys;
+        one_row.push(run(&session, &format!("UPDATE t SET v = 'o' WHERE id = {key}")).await?);
         // the same statement rewriting the table (what it did before
         // deletion vectors)
         run(&session, "SET autocdc.deletion_vector_max_fraction = 0").await?;
@@ -104,6 +118,8 @@ async fn main() -> Result<()> {
         ("REFRESH of 100 changed keys", refresh),
         ("UPDATE of 100 rows", median(updates)),
         ("DELETE of 100 rows", median(deletes)),
+        ("MERGE of 100 rows", median(merges)),
+        ("UPDATE of one row", median(one_row)),
         ("UPDATE of 100 rows, rewriting the table", median(rewrites)),
     ] {
         println!(
