@@ -7,6 +7,7 @@
 
 pub mod bitemporal;
 pub mod columns;
+pub mod count;
 pub mod emits;
 pub mod errors;
 pub mod kernel;

@@ -7,7 +7,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DFSchema, DFSchemaRef, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
-use crate::metrics::count;
+use crate::fold::count;
 use crate::table::commit::CommitRequest;
 
 /// Columns of the row an update returns (one row per flow run).

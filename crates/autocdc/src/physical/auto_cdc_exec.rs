@@ -72,9 +72,9 @@ pub struct AutoCdcExec {
 }
 
 /// Metric names reported by [`AutoCdcExec`] (the counts as
-/// [`crate::metrics::count`] names them).
+/// [`crate::fold::count`] names them).
 pub mod metric {
-    pub use crate::metrics::count::{
+    pub use crate::fold::count::{
         DELETED, DUPLICATES, EVENTS_ADDED, INPUT_ROWS, LATE, TOMBSTONES, UPSERTED,
     };
     /// Partitions that emitted the target's truncate watermark row (every

@@ -30,8 +30,8 @@ use deltalake_core::kernel::{Action, Add};
 
 use super::bucket::{BUCKET_COL, WATERMARK_BUCKET};
 use super::commit::{Retired, WrittenFiles};
+use crate::fold::count;
 use crate::fold::FoldCounts;
-use crate::metrics::count;
 
 const ENTRY: &str = "entry";
 const ACTION: &str = "action";

@@ -73,7 +73,7 @@ use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, GROUP_SEQ_PREFIX,
     KIND_COL, SEQ_COL, WRITTEN_AT_COL,
 };
-use crate::metrics::count;
+use crate::fold::count;
 use crate::physical::{CdcCommitExec, CdcWriteExec};
 use crate::pipeline::{deletion_vector_budget, find_superseded, plain_files, write_request};
 use crate::spec::resolve::written_at_value;
