@@ -18,6 +18,7 @@ mod expectations;
 mod key_filters;
 mod rejects;
 mod snapshot_diff;
+mod staged_events;
 mod write;
 
 pub use auto_cdc::AutoCdcNode;
@@ -26,4 +27,5 @@ pub use expectations::ExpectationsNode;
 pub use key_filters::PushKeyFilters;
 pub use rejects::RejectsNode;
 pub use snapshot_diff::SnapshotDiffNode;
+pub use staged_events::{StagedEventsNode, StagedRole};
 pub use write::{CdcWriteNode, WriteRequest};

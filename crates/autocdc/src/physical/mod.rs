@@ -9,6 +9,8 @@ pub(crate) mod one_shot;
 mod planner;
 mod rejects_exec;
 mod snapshot_diff_exec;
+mod staged_events_exec;
+mod target_rows_exec;
 mod write_exec;
 
 pub use auto_cdc_exec::AutoCdcExec;
@@ -18,4 +20,6 @@ pub use expectations_exec::ExpectationsExec;
 pub use planner::{CdcExtensionPlanner, CdcQueryPlanner};
 pub use rejects_exec::RejectsExec;
 pub use snapshot_diff_exec::SnapshotDiffExec;
+pub use staged_events_exec::StagedEventsExec;
+pub use target_rows_exec::{TargetRowsExec, TargetRowsTable};
 pub use write_exec::CdcWriteExec;

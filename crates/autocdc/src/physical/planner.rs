@@ -13,9 +13,11 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 
 use super::{
     AutoCdcExec, CdcCommitExec, CdcWriteExec, ExpectationsExec, RejectsExec, SnapshotDiffExec,
+    StagedEventsExec,
 };
 use crate::logical::{
     AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, RejectsNode, SnapshotDiffNode,
+    StagedEventsNode,
 };
 
 /// Plans `AutoCdcNode`, `SnapshotDiffNode`, `CdcWriteNode` and `CdcCommitNode`.
@@ -75,6 +77,19 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                 n.conflicts,
                 Arc::clone(input),
             )?)));
+        }
+        if let Some(n) = node.as_any().downcast_ref::<StagedEventsNode>() {
+            let [input] = physical_inputs else {
+                return Err(DataFusionError::Internal(
+                    "StagedEvents needs one input".into(),
+                ));
+            };
+            return Ok(Some(Arc::new(StagedEventsExec::new(
+                Arc::clone(&n.stage),
+                n.role,
+                Arc::clone(input),
+                session_state.config().target_partitions(),
+            ))));
         }
         if let Some(n) = node.as_any().downcast_ref::<CdcWriteNode>() {
             let [input] = physical_inputs else {

@@ -35,7 +35,7 @@ use crate::logical::{CdcCommitNode, CdcWriteNode};
 use crate::spec::resolve::{storage_type, written_at_type, written_at_value};
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;
-use crate::table::commit::{ChangeFeed, CommitRequest, MetadataChange};
+use crate::table::commit::{ChangeFeed, CommitRequest, MetadataChange, Replaces};
 use crate::table::event::Operation;
 use crate::table::properties::FLOW_KEY_PREFIX;
 use crate::table::reject_sink::RejectSink;
@@ -157,9 +157,7 @@ pub async fn plan_append(
         metadata,
         run: super::next_run(&table, &flow.name).await?,
         // no stored row is replaced
-        touched: Some(Vec::new()),
-        superseded: None,
-        compacted: Vec::new(),
+        replaces: Replaces::Nothing,
         operation,
         started,
         expectations,

@@ -14,30 +14,30 @@
 //!   folded with the events and the buckets' files replaced by the output;
 //! * when its distinct keys are few (`autocdc.deletion_vector_max_fraction`
 //!   of the live rows) and the table takes deletion vectors, only the stored
-//!   rows of those keys, found while planning by probing the key columns of
+//!   rows of those keys, found when it runs by probing the key columns of
 //!   the touched buckets' files and read by position
 //!   ([`crate::table::superseded`]): the output goes to new files and those
 //!   rows are marked in deletion vectors of the files that hold them
 //!   ([`crate::table::deletion_vectors`]); nothing is rewritten;
 //! * after a TRUNCATE, everything.
+//!
+//! The plan is the same whatever the events: its stage
+//! ([`crate::table::stage`]) reads them once when the update runs and makes
+//! the choice, which `TargetRowsExec` reads and the commit applies.
 
 use std::ops::Not;
 
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int32Type, Schema};
+use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::Column;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
-use datafusion::dataframe::DataFrame;
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{
     cast, col, lit, when, Expr, ExprSchemable, Extension, LogicalPlan, LogicalPlanBuilder,
-    ScalarUDF,
 };
-use futures::StreamExt;
 
 use crate::fold::columns::{
     Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
@@ -49,16 +49,17 @@ use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::FoldSpec;
 use crate::logical::{
     AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, RejectsNode, SnapshotDiffNode,
-    WriteRequest,
+    StagedEventsNode, StagedRole, WriteRequest,
 };
+use crate::physical::TargetRowsTable;
 use crate::spec::expectations::{Expectation, ExpectationCounts};
 use crate::spec::resolve::{
     plan_sql_expr, resolve, target_projection, update_list_type, written_at_type, written_at_value,
     ResolvedFlow,
 };
 use crate::spec::{FlowSpec, ScdType};
-use crate::table::bucket::{bucket_field, BucketUdf, BUCKET_COL, WATERMARK_BUCKET};
-use crate::table::commit::{bucket_of, data_files, ChangeFeed, CommitRequest, MetadataChange};
+use crate::table::bucket::{bucket_field, BUCKET_COL, WATERMARK_BUCKET};
+use crate::table::commit::{data_files, ChangeFeed, CommitRequest, MetadataChange, Replaces};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::Operation;
 use crate::table::plain_files::{PlainFilesTable, TableLocation};
@@ -67,9 +68,9 @@ use crate::table::properties::{
 };
 use crate::table::reject_sink::RejectSink;
 use crate::table::rejects::takes_rejects;
+use crate::table::stage::{find_in_buckets, Replacement, StageConfig, UpdateStage};
 use crate::table::superseded::Superseded;
 use crate::table::{delta_err, ScdTable};
-use staged::{stage_events, StagedEvents};
 
 /// A sequence value as table-property text (read back with
 /// [`ScalarValue::try_from_string`]).
@@ -106,19 +107,6 @@ pub enum UpdateSource {
     },
 }
 
-/// How far planning an update may look at its data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Planning {
-    /// Fit the plan to the update's events: planning runs them to find the
-    /// key buckets they touch and whether they are few enough for deletion
-    /// vectors (a snapshot's diff runs for the same reason).
-    Adaptive,
-    /// Read no data (`EXPLAIN` without `ANALYZE`): the plan of an update that
-    /// reads and rewrites every bucket. A snapshot version that was not
-    /// evaluated (a NULL version) is recorded nowhere.
-    ReadNothing,
-}
-
 use crate::spec::sequence_groups;
 
 pub mod append;
@@ -126,8 +114,6 @@ pub mod checkpoint;
 pub mod dependencies;
 pub mod dml;
 pub mod source;
-pub mod staged;
-pub mod started;
 pub(crate) mod streams;
 
 /// The target columns of stored rows, each cast to its type; columns the
@@ -260,7 +246,8 @@ pub(crate) fn check_expectations(
 /// `CdcCommit(CdcWrite(AutoCdc(events, truncates)))`.
 /// `operation` is what the run is for the event log; the first run
 /// ([`Operation::CreateFlow`]) writes the flow definition into the table
-/// with it; `planning` says whether planning may read the update's data.
+/// with it. Planning reads no data: what the update reads of the target is
+/// chosen by its operators when it runs ([`crate::table::stage`]).
 pub async fn plan_update(
     state: &SessionState,
     table: Arc<ScdTable>,
@@ -268,7 +255,6 @@ pub async fn plan_update(
     operation: Operation,
     now: DateTime<Utc>,
     source: UpdateSource,
-    planning: Planning,
 ) -> Result<LogicalPlan> {
     let started = std::time::Instant::now();
     let register = operation == Operation::CreateFlow;
@@ -302,10 +288,9 @@ pub async fn plan_update(
     // a target with rejects on takes the failing events of its flows (not
     // of DML, nor of snapshots) out of their updates
     let rejecting = matches!(source, UpdateSource::Changes) && takes_rejects(&meta.properties);
-    // `truncate_source`: what the truncate events are read from (`None`: the
-    // update has none — snapshots never truncate, nor flows without
-    // APPLY AS TRUNCATE — and the costly events stay out of that input)
-    let (mut resolved, events, touched, truncate_source, new_wins_ties) = match source {
+    // `truncates`: whether the update has truncate events (snapshots never
+    // truncate, nor flows without APPLY AS TRUNCATE)
+    let (mut resolved, events, truncates, new_wins_ties) = match source {
         UpdateSource::Changes | UpdateSource::Dml(_) => {
             let dml = matches!(source, UpdateSource::Dml(_));
             let source = match source {
@@ -341,34 +326,7 @@ pub async fn plan_update(
                 events = LogicalPlanBuilder::from(events).filter(newer)?.build()?;
             }
             let truncates = flow.apply_as_truncates.is_some();
-            // the source is read once, here; the plan reads what was staged
-            let (staged, touched, truncate_source) = match planning {
-                Planning::Adaptive => {
-                    match stage_events(state, &flow.name, &resolved.layout, &events, meta.buckets)
-                        .await?
-                    {
-                        StagedEvents::Small {
-                            events: staged,
-                            touched,
-                        } => {
-                            let truncate_source = truncates.then(|| staged.clone());
-                            (staged, touched, truncate_source)
-                        }
-                        // a plan for a cluster reads the source again: a
-                        // run started here cannot travel
-                        StagedEvents::Large { .. } if plain_reads => {
-                            (events.clone(), None, truncates.then(|| events.clone()))
-                        }
-                        // a resumed run is read once: the truncate events
-                        // (if any) are read from the source again
-                        StagedEvents::Large { events: staged } => {
-                            (staged, None, truncates.then(|| events.clone()))
-                        }
-                    }
-                }
-                Planning::ReadNothing => (events.clone(), None, truncates.then_some(events)),
-            };
-            (resolved, staged, touched, truncate_source, false)
+            (resolved, events, truncates, false)
         }
         UpdateSource::Snapshot { plan, version } => {
             let resolved = resolve(
@@ -421,25 +379,7 @@ pub async fn plan_update(
             let diff = LogicalPlan::Extension(Extension {
                 node: Arc::new(diff),
             });
-            // a diff of few keys is kept in memory and applied like a small
-            // change feed (deletion vectors); a large one is streamed into a
-            // rewrite of every bucket (from the run started here, if any)
-            let planned = match planning {
-                Planning::Adaptive => small_diff(state, &table, &flow.name, &diff).await?,
-                Planning::ReadNothing => PlannedDiff::NotRun,
-            };
-            let (events, touched) = match planned {
-                PlannedDiff::Small(changes) => {
-                    let touched = touched_buckets(state, &resolved, &changes, meta.buckets).await?;
-                    (changes, touched)
-                }
-                // (a plan for a cluster diffs again: a run started here
-                // cannot travel)
-                PlannedDiff::Large(_) if plain_reads => (diff, None),
-                PlannedDiff::Large(changes) => (changes, None),
-                PlannedDiff::NotRun => (diff, None),
-            };
-            (resolved, events, touched, None, true)
+            (resolved, diff, false, true)
         }
     };
     let seq_type = resolved.sequence_type.clone();
@@ -485,36 +425,49 @@ pub async fn plan_update(
             .field_with_name(old.name())
             .is_ok_and(|new| new.data_type() != old.data_type())
     });
-    let touched = if widened { None } else { touched };
-    // a small update of a large table retires the stored rows of its keys
-    // with deletion vectors instead of rewriting whole buckets
-    // (and compacts the fullest of them: `compacted` are read and rewritten
-    // whole)
-    let (superseded, compacted) = match &touched {
-        Some(buckets) if meta.sequence_type.is_some() => {
-            match superseded_keys(state, &table, &resolved, &events).await? {
-                Some(keys) => {
-                    let compacted = buckets_to_compact(state, &table, buckets).await?;
-                    let probed: Vec<i32> = buckets
-                        .iter()
-                        .filter(|b| !compacted.contains(b))
-                        .copied()
-                        .collect();
-                    let superseded = find_superseded(state, &table, keys, &probed)
-                        .await
-                        .map_err(|e| {
-                            e.context(format!(
-                                "flow '{}': finding the stored rows of the update's keys in '{}'",
-                                flow.name,
-                                table.name()
-                            ))
-                        })?;
-                    (Some(Arc::new(superseded)), compacted)
-                }
-                None => (None, Vec::new()),
-            }
+    // a target with stored rows folds only those its events need: the
+    // update's stage reads the events once when it runs and chooses
+    let stage = match meta.sequence_type.is_some() {
+        true => {
+            let options = crate::config::autocdc_options(state.config());
+            Some(Arc::new(UpdateStage::new(StageConfig {
+                flow: flow.name.clone(),
+                table: Arc::clone(&table),
+                key_columns: resolved
+                    .layout
+                    .key_indices
+                    .iter()
+                    .map(|&i| resolved.layout.target_columns[i].clone())
+                    .collect(),
+                buckets: meta.buckets,
+                rewrite_all: widened,
+                deletion_vector_keys: deletion_vector_budget(state, &table).await?,
+                compaction_limit: options.deletion_vector_max_files_per_bucket,
+                probe_concurrency: state.config().target_partitions(),
+            })))
         }
-        _ => (None, Vec::new()),
+        false => None,
+    };
+    let staged = |role: StagedRole, events: LogicalPlan| match &stage {
+        Some(stage) => LogicalPlan::Extension(Extension {
+            node: Arc::new(StagedEventsNode::new(Arc::clone(stage), role, events)),
+        }),
+        None => events,
+    };
+    // a plan for a cluster cannot carry its stage (it lives in this
+    // process): the stage runs now and the plan is fitted to its choice
+    let fitted = match (&stage, plain_reads) {
+        (Some(stage), true) => Some(run_stage(state, stage, &events).await?),
+        _ => None,
+    };
+    let (events, truncate_source) = match &fitted {
+        Some((_, Some(staged))) => (staged.clone(), truncates.then(|| staged.clone())),
+        // (a large update reads its source again)
+        Some((_, None)) => (events.clone(), truncates.then_some(events)),
+        None => (
+            staged(StagedRole::Events, events.clone()),
+            truncates.then(|| staged(StagedRole::Truncates, events)),
+        ),
     };
 
     let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
@@ -587,14 +540,6 @@ pub async fn plan_update(
     };
 
     let (event_plan, truncate_plan) = if meta.sequence_type.is_some() {
-        let raw = raw_target()?;
-        // read only the buckets this update touches
-        let raw = match &touched {
-            Some(buckets) => LogicalPlanBuilder::from(raw)
-                .filter(col(BUCKET_COL).in_list(buckets.iter().map(|b| lit(*b)).collect(), false))?
-                .build()?,
-            None => raw,
-        };
         let mut stored = stored_projection(&resolved.target_schema, &table.raw_provider().schema());
         stored.push(cast(col(SEQ_COL), seq_type.clone()).alias(SEQ_COL));
         // retention: tombstones (SCD 1) and erasure marks (SCD 2) older
@@ -679,38 +624,19 @@ pub async fn plan_update(
             };
             stored.push(cast(value, seq_type.clone()).alias(name));
         }
-        // with deletion vectors, only the stored rows of the update's keys
-        let raw_rows = match &superseded {
-            Some(superseded) if plain_reads => {
-                let delta = table.delta();
-                let rows = superseded.plain_provider(TableLocation {
-                    url: delta.table_url(),
-                    store: delta.object_store(),
-                    schema: table.raw_provider().schema(),
-                    partition_columns: &table.partition_columns()?,
-                })?;
-                LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?
-            }
-            Some(superseded) => {
-                let rows = superseded.provider(
-                    &table.delta().object_store(),
-                    table.raw_provider().schema(),
-                    state.config().target_partitions(),
-                )?;
-                LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?
-            }
-            None => raw,
-        };
-        // the buckets compacted by this update are read whole
-        let raw_rows = if compacted.is_empty() {
-            raw_rows
-        } else {
-            let whole = LogicalPlanBuilder::from(raw_target()?)
-                .filter(
-                    col(BUCKET_COL).in_list(compacted.iter().map(|b| lit(*b)).collect(), false),
-                )?
-                .build()?;
-            LogicalPlanBuilder::from(raw_rows).union(whole)?.build()?
+        // the stored rows the update's stage chooses when it runs
+        let raw_rows = match (&stage, &fitted) {
+            (Some(_), Some((replacement, _))) => fitted_rows(&table, replacement, &raw_target)?,
+            (Some(stage), None) => LogicalPlanBuilder::scan(
+                TARGET_SCAN,
+                provider_as_source(Arc::new(TargetRowsTable::new(
+                    Arc::clone(stage),
+                    Arc::clone(&table),
+                ))),
+                None,
+            )?
+            .build()?,
+            (None, _) => raw_target()?,
         };
         let stored_rows = LogicalPlanBuilder::from(raw_rows)
             .filter(stored_filter)?
@@ -811,9 +737,7 @@ pub async fn plan_update(
         flow: flow.clone(),
         metadata,
         run: next_run(&table, &flow.name).await?,
-        touched,
-        superseded,
-        compacted,
+        replaces: stage.map_or(Replaces::All, Replaces::Staged),
         operation,
         started,
         expectations,
@@ -843,41 +767,79 @@ pub async fn plan_update(
     }))
 }
 
-/// The distinct keys of an update's events when it should retire their
-/// stored rows with deletion vectors: the table takes them, the session
-/// allows them (`autocdc.deletion_vectors`), and the keys are at most
-/// `autocdc.deletion_vector_max_fraction` of the live stored rows (beyond
-/// that, rewriting the touched buckets costs less).
-async fn superseded_keys(
+/// Run `stage` over `events` while planning (a plan for a cluster): what
+/// it chose, and its events as a table when it holds them all (`None`: a
+/// large update, which reads its source again).
+async fn run_stage(
     state: &SessionState,
-    table: &ScdTable,
-    resolved: &ResolvedFlow,
+    stage: &UpdateStage,
     events: &LogicalPlan,
-) -> Result<Option<Arc<KeySet>>> {
-    let Some(max_keys) = deletion_vector_budget(state, table).await? else {
-        return Ok(None);
+) -> Result<(Replacement, Option<LogicalPlan>)> {
+    stage.bind(state.create_physical_plan(events).await?);
+    let staged = stage.staged(&state.task_ctx()).await?;
+    let Some(batches) = staged.batches(0, 1) else {
+        // (the running stream and what it pulled are let go)
+        drop(staged.take_rest(stage.flow())?);
+        return Ok((staged.replacement.clone(), None));
     };
-    let names: Vec<String> = resolved
-        .layout
-        .key_indices
-        .iter()
-        .map(|&i| resolved.layout.target_columns[i].clone())
-        .collect();
-    let plan = LogicalPlanBuilder::from(events.clone())
-        .project(
-            names
-                .iter()
-                .map(|n| Expr::Column(Column::new_unqualified(n))),
-        )?
-        .distinct()?
-        .limit(0, Some(max_keys + 1))?
-        .build()?;
-    let batches = DataFrame::new(state.clone(), plan).collect().await?;
-    let count: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    if count == 0 || count > max_keys {
-        return Ok(None);
+    // declared nullable: a plan may say a column holds no NULL while its
+    // batches do, and the staged table travels in plans that check
+    let schema = Arc::new(Schema::new(
+        events
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    let batches = batches
+        .into_iter()
+        .map(|b| b.with_schema(Arc::clone(&schema)))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let partitions = state.config().target_partitions().max(1);
+    let mut parts = vec![Vec::new(); partitions];
+    for (i, batch) in batches.into_iter().enumerate() {
+        parts[i % partitions].push(batch);
     }
-    Ok(Some(Arc::new(KeySet::try_new(names, &batches)?)))
+    let table = MemTable::try_new(schema, parts)?;
+    let plan = LogicalPlanBuilder::scan("__cdc_events", provider_as_source(Arc::new(table)), None)?
+        .build()?;
+    Ok((staged.replacement.clone(), Some(plan)))
+}
+
+/// The stored rows `replacement` chose, as plain Parquet scans (a plan
+/// for a cluster); `raw_target` scans them all.
+fn fitted_rows(
+    table: &ScdTable,
+    replacement: &Replacement,
+    raw_target: &dyn Fn() -> Result<LogicalPlan>,
+) -> Result<LogicalPlan> {
+    let in_buckets = |buckets: &[i32]| -> Result<LogicalPlan> {
+        LogicalPlanBuilder::from(raw_target()?)
+            .filter(col(BUCKET_COL).in_list(buckets.iter().map(|b| lit(*b)).collect(), false))?
+            .build()
+    };
+    match (&replacement.superseded, &replacement.touched) {
+        (Some(superseded), _) => {
+            let delta = table.delta();
+            let rows = superseded.plain_provider(TableLocation {
+                url: delta.table_url(),
+                store: delta.object_store(),
+                schema: table.raw_provider().schema(),
+                partition_columns: &table.partition_columns()?,
+            })?;
+            let rows =
+                LogicalPlanBuilder::scan(TARGET_SCAN, provider_as_source(rows), None)?.build()?;
+            if replacement.compacted.is_empty() {
+                return Ok(rows);
+            }
+            LogicalPlanBuilder::from(rows)
+                .union(in_buckets(&replacement.compacted)?)?
+                .build()
+        }
+        (None, Some(touched)) => in_buckets(touched),
+        (None, None) => raw_target(),
+    }
 }
 
 /// The stored rows of `table` as plain Parquet scans
@@ -902,81 +864,7 @@ pub(crate) async fn find_superseded(
     keys: Arc<KeySet>,
     touched: &[i32],
 ) -> Result<Superseded> {
-    let delta = table.delta();
-    let views = data_files(&delta)
-        .await?
-        .into_iter()
-        .filter(|v| bucket_of(v).is_some_and(|b| b != WATERMARK_BUCKET && touched.contains(&b)))
-        .collect();
-    Superseded::find(
-        &delta.object_store(),
-        keys,
-        views,
-        state.config().target_partitions(),
-    )
-    .await
-}
-
-/// Run a snapshot's `diff` while planning when the update could use
-/// deletion vectors: its change events in memory when there are few enough
-/// for them (see [`superseded_keys`]); otherwise the same run, resumed by
-/// the update's rewrite ([`started::resume_stream`]), so the diff runs once.
-async fn small_diff(
-    state: &SessionState,
-    table: &ScdTable,
-    flow: &str,
-    diff: &LogicalPlan,
-) -> Result<PlannedDiff> {
-    if table.meta().sequence_type.is_none() {
-        return Ok(PlannedDiff::NotRun);
-    }
-    let Some(max_rows) = deletion_vector_budget(state, table).await? else {
-        return Ok(PlannedDiff::NotRun);
-    };
-    let mut stream = DataFrame::new(state.clone(), diff.clone())
-        .execute_stream()
-        .await?;
-    let (mut pulled, mut rows) = (Vec::new(), 0);
-    while rows <= max_rows {
-        match stream.next().await {
-            Some(batch) => {
-                let batch = batch?;
-                rows += batch.num_rows();
-                pulled.push(batch);
-            }
-            None => break,
-        }
-    }
-    let (name, provider): (&str, Arc<dyn datafusion::catalog::TableProvider>) = if rows > max_rows {
-        // too many for vectors: the rewrite reads the rest of this run
-        (
-            "__cdc_snapshot_diff",
-            started::resume_stream(
-                format!("flow '{flow}': the snapshot diff started while planning"),
-                pulled,
-                stream,
-            )?,
-        )
-    } else {
-        let changes = MemTable::try_new(Arc::clone(diff.schema().inner()), vec![pulled])?;
-        ("__cdc_snapshot_changes", Arc::new(changes))
-    };
-    let plan = LogicalPlanBuilder::scan(name, provider_as_source(provider), None)?.build()?;
-    Ok(if rows > max_rows {
-        PlannedDiff::Large(plan)
-    } else {
-        PlannedDiff::Small(plan)
-    })
-}
-
-/// What running a snapshot's diff while planning gave.
-enum PlannedDiff {
-    /// Not run: the update cannot use deletion vectors.
-    NotRun,
-    /// Few enough changes for deletion vectors, in memory.
-    Small(LogicalPlan),
-    /// Too many: the changes pulled and the rest of the same run.
-    Large(LogicalPlan),
+    find_in_buckets(table, keys, touched, state.config().target_partitions()).await
 }
 
 /// Where and how a run of `flow` writes into `table`: rows bucketed by the
@@ -1043,145 +931,4 @@ pub(crate) async fn deletion_vector_budget(
     }
     // (bounded: the keys are held in memory)
     Ok(Some(max_keys.min(MAX_DELETION_VECTOR_KEYS as f64) as usize))
-}
-
-/// The buckets among `touched` that an update using deletion vectors
-/// rewrites whole, compacting each into one file without the rows its
-/// vectors deleted. Each such update adds a file to every bucket it
-/// touches; with `limit` = `autocdc.deletion_vector_max_files_per_bucket`
-/// (0: never compact), it also compacts the ⌈touched ÷ limit⌉ fullest
-/// touched buckets holding more than limit ÷ 2 files (ties: lower bucket
-/// first). Updates that touch every bucket so keep about `limit` files per
-/// bucket, and each pays for a few buckets' rewrite instead of one update
-/// in `limit` rewriting them all at once (a latency spike).
-async fn buckets_to_compact(
-    state: &SessionState,
-    table: &ScdTable,
-    touched: &[i32],
-) -> Result<Vec<i32>> {
-    let limit = crate::config::autocdc_options(state.config()).deletion_vector_max_files_per_bucket;
-    if limit == 0 || touched.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut files: datafusion::common::HashMap<i32, usize> = Default::default();
-    for bucket in data_files(&table.delta())
-        .await?
-        .iter()
-        .filter_map(bucket_of)
-    {
-        if touched.contains(&bucket) {
-            *files.entry(bucket).or_default() += 1;
-        }
-    }
-    Ok(compaction_choice(
-        files.into_iter().collect(),
-        touched.len(),
-        limit,
-    ))
-}
-
-/// Which buckets to compact, given the data files of each touched bucket
-/// (`files`), how many buckets are touched and the file limit (see
-/// [`buckets_to_compact`]); sorted by bucket.
-fn compaction_choice(mut files: Vec<(i32, usize)>, touched: usize, limit: usize) -> Vec<i32> {
-    files.retain(|&(_, n)| n > limit / 2);
-    files.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let mut chosen: Vec<i32> = files
-        .into_iter()
-        .take(touched.div_ceil(limit))
-        .map(|(bucket, _)| bucket)
-        .collect();
-    chosen.sort_unstable();
-    chosen
-}
-
-/// The key buckets an update's new events fall in; `None` when it must
-/// rewrite every bucket (a TRUNCATE touches all keys).
-async fn touched_buckets(
-    state: &SessionState,
-    resolved: &ResolvedFlow,
-    events: &LogicalPlan,
-    buckets: i32,
-) -> Result<Option<Vec<i32>>> {
-    const ALL: i32 = -2;
-    let udf = ScalarUDF::new_from_impl(BucketUdf::new(buckets));
-    let keys: Vec<Expr> = resolved
-        .layout
-        .key_indices
-        .iter()
-        .map(|&i| Expr::Column(Column::new_unqualified(&resolved.layout.target_columns[i])))
-        .collect();
-    let bucket =
-        when(col(KIND_COL).eq(lit(Kind::Truncate as i8)), lit(ALL)).otherwise(udf.call(keys))?;
-    let plan = LogicalPlanBuilder::from(events.clone())
-        .project(vec![bucket.alias(BUCKET_COL)])?
-        .distinct()?
-        .build()?;
-    let batches = DataFrame::new(state.clone(), plan).collect().await?;
-    let mut touched: Vec<i32> = batches
-        .iter()
-        .flat_map(|b| {
-            b.column(0)
-                .as_primitive::<Int32Type>()
-                .iter()
-                .flatten()
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    if touched.contains(&ALL) {
-        return Ok(None);
-    }
-    touched.sort_unstable();
-    Ok(Some(touched))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::compaction_choice;
-
-    #[test]
-    fn compaction_takes_the_fullest_touched_buckets_past_half_the_limit() {
-        // 16 touched buckets, limit 8: two a time, the fullest first
-        let files: Vec<(i32, usize)> = (0..16).map(|b| (b, 5 + (b as usize % 3))).collect();
-        assert_eq!(compaction_choice(files, 16, 8), vec![2, 5]);
-        // none past half the limit: none
-        assert_eq!(
-            compaction_choice(vec![(0, 4), (1, 3)], 2, 8),
-            Vec::<i32>::new()
-        );
-        // one bucket touched: it alone, once past half the limit
-        assert_eq!(compaction_choice(vec![(7, 5)], 1, 8), vec![7]);
-        // ties go to the lower bucket
-        assert_eq!(compaction_choice(vec![(3, 3), (1, 3)], 2, 2), vec![1]);
-    }
-
-    #[test]
-    fn updates_touching_every_bucket_keep_about_limit_files_per_bucket() {
-        // a simulation of the rule: each update adds a file to every bucket
-        // and compacts the chosen ones into one file
-        let (buckets, limit) = (16usize, 8usize);
-        let mut files = vec![1usize; buckets];
-        let mut most = 0;
-        for _ in 0..200 {
-            let chosen = compaction_choice(
-                files
-                    .iter()
-                    .enumerate()
-                    .map(|(b, &n)| (b as i32, n))
-                    .collect(),
-                buckets,
-                limit,
-            );
-            assert!(chosen.len() <= 2);
-            for (b, n) in files.iter_mut().enumerate() {
-                *n = if chosen.contains(&(b as i32)) {
-                    1
-                } else {
-                    *n + 1
-                };
-            }
-            most = most.max(*files.iter().max().unwrap_or(&0));
-        }
-        assert!(most <= 2 * limit, "{most}");
-    }
 }

@@ -17,7 +17,7 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::DataFrame;
 
 use crate::pipeline::append::plan_append;
-use crate::pipeline::{plan_update, Planning, UpdateSource};
+use crate::pipeline::{plan_update, UpdateSource};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
 use crate::sql::{CdcStatement, MergeStatement};
@@ -26,6 +26,16 @@ use crate::table::properties::last_version_property;
 use crate::table::{ScdTable, TableName};
 
 use super::CdcSession;
+
+/// Whether explaining an update may run its snapshot flow's version query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Planning {
+    /// Run it (`EXPLAIN ANALYZE`: the update runs).
+    Adaptive,
+    /// Read no data (`EXPLAIN` without `ANALYZE`): the version query is
+    /// planned, not run, and the snapshot planned at a NULL version.
+    ReadNothing,
+}
 
 impl CdcSession {
     /// The update plan of a flow's next run (its next snapshot, for snapshot
@@ -51,7 +61,6 @@ impl CdcSession {
                 Operation::Refresh,
                 now,
                 UpdateSource::Changes,
-                planning,
             )
             .await;
         }
@@ -102,7 +111,6 @@ impl CdcSession {
                 plan: Box::new(plan),
                 version,
             },
-            planning,
         )
         .await
     }

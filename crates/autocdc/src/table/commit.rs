@@ -24,17 +24,17 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake_core::kernel::{
-    Action, Add, AddCDCFile, LogicalFileView, MetadataExt, Remove, Transaction,
-};
+use deltalake_core::kernel::{Action, Add, AddCDCFile, MetadataExt, Remove, Transaction};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
-use super::bucket::{bucket_array, BUCKET_COL, WATERMARK_BUCKET};
+use super::bucket::{bucket_array, WATERMARK_BUCKET};
 use super::event::{CommitEvent, Operation};
+pub(crate) use super::files::{bucket_of, data_files};
 pub use super::meta::MetadataChange;
 use super::properties::checkpoint_app_id;
 use super::reject_sink::{write_pending, RejectSink};
+use super::stage::{Replacement, UpdateStage};
 use super::superseded::Superseded;
 use super::writer::{group_by_bucket, BucketWriter, FileRows};
 use super::{delta_err, ScdTable, TableName};
@@ -88,15 +88,8 @@ pub struct CommitRequest {
     pub metadata: Vec<MetadataChange>,
     /// Checkpoint: the flow's run number recorded as a Delta `txn` action.
     pub run: i64,
-    /// Buckets read and rewritten by this update (`None`: all).
-    pub touched: Option<Vec<i32>>,
-    /// The stored rows of the update's keys when it retires them with
-    /// deletion vectors instead of rewriting the touched buckets (the fold
-    /// then reads and writes only these keys).
-    pub superseded: Option<Arc<Superseded>>,
-    /// Touched buckets rewritten whole although the update retires the
-    /// other buckets' rows with deletion vectors (compaction).
-    pub compacted: Vec<i32>,
+    /// The stored rows the update replaces.
+    pub replaces: Replaces,
     /// What the update is, for the event log.
     pub operation: Operation,
     /// When the update was planned.
@@ -109,6 +102,17 @@ pub struct CommitRequest {
     pub newest_input_ms: Option<i64>,
     /// Where the run's rejected events are (a target with rejects on).
     pub rejects: Option<Arc<RejectSink>>,
+}
+
+/// What of the stored rows an update replaces.
+#[derive(Debug, Clone)]
+pub enum Replaces {
+    /// Every stored row (it read them all).
+    All,
+    /// None (it only adds rows).
+    Nothing,
+    /// What its stage chose when it ran ([`crate::table::stage`]).
+    Staged(Arc<UpdateStage>),
 }
 
 /// The files one update wrote (nothing committed yet): what
@@ -169,25 +173,43 @@ pub async fn commit_written(
     }
     let mut actions = vec![event.action()];
     let mut files_removed = 0;
+    let (all, nothing) = (
+        Replacement::default(),
+        Replacement {
+            touched: Some(Vec::new()),
+            ..Default::default()
+        },
+    );
+    let replacement = match &request.replaces {
+        Replaces::All => &all,
+        Replaces::Nothing => &nothing,
+        Replaces::Staged(stage) => stage.replacement().ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "flow '{}': the update's stage did not run; nothing was committed",
+                request.flow.name
+            ))
+        })?,
+    };
     if changed {
         // replace exactly the buckets this update read
         let views = data_files(&table).await?;
         for view in &views {
             let bucket = bucket_of(view);
-            let rewritten = match (&request.touched, bucket) {
+            let rewritten = match (&replacement.touched, bucket) {
                 (None, _) | (_, None) => true,
                 (Some(touched), Some(b)) => b == WATERMARK_BUCKET || touched.contains(&b),
             };
             // with deletion vectors, the files of the touched buckets stay,
             // less the stored rows of the update's keys
-            let kept = request.superseded.is_some()
-                && bucket.is_none_or(|b| b != WATERMARK_BUCKET && !request.compacted.contains(&b));
+            let kept = replacement.superseded.is_some()
+                && bucket
+                    .is_none_or(|b| b != WATERMARK_BUCKET && !replacement.compacted.contains(&b));
             if rewritten && !kept {
                 actions.push(Action::Remove(view.remove_action(true)));
                 files_removed += 1;
             }
         }
-        if let Some(superseded) = &request.superseded {
+        if let Some(superseded) = &replacement.superseded {
             let retired = superseded.retire(&store, &views).await.map_err(|e| {
                 e.context(format!(
                     "flow '{}': marking the replaced rows of '{}'; nothing of this update was committed",
@@ -533,26 +555,6 @@ pub(crate) async fn remove_all(table: &deltalake_core::DeltaTable) -> Result<Vec
         .into_iter()
         .map(|v| Action::Remove(v.remove_action(true)))
         .collect())
-}
-
-/// The data files of `table`'s loaded version.
-pub(crate) async fn data_files(table: &deltalake_core::DeltaTable) -> Result<Vec<LogicalFileView>> {
-    let snapshot = table.snapshot().map_err(delta_err)?;
-    snapshot
-        .snapshot()
-        .file_views(table.log_store().as_ref(), None)
-        .try_collect()
-        .await
-        .map_err(delta_err)
-}
-
-/// The key bucket of a data file (`None`: not partitioned by bucket).
-pub(crate) fn bucket_of(view: &LogicalFileView) -> Option<i32> {
-    view.partition_values_map()
-        .get(BUCKET_COL)
-        .cloned()
-        .flatten()
-        .and_then(|b| b.parse::<i32>().ok())
 }
 
 /// How an update's change data feed reaches its readers.
