@@ -27,26 +27,26 @@ use crate::table::{ScdTable, TableName};
 
 use super::CdcSession;
 
-/// Whether explaining an update may run its snapshot flow's version query.
+/// Whether explaining an update runs its snapshot flow's version query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Planning {
+pub(super) enum VersionQuery {
     /// Run it (`EXPLAIN ANALYZE`: the update runs).
-    Adaptive,
+    Run,
     /// Read no data (`EXPLAIN` without `ANALYZE`): the version query is
     /// planned, not run, and the snapshot planned at a NULL version.
-    ReadNothing,
+    PlanOnly,
 }
 
 impl CdcSession {
     /// The update plan of a flow's next run (its next snapshot, for snapshot
-    /// flows). With [`Planning::ReadNothing`] no data is read: a versioned
+    /// flows). With [`VersionQuery::PlanOnly`] no data is read: a versioned
     /// snapshot flow's version query is planned, not run, and the snapshot
     /// planned at a NULL version of its type.
     pub(super) async fn plan_flow_for_explain(
         &self,
         table: &Arc<ScdTable>,
         flow: &FlowSpec,
-        planning: Planning,
+        version_query: VersionQuery,
     ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let now = self.clock.now();
@@ -72,9 +72,9 @@ impl CdcSession {
             (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
             _ => None,
         };
-        let next = match (planning, &flow.source) {
+        let next = match (version_query, &flow.source) {
             (
-                Planning::ReadNothing,
+                VersionQuery::PlanOnly,
                 FlowSource::Snapshot {
                     query,
                     version_query: Some(version_query),
@@ -144,12 +144,12 @@ impl CdcSession {
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
             // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
-            let planning = if analyze {
-                Planning::Adaptive
+            let version_query = if analyze {
+                VersionQuery::Run
             } else {
-                Planning::ReadNothing
+                VersionQuery::PlanOnly
             };
-            let plan = self.plan_flow_for_explain(&table, &flow, planning).await?;
+            let plan = self.plan_flow_for_explain(&table, &flow, version_query).await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain_option_format(
                     ExplainOption::default()
@@ -217,7 +217,7 @@ impl CdcSession {
         let mut plans = Vec::new();
         for flow in Self::flows_to_run(&table, false) {
             let plan = self
-                .plan_flow_for_explain(&table, &flow, Planning::ReadNothing)
+                .plan_flow_for_explain(&table, &flow, VersionQuery::PlanOnly)
                 .await?;
             plans.push((flow.name.clone(), state.create_physical_plan(&plan).await?));
         }

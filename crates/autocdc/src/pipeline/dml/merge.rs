@@ -11,6 +11,13 @@
 //!  tombstones at their sequence, I rows live at their tombstone's sequence
 //!  (or the least); pre/post images, deletes and inserts in the change feed
 //! ```
+//!
+//! On SCD 1 targets, when the keys of U ∪ D ∪ I are at most the
+//! deletion-vector budget, their stored rows are found by key (the key
+//! columns of their buckets' files probed, the rows read by position) and
+//! the steps after the match read only those; the statement then writes the
+//! new rows of those keys and retires the found ones with deletion vectors,
+//! so its cost follows the keys, not the table.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,8 +37,8 @@ use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use super::history::{History, DROP_COL};
 use super::rows_exec::{Prepare, Statement};
 use super::{
-    column, counted, file_columns, key_positions, keyed_flow, raw_plan, statement_plan, NewRows,
-    Replacing, StatementRows,
+    column, counted, file_columns, find_keys, key_positions, keyed_flow, raw_plan, statement_plan,
+    InsertedRows, NewRows, Replacing, StatementRows,
 };
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
@@ -42,6 +49,7 @@ use crate::spec::ScdType;
 use crate::sql::{MergeAction, MergeStatement};
 use crate::table::commit::EditKind;
 use crate::table::event::Operation;
+use crate::table::superseded::Superseded;
 use crate::table::ScdTable;
 
 /// The plan of `merge` on `table` (its clauses matched to the source rows
@@ -402,6 +410,49 @@ pub async fn merge(
     }
 }
 
+/// The stored rows (live rows and tombstones) of the keys `affected` (its
+/// columns `key_names`, the table's `keys`) when there are at most `budget`
+/// of them, found by key and read: what they are found as, and the rows.
+async fn found_rows(
+    state: &SessionState,
+    table: &ScdTable,
+    affected: &LogicalPlan,
+    keys: &[String],
+    key_names: &[String],
+    budget: usize,
+) -> Result<Option<(Arc<Superseded>, InsertedRows)>> {
+    let plan = LogicalPlanBuilder::from(affected.clone())
+        .project(
+            key_names
+                .iter()
+                .zip(keys)
+                .map(|(n, k)| column(n).alias(k))
+                .collect::<Vec<_>>(),
+        )?
+        .distinct()?
+        .limit(0, Some(budget + 1))?
+        .build()?;
+    let batches = collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
+    let count: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if count == 0 || count > budget {
+        return Ok(None);
+    }
+    let found = find_keys(table, state, batches).await?;
+    let provider = found.provider(
+        &table.delta().object_store(),
+        table.raw_provider().schema(),
+        state.config().target_partitions(),
+    )?;
+    let plan = LogicalPlanBuilder::scan(
+        table.name().table.clone(),
+        provider_as_source(provider),
+        None,
+    )?
+    .build()?;
+    let rows = InsertedRows::collect(state.create_physical_plan(&plan).await?, state).await?;
+    Ok(Some((Arc::new(found), rows)))
+}
+
 /// A MERGE's actions as tables: updated target rows (identity, and per
 /// value column `__has{i}` / `__set{i}`), deleted ones (identity), inserted
 /// rows (`__v_<column>`).
@@ -525,9 +576,40 @@ async fn apply_scd1(
         values,
     } = actions;
 
+    let affected_keys = LogicalPlanBuilder::from(deleted_table.clone())
+        .union(
+            LogicalPlanBuilder::from(updated_table.clone())
+                .project(key_names.iter().map(|k| column(k)).collect::<Vec<_>>())?
+                .build()?,
+        )?
+        .union(
+            LogicalPlanBuilder::from(inserted_table.clone())
+                .project(
+                    inserted_keys_cols
+                        .iter()
+                        .zip(&key_names)
+                        .map(|(c, k)| column(c).alias(k))
+                        .collect::<Vec<_>>(),
+                )?
+                .build()?,
+        )?
+        .build()?;
+    // the stored rows of the statement's keys: when they are few, found by
+    // key (read by position, retired with deletion vectors); else the table
+    let found = match deletion_vector_budget(state, &table).await? {
+        Some(budget) => found_rows(state, &table, &affected_keys, &keys, &key_names, budget).await?,
+        None => None,
+    };
+    let stored = || -> Result<LogicalPlanBuilder> {
+        match &found {
+            Some((_, rows)) => rows.scan(),
+            None => raw_plan(&table),
+        }
+    };
+
     // 4. inserted keys must not be live
     let live = || -> Result<LogicalPlanBuilder> {
-        raw_plan(&table)?.filter(column(KIND_COL).eq(lit(Kind::Upsert as i8)))
+        stored()?.filter(column(KIND_COL).eq(lit(Kind::Upsert as i8)))
     };
     let clash = LogicalPlanBuilder::from(inserted_table.clone())
         .join(
@@ -555,24 +637,6 @@ async fn apply_scd1(
     let new = NewRows::new(&table, state, refuse)?;
     let now = new.now.clone();
     let all = || columns.iter().map(|c| column(c)).collect::<Vec<_>>();
-    let affected_keys = LogicalPlanBuilder::from(deleted_table.clone())
-        .union(
-            LogicalPlanBuilder::from(updated_table.clone())
-                .project(key_names.iter().map(|k| column(k)).collect::<Vec<_>>())?
-                .build()?,
-        )?
-        .union(
-            LogicalPlanBuilder::from(inserted_table.clone())
-                .project(
-                    inserted_keys_cols
-                        .iter()
-                        .zip(&key_names)
-                        .map(|(c, k)| column(c).alias(k))
-                        .collect::<Vec<_>>(),
-                )?
-                .build()?,
-        )?
-        .build()?;
     let kept = raw_plan(&table)?
         .join(
             affected_keys,
@@ -626,7 +690,7 @@ async fn apply_scd1(
             .project(projection)?
             .build()
     };
-    let tombstones = raw_plan(&table)?
+    let tombstones = stored()?
         .filter(column(KIND_COL).eq(lit(Kind::Delete as i8)))?
         .project(
             keys.iter()
@@ -667,9 +731,12 @@ async fn apply_scd1(
         .union(inserted_rows(CHANGE_INSERT)?)?
         .build()?;
     let rows = StatementRows { changed, kept };
-    let replacing = deletion_vector_budget(state, &table)
-        .await?
-        .map_or(Replacing::Rewrite, Replacing::UpTo);
+    let replacing = match found {
+        Some((found, _)) => Replacing::Found(found),
+        None => deletion_vector_budget(state, &table)
+            .await?
+            .map_or(Replacing::Rewrite, Replacing::UpTo),
+    };
     Ok(Statement {
         rows,
         replacing,
