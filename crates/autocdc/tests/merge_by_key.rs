@@ -34,7 +34,11 @@ async fn run(deletion_vectors: bool) -> (Vec<String>, String) {
          CASE WHEN value % 50 = 0 THEN 'D' ELSE 'U' END AS op FROM range(1, 201)",
     )
     .await;
-    exec(&s, "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4')").await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '4')",
+    )
+    .await;
     exec(
         &s,
         "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) \

@@ -149,7 +149,9 @@ impl CdcSession {
             } else {
                 VersionQuery::PlanOnly
             };
-            let plan = self.plan_flow_for_explain(&table, &flow, version_query).await?;
+            let plan = self
+                .plan_flow_for_explain(&table, &flow, version_query)
+                .await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain_option_format(
                     ExplainOption::default()

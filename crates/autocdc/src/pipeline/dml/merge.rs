@@ -25,14 +25,18 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::TableReference;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::session_state::SessionState;
 use datafusion::functions::expr_fn::coalesce;
+use datafusion::logical_expr::cast;
 use datafusion::logical_expr::{col, lit, when, Expr, JoinType, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
-use datafusion::sql::sqlparser::ast::Ident;
+use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr as SqlExpr, Ident};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
+use datafusion::sql::sqlparser::parser::Parser;
 
 use super::history::{History, DROP_COL};
 use super::rows_exec::{Prepare, Statement};
@@ -180,7 +184,14 @@ pub async fn merge(
         merge.source,
         merge.on
     );
-    let plan = state.create_logical_plan(&sql).await?;
+    let mut plan = state.create_logical_plan(&sql).await?;
+    // (SCD 1: matched against the stored rows of the source's keys only,
+    // when the ON clause equates every key with the source and they are few)
+    if history.is_none() {
+        if let Some(rows) = source_key_rows(state, &table, merge, &keys, &user).await? {
+            plan = with_target_rows(plan, &table, rows)?;
+        }
+    }
     let rows = collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
 
     // 2. the updates, deletes and inserts, by key
@@ -410,6 +421,162 @@ pub async fn merge(
     }
 }
 
+/// The source expressions `on` equates with each of `keys` of the target
+/// (named `alias`): `alias.key = e` conjuncts where `e` does not name the
+/// target. `None` unless every key has one.
+fn key_equalities(on: &str, dialect: &str, alias: &str, keys: &[String]) -> Option<Vec<String>> {
+    fn conjuncts(expr: SqlExpr, out: &mut Vec<SqlExpr>) {
+        match expr {
+            SqlExpr::BinaryOp {
+                left,
+                op: BinaryOperator::And,
+                right,
+            } => {
+                conjuncts(*left, out);
+                conjuncts(*right, out);
+            }
+            SqlExpr::Nested(inner) => conjuncts(*inner, out),
+            other => out.push(other),
+        }
+    }
+    let dialect = dialect_from_str(dialect)?;
+    let expr = Parser::new(dialect.as_ref())
+        .try_with_sql(on)
+        .ok()?
+        .parse_expr()
+        .ok()?;
+    let mut all = Vec::new();
+    conjuncts(expr, &mut all);
+    let target = format!("{}.", alias.to_lowercase());
+    let mut found: Vec<Option<String>> = vec![None; keys.len()];
+    for conjunct in all {
+        let SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } = conjunct
+        else {
+            continue;
+        };
+        for (side, other) in [(&left, &right), (&right, &left)] {
+            let SqlExpr::CompoundIdentifier(parts) = side.as_ref() else {
+                continue;
+            };
+            let [table, column] = parts.as_slice() else {
+                continue;
+            };
+            let key = keys
+                .iter()
+                .position(|k| k.eq_ignore_ascii_case(&column.value));
+            let names_target = other.to_string().to_lowercase().contains(&target);
+            if let (true, Some(k), false) =
+                (table.value.eq_ignore_ascii_case(alias), key, names_target)
+            {
+                found[k] = Some(other.to_string());
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// The live rows (user columns) of the keys that the source of `merge`
+/// can match, found by key: when its ON clause equates every key of the
+/// target with the source ([`key_equalities`]) and the source's values are
+/// at most the deletion-vector budget. `None` otherwise (and when the
+/// source's values cannot be read as keys: the whole target is matched,
+/// and reports what is wrong).
+async fn source_key_rows(
+    state: &SessionState,
+    table: &ScdTable,
+    merge: &MergeStatement,
+    keys: &[String],
+    user: &SchemaRef,
+) -> Result<Option<LogicalPlan>> {
+    let Some(budget) = deletion_vector_budget(state, table).await? else {
+        return Ok(None);
+    };
+    let Some(exprs) = key_equalities(&merge.on, &merge.dialect, &merge.target_alias, keys) else {
+        return Ok(None);
+    };
+    let sql = format!(
+        "SELECT DISTINCT {} FROM {} LIMIT {}",
+        exprs
+            .iter()
+            .enumerate()
+            .map(|(i, e)| format!("({e}) AS __k{i}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        merge.source,
+        budget + 1
+    );
+    let batches = match state.create_logical_plan(&sql).await {
+        Ok(plan) => match state.create_physical_plan(&plan).await {
+            Ok(physical) => collect(physical, state.task_ctx()).await.ok(),
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
+    let Some(batches) = batches else {
+        return Ok(None);
+    };
+    let count: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if count == 0 || count > budget {
+        return Ok(None);
+    }
+    // as the target's key columns
+    let fields: Vec<Field> = keys
+        .iter()
+        .map(|k| Ok(user.field_with_name(k)?.clone().with_nullable(true)))
+        .collect::<Result<_>>()?;
+    let schema = Arc::new(Schema::new(fields));
+    let mut typed = Vec::with_capacity(batches.len());
+    for batch in &batches {
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+            .collect::<std::result::Result<Vec<_>, _>>();
+        match columns {
+            Ok(columns) => typed.push(RecordBatch::try_new(Arc::clone(&schema), columns)?),
+            Err(_) => return Ok(None),
+        }
+    }
+    let found = find_keys(table, state, typed).await?;
+    let provider = found.provider(
+        &table.delta().object_store(),
+        table.raw_provider().schema(),
+        state.config().target_partitions(),
+    )?;
+    let plan = LogicalPlanBuilder::scan("__cdc_merge_target", provider_as_source(provider), None)?
+        .filter(column(KIND_COL).eq(lit(Kind::Upsert as i8)))?
+        .build()?;
+    Ok(Some(plan))
+}
+
+/// `plan` (a MERGE's match) with its scan of `table` replaced by `rows`
+/// (stored rows of the target, read as the scan's columns).
+fn with_target_rows(plan: LogicalPlan, table: &ScdTable, rows: LogicalPlan) -> Result<LogicalPlan> {
+    let target = TableReference::partial(table.name().schema.as_str(), table.name().table.as_str());
+    plan.transform_up(|node| match node {
+        LogicalPlan::TableScan(scan) if scan.table_name == target => {
+            let columns = scan
+                .projected_schema
+                .fields()
+                .iter()
+                .map(|f| cast(column(f.name()), f.data_type().clone()).alias(f.name()))
+                .collect::<Vec<_>>();
+            let replaced = LogicalPlanBuilder::from(rows.clone())
+                .project(columns)?
+                .alias(scan.table_name.clone())?
+                .build()?;
+            Ok(Transformed::yes(replaced))
+        }
+        other => Ok(Transformed::yes(other.recompute_schema()?)),
+    })
+    .map(|t| t.data)
+}
+
 /// The stored rows (live rows and tombstones) of the keys `affected` (its
 /// columns `key_names`, the table's `keys`) when there are at most `budget`
 /// of them, found by key and read: what they are found as, and the rows.
@@ -597,7 +764,9 @@ async fn apply_scd1(
     // the stored rows of the statement's keys: when they are few, found by
     // key (read by position, retired with deletion vectors); else the table
     let found = match deletion_vector_budget(state, &table).await? {
-        Some(budget) => found_rows(state, &table, &affected_keys, &keys, &key_names, budget).await?,
+        Some(budget) => {
+            found_rows(state, &table, &affected_keys, &keys, &key_names, budget).await?
+        }
         None => None,
     };
     let stored = || -> Result<LogicalPlanBuilder> {
@@ -743,4 +912,33 @@ async fn apply_scd1(
         upserted,
         deleted,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_equalities;
+
+    fn keys(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn on_clauses_that_equate_every_key_with_the_source() {
+        let eq = |on: &str, k: &[&str]| key_equalities(on, "generic", "t", &keys(k));
+        assert_eq!(eq("t.id = s.id", &["id"]), Some(vec!["s.id".to_string()]));
+        assert_eq!(
+            eq("s.id + 1 = T.ID", &["id"]),
+            Some(vec!["s.id + 1".to_string()])
+        );
+        assert_eq!(
+            eq("(t.a = s.x AND s.flag) AND t.b = s.y", &["a", "b"]),
+            Some(vec!["s.x".to_string(), "s.y".to_string()])
+        );
+        // a key not equated, a disjunction, an equation with the target
+        assert_eq!(eq("t.a = s.x", &["a", "b"]), None);
+        assert_eq!(eq("t.id = s.id OR t.id = s.other", &["id"]), None);
+        assert_eq!(eq("t.id = t.other", &["id"]), None);
+        assert_eq!(eq("t.v = s.v", &["id"]), None);
+        assert_eq!(eq("not sql (", &["id"]), None);
+    }
 }
