@@ -107,6 +107,17 @@ pub enum UpdateSource {
     },
 }
 
+/// What an update is planned for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planning {
+    /// To run.
+    Run,
+    /// To be shown (`EXPLAIN` without `ANALYZE`): nothing is read. (A plan
+    /// for a cluster, fitted to its events when planned to run, is shown
+    /// reading and rewriting every bucket.)
+    Explain,
+}
+
 use crate::spec::sequence_groups;
 
 pub mod append;
@@ -247,7 +258,10 @@ pub(crate) fn check_expectations(
 /// `operation` is what the run is for the event log; the first run
 /// ([`Operation::CreateFlow`]) writes the flow definition into the table
 /// with it. Planning reads no data: what the update reads of the target is
-/// chosen by its operators when it runs ([`crate::table::stage`]).
+/// chosen by its operators when it runs ([`crate::table::stage`]); only a
+/// plan for a cluster (`autocdc.plain_parquet_reads`), which cannot carry
+/// those operators, is fitted to its events when it is planned to run
+/// (`planning`).
 pub async fn plan_update(
     state: &SessionState,
     table: Arc<ScdTable>,
@@ -255,6 +269,7 @@ pub async fn plan_update(
     operation: Operation,
     now: DateTime<Utc>,
     source: UpdateSource,
+    planning: Planning,
 ) -> Result<LogicalPlan> {
     let started = std::time::Instant::now();
     let register = operation == Operation::CreateFlow;
@@ -427,27 +442,28 @@ pub async fn plan_update(
     });
     // a target with stored rows folds only those its events need: the
     // update's stage reads the events once when it runs and chooses
-    let stage = match meta.sequence_type.is_some() {
-        true => {
-            let options = crate::config::autocdc_options(state.config());
-            Some(Arc::new(UpdateStage::new(StageConfig {
-                flow: flow.name.clone(),
-                table: Arc::clone(&table),
-                key_columns: resolved
-                    .layout
-                    .key_indices
-                    .iter()
-                    .map(|&i| resolved.layout.target_columns[i].clone())
-                    .collect(),
-                buckets: meta.buckets,
-                rewrite_all: widened,
-                deletion_vector_keys: deletion_vector_budget(state, &table).await?,
-                compaction_limit: options.deletion_vector_max_files_per_bucket,
-                probe_concurrency: state.config().target_partitions(),
-            })))
-        }
-        false => None,
-    };
+    let stage =
+        match meta.sequence_type.is_some() && !(plain_reads && planning == Planning::Explain) {
+            true => {
+                let options = crate::config::autocdc_options(state.config());
+                Some(Arc::new(UpdateStage::new(StageConfig {
+                    flow: flow.name.clone(),
+                    table: Arc::clone(&table),
+                    key_columns: resolved
+                        .layout
+                        .key_indices
+                        .iter()
+                        .map(|&i| resolved.layout.target_columns[i].clone())
+                        .collect(),
+                    buckets: meta.buckets,
+                    rewrite_all: widened,
+                    deletion_vector_keys: deletion_vector_budget(state, &table).await?,
+                    compaction_limit: options.deletion_vector_max_files_per_bucket,
+                    probe_concurrency: state.config().target_partitions(),
+                })))
+            }
+            false => None,
+        };
     let staged = |role: StagedRole, events: LogicalPlan| match &stage {
         Some(stage) => LogicalPlan::Extension(Extension {
             node: Arc::new(StagedEventsNode::new(Arc::clone(stage), role, events)),

@@ -10,7 +10,7 @@ use datafusion::prelude::DataFrame;
 
 use crate::pipeline::append::plan_append;
 use crate::pipeline::streams::check_append_sources;
-use crate::pipeline::{plan_update, UpdateSource};
+use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::shared_target::check_joins_target;
 use crate::spec::FlowSpec;
 use crate::table::commit::{Edit, EditKind, MetadataChange};
@@ -166,6 +166,7 @@ impl CdcSession {
                 Operation::flow_run(register),
                 self.clock.now(),
                 UpdateSource::Changes,
+                Planning::Run,
             )
             .await?
         };

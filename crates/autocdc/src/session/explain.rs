@@ -17,7 +17,7 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::DataFrame;
 
 use crate::pipeline::append::plan_append;
-use crate::pipeline::{plan_update, UpdateSource};
+use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
 use crate::sql::{CdcStatement, MergeStatement};
@@ -27,26 +27,16 @@ use crate::table::{ScdTable, TableName};
 
 use super::CdcSession;
 
-/// Whether explaining an update runs its snapshot flow's version query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum VersionQuery {
-    /// Run it (`EXPLAIN ANALYZE`: the update runs).
-    Run,
-    /// Read no data (`EXPLAIN` without `ANALYZE`): the version query is
-    /// planned, not run, and the snapshot planned at a NULL version.
-    PlanOnly,
-}
-
 impl CdcSession {
     /// The update plan of a flow's next run (its next snapshot, for snapshot
-    /// flows). With [`VersionQuery::PlanOnly`] no data is read: a versioned
+    /// flows). With [`Planning::Explain`] no data is read: a versioned
     /// snapshot flow's version query is planned, not run, and the snapshot
     /// planned at a NULL version of its type.
     pub(super) async fn plan_flow_for_explain(
         &self,
         table: &Arc<ScdTable>,
         flow: &FlowSpec,
-        version_query: VersionQuery,
+        planning: Planning,
     ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let now = self.clock.now();
@@ -61,6 +51,7 @@ impl CdcSession {
                 Operation::Refresh,
                 now,
                 UpdateSource::Changes,
+                planning,
             )
             .await;
         }
@@ -72,9 +63,9 @@ impl CdcSession {
             (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
             _ => None,
         };
-        let next = match (version_query, &flow.source) {
+        let next = match (planning, &flow.source) {
             (
-                VersionQuery::PlanOnly,
+                Planning::Explain,
                 FlowSource::Snapshot {
                     query,
                     version_query: Some(version_query),
@@ -111,6 +102,7 @@ impl CdcSession {
                 plan: Box::new(plan),
                 version,
             },
+            planning,
         )
         .await
     }
@@ -144,14 +136,12 @@ impl CdcSession {
         let mut batches = Vec::new();
         for flow in Self::flows_to_run(&table, full) {
             // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
-            let version_query = if analyze {
-                VersionQuery::Run
+            let planning = if analyze {
+                Planning::Run
             } else {
-                VersionQuery::PlanOnly
+                Planning::Explain
             };
-            let plan = self
-                .plan_flow_for_explain(&table, &flow, version_query)
-                .await?;
+            let plan = self.plan_flow_for_explain(&table, &flow, planning).await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain_option_format(
                     ExplainOption::default()
@@ -219,7 +209,7 @@ impl CdcSession {
         let mut plans = Vec::new();
         for flow in Self::flows_to_run(&table, false) {
             let plan = self
-                .plan_flow_for_explain(&table, &flow, VersionQuery::PlanOnly)
+                .plan_flow_for_explain(&table, &flow, Planning::Explain)
                 .await?;
             plans.push((flow.name.clone(), state.create_physical_plan(&plan).await?));
         }

@@ -13,7 +13,7 @@ use datafusion::prelude::DataFrame;
 
 use crate::functions::{SnapshotVersionFunction, CURRENT_SNAPSHOT_VERSION, LAST_SNAPSHOT_VERSION};
 use crate::physical::commit_exec::result_batch;
-use crate::pipeline::{plan_update, UpdateSource};
+use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::resolve::{plan_source, written_at_value};
 use crate::spec::FlowSource;
 use crate::spec::FlowSpec;
@@ -115,6 +115,7 @@ impl CdcSession {
                     plan: Box::new(plan),
                     version,
                 },
+                Planning::Run,
             )
             .await?;
             out.extend(

@@ -33,7 +33,7 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 
 use super::column;
 use crate::fold::columns::{END_AT_COL, START_AT_COL, SYSTEM_START_AT_COL};
-use crate::pipeline::{plan_update, UpdateSource};
+use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::{ColumnSelection, FlowSpec, ScdType, SequenceBy};
 use crate::table::event::Operation;
 use crate::table::ScdTable;
@@ -269,6 +269,7 @@ impl History {
             operation,
             crate::clock::now(state.config()),
             UpdateSource::Dml(Box::new(events)),
+            Planning::Run,
         )
         .await?;
         state.create_physical_plan(&plan).await
