@@ -2,7 +2,9 @@
 //! runs: the lines of `EXPLAIN ANALYZE REFRESH` less their metrics, for a
 //! small update (deletion vectors), a large one (touched buckets
 //! rewritten), one with a TRUNCATE (every bucket) and a snapshot flow. What
-//! each update chose shows in the metrics of the run (`TargetRowsExec`).
+//! each update chose shows in the metrics of the run (`TargetRowsExec`) and,
+//! once it ran, as the scan beneath `TargetRowsExec`, which the comparison
+//! leaves out.
 
 use std::sync::Arc;
 
@@ -54,15 +56,30 @@ async fn physical_plan(s: &CdcSession, sql: &str) -> String {
     plans.remove(0)
 }
 
-/// `plan` without its metrics.
+/// An analysed `plan` without its metrics and without what the operators
+/// that choose when they run show beneath them once they ran (the scan
+/// `TargetRowsExec` chose: lines indented deeper than it, up to the next
+/// line at its depth or above).
 fn without_metrics(plan: &str) -> String {
-    plan.lines()
-        .map(|line| match line.find(", metrics=[") {
+    let depth = |line: &str| line.len() - line.trim_start().len();
+    let mut kept = Vec::new();
+    let mut chosen_below: Option<usize> = None;
+    for line in plan.lines() {
+        if let Some(d) = chosen_below {
+            if depth(line) > d {
+                continue;
+            }
+            chosen_below = None;
+        }
+        if line.trim_start().starts_with("TargetRowsExec") {
+            chosen_below = Some(depth(line));
+        }
+        kept.push(match line.find(", metrics=[") {
             Some(at) => &line[..at],
             None => line,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+        });
+    }
+    kept.join("\n")
 }
 
 /// The value of `metric` on the line of `operator` in an analysed plan.
@@ -91,6 +108,11 @@ async fn explained_then_run(s: &CdcSession, case: &str) -> String {
         explained.trim_end(),
         without_metrics(&analysed).trim_end(),
         "{case}: EXPLAIN printed another plan than the one REFRESH ran"
+    );
+    // (what TargetRowsExec chose shows beneath it once it ran)
+    assert!(
+        analysed.contains("StoredRowsExec") || analysed.contains("DeltaScanExec"),
+        "{case}: no chosen scan in\n{analysed}"
     );
     for op in [
         "StagedEventsExec",

@@ -8,7 +8,9 @@
 //! the update's keys plus the buckets it compacts — with the projection and
 //! filters pushed into it. Bucket filters prune whole files (the bucket is
 //! the state store's partition column). Its metrics: `touched_buckets`
-//! (0 when all are read), `superseded_rows`, `compacted_buckets`, `read_all`.
+//! (0 when all are read), `superseded_rows`, `compacted_buckets`, `read_all`;
+//! once it ran, the scan it chose is its child (`EXPLAIN ANALYZE` shows it
+//! beneath it, with its metrics; `EXPLAIN` shows no child).
 
 use std::fmt;
 use std::sync::Arc;
@@ -202,8 +204,10 @@ impl ExecutionPlan for TargetRowsExec {
         &self.properties
     }
 
+    /// None when planned; once it ran, the scan it chose (so that `EXPLAIN
+    /// ANALYZE` shows what it read, with its metrics).
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
+        self.scan.get().into_iter().collect()
     }
 
     fn apply_expressions(
@@ -217,11 +221,12 @@ impl ExecutionPlan for TargetRowsExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.is_empty() {
+        // (its only child is the scan it chose, which it keeps)
+        if children.len() == self.children().len() {
             Ok(self)
         } else {
             Err(DataFusionError::Internal(
-                "TargetRowsExec has no children".into(),
+                "TargetRowsExec takes no children".into(),
             ))
         }
     }

@@ -41,8 +41,8 @@ use datafusion::sql::sqlparser::parser::Parser;
 use super::history::{History, DROP_COL};
 use super::rows_exec::{Prepare, Statement};
 use super::{
-    column, counted, file_columns, find_keys, key_positions, keyed_flow, raw_plan, statement_plan,
-    InsertedRows, NewRows, Replacing, StatementRows,
+    column, counted, file_columns, find_keys, found_scan, key_positions, keyed_flow, raw_plan,
+    read_found, statement_plan, InsertedRows, NewRows, Replacing, StatementRows,
 };
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
@@ -543,12 +543,7 @@ async fn source_key_rows(
         }
     }
     let found = find_keys(table, state, typed).await?;
-    let provider = found.provider(
-        &table.delta().object_store(),
-        table.raw_provider().schema(),
-        state.config().target_partitions(),
-    )?;
-    let plan = LogicalPlanBuilder::scan("__cdc_merge_target", provider_as_source(provider), None)?
+    let plan = found_scan(table, state, &found)?
         .filter(column(KIND_COL).eq(lit(Kind::Upsert as i8)))?
         .build()?;
     Ok(Some(plan))
@@ -605,18 +600,7 @@ async fn found_rows(
         return Ok(None);
     }
     let found = find_keys(table, state, batches).await?;
-    let provider = found.provider(
-        &table.delta().object_store(),
-        table.raw_provider().schema(),
-        state.config().target_partitions(),
-    )?;
-    let plan = LogicalPlanBuilder::scan(
-        table.name().table.clone(),
-        provider_as_source(provider),
-        None,
-    )?
-    .build()?;
-    let rows = InsertedRows::collect(state.create_physical_plan(&plan).await?, state).await?;
+    let rows = read_found(table, state, &found).await?;
     Ok(Some((Arc::new(found), rows)))
 }
 

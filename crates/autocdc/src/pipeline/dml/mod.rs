@@ -375,19 +375,7 @@ async fn rewrite_rows(
         Some(found) => {
             // (read once, by position: the new rows and every change image
             // are projections of them)
-            let provider = found.provider(
-                &table.delta().object_store(),
-                table.raw_provider().schema(),
-                state.config().target_partitions(),
-            )?;
-            let plan = LogicalPlanBuilder::scan(
-                table.name().table.clone(),
-                provider_as_source(provider),
-                None,
-            )?
-            .build()?;
-            let rows =
-                InsertedRows::collect(state.create_physical_plan(&plan).await?, &state).await?;
+            let rows = read_found(&table, &state, &found).await?;
             let hits = count(&state, rows.scan()?.filter(hit.clone())?.build()?).await?;
             (hits, Replacing::Found(Arc::new(found)), Some(rows))
         }
@@ -500,6 +488,34 @@ async fn find_keys(
     };
     let keys = Arc::new(KeySet::try_new(names, &keys)?);
     find_superseded(state, table, keys, &touched).await
+}
+
+/// The stored rows `found` located, as a scan reading them by position.
+fn found_scan(
+    table: &ScdTable,
+    state: &SessionState,
+    found: &Superseded,
+) -> Result<LogicalPlanBuilder> {
+    let provider = found.provider(
+        &table.delta().object_store(),
+        table.raw_provider().schema(),
+        state.config().target_partitions(),
+    )?;
+    LogicalPlanBuilder::scan(
+        table.name().table.clone(),
+        provider_as_source(provider),
+        None,
+    )
+}
+
+/// The stored rows `found` located, read (by position) into memory.
+async fn read_found(
+    table: &ScdTable,
+    state: &SessionState,
+    found: &Superseded,
+) -> Result<InsertedRows> {
+    let plan = found_scan(table, state, found)?.build()?;
+    InsertedRows::collect(state.create_physical_plan(&plan).await?, state).await
 }
 
 /// The values the key of `table` takes in the rows `filters` can match,
