@@ -188,6 +188,17 @@ pub struct KeySet {
 impl KeySet {
     /// The keys of `batches`, whose columns are the key columns `names`.
     pub fn try_new(names: Vec<String>, batches: &[RecordBatch]) -> Result<Self> {
+        Self::at_most(names, batches, usize::MAX)?
+            .ok_or_else(|| DataFusionError::Internal("a key set over no limit".into()))
+    }
+
+    /// The keys of `batches` (as [`Self::try_new`]), or `None` as soon as
+    /// they are more than `max` (the rest is not read).
+    pub fn at_most(
+        names: Vec<String>,
+        batches: &[RecordBatch],
+        max: usize,
+    ) -> Result<Option<Self>> {
         let first = batches
             .first()
             .ok_or_else(|| DataFusionError::Internal("a key set needs a schema".into()))?;
@@ -199,10 +210,13 @@ impl KeySet {
         for batch in batches {
             let rows = converter.convert_columns(batch.columns())?;
             keys.extend(rows.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
+            if keys.len() > max {
+                return Ok(None);
+            }
             hashes.extend(hash_rows(batch.columns(), &hash_state, &mut buffer)?.iter());
         }
         let values = KeyValues::try_new(batches, keys.len())?;
-        Ok(Self {
+        Ok(Some(Self {
             converter,
             keys,
             hashes,
@@ -210,7 +224,7 @@ impl KeySet {
             names,
             schema,
             values,
-        })
+        }))
     }
 
     /// Number of distinct keys.
@@ -432,6 +446,24 @@ mod tests {
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use object_store::memory::InMemory;
+
+    #[test]
+    fn key_sets_are_counted_up_to_their_limit() -> Result<()> {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let batch = |ids: Vec<i64>| {
+            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from(ids))])
+        };
+        // 3 distinct keys over two batches (a repeat within and across)
+        let batches = [batch(vec![1, 2, 2])?, batch(vec![2, 3])?];
+        let names = || vec!["id".to_string()];
+        assert_eq!(
+            KeySet::at_most(names(), &batches, 3)?.map(|k| k.len()),
+            Some(3)
+        );
+        assert!(KeySet::at_most(names(), &batches, 2)?.is_none());
+        assert_eq!(KeySet::try_new(names(), &batches)?.len(), 3);
+        Ok(())
+    }
 
     #[tokio::test]
     async fn vectors_round_trip_through_one_file() -> Result<()> {

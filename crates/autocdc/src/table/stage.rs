@@ -276,10 +276,11 @@ impl UpdateStage {
         if key_batches.is_empty() {
             return Ok(buckets_only(touched));
         }
-        let keys = KeySet::try_new(self.config.key_columns.clone(), &key_batches)?;
-        if keys.is_empty() || keys.len() > max_keys {
-            return Ok(buckets_only(touched));
-        }
+        // (counted up to the budget: past it, the set is not built whole)
+        let keys = match KeySet::at_most(self.config.key_columns.clone(), &key_batches, max_keys)? {
+            Some(keys) if !keys.is_empty() => keys,
+            _ => return Ok(buckets_only(touched)),
+        };
         let table = &self.config.table;
         let compacted = buckets_to_compact(table, &touched, self.config.compaction_limit).await?;
         let probed: Vec<i32> = touched
