@@ -107,9 +107,9 @@ impl fmt::Debug for UpdateStage {
 pub struct Staged {
     /// The stored rows the update replaces.
     pub replacement: Replacement,
-    /// Rows and bytes pulled.
+    /// Rows pulled (a large update: before going over the budget).
     pub rows: usize,
-    /// Bytes held (Small) or pulled before going over the budget (Large).
+    /// Bytes pulled (a large update: before going over the budget).
     pub bytes: usize,
     events: StagedEvents,
 }
