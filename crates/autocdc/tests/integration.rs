@@ -295,6 +295,81 @@ async fn both_partitions_fall_back_within_a_bounded_pool() {
     }
 }
 
+/// SCD 2 (and every fold but plain SCD 1) orders its events through a
+/// sorted index (`fold=index-sorted`) instead of DataFusion's sort; when the
+/// pool refuses it, each partition hands its events to the spilling sort.
+/// The three ways give the same history, late events included.
+#[tokio::test]
+async fn scd2_history_is_the_same_index_sorted_sorted_or_fallen_back() {
+    let mut histories = Vec::new();
+    for mode in ["index-sorted", "fall back", "sorted"] {
+        let config = datafusion::prelude::SessionConfig::new()
+            .with_target_partitions(2)
+            .with_batch_size(1000);
+        let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
+            .await
+            .unwrap();
+        match mode {
+            "fall back" => exec(&s, "SET autocdc.indexed_fold_max_bytes = 1").await,
+            "sorted" => exec(&s, "SET autocdc.indexed_fold = false").await,
+            _ => {}
+        }
+        // 20 k events over 5 k keys, sequences descending per key, values
+        // repeating (absorbed upserts) and every 7th event a delete
+        exec(
+            &s,
+            "CREATE TABLE src AS SELECT CAST(value % 5000 AS VARCHAR) AS id, \
+             4 - value / 5000 AS seq, CAST((value / 10000) AS VARCHAR) AS v, \
+             CASE WHEN value % 7 = 0 THEN 'D' ELSE 'U' END AS op \
+             FROM generate_series(0, 19999)",
+        )
+        .await;
+        exec(&s, "CREATE STREAMING TABLE t").await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' \
+             SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 2",
+        )
+        .await;
+        exec(&s, "REFRESH STREAMING TABLE t").await;
+        // late and new events of a few keys
+        exec(
+            &s,
+            "INSERT INTO src VALUES ('7', 0, 'late', 'U'), ('8', 9, 'new', 'U'), \
+             ('9', 5, 'gone', 'D'), ('x', 1, 'fresh', 'U')",
+        )
+        .await;
+        let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+            .await
+            .join("\n");
+        let fold = analyzed
+            .lines()
+            .find(|l| l.contains("AutoCdcExec"))
+            .expect(&analyzed);
+        let expected = match mode {
+            "sorted" => "fold=sorted",
+            _ => "fold=index-sorted",
+        };
+        assert!(fold.contains(expected), "{mode}: {fold}");
+        let fallbacks = if mode == "fall back" { 2 } else { 0 };
+        assert!(
+            fold.contains(&format!("num_sort_fallbacks={fallbacks},")),
+            "{mode}: {fold}"
+        );
+        assert_eq!(analyzed.contains("SortExec"), mode == "sorted", "{mode}");
+        histories.push(
+            rows(
+                &s,
+                "SELECT id, v, seq, __START_AT, __END_AT FROM t ORDER BY id, __START_AT",
+            )
+            .await,
+        );
+    }
+    assert!(histories[0].len() > 10_000, "{}", histories[0].len());
+    assert_eq!(histories[0], histories[1], "fall back");
+    assert_eq!(histories[0], histories[2], "sorted");
+}
+
 /// A failed first run leaves no flow behind and the target unchanged.
 /// When the memory pool refuses the indexed SCD 1 fold, the partition falls
 /// back to DataFusion's spilling sort with the events it already holds: same

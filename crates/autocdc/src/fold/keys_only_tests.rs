@@ -194,7 +194,10 @@ fn scd1_indexed_keys_only() {
     let input = events(&layout, &feed());
     let mut spec = spec(ScdType::Type1, layout, None);
     spec.indexed_fold = true;
-    assert!(spec.uses_indexed_fold(&input.schema()));
+    assert_eq!(
+        spec.engine(&input.schema()),
+        crate::fold::FoldEngine::Indexed
+    );
     let mut kernel = spec.indexed_kernel(&input.schema()).expect("kernel");
     kernel.push(&input).expect("push");
     kernel.finish().expect("finish");

@@ -10,6 +10,8 @@ pub mod columns;
 pub mod count;
 pub mod emits;
 pub mod errors;
+pub mod event_index;
+pub mod index_sorted;
 pub mod kernel;
 pub mod partial;
 pub mod per_column;
@@ -21,6 +23,7 @@ pub mod snapshot_diff;
 pub mod snapshot_diff_indexed;
 
 pub use columns::{EventLayout, Kind};
+pub use index_sorted::IndexSortedFold;
 pub use kernel::FoldKernel;
 pub use partial::PartialUpdates;
 pub use scd1::{FoldCounts, Scd1Fold};
@@ -53,6 +56,34 @@ impl std::fmt::Display for ScdType {
     }
 }
 
+/// How one partition orders and folds its events.
+///
+/// | engine        | applies to                                                        | events sorted by |
+/// |---------------|-------------------------------------------------------------------|------------------|
+/// | `Indexed`     | SCD 1 without partial updates; fixed-width sequence               | nothing: the [`IndexedScd1Fold`] folds its index |
+/// | `IndexSorted` | every other fold; fixed-width sequence                            | an [`IndexSortedFold`] (a sorted index, then one gather) |
+/// | `Sorted`      | wider sequences, or `autocdc.indexed_fold = false`                | DataFusion's sort below the operator |
+///
+/// The first two hold their partition's events in memory and fall back to
+/// the third when the memory pool refuses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoldEngine {
+    Indexed,
+    IndexSorted,
+    Sorted,
+}
+
+impl FoldEngine {
+    /// Name shown in `EXPLAIN` (`fold=…`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Indexed => "indexed",
+            Self::IndexSorted => "index-sorted",
+            Self::Sorted => "sorted",
+        }
+    }
+}
+
 /// What an `AutoCdc` operator folds: shared by the logical node, the exec
 /// and the kernels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Serialize, Deserialize)]
@@ -70,8 +101,8 @@ pub struct FoldSpec {
     pub new_wins_ties: bool,
     /// `IGNORE NULL UPDATES` / `COLUMNS TO UPDATE`.
     pub partial: Option<PartialUpdates>,
-    /// Fold with the [`IndexedScd1Fold`] where it applies (see
-    /// [`FoldSpec::uses_indexed_fold`]); otherwise over sorted events.
+    /// Fold without DataFusion sorting the events where the keys and the
+    /// sequence allow (see [`FoldSpec::engine`]).
     pub indexed_fold: bool,
     /// Bytes a partition's indexed fold may hold before it falls back to
     /// sorting (0: as many as the memory pool grants).
@@ -96,18 +127,21 @@ impl FoldSpec {
         }
     }
 
-    /// Whether events of `input` are folded by an [`IndexedScd1Fold`] (SCD 1
-    /// without partial updates, a fixed-width sequence) rather than
-    /// sorted by DataFusion and folded in order.
-    pub fn uses_indexed_fold(&self, input: &Schema) -> bool {
-        self.indexed_fold
-            && self.stored_as == ScdType::Type1
+    /// How events of `input` are ordered and folded (see [`FoldEngine`]).
+    pub fn engine(&self, input: &Schema) -> FoldEngine {
+        if !self.indexed_fold || !event_index::EventIndex::supports(&self.layout, input) {
+            FoldEngine::Sorted
+        } else if self.stored_as == ScdType::Type1
             && self.partial.is_none()
             && !self.layout.group_sequences
-            && IndexedScd1Fold::supports(&self.layout, input)
+        {
+            FoldEngine::Indexed
+        } else {
+            FoldEngine::IndexSorted
+        }
     }
 
-    /// An indexed fold for one partition (see [`Self::uses_indexed_fold`]).
+    /// An indexed SCD 1 fold for one partition ([`FoldEngine::Indexed`]).
     pub fn indexed_kernel(&self, input: &SchemaRef) -> Result<IndexedScd1Fold> {
         Ok(
             IndexedScd1Fold::try_new(&self.flow, self.layout.clone(), input, self.new_wins_ties)?

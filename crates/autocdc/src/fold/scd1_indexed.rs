@@ -6,12 +6,10 @@
 //! sorted runs and through the merge). When the sequence is fixed-width
 //! ([`IndexedScd1Fold::supports`]: integers, dates, timestamps, ... up to 16
 //! bytes in Arrow's row format), this kernel keeps the event batches where
-//! they are and sorts a compact index instead — one 48-byte entry per event
-//! holding the sequence as an order-preserving integer and the key either
-//! likewise (fixed-width keys up to 16 bytes) or as a 64-bit hash (other
-//! keys: strings, wide composites; the row-format keys are kept, and keys
-//! whose hashes collide are told apart and folded one by one) — then folds the
-//! index with the rules of the sorted fold and gathers only the rows it emits:
+//! they are and sorts a compact [`EventIndex`] instead (one 48-byte entry per
+//! event: the sequence and the key, or its hash, as order-preserving
+//! integers), then folds the index with the rules of the sorted fold and
+//! gathers only the rows it emits:
 //!
 //! ```text
 //!  push(batch)                 finish                   next_output
@@ -29,42 +27,23 @@
 //! and the rest of its input to a spilling sort and the sorted fold.
 
 use std::cmp::Ordering;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use arrow::array::{make_comparator, Array, ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::compute::interleave;
 use arrow::compute::SortOptions;
 use arrow::datatypes::{Int8Type, SchemaRef};
-use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{
-    scd1_output_schema, EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
+    scd1_output_schema, EventLayout, Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
     CHANGE_PREIMAGE,
 };
 use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
-use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
+use super::event_index::{EventIndex, IndexEntry};
+use super::rows::encoded;
 use super::FoldCounts;
-
-/// One event in the index: key and sequence as integers that order like
-/// their row-format bytes, then origin (stored first), kind and place.
-#[derive(Debug, Clone, Copy)]
-struct IndexEntry {
-    key: u128,
-    seq: u128,
-    origin: i8,
-    kind: i8,
-    batch: u32,
-    row: u32,
-}
-
-impl IndexEntry {
-    fn stored(&self) -> bool {
-        self.origin == Origin::Stored as i8
-    }
-}
 
 /// Indexed SCD 1 fold of one partition (see the module docs).
 pub struct IndexedScd1Fold {
@@ -74,15 +53,9 @@ pub struct IndexedScd1Fold {
     new_wins_ties: bool,
     /// Emit live rows only (see `FoldSpec::visible_only`).
     visible_only: bool,
-    key_converter: RowConverter,
-    seq_converter: RowConverter,
-    /// Row-format keys of each retained batch, when keys are hashed.
-    key_rows: Option<Vec<Rows>>,
-    /// Mask applied to key hashes (all bits; fewer in tests, to collide).
-    key_hash_mask: u64,
     batches: Vec<RecordBatch>,
     retained_bytes: usize,
-    index: Vec<IndexEntry>,
+    index: EventIndex,
     watermark: Option<u128>,
     watermark_value: Option<ArrayRef>,
     /// The greatest TRUNCATE of this update (see `Scd1Fold`).
@@ -110,28 +83,9 @@ impl std::fmt::Debug for IndexedScd1Fold {
 impl IndexedScd1Fold {
     /// Whether events of `input_schema` can be folded by this kernel: a
     /// fixed-width sequence of at most 16 bytes in row format (keys of any
-    /// orderable type).
+    /// orderable type; see [`EventIndex`]).
     pub fn supports(layout: &EventLayout, input_schema: &arrow::datatypes::Schema) -> bool {
-        let seq = encoded_width([input_schema.field(layout.seq()).data_type()]);
-        let keys: Vec<SortField> = layout
-            .key_indices
-            .iter()
-            .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
-            .collect();
-        seq.is_some_and(|w| w <= MAX_ENCODED_BYTES) && RowConverter::supports_fields(&keys)
-    }
-
-    /// Whether the keys fit an index entry as they are; otherwise the entry
-    /// holds a hash of the key and the row-format keys are kept to tell
-    /// colliding keys apart.
-    fn inline_keys(layout: &EventLayout, input_schema: &arrow::datatypes::Schema) -> bool {
-        encoded_width(
-            layout
-                .key_indices
-                .iter()
-                .map(|&i| input_schema.field(i).data_type()),
-        )
-        .is_some_and(|w| w <= MAX_ENCODED_BYTES)
+        EventIndex::supports(layout, input_schema)
     }
 
     /// Emit live rows only: no change rows or tombstones (a fold read as
@@ -149,24 +103,15 @@ impl IndexedScd1Fold {
         input_schema: &SchemaRef,
         new_wins_ties: bool,
     ) -> Result<Self> {
-        if !Self::supports(&layout, input_schema) {
-            return Err(DataFusionError::Internal(format!(
-                "flow '{flow}': keys or sequence too wide for the indexed fold"
-            )));
-        }
         Ok(Self {
             flow: flow.to_string(),
-            key_converter: row_converter(input_schema, &layout.key_indices)?,
-            seq_converter: row_converter(input_schema, &[layout.seq()])?,
+            index: EventIndex::try_new(flow, &layout, input_schema)?,
             output_schema: scd1_output_schema(&layout, input_schema)?,
-            key_rows: (!Self::inline_keys(&layout, input_schema)).then(Vec::new),
-            key_hash_mask: u64::MAX,
             layout,
             new_wins_ties,
             visible_only: false,
             batches: Vec::new(),
             retained_bytes: 0,
-            index: Vec::new(),
             watermark: None,
             watermark_value: None,
             truncated_through: None,
@@ -201,7 +146,8 @@ impl IndexedScd1Fold {
     fn raise_watermark(&mut self, sequences: &ArrayRef, truncating: bool) -> Result<()> {
         check_truncate_sequences(&self.flow, sequences.as_ref())?;
         let rows = self
-            .seq_converter
+            .index
+            .seq_converter()
             .convert_columns(std::slice::from_ref(sequences))?;
         for i in 0..rows.num_rows() {
             let seq = encoded(&rows, i);
@@ -224,7 +170,7 @@ impl IndexedScd1Fold {
     /// Bytes held: the retained batches and the index.
     pub fn memory_size(&self) -> usize {
         self.retained_bytes
-            + self.index.capacity() * std::mem::size_of::<IndexEntry>()
+            + self.index.memory_size()
             + self.emits.as_ref().map_or(0, EmitQueue::memory_size)
     }
 
@@ -241,55 +187,9 @@ impl IndexedScd1Fold {
             return Ok(());
         }
         check_event_nulls(&self.flow, &self.layout, batch)?;
-        let b = u32::try_from(self.batches.len()).map_err(|_| {
-            DataFusionError::ResourcesExhausted(format!(
-                "flow '{}': too many batches in one partition",
-                self.flow
-            ))
-        })?;
-        if u32::try_from(n).is_err() {
-            return Err(DataFusionError::ResourcesExhausted(format!(
-                "flow '{}': batch of {n} rows",
-                self.flow
-            )));
-        }
-        let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
-        let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
-        let origins = batch
-            .column(self.layout.origin())
-            .as_primitive::<Int8Type>()
-            .values();
-        let kinds = batch
-            .column(self.layout.kind())
-            .as_primitive::<Int8Type>()
-            .values();
-        self.index.reserve(n);
-        let mut new_events = 0;
-        let hashing = self.key_rows.is_some();
-        let hasher = datafusion::common::hash_utils::RandomState::default();
-        for (i, (&origin, &kind)) in origins.iter().zip(kinds.iter()).enumerate() {
-            new_events += usize::from(origin != Origin::Stored as i8);
-            let key = if hashing {
-                u128::from(hasher.hash_one(keys.row(i).as_ref()) & self.key_hash_mask)
-            } else {
-                encoded(&keys, i)
-            };
-            self.index.push(IndexEntry {
-                key,
-                seq: encoded(&seqs, i),
-                origin,
-                kind,
-                batch: b,
-                row: i as u32,
-            });
-        }
-        self.counts.input_rows += new_events;
+        self.counts.input_rows += self.index.push(batch, self.batches.len())?;
         self.retained_bytes += batch.get_array_memory_size();
         self.batches.push(batch.clone());
-        if let Some(key_rows) = &mut self.key_rows {
-            self.retained_bytes += keys.size();
-            key_rows.push(keys);
-        }
         Ok(())
     }
 
@@ -298,22 +198,16 @@ impl IndexedScd1Fold {
     /// output), and order the rows to emit by the batch they come from, so
     /// that [`Self::next_output`] gathers them a few batches at a time.
     pub fn finish(&mut self) -> Result<()> {
-        self.index
-            .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        self.index.sort();
         let (mut emits, mut checks) = (Vec::new(), Checks::default());
         let mut start = 0;
         while start < self.index.len() {
-            let key = self.index[start].key;
-            let end = start
-                + self.index[start..]
-                    .iter()
-                    .position(|e| e.key != key)
-                    .unwrap_or(self.index.len() - start);
-            self.fold_key_run(start, end, &mut emits, &mut checks)?;
+            let end = self.index.group_end(start);
+            self.fold_group(start, end, &mut emits, &mut checks)?;
             start = end;
         }
         // the index is no longer needed: free it before emitting
-        self.index = Vec::new();
+        self.index.clear();
         self.run_checks(checks, &mut emits)?;
         self.emits = Some(EmitQueue::new(emits, self.batches.len()));
         Ok(())
@@ -347,51 +241,6 @@ impl IndexedScd1Fold {
         )?))
     }
 
-    /// Fold the events `start..end` of the sorted index, which share their
-    /// index key: one key, or — hashed keys only — several whose hashes
-    /// collide, folded one by one after ordering the run by the keys.
-    fn fold_key_run(
-        &mut self,
-        start: usize,
-        end: usize,
-        emits: &mut Vec<Emit>,
-        checks: &mut Checks,
-    ) -> Result<()> {
-        let Some(key_rows) = &self.key_rows else {
-            return self.fold_group(start, end, emits, checks);
-        };
-        let key_of = |e: &IndexEntry| key_rows[e.batch as usize].row(e.row as usize);
-        let first = key_of(&self.index[start]);
-        if self.index[start + 1..end]
-            .iter()
-            .all(|e| key_of(e) == first)
-        {
-            return self.fold_group(start, end, emits, checks);
-        }
-        self.index[start..end].sort_unstable_by(|a, b| {
-            key_of(a)
-                .cmp(&key_of(b))
-                .then(a.seq.cmp(&b.seq))
-                .then(a.origin.cmp(&b.origin))
-        });
-        let mut groups = Vec::new();
-        let mut group = start;
-        while group < end {
-            let key = key_of(&self.index[group]);
-            let next = group
-                + self.index[group..end]
-                    .iter()
-                    .position(|e| key_of(e) != key)
-                    .unwrap_or(end - group);
-            groups.push((group, next));
-            group = next;
-        }
-        for (group, next) in groups {
-            self.fold_group(group, next, emits, checks)?;
-        }
-        Ok(())
-    }
-
     /// Fold the events `start..end` of the sorted index (one key): check
     /// equal-sequence events, count late and duplicate ones, and emit the
     /// stored row and change feed rows, as [`super::Scd1Fold`] does.
@@ -402,7 +251,7 @@ impl IndexedScd1Fold {
         emits: &mut Vec<Emit>,
         checks: &mut Checks,
     ) -> Result<()> {
-        let group = &self.index[start..end];
+        let group = &self.index.entries()[start..end];
         let stored = group.iter().find(|e| e.stored()).copied();
         let stored_seq = stored.map(|s| s.seq);
         let (mut late, mut duplicates) = (0, 0);
@@ -579,6 +428,7 @@ fn pair(a: &IndexEntry, b: &IndexEntry) -> [u32; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fold::columns::Origin;
     use crate::fold::Scd1Fold;
     use arrow::array::{Int64Array, StringArray};
     use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
@@ -587,7 +437,7 @@ mod tests {
     impl IndexedScd1Fold {
         /// Keep only `mask`'s bits of key hashes, so that keys collide.
         fn with_key_hash_mask(mut self, mask: u64) -> Self {
-            self.key_hash_mask = mask;
+            self.index = self.index.with_key_hash_mask(mask);
             self
         }
     }
@@ -716,7 +566,7 @@ mod tests {
         let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(string_keys), ties)?
             .with_key_hash_mask(key_hash_mask)
             .with_visible_only(visible_only);
-        assert_eq!(fold.key_rows.is_some(), string_keys);
+        assert_eq!(fold.index.hashes_keys(), string_keys);
         if let Some(w) = watermark {
             let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
             if w.stored {

@@ -5,20 +5,22 @@
 //!             ▲                 ▲
 //!   partitioned by keys;        │ SinglePartition, collected once and
 //!   sorted by (keys, seq,       │ shared by all partitions
-//!   origin) unless indexed      │
+//!   origin) if fold=sorted      │
 //!   events (stored ∪ new)    truncate sequences
 //! ```
 //!
-//! The operator declares what it needs — key partitioning, and for the
-//! sorted kernels `(keys, seq, origin)` ordering on the events — and
+//! The operator declares what it needs — key partitioning, and for
+//! `fold=sorted` `(keys, seq, origin)` ordering on the events — and
 //! DataFusion inserts the repartitioning and (spilling) sorts, so it runs on
-//! all cores with memory bounded by the session's pool. SCD 1 flows with a
-//! fixed-width sequence use the [`IndexedScd1Fold`] instead (no sort
-//! below, `fold=indexed` in `EXPLAIN`): it reserves what it holds in the
-//! pool and, when refused, sorts the rest of its partition itself (a
-//! [`SortExec`] over what it retained and the remaining input, metric
-//! `num_sort_fallbacks`). Every partition ends with the target's truncate
-//! watermark row, if it has one (the writer keeps one).
+//! all cores with memory bounded by the session's pool. Where the sequence
+//! is fixed-width ([`FoldEngine`]) no sort is needed below: SCD 1 folds with
+//! the [`IndexedScd1Fold`] (`fold=indexed` in `EXPLAIN`), every other
+//! storage type feeds its sorted kernel through an [`IndexSortedFold`]
+//! (`fold=index-sorted`). Both reserve what they hold in the pool and, when
+//! refused, sort the rest of their partition themselves (a `SortExec` over
+//! what they retained and the remaining input, metric `num_sort_fallbacks`).
+//! Every partition ends with the target's truncate watermark row, if it has
+//! one (the writer keeps one).
 
 use std::fmt;
 use std::sync::atomic::AtomicBool;
@@ -52,7 +54,9 @@ use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
 use crate::fold::columns::{Origin, KIND_COL, SEQ_COL};
-use crate::fold::{FoldCounts, FoldKernel, FoldSpec, IndexedScd1Fold, Kind};
+use crate::fold::{
+    FoldCounts, FoldEngine, FoldKernel, FoldSpec, IndexSortedFold, IndexedScd1Fold, Kind,
+};
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
 #[derive(Debug)]
@@ -114,13 +118,9 @@ impl AutoCdcExec {
         )
     }
 
-    /// `indexed` or `sorted` (shown in `EXPLAIN`).
-    fn fold_name(&self) -> &'static str {
-        if self.spec.uses_indexed_fold(&self.events.schema()) {
-            "indexed"
-        } else {
-            "sorted"
-        }
+    /// How the events are ordered and folded (`fold=…` in `EXPLAIN`).
+    fn engine(&self) -> FoldEngine {
+        self.spec.engine(&self.events.schema())
     }
 
     /// What the operator folds, and how.
@@ -221,21 +221,27 @@ impl DisplayAs for AutoCdcExec {
                     self.spec.flow,
                     keys.join(", "),
                     self.spec.stored_as,
-                    self.fold_name()
+                    self.engine().name()
                 )
             }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.spec.flow)?;
                 writeln!(f, "keys=[{}]", keys.join(", "))?;
-                write!(f, "fold={}", self.fold_name())
+                write!(f, "fold={}", self.engine().name())
             }
         }
     }
 }
 
-/// One partition's fold: the indexed SCD 1 kernel or a sorted kernel,
-/// and the fall-back between them ([`AdaptivePartition`]).
-type FoldRun = AdaptivePartition<Box<IndexedScd1Fold>, Box<dyn FoldKernel>>;
+/// One partition's fold: an in-memory kernel or a sorted kernel, and the
+/// fall-back between them ([`AdaptivePartition`]).
+type FoldRun = AdaptivePartition<InMemoryFold, Box<dyn FoldKernel>>;
+
+/// The in-memory engines of [`FoldEngine`].
+enum InMemoryFold {
+    Indexed(Box<IndexedScd1Fold>),
+    IndexSorted(Box<IndexSortedFold>),
+}
 
 /// The fold's truncate input, collected once: sequences of this update's
 /// TRUNCATE events, and the stored watermark (rows whose optional second
@@ -290,21 +296,57 @@ impl SortedKernel for Box<dyn FoldKernel> {
     }
 }
 
-impl IndexedKernel for Box<IndexedScd1Fold> {
+impl IndexedKernel for InMemoryFold {
     fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        IndexedScd1Fold::push(self, batch)
+        match self {
+            Self::Indexed(fold) => fold.push(batch),
+            Self::IndexSorted(fold) => fold.push(batch),
+        }
     }
     fn memory_size(&self) -> usize {
-        IndexedScd1Fold::memory_size(self)
+        match self {
+            Self::Indexed(fold) => fold.memory_size(),
+            Self::IndexSorted(fold) => fold.memory_size(),
+        }
     }
     fn finish(&mut self) -> Result<()> {
-        IndexedScd1Fold::finish(self)
+        match self {
+            Self::Indexed(fold) => fold.finish(),
+            Self::IndexSorted(fold) => {
+                fold.finish();
+                Ok(())
+            }
+        }
     }
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
-        IndexedScd1Fold::next_output(self, batch_size)
+        match self {
+            Self::Indexed(fold) => fold.next_output(batch_size),
+            Self::IndexSorted(fold) => fold.next_output(batch_size),
+        }
     }
     fn into_batches(self) -> Vec<RecordBatch> {
-        IndexedScd1Fold::into_batches(*self)
+        match self {
+            Self::Indexed(fold) => fold.into_batches(),
+            Self::IndexSorted(fold) => fold.into_batches(),
+        }
+    }
+}
+
+impl InMemoryFold {
+    /// Counts, truncate watermark and output schema of the kernel.
+    fn results(&self) -> (FoldCounts, Option<ArrayRef>, SchemaRef) {
+        match self {
+            Self::Indexed(fold) => (
+                fold.counts(),
+                fold.watermark_value().cloned(),
+                Arc::clone(fold.output_schema()),
+            ),
+            Self::IndexSorted(fold) => (
+                fold.counts(),
+                fold.watermark_value().cloned(),
+                Arc::clone(fold.output_schema()),
+            ),
+        }
     }
 }
 
@@ -370,11 +412,7 @@ impl FoldState {
                 fold.watermark_value().cloned(),
                 Arc::clone(fold.output_schema()),
             ),
-            Finished::Indexed(fold) => (
-                fold.counts(),
-                fold.watermark_value().cloned(),
-                Arc::clone(fold.output_schema()),
-            ),
+            Finished::Indexed(fold) => fold.results(),
         };
         self.counters.record(counts);
         // every partition carries the watermark: what a partition emits
@@ -420,7 +458,7 @@ impl ExecutionPlan for AutoCdcExec {
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
-        if self.spec.uses_indexed_fold(&self.events.schema()) {
+        if self.engine() != FoldEngine::Sorted {
             return vec![None, None];
         }
         vec![self.fold_ordering().map(OrderingRequirements::from), None]
@@ -473,7 +511,7 @@ impl ExecutionPlan for AutoCdcExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let input = self.events.execute(partition, Arc::clone(&context))?;
-        let indexed = self.spec.uses_indexed_fold(&self.events.schema());
+        let engine = self.engine();
         let ordering = self
             .fold_ordering()
             .ok_or_else(|| DataFusionError::Internal("AutoCdcExec: flow without keys".into()))?;
@@ -535,26 +573,46 @@ impl ExecutionPlan for AutoCdcExec {
                 elapsed_compute: baseline.elapsed_compute().clone(),
                 make_sorted,
             };
-            let run = if indexed {
-                let mut fold = Box::new(fold_spec.indexed_kernel(&input.schema())?);
-                if let Some(seqs) = &seqs.events {
-                    fold.observe_watermark(seqs)?;
+            let in_memory = match engine {
+                FoldEngine::Indexed => {
+                    let mut fold = Box::new(fold_spec.indexed_kernel(&input.schema())?);
+                    if let Some(seqs) = &seqs.events {
+                        fold.observe_watermark(seqs)?;
+                    }
+                    if let Some(seqs) = &seqs.stored {
+                        fold.observe_stored_watermark(seqs)?;
+                    }
+                    Some(InMemoryFold::Indexed(fold))
                 }
-                if let Some(seqs) = &seqs.stored {
-                    fold.observe_stored_watermark(seqs)?;
+                FoldEngine::IndexSorted => {
+                    let schema = input.schema();
+                    Some(InMemoryFold::IndexSorted(Box::new(
+                        IndexSortedFold::try_new(
+                            &fold_spec.flow,
+                            &fold_spec.layout,
+                            &schema,
+                            sorted_kernel.clone()(&schema)?,
+                        )?,
+                    )))
                 }
-                let reservation = MemoryConsumer::new(format!("AutoCdcExec[{partition}]"))
-                    .with_can_spill(true)
-                    .register(context.memory_pool());
-                FoldRun::indexed(
-                    fold,
-                    input,
-                    reservation,
-                    fall_back(Some(Box::new(sorted_kernel))),
-                )
-            } else {
-                let kernel = sorted_kernel(&input.schema())?;
-                FoldRun::sorted(kernel, input, fall_back(None))
+                FoldEngine::Sorted => None,
+            };
+            let run = match in_memory {
+                Some(fold) => {
+                    let reservation = MemoryConsumer::new(format!("AutoCdcExec[{partition}]"))
+                        .with_can_spill(true)
+                        .register(context.memory_pool());
+                    FoldRun::indexed(
+                        fold,
+                        input,
+                        reservation,
+                        fall_back(Some(Box::new(sorted_kernel))),
+                    )
+                }
+                None => {
+                    let kernel = sorted_kernel(&input.schema())?;
+                    FoldRun::sorted(kernel, input, fall_back(None))
+                }
             };
             Ok::<_, DataFusionError>(FoldState {
                 run,

@@ -1,0 +1,340 @@
+//! A compact, sortable index of retained event batches: the indexed folds
+//! order events by `(keys, seq, origin)` through it instead of sorting the
+//! events themselves.
+//!
+//! One 48-byte entry per event holds the sequence as an integer that orders
+//! like its Arrow row-format bytes, the key likewise (fixed-width keys up to
+//! 16 bytes) or as a 64-bit hash (strings, wide composites), the origin and
+//! kind, and the event's place (`batch:row`). With hashed keys the row-format
+//! keys of every batch are kept too, so that keys whose hashes collide are
+//! told apart:
+//!
+//! | keys                          | entry key                  | after [`EventIndex::sort`]                          |
+//! |-------------------------------|----------------------------|-----------------------------------------------------|
+//! | fixed-width, ≤ 16 bytes       | row-format bytes as `u128` | ordered by key, then sequence, then origin          |
+//! | any other orderable type      | 64-bit hash                | grouped by key (groups in hash order), each by sequence, then origin |
+//!
+//! [`EventIndex::group_end`] then finds each key's events: a run of equal
+//! entry keys, split by the row-format keys only where hashes collided.
+
+use std::hash::BuildHasher;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Int8Type, Schema};
+use arrow::row::{Row, RowConverter, Rows, SortField};
+use datafusion::common::{DataFusionError, Result};
+
+use super::columns::{EventLayout, Origin};
+use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
+
+/// One event in the index: key and sequence as integers that order like
+/// their row-format bytes, then origin (stored first), kind and place.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexEntry {
+    pub key: u128,
+    pub seq: u128,
+    pub origin: i8,
+    pub kind: i8,
+    pub batch: u32,
+    pub row: u32,
+}
+
+impl IndexEntry {
+    /// Whether the event is a stored row (not a new event).
+    pub fn stored(&self) -> bool {
+        self.origin == Origin::Stored as i8
+    }
+}
+
+/// The index of one partition's retained events (see the module docs).
+#[derive(Debug)]
+pub struct EventIndex {
+    flow: String,
+    key_indices: Vec<usize>,
+    seq: usize,
+    origin: usize,
+    kind: usize,
+    key_converter: RowConverter,
+    seq_converter: RowConverter,
+    /// Row-format keys of each indexed batch, when keys are hashed.
+    key_rows: Option<Vec<Rows>>,
+    /// Mask applied to key hashes (all bits; fewer in tests, to collide).
+    key_hash_mask: u64,
+    /// Whether two keys shared a hash (set by [`Self::sort`]).
+    collided: bool,
+    entries: Vec<IndexEntry>,
+}
+
+impl EventIndex {
+    /// Whether events of `input_schema` can be indexed: a fixed-width
+    /// sequence of at most 16 bytes in row format, keys of any orderable type.
+    pub fn supports(layout: &EventLayout, input_schema: &Schema) -> bool {
+        let seq = encoded_width([input_schema.field(layout.seq()).data_type()]);
+        let keys: Vec<SortField> = layout
+            .key_indices
+            .iter()
+            .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
+            .collect();
+        seq.is_some_and(|w| w <= MAX_ENCODED_BYTES) && RowConverter::supports_fields(&keys)
+    }
+
+    /// Whether the keys fit an entry as they are (otherwise they are hashed).
+    fn inline_keys(layout: &EventLayout, input_schema: &Schema) -> bool {
+        encoded_width(
+            layout
+                .key_indices
+                .iter()
+                .map(|&i| input_schema.field(i).data_type()),
+        )
+        .is_some_and(|w| w <= MAX_ENCODED_BYTES)
+    }
+
+    /// An empty index of events of `input_schema` laid out as `layout`.
+    pub fn try_new(flow: &str, layout: &EventLayout, input_schema: &Schema) -> Result<Self> {
+        if !Self::supports(layout, input_schema) {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{flow}': keys or sequence too wide for an indexed fold"
+            )));
+        }
+        Ok(Self {
+            flow: flow.to_string(),
+            key_indices: layout.key_indices.clone(),
+            seq: layout.seq(),
+            origin: layout.origin(),
+            kind: layout.kind(),
+            key_converter: row_converter(input_schema, &layout.key_indices)?,
+            seq_converter: row_converter(input_schema, &[layout.seq()])?,
+            key_rows: (!Self::inline_keys(layout, input_schema)).then(Vec::new),
+            key_hash_mask: u64::MAX,
+            collided: false,
+            entries: Vec::new(),
+        })
+    }
+
+    /// Keep only `mask`'s bits of key hashes (tests: to make keys collide).
+    #[cfg(test)]
+    pub fn with_key_hash_mask(mut self, mask: u64) -> Self {
+        self.key_hash_mask = mask;
+        self
+    }
+
+    /// Whether keys are hashed (see the module docs).
+    #[cfg(test)]
+    pub fn hashes_keys(&self) -> bool {
+        self.key_rows.is_some()
+    }
+
+    /// The sequence converter (row format of the sequence column).
+    pub fn seq_converter(&self) -> &RowConverter {
+        &self.seq_converter
+    }
+
+    /// Index the rows of `batch`, the `b`-th batch retained; returns how
+    /// many are new events (not stored rows).
+    pub fn push(&mut self, batch: &RecordBatch, b: usize) -> Result<usize> {
+        let n = batch.num_rows();
+        let too_many = |what: String| {
+            DataFusionError::ResourcesExhausted(format!("flow '{}': {what}", self.flow))
+        };
+        let b =
+            u32::try_from(b).map_err(|_| too_many("too many batches in one partition".into()))?;
+        if u32::try_from(n).is_err() {
+            return Err(too_many(format!("batch of {n} rows")));
+        }
+        let keys = to_rows(&self.key_converter, batch, &self.key_indices)?;
+        let seqs = to_rows(&self.seq_converter, batch, &[self.seq])?;
+        let origins = batch
+            .column(self.origin)
+            .as_primitive::<Int8Type>()
+            .values();
+        let kinds = batch.column(self.kind).as_primitive::<Int8Type>().values();
+        self.entries.reserve(n);
+        let mut new_events = 0;
+        let hasher = datafusion::common::hash_utils::RandomState::default();
+        for (i, (&origin, &kind)) in origins.iter().zip(kinds.iter()).enumerate() {
+            new_events += usize::from(origin != Origin::Stored as i8);
+            let key = if self.key_rows.is_some() {
+                u128::from(hasher.hash_one(keys.row(i).as_ref()) & self.key_hash_mask)
+            } else {
+                encoded(&keys, i)
+            };
+            self.entries.push(IndexEntry {
+                key,
+                seq: encoded(&seqs, i),
+                origin,
+                kind,
+                batch: b,
+                row: i as u32,
+            });
+        }
+        if let Some(key_rows) = &mut self.key_rows {
+            key_rows.push(keys);
+        }
+        Ok(new_events)
+    }
+
+    /// Bytes held: the entries and, with hashed keys, the row-format keys.
+    pub fn memory_size(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<IndexEntry>()
+            + self
+                .key_rows
+                .as_ref()
+                .map_or(0, |rows| rows.iter().map(Rows::size).sum())
+    }
+
+    /// Number of events indexed.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The entries (in `(keys, seq, origin)` order once sorted).
+    pub fn entries(&self) -> &[IndexEntry] {
+        &self.entries
+    }
+
+    /// Free the entries (the retained key rows stay until dropped).
+    pub fn clear(&mut self) {
+        self.entries = Vec::new();
+    }
+
+    /// The row-format key of an entry (hashed keys only).
+    fn key_of<'a>(key_rows: &'a [Rows], e: &IndexEntry) -> Row<'a> {
+        key_rows[e.batch as usize].row(e.row as usize)
+    }
+
+    /// Sort the entries by `(keys, seq, origin)`; with hashed keys, runs
+    /// whose keys collide are ordered by the keys themselves, so that each
+    /// key's events are contiguous.
+    pub fn sort(&mut self) {
+        self.entries
+            .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        let Some(key_rows) = &self.key_rows else {
+            return;
+        };
+        let mut start = 0;
+        while start < self.entries.len() {
+            let hash = self.entries[start].key;
+            let end = start
+                + self.entries[start..]
+                    .iter()
+                    .position(|e| e.key != hash)
+                    .unwrap_or(self.entries.len() - start);
+            let first = Self::key_of(key_rows, &self.entries[start]);
+            let run = &mut self.entries[start..end];
+            if !run[1..].iter().all(|e| Self::key_of(key_rows, e) == first) {
+                self.collided = true;
+                run.sort_unstable_by(|a, b| {
+                    Self::key_of(key_rows, a)
+                        .cmp(&Self::key_of(key_rows, b))
+                        .then(a.seq.cmp(&b.seq))
+                        .then(a.origin.cmp(&b.origin))
+                });
+            }
+            start = end;
+        }
+    }
+
+    /// End of the key group starting at entry `start` of the sorted index.
+    pub fn group_end(&self, start: usize) -> usize {
+        let entries = &self.entries;
+        let key = entries[start].key;
+        let same_entry_key = |e: &IndexEntry| e.key == key;
+        let run = match (&self.key_rows, self.collided) {
+            (Some(key_rows), true) => {
+                let first = Self::key_of(key_rows, &entries[start]);
+                entries[start..]
+                    .iter()
+                    .position(|e| !same_entry_key(e) || Self::key_of(key_rows, e) != first)
+            }
+            _ => entries[start..].iter().position(|e| !same_entry_key(e)),
+        };
+        start + run.unwrap_or(entries.len() - start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, Int8Array, StringArray};
+    use arrow::datatypes::{DataType, Field};
+    use std::sync::Arc;
+
+    fn layout() -> EventLayout {
+        EventLayout {
+            target_columns: vec!["id".into()],
+            key_indices: vec![0],
+            system_seq: false,
+            update_list: false,
+            sequence_groups: Vec::new(),
+            group_sequences: false,
+        }
+    }
+
+    /// Events `(key, seq)`, all new upserts, keys as strings (hashed).
+    fn batch(events: &[(&str, i64)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("__cdc_seq", DataType::Int64, true),
+            Field::new("__cdc_kind", DataType::Int8, false),
+            Field::new("__cdc_written_at", DataType::Int64, true),
+            Field::new("__cdc_origin", DataType::Int8, false),
+        ]));
+        let n = events.len();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(events.iter().map(|e| e.0))),
+                Arc::new(Int64Array::from_iter_values(events.iter().map(|e| e.1))),
+                Arc::new(Int8Array::from(vec![0; n])),
+                Arc::new(Int64Array::from(vec![0; n])),
+                Arc::new(Int8Array::from(vec![Origin::New as i8; n])),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// The groups of the sorted index as `(batch, row)` lists.
+    fn groups(index: &EventIndex) -> Vec<Vec<(u32, u32)>> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < index.len() {
+            let end = index.group_end(start);
+            out.push(
+                index.entries()[start..end]
+                    .iter()
+                    .map(|e| (e.batch, e.row))
+                    .collect(),
+            );
+            start = end;
+        }
+        out
+    }
+
+    #[test]
+    fn colliding_keys_form_separate_groups_each_by_sequence() -> Result<()> {
+        let b0 = batch(&[("a", 3), ("b", 2), ("a", 1)]);
+        let b1 = batch(&[("c", 5), ("b", 1), ("a", 2)]);
+        let schema = b0.schema();
+        for mask in [u64::MAX, 0] {
+            let mut index = EventIndex::try_new("f", &layout(), &schema)?.with_key_hash_mask(mask);
+            assert!(index.hashes_keys());
+            assert_eq!(index.push(&b0, 0)?, 3);
+            assert_eq!(index.push(&b1, 1)?, 3);
+            index.sort();
+            let mut found = groups(&index);
+            found.sort();
+            // a: seq 1 (0:2), 2 (1:2), 3 (0:0); c; b: 1 (1:1), 2 (0:1)
+            assert_eq!(
+                found,
+                vec![
+                    vec![(0, 2), (1, 2), (0, 0)],
+                    vec![(1, 0)],
+                    vec![(1, 1), (0, 1)],
+                ],
+                "mask {mask:#x}"
+            );
+            assert_eq!(index.collided, mask == 0);
+        }
+        Ok(())
+    }
+}
