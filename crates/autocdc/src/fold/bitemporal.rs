@@ -596,6 +596,10 @@ impl FoldKernel for BitemporalFold {
         self.fold(&input, whole)
     }
 
+    fn expect_whole_groups(&mut self) {
+        self.carry.whole_groups();
+    }
+
     fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
         match self.carry.finish() {
             Some(carry) => {

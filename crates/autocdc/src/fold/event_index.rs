@@ -19,7 +19,8 @@
 
 use std::hash::BuildHasher;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use arrow::datatypes::{Int8Type, Schema};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
@@ -173,6 +174,29 @@ impl EventIndex {
         Ok(new_events)
     }
 
+    /// [`Self::push`], then reorder `batch` by its entries' order (keys,
+    /// sequence, origin) and return it reordered: the entries point into the
+    /// reordered batch, which the caller retains instead. A gather in index
+    /// order then reads each retained batch front to back, so the cache
+    /// lines it loads serve the rows that follow.
+    pub fn push_ordered(&mut self, batch: &RecordBatch, b: usize) -> Result<(RecordBatch, usize)> {
+        let first = self.entries.len();
+        let new_events = self.push(batch, b)?;
+        let entries = &mut self.entries[first..];
+        entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        let order = UInt32Array::from_iter_values(entries.iter().map(|e| e.row));
+        for (row, e) in entries.iter_mut().enumerate() {
+            e.row = row as u32;
+        }
+        let ordered = take_record_batch(batch, &order)?;
+        if let Some(key_rows) = &mut self.key_rows {
+            if let Some(rows) = key_rows.last_mut() {
+                *rows = to_rows(&self.key_converter, &ordered, &self.key_indices)?;
+            }
+        }
+        Ok((ordered, new_events))
+    }
+
     /// Bytes held: the entries and, with hashed keys, the row-format keys.
     pub fn memory_size(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<IndexEntry>()
@@ -206,6 +230,8 @@ impl EventIndex {
     /// whose keys collide are ordered by the keys themselves, so that each
     /// key's events are contiguous.
     pub fn sort(&mut self) {
+        // (a stable sort, merging the runs of `push_ordered`, was slower and
+        // needs half the entries again: benches/README.md, "tried")
         self.entries
             .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
         let Some(key_rows) = &self.key_rows else {
@@ -234,7 +260,8 @@ impl EventIndex {
         }
     }
 
-    /// End of the key group starting at entry `start` of the sorted index.
+    /// End of the key group holding entry `start` of the sorted index (the
+    /// entries after `start` of that group, then the end).
     pub fn group_end(&self, start: usize) -> usize {
         let entries = &self.entries;
         let key = entries[start].key;
@@ -334,6 +361,46 @@ mod tests {
                 "mask {mask:#x}"
             );
             assert_eq!(index.collided, mask == 0);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn ordered_batches_are_indexed_where_they_were_moved() -> Result<()> {
+        let b0 = batch(&[("b", 2), ("a", 3), ("b", 1), ("a", 1)]);
+        let b1 = batch(&[("c", 5), ("a", 2)]);
+        for mask in [u64::MAX, 0] {
+            let mut index =
+                EventIndex::try_new("f", &layout(), &b0.schema())?.with_key_hash_mask(mask);
+            let (o0, new0) = index.push_ordered(&b0, 0)?;
+            let (o1, _) = index.push_ordered(&b1, 1)?;
+            assert_eq!(new0, 4);
+            let ordered = [o0, o1];
+            index.sort();
+            // each group: one key, sequences ascending, read from the
+            // reordered batches
+            let mut seen = Vec::new();
+            for group in groups(&index) {
+                let events: Vec<(String, i64)> = group
+                    .iter()
+                    .map(|&(b, r)| {
+                        let batch = &ordered[b as usize];
+                        let key = batch.column(0).as_string::<i32>().value(r as usize);
+                        let seq = batch
+                            .column(1)
+                            .as_primitive::<arrow::datatypes::Int64Type>();
+                        (key.to_string(), seq.value(r as usize))
+                    })
+                    .collect();
+                seen.push(events);
+            }
+            seen.sort();
+            let expected: Vec<Vec<(String, i64)>> = vec![
+                vec![("a".into(), 1), ("a".into(), 2), ("a".into(), 3)],
+                vec![("b".into(), 1), ("b".into(), 2)],
+                vec![("c".into(), 5)],
+            ];
+            assert_eq!(seen, expected, "mask {mask:#x}");
         }
         Ok(())
     }

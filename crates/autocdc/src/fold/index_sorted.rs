@@ -4,15 +4,21 @@
 //! SCD 2, BITEMPORAL, partial-update and per-column folds consume events in
 //! `(keys, seq, origin)` order. DataFusion's sort delivers that order by
 //! moving every column of every event twice (into sorted runs, then through
-//! the merge) and comparing row-format keys; that was most of an SCD 2 fold's
-//! time. This driver keeps the batches where they arrive, sorts one compact
-//! entry per event, and gathers the events in index order — a batch at a
-//! time, once — into the unchanged sorted kernel:
+//! the merge) and comparing row-format keys. This driver orders each batch
+//! as it arrives by its own compact index entries (one `take`), sorts the
+//! entries of all batches, and gathers the events in that order a batch at a
+//! time — each batch ending with a whole key group, so the kernel carries
+//! nothing over — into the unchanged sorted kernel:
 //!
 //! ```text
-//!  push(batch)            finish               next_output (per batch_size entries)
-//!  retain batch ──► index (key, seq, origin) ──► sort ──► interleave rows ──► kernel.push
+//!  push(batch)                                  finish         next_output (≈ batch_size entries)
+//!  index (key, seq, origin) ─► take in that order ─► sort index ─► interleave rows ─► kernel.push
 //! ```
+//!
+//! Because every retained batch is in index order, the gather reads each one
+//! front to back: the cache lines it loads serve the rows that follow (a
+//! gather from batches in arrival order missed the cache on nearly every
+//! row and gained nothing over DataFusion's sort; `benches/README.md`).
 //!
 //! The rules stay the kernel's: only how its input is ordered changes. With
 //! hashed keys (strings, wide composites) each key's events are contiguous
@@ -48,8 +54,9 @@ impl IndexSortedFold {
         flow: &str,
         layout: &EventLayout,
         input_schema: &SchemaRef,
-        kernel: Box<dyn FoldKernel>,
+        mut kernel: Box<dyn FoldKernel>,
     ) -> Result<Self> {
+        kernel.expect_whole_groups();
         Ok(Self {
             kernel,
             index: EventIndex::try_new(flow, layout, input_schema)?,
@@ -66,9 +73,9 @@ impl IndexSortedFold {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        self.index.push(batch, self.batches.len())?;
-        self.retained_bytes += batch.get_array_memory_size();
-        self.batches.push(batch.clone());
+        let (ordered, _) = self.index.push_ordered(batch, self.batches.len())?;
+        self.retained_bytes += ordered.get_array_memory_size();
+        self.batches.push(ordered);
         Ok(())
     }
 
@@ -82,12 +89,14 @@ impl IndexSortedFold {
         self.index.sort();
     }
 
-    /// The kernel's next non-empty output, feeding it `batch_size` events at
-    /// a time in index order; `None` once every event was folded.
+    /// The kernel's next non-empty output, feeding it about `batch_size`
+    /// events at a time in index order, each batch ending with a whole key
+    /// group; `None` once every event was folded.
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         let batch_size = batch_size.max(1);
         while self.next < self.index.len() {
-            let end = (self.next + batch_size).min(self.index.len());
+            let last = (self.next + batch_size).min(self.index.len()) - 1;
+            let end = self.index.group_end(last);
             self.places.clear();
             self.places.extend(
                 self.index.entries()[self.next..end]

@@ -35,6 +35,10 @@ pub trait FoldKernel: Send + std::fmt::Debug {
     fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>>;
     /// Finish the last open key group.
     fn finish_all(&mut self) -> Result<Option<RecordBatch>>;
+    /// From now on every pushed batch ends with a whole key group (no later
+    /// batch holds its keys): kernels that carry a batch's last group over
+    /// to the next batch fold it at once instead ([`GroupCarry::whole_groups`]).
+    fn expect_whole_groups(&mut self) {}
     /// What the fold did so far.
     fn counts(&self) -> FoldCounts;
     /// Schema of the produced rows.
@@ -116,6 +120,8 @@ pub struct GroupCarry {
     keys: RowConverter,
     key_indices: Vec<usize>,
     carry: Option<RecordBatch>,
+    /// Batches end with whole key groups: nothing to carry.
+    whole_groups: bool,
 }
 
 impl GroupCarry {
@@ -126,12 +132,23 @@ impl GroupCarry {
             keys: row_converter(schema, key_indices)?,
             key_indices: key_indices.to_vec(),
             carry: None,
+            whole_groups: false,
         })
+    }
+
+    /// From now on every batch ends with a whole key group (see
+    /// [`FoldKernel::expect_whole_groups`]): [`Self::push`] carries nothing
+    /// and converts no key.
+    pub fn whole_groups(&mut self) {
+        self.whole_groups = true;
     }
 
     /// `batch` (non-empty) behind the carried rows, and how many of its
     /// leading rows are whole key groups; the last group is carried on.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<(RecordBatch, usize)> {
+        if self.whole_groups && self.carry.is_none() {
+            return Ok((batch.clone(), batch.num_rows()));
+        }
         let input = match self.carry.take() {
             Some(carry) => concat_batches(&self.schema, [&carry, batch])?,
             None => batch.clone(),

@@ -473,6 +473,10 @@ impl FoldKernel for MergingScd1Fold {
         self.merge_and_fold(&input, whole)
     }
 
+    fn expect_whole_groups(&mut self) {
+        self.carry.whole_groups();
+    }
+
     fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
         let mut parts = Vec::with_capacity(2);
         if let Some(carry) = self.carry.finish() {

@@ -608,6 +608,10 @@ impl FoldKernel for PerColumnScd1Fold {
         self.fold(&input, whole)
     }
 
+    fn expect_whole_groups(&mut self) {
+        self.carry.whole_groups();
+    }
+
     fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
         match self.carry.finish() {
             Some(rest) => {

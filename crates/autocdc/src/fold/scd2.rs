@@ -74,9 +74,13 @@ pub struct Scd2Fold {
     value_converter: RowConverter,
     tracked: Vec<usize>,
     tracked_converter: RowConverter,
-    /// All target columns: a version's visible values.
-    target_columns: Vec<usize>,
-    target_converter: RowConverter,
+    /// The non-key target columns: a version's visible values (within a
+    /// key, what tells two versions' values apart) ...
+    visible_columns: Vec<usize>,
+    visible_converter: RowConverter,
+    /// ... the tracked columns, when every one is tracked (the default):
+    /// then one encoding serves both.
+    tracks_every_visible: bool,
     carry: GroupCarry,
     counts: FoldCounts,
     scratch: Scratch,
@@ -156,11 +160,29 @@ pub(super) fn is_mark(kind: i8) -> bool {
 #[derive(Clone, Copy)]
 struct BatchRows<'a> {
     seqs: &'a Rows,
-    values: &'a Rows,
-    targets: &'a Rows,
+    values: Values<'a>,
+    /// Non-key target columns (see [`Scd2Fold::visible_columns`]).
+    visible: &'a Rows,
     tracked: &'a Rows,
     kinds: &'a Int8Array,
     origins: &'a Int8Array,
+}
+
+/// Event identities of a batch's rows (values and kind), encoded only when
+/// the batch has replays or a DML statement's group (see [`Scd2Fold::fold`]).
+#[derive(Clone, Copy)]
+struct Values<'a>(Option<&'a Rows>);
+
+impl Values<'_> {
+    /// Whether rows `a` and `b` are the same event.
+    fn same(&self, a: usize, b: usize) -> Result<bool> {
+        match self.0 {
+            Some(values) => Ok(values.row(a) == values.row(b)),
+            None => Err(DataFusionError::Internal(
+                "SCD 2 fold: event values compared but not encoded".into(),
+            )),
+        }
+    }
 }
 
 /// Buffers reused by every key group of a fold.
@@ -245,7 +267,9 @@ impl Scd2Fold {
             .chain([layout.kind()])
             .chain(layout.update_list())
             .collect();
-        let target_columns: Vec<usize> = (0..layout.num_target()).collect();
+        let visible_columns: Vec<usize> = (0..layout.num_target())
+            .filter(|c| !layout.key_indices.contains(c))
+            .collect();
         let converter = |columns: &[usize]| row_converter(input_schema, columns);
         Ok(Self {
             flow: flow.to_string(),
@@ -255,8 +279,9 @@ impl Scd2Fold {
             // empty when no column is tracked: every upsert continues the
             // current version
             tracked_converter: converter(&tracked)?,
-            target_converter: converter(&target_columns)?,
-            target_columns,
+            visible_converter: converter(&visible_columns)?,
+            tracks_every_visible: tracked == visible_columns,
+            visible_columns,
             output_schema: scd2_output_schema(&layout, input_schema),
             carry: GroupCarry::try_new(input_schema, &layout.key_indices)?,
             value_columns,
@@ -280,7 +305,19 @@ impl Scd2Fold {
         }
         let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
         let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
-        let values = to_rows(&self.value_converter, batch, &self.value_columns)?;
+        // events are told apart by their values only at an equal key and
+        // sequence (replays), and in a DML statement's group: encode them
+        // only then
+        let origins = batch
+            .column(self.layout.origin())
+            .as_primitive::<Int8Type>();
+        let needs_values = (1..end)
+            .any(|i| seqs.row(i) == seqs.row(i - 1) && keys.row(i) == keys.row(i - 1))
+            || origins.values()[..end].contains(&(Origin::Dml as i8));
+        let values = match needs_values {
+            true => Some(to_rows(&self.value_converter, batch, &self.value_columns)?),
+            false => None,
+        };
         // versions hold merged rows under partial updates (the
         // merge happens before the tracked-column comparison)
         let merged = match &self.merger {
@@ -289,15 +326,19 @@ impl Scd2Fold {
         };
         let version_rows = merged.as_ref().unwrap_or(batch);
         let tracked = to_rows(&self.tracked_converter, version_rows, &self.tracked)?;
-        let targets = to_rows(&self.target_converter, version_rows, &self.target_columns)?;
+        let visible = match self.tracks_every_visible {
+            true => None,
+            false => Some(to_rows(
+                &self.visible_converter,
+                version_rows,
+                &self.visible_columns,
+            )?),
+        };
         let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
-        let origins = batch
-            .column(self.layout.origin())
-            .as_primitive::<Int8Type>();
         let rows = BatchRows {
             seqs: &seqs,
-            values: &values,
-            targets: &targets,
+            values: Values(values.as_ref()),
+            visible: visible.as_ref().unwrap_or(&tracked),
             tracked: &tracked,
             kinds,
             origins,
@@ -379,7 +420,7 @@ impl Scd2Fold {
                 }
             }
             if let Some(&p) = kept.last().filter(|&&p| seqs.row(p) == seqs.row(i)) {
-                if values.row(p) != values.row(i) {
+                if !values.same(p, i)? {
                     let stored = origins.value(p) != Origin::New as i8;
                     return Err(conflict_error(&self.flow, &self.layout, batch, i, stored));
                 }
@@ -462,7 +503,7 @@ impl Scd2Fold {
         for i in start..stop {
             if origins.value(i) == Origin::Dml as i8 {
                 if let Some(&p) = kept.last().filter(|&&p| seqs.row(p) == seqs.row(i)) {
-                    if values.row(p) != values.row(i) {
+                    if !values.same(p, i)? {
                         return Err(conflict_error(&self.flow, &self.layout, batch, i, false));
                     }
                     continue;
@@ -580,7 +621,7 @@ fn changes(
     rows: &BatchRows<'_>,
     emit: &mut Emit,
 ) -> (usize, usize) {
-    let BatchRows { seqs, targets, .. } = *rows;
+    let BatchRows { seqs, visible, .. } = *rows;
     let same_end = |a: Option<usize>, b: Option<usize>| match (a, b) {
         (None, None) => true,
         (Some(a), Some(b)) => seqs.row(a) == seqs.row(b),
@@ -609,7 +650,7 @@ fn changes(
             }
             std::cmp::Ordering::Equal => {
                 let (old, new) = (&before[o], &after[n]);
-                if targets.row(old.last) != targets.row(new.last) || !same_end(old.close, new.close)
+                if visible.row(old.last) != visible.row(new.last) || !same_end(old.close, new.close)
                 {
                     emit.change(old.last, old.open, old.close, CHANGE_PREIMAGE);
                     emit.change(new.last, new.open, new.close, CHANGE_POSTIMAGE);
@@ -646,6 +687,10 @@ impl FoldKernel for Scd2Fold {
         // the last key group may continue in the next batch
         let (input, whole) = self.carry.push(batch)?;
         self.fold(&input, whole)
+    }
+
+    fn expect_whole_groups(&mut self) {
+        self.carry.whole_groups();
     }
 
     fn finish_all(&mut self) -> Result<Option<RecordBatch>> {
