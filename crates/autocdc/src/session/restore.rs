@@ -137,11 +137,8 @@ fn target_keys(table: &ScdTable) -> Option<Vec<String>> {
         .keys
         .iter()
         .filter_map(|k| {
-            meta.user_schema
-                .fields()
-                .iter()
-                .find(|f| f.name() == k || f.name().eq_ignore_ascii_case(k))
-                .map(|f| f.name().clone())
+            let position = meta.user_column(k)?;
+            Some(meta.user_schema.field(position).name().clone())
         })
         .collect();
     (stored.len() == flow.keys.len()).then_some(stored)

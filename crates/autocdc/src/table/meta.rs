@@ -60,6 +60,17 @@ pub struct TableMeta {
 }
 
 impl TableMeta {
+    /// Position of the user column `name` (a flow's key as written in its
+    /// statement: the exact name, else the one equal ignoring ASCII case).
+    pub fn user_column(&self, name: &str) -> Option<usize> {
+        let fields = self.user_schema.fields();
+        fields.iter().position(|f| f.name() == name).or_else(|| {
+            fields
+                .iter()
+                .position(|f| f.name().eq_ignore_ascii_case(name))
+        })
+    }
+
     /// Decode from the Delta table's arrow schema and configuration.
     pub fn decode(delta_schema: &Schema, configuration: &HashMap<String, String>) -> Result<Self> {
         let decl = match configuration.get(TABLE_KEY) {

@@ -171,21 +171,17 @@ fn keyed_flow(table: &ScdTable, statement: &str) -> Result<FlowSpec> {
 /// Positions of the table's key columns, in the table's column order (the
 /// order every flow buckets and compares them in, whatever its KEYS order).
 fn key_positions(table: &ScdTable, flow: &FlowSpec) -> Result<Vec<usize>> {
-    let schema = table.meta().user_schema;
+    let meta = table.meta();
     let mut positions = flow
         .keys
         .iter()
         .map(|k| {
-            schema
-                .fields()
-                .iter()
-                .position(|f| f.name() == k || f.name().eq_ignore_ascii_case(k))
-                .ok_or_else(|| {
-                    DataFusionError::Plan(format!(
-                        "key column '{k}' is not a column of '{}'",
-                        table.name()
-                    ))
-                })
+            meta.user_column(k).ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "key column '{k}' is not a column of '{}'",
+                    table.name()
+                ))
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     positions.sort_unstable();
