@@ -273,10 +273,7 @@ async fn both_partitions_fall_back_within_a_bounded_pool() {
         let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
             .await
             .join("\n");
-        let fold = analyzed
-            .lines()
-            .find(|l| l.contains("AutoCdcExec"))
-            .expect(&analyzed);
+        let fold = operator_line(&analyzed, "AutoCdcExec");
         assert!(fold.contains("num_sort_fallbacks=2,"), "{limit}: {fold}");
         assert!(fold.contains("num_upserted_rows=2]"), "{limit}: {fold}");
         assert_eq!(
@@ -342,10 +339,7 @@ async fn scd2_history_is_the_same_index_sorted_sorted_or_fallen_back() {
         let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
             .await
             .join("\n");
-        let fold = analyzed
-            .lines()
-            .find(|l| l.contains("AutoCdcExec"))
-            .expect(&analyzed);
+        let fold = operator_line(&analyzed, "AutoCdcExec");
         let expected = match mode {
             "sorted" => "fold=sorted",
             _ => "fold=index-sorted",
