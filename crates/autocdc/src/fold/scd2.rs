@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::compute::kernels::zip::zip;
-use arrow::compute::take;
+use arrow::compute::{take, take_record_batch};
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result};
@@ -160,7 +160,7 @@ pub(super) fn is_mark(kind: i8) -> bool {
 #[derive(Clone, Copy)]
 struct BatchRows<'a> {
     seqs: &'a Rows,
-    values: Values<'a>,
+    values: &'a Values,
     /// Non-key target columns (see [`Scd2Fold::visible_columns`]).
     visible: &'a Rows,
     tracked: &'a Rows,
@@ -168,18 +168,51 @@ struct BatchRows<'a> {
     origins: &'a Int8Array,
 }
 
-/// Event identities of a batch's rows (values and kind), encoded only when
-/// the batch has replays or a DML statement's group (see [`Scd2Fold::fold`]).
-#[derive(Clone, Copy)]
-struct Values<'a>(Option<&'a Rows>);
+/// Event identities (values and kind) of the rows of a batch that share
+/// their key and sequence with a neighbour: the only rows whose identities
+/// are compared (replays, and a DML statement's events of one sequence;
+/// rows of one key and sequence are adjacent). Encoding every row was one
+/// more encoding of every column of every event.
+struct Values {
+    /// The rows encoded, ascending ...
+    rows: Vec<u32>,
+    /// ... and their identities, in that order.
+    encoded: Option<Rows>,
+}
 
-impl Values<'_> {
-    /// Whether rows `a` and `b` are the same event.
+impl Values {
+    /// Identities of the rows of `batch[..end]` in runs of equal key and
+    /// sequence, encoded with `converter` over `columns`.
+    fn try_new(
+        batch: &RecordBatch,
+        end: usize,
+        (keys, seqs): (&Rows, &Rows),
+        converter: &RowConverter,
+        columns: &[usize],
+    ) -> Result<Self> {
+        let same = |i: usize| seqs.row(i) == seqs.row(i - 1) && keys.row(i) == keys.row(i - 1);
+        let rows: Vec<u32> = (0..end)
+            .filter(|&i| (i > 0 && same(i)) || (i + 1 < end && same(i + 1)))
+            .map(|i| i as u32)
+            .collect();
+        if rows.is_empty() {
+            return Ok(Self {
+                rows,
+                encoded: None,
+            });
+        }
+        let picked = take_record_batch(batch, &UInt32Array::from(rows.clone()))?;
+        let encoded = Some(to_rows(converter, &picked, columns)?);
+        Ok(Self { rows, encoded })
+    }
+
+    /// Whether rows `a` and `b` of the batch are the same event.
     fn same(&self, a: usize, b: usize) -> Result<bool> {
-        match self.0 {
-            Some(values) => Ok(values.row(a) == values.row(b)),
-            None => Err(DataFusionError::Internal(
-                "SCD 2 fold: event values compared but not encoded".into(),
+        let at = |i: usize| self.rows.binary_search(&(i as u32)).ok();
+        match (&self.encoded, at(a), at(b)) {
+            (Some(encoded), Some(a), Some(b)) => Ok(encoded.row(a) == encoded.row(b)),
+            _ => Err(DataFusionError::Internal(
+                "SCD 2 fold: identities compared of rows not sharing key and sequence".into(),
             )),
         }
     }
@@ -305,19 +338,13 @@ impl Scd2Fold {
         }
         let keys = to_rows(&self.key_converter, batch, &self.layout.key_indices)?;
         let seqs = to_rows(&self.seq_converter, batch, &[self.layout.seq()])?;
-        // events are told apart by their values only at an equal key and
-        // sequence (replays), and in a DML statement's group: encode them
-        // only then
-        let origins = batch
-            .column(self.layout.origin())
-            .as_primitive::<Int8Type>();
-        let needs_values = (1..end)
-            .any(|i| seqs.row(i) == seqs.row(i - 1) && keys.row(i) == keys.row(i - 1))
-            || origins.values()[..end].contains(&(Origin::Dml as i8));
-        let values = match needs_values {
-            true => Some(to_rows(&self.value_converter, batch, &self.value_columns)?),
-            false => None,
-        };
+        let values = Values::try_new(
+            batch,
+            end,
+            (&keys, &seqs),
+            &self.value_converter,
+            &self.value_columns,
+        )?;
         // versions hold merged rows under partial updates (the
         // merge happens before the tracked-column comparison)
         let merged = match &self.merger {
@@ -335,9 +362,12 @@ impl Scd2Fold {
             )?),
         };
         let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
+        let origins = batch
+            .column(self.layout.origin())
+            .as_primitive::<Int8Type>();
         let rows = BatchRows {
             seqs: &seqs,
-            values: Values(values.as_ref()),
+            values: &values,
             visible: visible.as_ref().unwrap_or(&tracked),
             tracked: &tracked,
             kinds,
