@@ -191,7 +191,12 @@ impl EventIndex {
         let ordered = take_record_batch(batch, &order)?;
         if let Some(key_rows) = &mut self.key_rows {
             if let Some(rows) = key_rows.last_mut() {
-                *rows = to_rows(&self.key_converter, &ordered, &self.key_indices)?;
+                // the batch's keys, moved as its rows were (not encoded again)
+                let mut moved = self.key_converter.empty_rows(rows.num_rows(), rows.size());
+                for &r in order.values() {
+                    moved.push(rows.row(r as usize));
+                }
+                *rows = moved;
             }
         }
         Ok((ordered, new_events))

@@ -123,8 +123,8 @@ impl IndexSortedFold {
         Ok(self.kernel.finish_all()?.filter(|b| b.num_rows() > 0))
     }
 
-    /// The retained event batches, in arrival order (to sort them another
-    /// way when memory runs short).
+    /// The retained event batches (each in its own index order), to sort
+    /// them another way when memory runs short.
     pub fn into_batches(self) -> Vec<RecordBatch> {
         self.batches
     }

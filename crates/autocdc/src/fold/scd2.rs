@@ -175,7 +175,7 @@ struct BatchRows<'a> {
 /// more encoding of every column of every event.
 struct Values {
     /// The rows encoded, ascending ...
-    rows: Vec<u32>,
+    rows: UInt32Array,
     /// ... and their identities, in that order.
     encoded: Option<Rows>,
 }
@@ -191,24 +191,25 @@ impl Values {
         columns: &[usize],
     ) -> Result<Self> {
         let same = |i: usize| seqs.row(i) == seqs.row(i - 1) && keys.row(i) == keys.row(i - 1);
-        let rows: Vec<u32> = (0..end)
-            .filter(|&i| (i > 0 && same(i)) || (i + 1 < end && same(i + 1)))
-            .map(|i| i as u32)
-            .collect();
+        let rows = UInt32Array::from_iter_values(
+            (0..end)
+                .filter(|&i| (i > 0 && same(i)) || (i + 1 < end && same(i + 1)))
+                .map(|i| i as u32),
+        );
         if rows.is_empty() {
             return Ok(Self {
                 rows,
                 encoded: None,
             });
         }
-        let picked = take_record_batch(batch, &UInt32Array::from(rows.clone()))?;
+        let picked = take_record_batch(batch, &rows)?;
         let encoded = Some(to_rows(converter, &picked, columns)?);
         Ok(Self { rows, encoded })
     }
 
     /// Whether rows `a` and `b` of the batch are the same event.
     fn same(&self, a: usize, b: usize) -> Result<bool> {
-        let at = |i: usize| self.rows.binary_search(&(i as u32)).ok();
+        let at = |i: usize| self.rows.values().binary_search(&(i as u32)).ok();
         match (&self.encoded, at(a), at(b)) {
             (Some(encoded), Some(a), Some(b)) => Ok(encoded.row(a) == encoded.row(b)),
             _ => Err(DataFusionError::Internal(
