@@ -402,3 +402,71 @@ async fn snapshot_diff_folds_consecutive_snapshots() -> Result<()> {
     );
     Ok(())
 }
+
+/// A query's SCD 2 history folds its index (`fold=indexed`: versions found
+/// by tracked-value hashes, checked exactly); when the pool refuses it,
+/// each partition hands its events to the spilling sort; with
+/// `autocdc.indexed_fold = false` DataFusion sorts them. The three give the
+/// same versions, absorbed upserts, replays and deletes included.
+#[tokio::test]
+async fn a_query_history_is_the_same_indexed_sorted_or_fallen_back() -> Result<()> {
+    let mut histories = Vec::new();
+    for mode in ["indexed", "fall back", "sorted"] {
+        let config = datafusion::prelude::SessionConfig::new()
+            .with_target_partitions(2)
+            .with_batch_size(1000);
+        let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config)).await?;
+        match mode {
+            "fall back" => text(&s, "SET autocdc.indexed_fold_max_bytes = 1").await?,
+            "sorted" => text(&s, "SET autocdc.indexed_fold = false").await?,
+            _ => String::new(),
+        };
+        // 20 k events over 5 k keys, sequences descending per key, values
+        // repeating (absorbed upserts), every 7th event a delete, and the
+        // first 1 000 events replayed
+        text(
+            &s,
+            "CREATE TABLE ev AS SELECT CAST(value % 5000 AS VARCHAR) AS id, \
+             4 - value / 5000 AS seq, CAST((value / 10000) AS VARCHAR) AS v, \
+             CASE WHEN value % 7 = 0 THEN 'D' ELSE 'U' END AS op \
+             FROM generate_series(0, 19999) \
+             UNION ALL SELECT CAST(value % 5000 AS VARCHAR), 4 - value / 5000, \
+             CAST((value / 10000) AS VARCHAR), CASE WHEN value % 7 = 0 THEN 'D' ELSE 'U' END \
+             FROM generate_series(0, 999)",
+        )
+        .await?;
+        let sql = "SELECT id, v, __START_AT, __END_AT FROM AUTO CDC (SELECT * FROM ev) KEYS (id) \
+                   APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq) \
+                   STORED AS SCD TYPE 2 AS h ORDER BY id, __START_AT";
+        let analyzed = text(&s, &format!("EXPLAIN ANALYZE {sql}")).await?;
+        let fold = analyzed
+            .lines()
+            .find(|l| l.contains("AutoCdcExec"))
+            .unwrap_or_default();
+        let expected = if mode == "sorted" {
+            "fold=sorted"
+        } else {
+            "fold=indexed"
+        };
+        assert!(fold.contains(expected), "{mode}: {fold}");
+        let fallbacks = if mode == "fall back" { 2 } else { 0 };
+        assert!(
+            fold.contains(&format!("num_sort_fallbacks={fallbacks},")),
+            "{mode}: {fold}"
+        );
+        assert!(
+            fold.contains("num_duplicate_rows_dropped=1.00 K"),
+            "{mode}: {fold}"
+        );
+        assert_eq!(
+            analyzed.contains("SortExec: expr=[id@0 ASC, __cdc_seq"),
+            mode == "sorted",
+            "{mode}"
+        );
+        histories.push(text(&s, sql).await?);
+    }
+    assert!(histories[0].lines().count() > 5_000, "{}", histories[0]);
+    assert_eq!(histories[0], histories[1], "fall back");
+    assert_eq!(histories[0], histories[2], "sorted");
+    Ok(())
+}

@@ -13,12 +13,14 @@ pub mod errors;
 pub mod event_index;
 pub mod index_sorted;
 pub mod kernel;
+pub mod pairs;
 pub mod partial;
 pub mod per_column;
 pub mod rows;
 pub mod scd1;
 pub mod scd1_indexed;
 pub mod scd2;
+pub mod scd2_indexed;
 pub mod snapshot_diff;
 pub mod snapshot_diff_indexed;
 
@@ -29,6 +31,7 @@ pub use partial::PartialUpdates;
 pub use scd1::{FoldCounts, Scd1Fold};
 pub use scd1_indexed::IndexedScd1Fold;
 pub use scd2::Scd2Fold;
+pub use scd2_indexed::IndexedScd2Fold;
 
 use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::Result;
@@ -61,6 +64,7 @@ impl std::fmt::Display for ScdType {
 /// | engine        | applies to                                                        | events sorted by |
 /// |---------------|-------------------------------------------------------------------|------------------|
 /// | `Indexed`     | SCD 1 without partial updates; fixed-width sequence               | nothing: the [`IndexedScd1Fold`] folds its index |
+/// | `Indexed`     | SCD 2 read as rows (a query), no partial updates; sequence ≤ 8 bytes | nothing: the [`IndexedScd2Fold`] folds its index |
 /// | `IndexSorted` | every other fold; fixed-width sequence                            | an [`IndexSortedFold`] (a sorted index, then one gather) |
 /// | `Sorted`      | wider sequences, or `autocdc.indexed_fold = false`                | DataFusion's sort below the operator |
 ///
@@ -131,9 +135,15 @@ impl FoldSpec {
     pub fn engine(&self, input: &Schema) -> FoldEngine {
         if !self.indexed_fold || !event_index::EventIndex::supports(&self.layout, input) {
             FoldEngine::Sorted
-        } else if self.stored_as == ScdType::Type1
-            && self.partial.is_none()
-            && !self.layout.group_sequences
+        } else if self.partial.is_none()
+            && match self.stored_as {
+                ScdType::Type1 => !self.layout.group_sequences,
+                // a query's history (the versions only)
+                ScdType::Type2 => {
+                    self.visible_only && IndexedScd2Fold::supports(&self.layout, input)
+                }
+                ScdType::Bitemporal => false,
+            }
         {
             FoldEngine::Indexed
         } else {
@@ -147,6 +157,11 @@ impl FoldSpec {
             IndexedScd1Fold::try_new(&self.flow, self.layout.clone(), input, self.new_wins_ties)?
                 .with_visible_only(self.visible_only),
         )
+    }
+
+    /// An indexed SCD 2 fold of a query's partition ([`FoldEngine::Indexed`]).
+    pub fn indexed_scd2_kernel(&self, input: &SchemaRef) -> Result<IndexedScd2Fold> {
+        IndexedScd2Fold::try_new(&self.flow, self.layout.clone(), self.tracked.clone(), input)
     }
 
     /// A fresh kernel for one partition.

@@ -26,12 +26,9 @@
 //! pool refuses, hands the retained batches ([`IndexedScd1Fold::into_batches`])
 //! and the rest of its input to a spilling sort and the sorted fold.
 
-use std::cmp::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{make_comparator, Array, ArrayRef, AsArray, Int8Array, RecordBatch};
-use arrow::compute::interleave;
-use arrow::compute::SortOptions;
+use arrow::array::{ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
 
@@ -42,6 +39,7 @@ use super::columns::{
 use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
+use super::pairs::{equal_pairs, pair, Pair};
 use super::rows::encoded;
 use super::FoldCounts;
 
@@ -350,7 +348,7 @@ impl IndexedScd1Fold {
     fn run_checks(&self, checks: Checks, emits: &mut Vec<Emit>) -> Result<()> {
         let seq = self.layout.seq();
         let event_columns: Vec<usize> = (0..self.layout.origin()).filter(|c| *c != seq).collect();
-        let same = self.equal_pairs(&checks.events, &event_columns)?;
+        let same = equal_pairs(&self.batches, &checks.events, &event_columns)?;
         if let Some(i) = same.iter().position(|same| !same) {
             let [_, _, b, r] = checks.events[i];
             return Err(conflict_error(
@@ -362,7 +360,7 @@ impl IndexedScd1Fold {
             ));
         }
         let target_columns: Vec<usize> = (0..self.layout.num_target()).collect();
-        let same = self.equal_pairs(&checks.values, &target_columns)?;
+        let same = equal_pairs(&self.batches, &checks.values, &target_columns)?;
         for ([live_batch, live_row, batch, row], same) in checks.values.into_iter().zip(same) {
             if !same {
                 emits.push(Emit {
@@ -379,50 +377,16 @@ impl IndexedScd1Fold {
         }
         Ok(())
     }
-
-    /// Whether the two retained rows of each pair hold equal values (NULLs
-    /// equal) in `columns`: both sides of a window of pairs are gathered,
-    /// then compared column by column with one comparator per column.
-    fn equal_pairs(&self, pairs: &[[u32; 4]], columns: &[usize]) -> Result<Vec<bool>> {
-        const WINDOW: usize = 8192;
-        let mut equal = vec![true; pairs.len()];
-        for (window, equal) in pairs.chunks(WINDOW).zip(equal.chunks_mut(WINDOW)) {
-            let left: Vec<(usize, usize)> = window
-                .iter()
-                .map(|p| (p[0] as usize, p[1] as usize))
-                .collect();
-            let right: Vec<(usize, usize)> = window
-                .iter()
-                .map(|p| (p[2] as usize, p[3] as usize))
-                .collect();
-            for &c in columns {
-                let arrays: Vec<&dyn Array> =
-                    self.batches.iter().map(|b| b.column(c).as_ref()).collect();
-                let (l, r) = (interleave(&arrays, &left)?, interleave(&arrays, &right)?);
-                let cmp = make_comparator(l.as_ref(), r.as_ref(), SortOptions::default())?;
-                for (i, equal) in equal.iter_mut().enumerate() {
-                    *equal = *equal && cmp(i, i) == Ordering::Equal;
-                }
-            }
-        }
-        Ok(equal)
-    }
 }
 
 /// Equality checks found while folding, run at the end over all pairs at
-/// once ([`IndexedScd1Fold::equal_pairs`]): building a comparator per pair
-/// and column was ~4 % of a 10 M-event load with 1 % replays.
+/// once ([`equal_pairs`]).
 #[derive(Debug, Default)]
 struct Checks {
     /// (first copy, other copy) of events of one key and sequence.
-    events: Vec<[u32; 4]>,
+    events: Vec<Pair>,
     /// (live stored row, new winning event) of an update.
-    values: Vec<[u32; 4]>,
-}
-
-/// The places of two index entries, as a check pair.
-fn pair(a: &IndexEntry, b: &IndexEntry) -> [u32; 4] {
-    [a.batch, a.row, b.batch, b.row]
+    values: Vec<Pair>,
 }
 
 #[cfg(test)]

@@ -59,6 +59,13 @@ pub fn scd2_output_schema(layout: &EventLayout, input: &Schema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// The error of TRUNCATE events in an SCD 2 flow.
+pub(super) fn truncate_not_allowed(flow: &str) -> DataFusionError {
+    DataFusionError::Execution(format!(
+        "flow '{flow}': TRUNCATE is not allowed with SCD TYPE 2"
+    ))
+}
+
 /// Streaming SCD 2 fold.
 #[derive(Debug)]
 pub struct Scd2Fold {
@@ -700,10 +707,7 @@ impl FoldKernel for Scd2Fold {
         if sequences.is_empty() {
             return Ok(());
         }
-        Err(DataFusionError::Execution(format!(
-            "flow '{}': TRUNCATE is not allowed with SCD TYPE 2",
-            self.flow
-        )))
+        Err(truncate_not_allowed(&self.flow))
     }
 
     fn watermark_value(&self) -> Option<&ArrayRef> {

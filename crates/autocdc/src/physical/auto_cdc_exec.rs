@@ -14,9 +14,9 @@
 //! DataFusion inserts the repartitioning and (spilling) sorts, so it runs on
 //! all cores with memory bounded by the session's pool. Where the sequence
 //! is fixed-width ([`FoldEngine`]) no sort is needed below: SCD 1 folds with
-//! the [`IndexedScd1Fold`] (`fold=indexed` in `EXPLAIN`), every other
-//! storage type feeds its sorted kernel through an [`IndexSortedFold`]
-//! (`fold=index-sorted`). Both reserve what they hold in the pool and, when
+//! the [`IndexedScd1Fold`] and a query's SCD 2 with the [`IndexedScd2Fold`]
+//! (`fold=indexed` in `EXPLAIN`); every other fold feeds its sorted kernel
+//! through an [`IndexSortedFold`] (`fold=index-sorted`). Both reserve what they hold in the pool and, when
 //! refused, sort the rest of their partition themselves (a `SortExec` over
 //! what they retained and the remaining input, metric `num_sort_fallbacks`).
 //! Every partition ends with the target's truncate watermark row, if it has
@@ -55,7 +55,8 @@ use super::adaptive::{
 };
 use crate::fold::columns::{Origin, KIND_COL, SEQ_COL};
 use crate::fold::{
-    FoldCounts, FoldEngine, FoldKernel, FoldSpec, IndexSortedFold, IndexedScd1Fold, Kind,
+    FoldCounts, FoldEngine, FoldKernel, FoldSpec, IndexSortedFold, IndexedScd1Fold,
+    IndexedScd2Fold, Kind, ScdType,
 };
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
@@ -240,6 +241,7 @@ type FoldRun = AdaptivePartition<InMemoryFold, Box<dyn FoldKernel>>;
 /// The in-memory engines of [`FoldEngine`].
 enum InMemoryFold {
     Indexed(Box<IndexedScd1Fold>),
+    IndexedScd2(Box<IndexedScd2Fold>),
     IndexSorted(Box<IndexSortedFold>),
 }
 
@@ -300,18 +302,21 @@ impl IndexedKernel for InMemoryFold {
     fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         match self {
             Self::Indexed(fold) => fold.push(batch),
+            Self::IndexedScd2(fold) => fold.push(batch),
             Self::IndexSorted(fold) => fold.push(batch),
         }
     }
     fn memory_size(&self) -> usize {
         match self {
             Self::Indexed(fold) => fold.memory_size(),
+            Self::IndexedScd2(fold) => fold.memory_size(),
             Self::IndexSorted(fold) => fold.memory_size(),
         }
     }
     fn finish(&mut self) -> Result<()> {
         match self {
             Self::Indexed(fold) => fold.finish(),
+            Self::IndexedScd2(fold) => fold.finish(),
             Self::IndexSorted(fold) => {
                 fold.finish();
                 Ok(())
@@ -321,12 +326,14 @@ impl IndexedKernel for InMemoryFold {
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         match self {
             Self::Indexed(fold) => fold.next_output(batch_size),
+            Self::IndexedScd2(fold) => fold.next_output(batch_size),
             Self::IndexSorted(fold) => fold.next_output(batch_size),
         }
     }
     fn into_batches(self) -> Vec<RecordBatch> {
         match self {
             Self::Indexed(fold) => fold.into_batches(),
+            Self::IndexedScd2(fold) => fold.into_batches(),
             Self::IndexSorted(fold) => fold.into_batches(),
         }
     }
@@ -341,6 +348,7 @@ impl InMemoryFold {
                 fold.watermark_value().cloned(),
                 Arc::clone(fold.output_schema()),
             ),
+            Self::IndexedScd2(fold) => (fold.counts(), None, Arc::clone(fold.output_schema())),
             Self::IndexSorted(fold) => (
                 fold.counts(),
                 fold.watermark_value().cloned(),
@@ -574,6 +582,13 @@ impl ExecutionPlan for AutoCdcExec {
                 make_sorted,
             };
             let in_memory = match engine {
+                FoldEngine::Indexed if fold_spec.stored_as == ScdType::Type2 => {
+                    let fold = Box::new(fold_spec.indexed_scd2_kernel(&input.schema())?);
+                    if let Some(seqs) = &seqs.events {
+                        fold.observe_watermark(seqs)?;
+                    }
+                    Some(InMemoryFold::IndexedScd2(fold))
+                }
                 FoldEngine::Indexed => {
                     let mut fold = Box::new(fold_spec.indexed_kernel(&input.schema())?);
                     if let Some(seqs) = &seqs.events {

@@ -1,0 +1,504 @@
+//! Indexed SCD type 2 fold of a query: the versions [`super::Scd2Fold`]
+//! emits for a fold read as rows (`FoldSpec::visible_only`), without
+//! ordering, gathering or encoding the events.
+//!
+//! A query's SCD 2 relation (`FROM AUTO CDC (…) STORED AS SCD TYPE 2`)
+//! folds new events into an empty target and returns only the versions.
+//! Fed through an [`IndexSortedFold`], the sorted kernel had every event
+//! ordered, gathered and row-encoded to learn which upserts open a version.
+//! This kernel indexes each event as it arrives ([`EventIndex`]) with a
+//! 64-bit hash of its tracked columns, walks the sorted index key by key
+//! with the rules of the sorted fold, comparing tracked values by hash, and
+//! records each version at its latest event (the row whose values it shows)
+//! with its start and end sequences. Versions are then emitted a retained
+//! batch at a time, in arrival order: the batch's version rows, taken.
+//!
+//! | event of a key, by sequence          | walk                                                           |
+//! |--------------------------------------|----------------------------------------------------------------|
+//! | same sequence as the last kept event | a replay: dropped (checked equal afterwards)                   |
+//! | DELETE                               | closes the open version at its sequence; none open: a tombstone |
+//! | UPSERT, no open version              | opens a version                                                |
+//! | UPSERT, tracked hash equal to the version's latest event's | absorbed: the version's latest event (checked equal afterwards) |
+//! | UPSERT, tracked hash different       | closes the open version at its sequence, opens a version       |
+//!
+//! Hashes decide nothing alone: every pair the walk took as equal is
+//! compared exactly once the walk is done ([`equal_pairs`]). A replay that
+//! differs from its first copy is a conflict (the fold fails, as the sorted
+//! fold does); an absorbed upsert that differs means two tracked values
+//! hashed alike, and the partition is folded again by the sorted kernel
+//! through an [`IndexSortedFold`] (tests force it with a hash mask).
+//!
+//! The kernel holds every event of its partition: the operator accounts for
+//! [`IndexedScd2Fold::memory_size`] in the session's memory pool and, when
+//! the pool refuses, hands the retained batches
+//! ([`IndexedScd2Fold::into_batches`]) and the rest of its input to a
+//! spilling sort and the sorted fold.
+
+use std::sync::Arc;
+
+use arrow::array::{make_array, Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::buffer::NullBuffer;
+use arrow::compute::take;
+use arrow::datatypes::{Int8Type, Schema, SchemaRef};
+use arrow::row::RowConverter;
+use datafusion::common::hash_utils::{create_hashes, RandomState};
+use datafusion::common::{DataFusionError, Result};
+
+use super::columns::{EventLayout, Kind, Origin};
+use super::errors::{check_event_nulls, conflict_error};
+use super::event_index::{EventIndex, IndexEntry};
+use super::pairs::{equal_pairs, pair, Pair};
+use super::rows::{encoded_width, row_converter};
+use super::scd2::{scd2_output_schema, truncate_not_allowed};
+use super::{FoldCounts, IndexSortedFold, Scd2Fold};
+
+/// Widest row-format sequence this kernel keeps: a null byte and 8 bytes of
+/// value, so that a sequence fits a `u64` ([`seq_bits`]).
+const MAX_SEQ_BYTES: usize = 9;
+
+/// What an event is to the versions, once the index is walked.
+const NOT_A_VERSION: u8 = 0;
+/// The latest event of a version that an event closed.
+const CLOSED_VERSION: u8 = 1;
+/// The latest event of the key's open version.
+const OPEN_VERSION: u8 = 2;
+
+/// The value bytes of an index entry's sequence (its row-format bytes after
+/// the null byte; at most 8, see [`MAX_SEQ_BYTES`]), as a big-endian `u64`.
+fn seq_bits(e: &IndexEntry) -> u64 {
+    (e.seq >> 56) as u64
+}
+
+/// Indexed SCD 2 fold of one partition of a query (see the module docs).
+pub struct IndexedScd2Fold {
+    flow: String,
+    layout: EventLayout,
+    tracked: Vec<usize>,
+    /// Target columns and kind (and the `COLUMNS TO UPDATE` list): what two
+    /// copies of one event must share.
+    value_columns: Vec<usize>,
+    input_schema: SchemaRef,
+    output_schema: SchemaRef,
+    hash_state: RandomState,
+    /// Mask applied to tracked hashes (all bits; none in tests, to collide).
+    tracked_hash_mask: u64,
+    seq_converter: RowConverter,
+    /// Row-format width of the sequence, and the byte that starts every
+    /// (non-NULL) sequence's encoding.
+    seq_width: usize,
+    seq_marker: u8,
+    batches: Vec<RecordBatch>,
+    /// Number of each retained batch's first event (its place in `slots`).
+    firsts: Vec<usize>,
+    retained_bytes: usize,
+    index: EventIndex,
+    slots: Slots,
+    counts: FoldCounts,
+    /// Next retained batch to emit the versions of.
+    next: usize,
+    /// The partition folded again by the sorted kernel (tracked hashes
+    /// collided).
+    rerun: Option<Box<IndexSortedFold>>,
+}
+
+/// What the fold keeps per event, by event number.
+#[derive(Debug, Default)]
+struct Slots {
+    /// Hash of the tracked columns (until the index is walked).
+    tracked: Vec<u64>,
+    /// [`NOT_A_VERSION`], [`CLOSED_VERSION`] or [`OPEN_VERSION`] ...
+    version: Vec<u8>,
+    /// ... and for a version, its start and end sequences ([`seq_bits`]).
+    start: Vec<u64>,
+    end: Vec<u64>,
+}
+
+impl Slots {
+    fn grow(&mut self, n: usize) {
+        let len = self.version.len() + n;
+        self.tracked.resize(len, 0);
+        self.version.resize(len, NOT_A_VERSION);
+        self.start.resize(len, 0);
+        self.end.resize(len, 0);
+    }
+
+    /// The version whose latest event is event `last`, from `open` to
+    /// `close` (still open: `None`).
+    fn record(&mut self, last: usize, open: &IndexEntry, close: Option<&IndexEntry>) {
+        self.start[last] = seq_bits(open);
+        match close {
+            Some(close) => {
+                self.version[last] = CLOSED_VERSION;
+                self.end[last] = seq_bits(close);
+            }
+            None => self.version[last] = OPEN_VERSION,
+        }
+    }
+
+    fn memory_size(&self) -> usize {
+        self.tracked.capacity() * 8
+            + self.version.capacity()
+            + (self.start.capacity() + self.end.capacity()) * 8
+    }
+}
+
+/// Pairs the walk took as equal, compared once it is done.
+#[derive(Debug, Default)]
+struct Checks {
+    /// (kept event, its replay).
+    replays: Vec<Pair>,
+    /// (a version's latest event, the upsert it absorbed).
+    absorbed: Vec<Pair>,
+}
+
+impl std::fmt::Debug for IndexedScd2Fold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexedScd2Fold")
+            .field("flow", &self.flow)
+            .field("batches", &self.batches.len())
+            .field("events", &self.slots.version.len())
+            .field("counts", &self.counts)
+            .field("rerun", &self.rerun.is_some())
+            .finish()
+    }
+}
+
+impl IndexedScd2Fold {
+    /// Whether events of `input_schema` can be folded by this kernel: what
+    /// an [`EventIndex`] takes, with a sequence of at most 8 bytes.
+    pub fn supports(layout: &EventLayout, input_schema: &Schema) -> bool {
+        EventIndex::supports(layout, input_schema)
+            && encoded_width([input_schema.field(layout.seq()).data_type()])
+                .is_some_and(|w| w <= MAX_SEQ_BYTES)
+    }
+
+    /// Create a fold of events of `input_schema` (new events only: a query
+    /// reads no target) into the versions of their keys; `tracked` are the
+    /// tracked target columns.
+    pub fn try_new(
+        flow: &str,
+        layout: EventLayout,
+        tracked: Vec<usize>,
+        input_schema: &SchemaRef,
+    ) -> Result<Self> {
+        let seq_width = encoded_width([input_schema.field(layout.seq()).data_type()])
+            .filter(|&w| w <= MAX_SEQ_BYTES && Self::supports(&layout, input_schema))
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "flow '{flow}': keys or sequence too wide for an indexed SCD 2 fold"
+                ))
+            })?;
+        let value_columns = (0..layout.num_target())
+            .chain([layout.kind()])
+            .chain(layout.update_list())
+            .collect();
+        Ok(Self {
+            flow: flow.to_string(),
+            index: EventIndex::try_new(flow, &layout, input_schema)?,
+            seq_converter: row_converter(input_schema, &[layout.seq()])?,
+            output_schema: scd2_output_schema(&layout, input_schema),
+            input_schema: Arc::clone(input_schema),
+            value_columns,
+            tracked,
+            layout,
+            hash_state: RandomState::default(),
+            tracked_hash_mask: u64::MAX,
+            seq_width,
+            seq_marker: 0,
+            batches: Vec::new(),
+            firsts: Vec::new(),
+            retained_bytes: 0,
+            slots: Slots::default(),
+            counts: FoldCounts::default(),
+            next: 0,
+            rerun: None,
+        })
+    }
+
+    /// Keep only `mask`'s bits of tracked hashes (tests: to make different
+    /// values collide).
+    #[cfg(test)]
+    pub fn with_tracked_hash_mask(mut self, mask: u64) -> Self {
+        self.tracked_hash_mask = mask;
+        self
+    }
+
+    /// Schema of the batches this fold produces (the sorted fold's).
+    pub fn output_schema(&self) -> &SchemaRef {
+        &self.output_schema
+    }
+
+    /// Counts so far (final once every output batch was taken).
+    pub fn counts(&self) -> FoldCounts {
+        match &self.rerun {
+            Some(rerun) => rerun.counts(),
+            None => self.counts,
+        }
+    }
+
+    /// TRUNCATE events: none are allowed with SCD TYPE 2.
+    pub fn observe_watermark(&self, sequences: &ArrayRef) -> Result<()> {
+        match sequences.is_empty() {
+            true => Ok(()),
+            false => Err(truncate_not_allowed(&self.flow)),
+        }
+    }
+
+    /// Bytes held: the retained batches, the index and what is kept per
+    /// event.
+    pub fn memory_size(&self) -> usize {
+        self.retained_bytes
+            + self.index.memory_size()
+            + self.slots.memory_size()
+            + self.rerun.as_ref().map_or(0, |r| r.memory_size())
+    }
+
+    /// The retained event batches, in arrival order (to fold them another
+    /// way when memory runs short).
+    pub fn into_batches(self) -> Vec<RecordBatch> {
+        self.batches
+    }
+
+    /// Index one batch of new events (any order) and hash its tracked
+    /// columns.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        check_event_nulls(&self.flow, &self.layout, batch)?;
+        let origins = batch
+            .column(self.layout.origin())
+            .as_primitive::<Int8Type>();
+        if origins.values().iter().any(|&o| o != Origin::New as i8) {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}': an indexed SCD 2 fold reads new events only",
+                self.flow
+            )));
+        }
+        self.counts.input_rows += self.index.push(batch, self.batches.len())?;
+        let first = self.slots.version.len();
+        self.slots.grow(n);
+        let hashes = &mut self.slots.tracked[first..];
+        if !self.tracked.is_empty() {
+            let columns = self.tracked.iter().map(|&c| batch.column(c));
+            create_hashes(columns, &self.hash_state, hashes)?;
+            hashes.iter_mut().for_each(|h| *h &= self.tracked_hash_mask);
+        }
+        self.firsts.push(first);
+        self.retained_bytes += batch.get_array_memory_size();
+        self.batches.push(batch.clone());
+        Ok(())
+    }
+
+    /// Fold the index once every batch was pushed: sort it, walk every key
+    /// group, then check the pairs taken as equal (a conflicting replay
+    /// fails here, before any output; colliding tracked hashes fold the
+    /// partition again with the sorted kernel).
+    pub fn finish(&mut self) -> Result<()> {
+        self.index.sort();
+        let mut checks = Checks::default();
+        if let Some(e) = self.index.entries().first() {
+            self.seq_marker = (e.seq >> 120) as u8;
+        }
+        let mut start = 0;
+        while start < self.index.len() {
+            let end = self.index.group_end(start);
+            let group = &self.index.entries()[start..end];
+            walk(
+                group,
+                &self.firsts,
+                &mut self.slots,
+                &mut self.counts,
+                &mut checks,
+            );
+            start = end;
+        }
+        self.index.clear();
+        self.slots.tracked = Vec::new();
+        let same = equal_pairs(&self.batches, &checks.replays, &self.value_columns)?;
+        if let Some(i) = same.iter().position(|same| !same) {
+            let [_, _, b, r] = checks.replays[i];
+            return Err(conflict_error(
+                &self.flow,
+                &self.layout,
+                &self.batches[b as usize],
+                r as usize,
+                false,
+            ));
+        }
+        let same = equal_pairs(&self.batches, &checks.absorbed, &self.tracked)?;
+        if same.contains(&false) {
+            self.fold_again()?;
+        }
+        Ok(())
+    }
+
+    /// Fold the retained events with the sorted kernel instead (two tracked
+    /// values hashed alike).
+    fn fold_again(&mut self) -> Result<()> {
+        let kernel = Scd2Fold::try_new(
+            &self.flow,
+            self.layout.clone(),
+            self.tracked.clone(),
+            None,
+            &self.input_schema,
+        )?
+        .with_visible_only(true);
+        let mut fold = IndexSortedFold::try_new(
+            &self.flow,
+            &self.layout,
+            &self.input_schema,
+            Box::new(kernel),
+        )?;
+        for batch in std::mem::take(&mut self.batches) {
+            fold.push(&batch)?;
+        }
+        fold.finish();
+        self.slots = Slots::default();
+        self.retained_bytes = 0;
+        self.rerun = Some(Box::new(fold));
+        Ok(())
+    }
+
+    /// The versions of the next retained batch that has any, in its row
+    /// order (the batch is released); `None` at the end.
+    pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
+        if let Some(rerun) = &mut self.rerun {
+            return rerun.next_output(batch_size);
+        }
+        while self.next < self.batches.len() {
+            let b = self.next;
+            self.next += 1;
+            let batch = std::mem::replace(
+                &mut self.batches[b],
+                RecordBatch::new_empty(Arc::clone(&self.input_schema)),
+            );
+            self.retained_bytes = self
+                .retained_bytes
+                .saturating_sub(batch.get_array_memory_size());
+            let first = self.firsts[b];
+            let versions = &self.slots.version[first..first + batch.num_rows()];
+            let rows = UInt32Array::from_iter_values(
+                (0..versions.len())
+                    .filter(|&r| versions[r] != NOT_A_VERSION)
+                    .map(|r| r as u32),
+            );
+            if !rows.is_empty() {
+                return self.versions(&batch, first, &rows).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The versions recorded at `rows` of `batch` (whose first event is
+    /// event `first`), as output rows.
+    fn versions(
+        &self,
+        batch: &RecordBatch,
+        first: usize,
+        rows: &UInt32Array,
+    ) -> Result<RecordBatch> {
+        let every_row = rows.len() == batch.num_rows();
+        let pick = |c: usize| -> Result<ArrayRef> {
+            match every_row {
+                true => Ok(Arc::clone(batch.column(c))),
+                false => Ok(take(batch.column(c).as_ref(), rows, None)?),
+            }
+        };
+        let events = || rows.values().iter().map(|&r| first + r as usize);
+        let mut columns = (0..self.layout.num_target())
+            .map(pick)
+            .collect::<Result<Vec<_>>>()?;
+        columns.push(self.decode(events().map(|e| self.slots.start[e]))?);
+        let end = self.decode(events().map(|e| self.slots.end[e]))?;
+        let closed =
+            NullBuffer::from_iter(events().map(|e| self.slots.version[e] == CLOSED_VERSION));
+        columns.push(match closed.null_count() {
+            0 => end,
+            _ => make_array(end.into_data().into_builder().nulls(Some(closed)).build()?),
+        });
+        columns.push(pick(self.layout.seq())?);
+        columns.push(Arc::new(Int8Array::from(vec![
+            Kind::Upsert as i8;
+            rows.len()
+        ])));
+        columns.push(pick(self.layout.written_at())?);
+        if let Some(list) = self.layout.update_list() {
+            columns.push(pick(list)?);
+        }
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.output_schema),
+            columns,
+        )?)
+    }
+
+    /// Sequences kept as [`seq_bits`], back as an array of the sequence's
+    /// type (through its row format).
+    fn decode(&self, seqs: impl Iterator<Item = u64>) -> Result<ArrayRef> {
+        let w = self.seq_width;
+        let mut bytes = Vec::new();
+        for s in seqs {
+            bytes.push(self.seq_marker);
+            bytes.extend_from_slice(&s.to_be_bytes()[..w - 1]);
+        }
+        let parser = self.seq_converter.parser();
+        let rows = bytes.chunks_exact(w).map(|row| parser.parse(row));
+        self.seq_converter
+            .convert_rows(rows)?
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("sequence decoded to no column".into()))
+    }
+}
+
+/// Walk one key's events (`group`, in sequence order) with the rules of the
+/// module docs' table, recording its versions in `slots`.
+fn walk(
+    group: &[IndexEntry],
+    firsts: &[usize],
+    slots: &mut Slots,
+    counts: &mut FoldCounts,
+    checks: &mut Checks,
+) {
+    let number = |e: &IndexEntry| firsts[e.batch as usize] + e.row as usize;
+    let mut kept: Option<&IndexEntry> = None;
+    // the open version: its first event and its latest
+    let mut open: Option<(&IndexEntry, &IndexEntry)> = None;
+    for e in group {
+        if let Some(k) = kept.filter(|k| k.seq == e.seq) {
+            checks.replays.push(pair(k, e));
+            counts.duplicates += 1;
+            continue;
+        }
+        kept = Some(e);
+        counts.events_added += 1;
+        if e.kind == Kind::Delete as i8 {
+            match open.take() {
+                Some((first, last)) => {
+                    slots.record(number(last), first, Some(e));
+                    counts.deleted += 1;
+                }
+                None => counts.tombstones += 1,
+            }
+            continue;
+        }
+        counts.upserted += 1;
+        open = match open {
+            Some((first, last)) if slots.tracked[number(last)] == slots.tracked[number(e)] => {
+                checks.absorbed.push(pair(last, e));
+                Some((first, e))
+            }
+            Some((first, last)) => {
+                slots.record(number(last), first, Some(e));
+                Some((e, e))
+            }
+            None => Some((e, e)),
+        };
+    }
+    if let Some((first, last)) = open {
+        slots.record(number(last), first, None);
+    }
+}
+
+#[cfg(test)]
+mod tests;
