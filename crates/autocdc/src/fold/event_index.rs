@@ -29,7 +29,9 @@ use super::columns::{EventLayout, Origin};
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 
 /// One event in the index: key and sequence as integers that order like
-/// their row-format bytes, then origin (stored first), kind and place.
+/// their row-format bytes, then origin (stored first), kind and place, and
+/// a 48-bit tag a fold may set ([`EventIndex::tag_batch`]; in the padding
+/// of the 48-byte entry).
 #[derive(Debug, Clone, Copy)]
 pub struct IndexEntry {
     pub key: u128,
@@ -38,12 +40,25 @@ pub struct IndexEntry {
     pub kind: i8,
     pub batch: u32,
     pub row: u32,
+    tag_low: u32,
+    tag_high: u16,
 }
 
 impl IndexEntry {
     /// Whether the event is a stored row (not a new event).
     pub fn stored(&self) -> bool {
         self.origin == Origin::Stored as i8
+    }
+
+    /// The tag (0 unless set).
+    pub fn tag(&self) -> u64 {
+        u64::from(self.tag_low) | (u64::from(self.tag_high) << 32)
+    }
+
+    /// Set the tag to the low 48 bits of `tag`.
+    fn set_tag(&mut self, tag: u64) {
+        self.tag_low = tag as u32;
+        self.tag_high = (tag >> 32) as u16;
     }
 }
 
@@ -166,12 +181,23 @@ impl EventIndex {
                 kind,
                 batch: b,
                 row: i as u32,
+                tag_low: 0,
+                tag_high: 0,
             });
         }
         if let Some(key_rows) = &mut self.key_rows {
             key_rows.push(keys);
         }
         Ok(new_events)
+    }
+
+    /// Tag the entries of the last batch pushed with `tags`, one per row
+    /// (48 bits of each kept). Before [`Self::sort`] only.
+    pub fn tag_batch(&mut self, tags: &[u64]) {
+        let first = self.entries.len().saturating_sub(tags.len());
+        for (e, &tag) in self.entries[first..].iter_mut().zip(tags) {
+            e.set_tag(tag);
+        }
     }
 
     /// [`Self::push`], then reorder `batch` by its entries' order (keys,
@@ -287,6 +313,25 @@ impl EventIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_stay_48_bytes_and_tags_keep_48_bits() {
+        assert_eq!(std::mem::size_of::<IndexEntry>(), 48);
+        let mut e = IndexEntry {
+            key: 0,
+            seq: 0,
+            origin: 0,
+            kind: 0,
+            batch: 0,
+            row: 0,
+            tag_low: 0,
+            tag_high: 0,
+        };
+        e.set_tag(u64::MAX);
+        assert_eq!(e.tag(), (1 << 48) - 1);
+        e.set_tag(0x1234_5678_9abc);
+        assert_eq!(e.tag(), 0x1234_5678_9abc);
+    }
     use arrow::array::{Int64Array, Int8Array, StringArray};
     use arrow::datatypes::{DataType, Field};
     use std::sync::Arc;

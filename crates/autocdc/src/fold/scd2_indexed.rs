@@ -7,7 +7,7 @@
 //! Fed through an [`IndexSortedFold`], the sorted kernel had every event
 //! ordered, gathered and row-encoded to learn which upserts open a version.
 //! This kernel indexes each event as it arrives ([`EventIndex`]) with a
-//! 64-bit hash of its tracked columns, walks the sorted index key by key
+//! 48-bit hash of its tracked columns (the entry's tag), walks the sorted index key by key
 //! with the rules of the sorted fold, comparing tracked values by hash, and
 //! records each version at its latest event (the row whose values it shows)
 //! with its start and end sequences. Versions are then emitted a retained
@@ -82,17 +82,18 @@ pub struct IndexedScd2Fold {
     hash_state: RandomState,
     /// Mask applied to tracked hashes (all bits; none in tests, to collide).
     tracked_hash_mask: u64,
+    /// Tracked hashes of the batch being indexed (reused).
+    hashes: Vec<u64>,
     seq_converter: RowConverter,
     /// Row-format width of the sequence, and the byte that starts every
     /// (non-NULL) sequence's encoding.
     seq_width: usize,
     seq_marker: u8,
     batches: Vec<RecordBatch>,
-    /// Number of each retained batch's first event (its place in `slots`).
-    firsts: Vec<usize>,
+    /// The versions found, by retained batch (sized with it).
+    versions: Vec<BatchVersions>,
     retained_bytes: usize,
     index: EventIndex,
-    slots: Slots,
     counts: FoldCounts,
     /// Next retained batch to emit the versions of.
     next: usize,
@@ -101,11 +102,9 @@ pub struct IndexedScd2Fold {
     rerun: Option<Box<IndexSortedFold>>,
 }
 
-/// What the fold keeps per event, by event number.
-#[derive(Debug, Default)]
-struct Slots {
-    /// Hash of the tracked columns (until the index is walked).
-    tracked: Vec<u64>,
+/// The versions recorded at the events of one retained batch, by row.
+#[derive(Debug)]
+struct BatchVersions {
     /// [`NOT_A_VERSION`], [`CLOSED_VERSION`] or [`OPEN_VERSION`] ...
     version: Vec<u8>,
     /// ... and for a version, its start and end sequences ([`seq_bits`]).
@@ -113,32 +112,36 @@ struct Slots {
     end: Vec<u64>,
 }
 
-impl Slots {
-    fn grow(&mut self, n: usize) {
-        let len = self.version.len() + n;
-        self.tracked.resize(len, 0);
-        self.version.resize(len, NOT_A_VERSION);
-        self.start.resize(len, 0);
-        self.end.resize(len, 0);
-    }
-
-    /// The version whose latest event is event `last`, from `open` to
-    /// `close` (still open: `None`).
-    fn record(&mut self, last: usize, open: &IndexEntry, close: Option<&IndexEntry>) {
-        self.start[last] = seq_bits(open);
-        match close {
-            Some(close) => {
-                self.version[last] = CLOSED_VERSION;
-                self.end[last] = seq_bits(close);
-            }
-            None => self.version[last] = OPEN_VERSION,
+impl BatchVersions {
+    fn new(rows: usize) -> Self {
+        Self {
+            version: vec![NOT_A_VERSION; rows],
+            start: vec![0; rows],
+            end: vec![0; rows],
         }
     }
 
     fn memory_size(&self) -> usize {
-        self.tracked.capacity() * 8
-            + self.version.capacity()
-            + (self.start.capacity() + self.end.capacity()) * 8
+        self.version.capacity() + (self.start.capacity() + self.end.capacity()) * 8
+    }
+}
+
+/// Record the version whose latest event is `last`, from `open` to `close`
+/// (still open: `None`).
+fn record(
+    versions: &mut [BatchVersions],
+    last: &IndexEntry,
+    open: &IndexEntry,
+    close: Option<&IndexEntry>,
+) {
+    let (at, row) = (&mut versions[last.batch as usize], last.row as usize);
+    at.start[row] = seq_bits(open);
+    match close {
+        Some(close) => {
+            at.version[row] = CLOSED_VERSION;
+            at.end[row] = seq_bits(close);
+        }
+        None => at.version[row] = OPEN_VERSION,
     }
 }
 
@@ -156,7 +159,7 @@ impl std::fmt::Debug for IndexedScd2Fold {
         f.debug_struct("IndexedScd2Fold")
             .field("flow", &self.flow)
             .field("batches", &self.batches.len())
-            .field("events", &self.slots.version.len())
+            .field("events", &self.index.len())
             .field("counts", &self.counts)
             .field("rerun", &self.rerun.is_some())
             .finish()
@@ -203,12 +206,12 @@ impl IndexedScd2Fold {
             layout,
             hash_state: RandomState::default(),
             tracked_hash_mask: u64::MAX,
+            hashes: Vec::new(),
             seq_width,
             seq_marker: 0,
             batches: Vec::new(),
-            firsts: Vec::new(),
+            versions: Vec::new(),
             retained_bytes: 0,
-            slots: Slots::default(),
             counts: FoldCounts::default(),
             next: 0,
             rerun: None,
@@ -249,7 +252,12 @@ impl IndexedScd2Fold {
     pub fn memory_size(&self) -> usize {
         self.retained_bytes
             + self.index.memory_size()
-            + self.slots.memory_size()
+            + self
+                .versions
+                .iter()
+                .map(BatchVersions::memory_size)
+                .sum::<usize>()
+            + self.hashes.capacity() * 8
             + self.rerun.as_ref().map_or(0, |r| r.memory_size())
     }
 
@@ -277,15 +285,17 @@ impl IndexedScd2Fold {
             )));
         }
         self.counts.input_rows += self.index.push(batch, self.batches.len())?;
-        let first = self.slots.version.len();
-        self.slots.grow(n);
-        let hashes = &mut self.slots.tracked[first..];
         if !self.tracked.is_empty() {
+            self.hashes.clear();
+            self.hashes.resize(n, 0);
             let columns = self.tracked.iter().map(|&c| batch.column(c));
-            create_hashes(columns, &self.hash_state, hashes)?;
-            hashes.iter_mut().for_each(|h| *h &= self.tracked_hash_mask);
+            create_hashes(columns, &self.hash_state, &mut self.hashes)?;
+            self.hashes
+                .iter_mut()
+                .for_each(|h| *h &= self.tracked_hash_mask);
+            self.index.tag_batch(&self.hashes);
         }
-        self.firsts.push(first);
+        self.versions.push(BatchVersions::new(n));
         self.retained_bytes += batch.get_array_memory_size();
         self.batches.push(batch.clone());
         Ok(())
@@ -305,17 +315,11 @@ impl IndexedScd2Fold {
         while start < self.index.len() {
             let end = self.index.group_end(start);
             let group = &self.index.entries()[start..end];
-            walk(
-                group,
-                &self.firsts,
-                &mut self.slots,
-                &mut self.counts,
-                &mut checks,
-            );
+            walk(group, &mut self.versions, &mut self.counts, &mut checks);
             start = end;
         }
         self.index.clear();
-        self.slots.tracked = Vec::new();
+        self.hashes = Vec::new();
         let same = equal_pairs(&self.batches, &checks.replays, &self.value_columns)?;
         if let Some(i) = same.iter().position(|same| !same) {
             let [_, _, b, r] = checks.replays[i];
@@ -355,7 +359,7 @@ impl IndexedScd2Fold {
             fold.push(&batch)?;
         }
         fold.finish();
-        self.slots = Slots::default();
+        self.versions = Vec::new();
         self.retained_bytes = 0;
         self.rerun = Some(Box::new(fold));
         Ok(())
@@ -377,26 +381,24 @@ impl IndexedScd2Fold {
             self.retained_bytes = self
                 .retained_bytes
                 .saturating_sub(batch.get_array_memory_size());
-            let first = self.firsts[b];
-            let versions = &self.slots.version[first..first + batch.num_rows()];
+            let versions = std::mem::replace(&mut self.versions[b], BatchVersions::new(0));
             let rows = UInt32Array::from_iter_values(
-                (0..versions.len())
-                    .filter(|&r| versions[r] != NOT_A_VERSION)
+                (0..versions.version.len())
+                    .filter(|&r| versions.version[r] != NOT_A_VERSION)
                     .map(|r| r as u32),
             );
             if !rows.is_empty() {
-                return self.versions(&batch, first, &rows).map(Some);
+                return self.emit(&batch, &versions, &rows).map(Some);
             }
         }
         Ok(None)
     }
 
-    /// The versions recorded at `rows` of `batch` (whose first event is
-    /// event `first`), as output rows.
-    fn versions(
+    /// The `versions` recorded at `rows` of `batch`, as output rows.
+    fn emit(
         &self,
         batch: &RecordBatch,
-        first: usize,
+        versions: &BatchVersions,
         rows: &UInt32Array,
     ) -> Result<RecordBatch> {
         let every_row = rows.len() == batch.num_rows();
@@ -406,14 +408,13 @@ impl IndexedScd2Fold {
                 false => Ok(take(batch.column(c).as_ref(), rows, None)?),
             }
         };
-        let events = || rows.values().iter().map(|&r| first + r as usize);
+        let at = || rows.values().iter().map(|&r| r as usize);
         let mut columns = (0..self.layout.num_target())
             .map(pick)
             .collect::<Result<Vec<_>>>()?;
-        columns.push(self.decode(events().map(|e| self.slots.start[e]))?);
-        let end = self.decode(events().map(|e| self.slots.end[e]))?;
-        let closed =
-            NullBuffer::from_iter(events().map(|e| self.slots.version[e] == CLOSED_VERSION));
+        columns.push(self.decode(at().map(|r| versions.start[r]))?);
+        let end = self.decode(at().map(|r| versions.end[r]))?;
+        let closed = NullBuffer::from_iter(at().map(|r| versions.version[r] == CLOSED_VERSION));
         columns.push(match closed.null_count() {
             0 => end,
             _ => make_array(end.into_data().into_builder().nulls(Some(closed)).build()?),
@@ -452,15 +453,13 @@ impl IndexedScd2Fold {
 }
 
 /// Walk one key's events (`group`, in sequence order) with the rules of the
-/// module docs' table, recording its versions in `slots`.
+/// module docs' table, recording its versions.
 fn walk(
     group: &[IndexEntry],
-    firsts: &[usize],
-    slots: &mut Slots,
+    versions: &mut [BatchVersions],
     counts: &mut FoldCounts,
     checks: &mut Checks,
 ) {
-    let number = |e: &IndexEntry| firsts[e.batch as usize] + e.row as usize;
     let mut kept: Option<&IndexEntry> = None;
     // the open version: its first event and its latest
     let mut open: Option<(&IndexEntry, &IndexEntry)> = None;
@@ -475,7 +474,7 @@ fn walk(
         if e.kind == Kind::Delete as i8 {
             match open.take() {
                 Some((first, last)) => {
-                    slots.record(number(last), first, Some(e));
+                    record(versions, last, first, Some(e));
                     counts.deleted += 1;
                 }
                 None => counts.tombstones += 1,
@@ -484,19 +483,19 @@ fn walk(
         }
         counts.upserted += 1;
         open = match open {
-            Some((first, last)) if slots.tracked[number(last)] == slots.tracked[number(e)] => {
+            Some((first, last)) if last.tag() == e.tag() => {
                 checks.absorbed.push(pair(last, e));
                 Some((first, e))
             }
             Some((first, last)) => {
-                slots.record(number(last), first, Some(e));
+                record(versions, last, first, Some(e));
                 Some((e, e))
             }
             None => Some((e, e)),
         };
     }
     if let Some((first, last)) = open {
-        slots.record(number(last), first, None);
+        record(versions, last, first, None);
     }
 }
 
