@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod pairs;
 pub mod partial;
 pub mod per_column;
+pub mod retained;
 pub mod rows;
 pub mod scd1;
 pub mod scd1_indexed;

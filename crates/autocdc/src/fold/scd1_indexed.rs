@@ -40,6 +40,7 @@ use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
+use super::retained::retained;
 use super::rows::encoded;
 use super::FoldCounts;
 
@@ -186,8 +187,9 @@ impl IndexedScd1Fold {
         }
         check_event_nulls(&self.flow, &self.layout, batch)?;
         self.counts.input_rows += self.index.push(batch, self.batches.len())?;
+        let batch = retained(batch)?;
         self.retained_bytes += batch.get_array_memory_size();
-        self.batches.push(batch.clone());
+        self.batches.push(batch);
         Ok(())
     }
 

@@ -48,6 +48,7 @@ use super::columns::{EventLayout, Kind, Origin};
 use super::errors::{check_event_nulls, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
+use super::retained::retained;
 use super::rows::{encoded_width, row_converter};
 use super::scd2::{scd2_output_schema, truncate_not_allowed};
 use super::{FoldCounts, IndexSortedFold, Scd2Fold};
@@ -296,8 +297,9 @@ impl IndexedScd2Fold {
             self.index.tag_batch(&self.hashes);
         }
         self.versions.push(BatchVersions::new(n));
+        let batch = retained(batch)?;
         self.retained_bytes += batch.get_array_memory_size();
-        self.batches.push(batch.clone());
+        self.batches.push(batch);
         Ok(())
     }
 
