@@ -148,7 +148,7 @@ impl IndexSortedFold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fold::test_support::{del, fold, rows, spec, up, Ev};
+    use crate::fold::test_support::{del, fold, rows_by_kind, spec, up, Ev};
     use crate::fold::ScdType;
 
     /// Events of 12 keys at sequences 0..40, values and kinds a function of
@@ -189,7 +189,6 @@ mod tests {
 
     #[test]
     fn folds_like_the_kernel_over_sorted_events() -> Result<()> {
-        let every_kind: Vec<i8> = (-8..8).collect();
         for stored_as in [ScdType::Type2, ScdType::Bitemporal] {
             let tracked = if stored_as == ScdType::Type2 {
                 vec![1]
@@ -218,8 +217,8 @@ mod tests {
                         out.push(batch);
                     }
                     assert_eq!(
-                        rows(&out, &every_kind),
-                        rows(&expected, &every_kind),
+                        rows_by_kind(&out),
+                        rows_by_kind(&expected),
                         "{stored_as} seed {seed} split {split}"
                     );
                     assert_eq!(fold.counts(), expected_counts);

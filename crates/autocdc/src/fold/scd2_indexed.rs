@@ -1,17 +1,16 @@
-//! Indexed SCD type 2 fold of a query: the versions [`super::Scd2Fold`]
-//! emits for a fold read as rows (`FoldSpec::visible_only`), without
-//! ordering, gathering or encoding the events.
+//! Indexed SCD type 2 fold: the rows of [`super::Scd2Fold`] without
+//! ordering, gathering or row-encoding the events.
 //!
-//! A query's SCD 2 relation (`FROM AUTO CDC (…) STORED AS SCD TYPE 2`)
-//! folds new events into an empty target and returns only the versions.
 //! Fed through an [`IndexSortedFold`], the sorted kernel had every event
 //! ordered, gathered and row-encoded to learn which upserts open a version.
 //! This kernel indexes each event as it arrives ([`EventIndex`]) with a
-//! 48-bit hash of its tracked columns (the entry's tag), walks the sorted index key by key
-//! with the rules of the sorted fold, comparing tracked values by hash, and
-//! records each version at its latest event (the row whose values it shows)
-//! with its start and end sequences. Versions are then emitted a retained
-//! batch at a time, in arrival order: the batch's version rows, taken.
+//! 48-bit hash of its tracked columns (the entry's tag), walks the sorted
+//! index key by key with the rules of the sorted fold, comparing tracked
+//! values by hash, and records what each event emits — itself as a hidden
+//! event, the version it is the latest event of (the row whose values the
+//! version shows) with its start and end, that version's change row — by
+//! the event's place. Rows are then emitted a retained batch at a time, in
+//! arrival order: the batch's rows, taken.
 //!
 //! | event of a key, by sequence          | walk                                                           |
 //! |--------------------------------------|----------------------------------------------------------------|
@@ -21,12 +20,19 @@
 //! | UPSERT, tracked hash equal to the version's latest event's | absorbed: the version's latest event (checked equal afterwards) |
 //! | UPSERT, tracked hash different       | closes the open version at its sequence, opens a version       |
 //!
+//! A key with new events also gets its change rows: its versions before
+//! this update (of its stored events alone) matched with those after by
+//! start, as the sorted fold matches them; a version in both whose values
+//! may differ is checked afterwards too.
+//!
 //! Hashes decide nothing alone: every pair the walk took as equal is
 //! compared exactly once the walk is done ([`equal_pairs`]). A replay that
 //! differs from its first copy is a conflict (the fold fails, as the sorted
 //! fold does); an absorbed upsert that differs means two tracked values
 //! hashed alike, and the partition is folded again by the sorted kernel
-//! through an [`IndexSortedFold`] (tests force it with a hash mask).
+//! through an [`IndexSortedFold`] (tests force it with a hash mask). So is
+//! a partition holding rows a DML statement wrote (erasure marks and edited
+//! histories: rare, and the sorted kernel's rules).
 //!
 //! The kernel holds every event of its partition: the operator accounts for
 //! [`IndexedScd2Fold::memory_size`] in the session's memory pool and, when
@@ -44,7 +50,10 @@ use arrow::row::RowConverter;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::{DataFusionError, Result};
 
-use super::columns::{EventLayout, Kind, Origin};
+use super::columns::{
+    EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
+    STORED_DELETE_EVENT, STORED_UPSERT_EVENT,
+};
 use super::errors::{check_event_nulls, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
@@ -57,12 +66,17 @@ use super::{FoldCounts, IndexSortedFold, Scd2Fold};
 /// value, so that a sequence fits a `u64` ([`seq_bits`]).
 const MAX_SEQ_BYTES: usize = 9;
 
-/// What an event is to the versions, once the index is walked.
-const NOT_A_VERSION: u8 = 0;
-/// The latest event of a version that an event closed.
-const CLOSED_VERSION: u8 = 1;
-/// The latest event of the key's open version.
-const OPEN_VERSION: u8 = 2;
+/// What an event emits, as bits of [`BatchEmits::flags`]: itself, as a
+/// hidden event ...
+const EVENT: u8 = 1;
+/// ... the version it is the latest event of ...
+const VERSION: u8 = 2;
+/// ... (which an event closed; otherwise the key's open version) ...
+const CLOSED: u8 = 4;
+/// ... and that version's change row: inserted, or the post-image of an
+/// update.
+const INSERTED: u8 = 8;
+const POSTIMAGE: u8 = 16;
 
 /// The value bytes of an index entry's sequence (its row-format bytes after
 /// the null byte; at most 8, see [`MAX_SEQ_BYTES`]), as a big-endian `u64`.
@@ -70,14 +84,17 @@ fn seq_bits(e: &IndexEntry) -> u64 {
     (e.seq >> 56) as u64
 }
 
-/// Indexed SCD 2 fold of one partition of a query (see the module docs).
+/// Indexed SCD 2 fold of one partition (see the module docs).
 pub struct IndexedScd2Fold {
     flow: String,
+    /// Emit versions only (see `FoldSpec::visible_only`).
+    visible_only: bool,
     layout: EventLayout,
     tracked: Vec<usize>,
-    /// Target columns and kind (and the `COLUMNS TO UPDATE` list): what two
-    /// copies of one event must share.
+    /// Target columns and kind: what two copies of one event must share.
     value_columns: Vec<usize>,
+    /// Non-key target columns: what tells two versions' values apart.
+    visible_columns: Vec<usize>,
     input_schema: SchemaRef,
     output_schema: SchemaRef,
     hash_state: RandomState,
@@ -91,68 +108,88 @@ pub struct IndexedScd2Fold {
     seq_width: usize,
     seq_marker: u8,
     batches: Vec<RecordBatch>,
-    /// The versions found, by retained batch (sized with it).
-    versions: Vec<BatchVersions>,
+    /// What the events of each retained batch emit (sized with it).
+    emits: Vec<BatchEmits>,
     retained_bytes: usize,
     index: EventIndex,
+    /// A row written by a DML statement was pushed: the sorted kernel folds.
+    dml_rows: bool,
     counts: FoldCounts,
-    /// Next retained batch to emit the versions of.
+    /// Next retained batch to emit the rows of.
     next: usize,
-    /// The partition folded again by the sorted kernel (tracked hashes
-    /// collided).
+    /// The partition folded by the sorted kernel instead.
     rerun: Option<Box<IndexSortedFold>>,
 }
 
-/// The versions recorded at the events of one retained batch, by row.
+/// What the events of one retained batch emit, by row.
 #[derive(Debug)]
-struct BatchVersions {
-    /// [`NOT_A_VERSION`], [`CLOSED_VERSION`] or [`OPEN_VERSION`] ...
-    version: Vec<u8>,
+struct BatchEmits {
+    /// [`EVENT`], [`VERSION`], [`CLOSED`], [`INSERTED`], [`POSTIMAGE`] ...
+    flags: Vec<u8>,
     /// ... and for a version, its start and end sequences ([`seq_bits`]).
     start: Vec<u64>,
     end: Vec<u64>,
+    /// Change rows of versions before this update (deleted, or pre-images)
+    /// whose latest event is a row of the batch.
+    before: Vec<BeforeRow>,
 }
 
-impl BatchVersions {
+/// A change row of a version before this update.
+#[derive(Debug, Clone, Copy)]
+struct BeforeRow {
+    row: u32,
+    kind: i8,
+    start: u64,
+    end: Option<u64>,
+}
+
+impl BatchEmits {
     fn new(rows: usize) -> Self {
         Self {
-            version: vec![NOT_A_VERSION; rows],
+            flags: vec![0; rows],
             start: vec![0; rows],
             end: vec![0; rows],
+            before: Vec::new(),
         }
     }
 
     fn memory_size(&self) -> usize {
-        self.version.capacity() + (self.start.capacity() + self.end.capacity()) * 8
+        self.flags.capacity()
+            + (self.start.capacity() + self.end.capacity()) * 8
+            + self.before.capacity() * std::mem::size_of::<BeforeRow>()
     }
 }
 
-/// Record the version whose latest event is `last`, from `open` to `close`
-/// (still open: `None`).
-fn record(
-    versions: &mut [BatchVersions],
-    last: &IndexEntry,
-    open: &IndexEntry,
-    close: Option<&IndexEntry>,
-) {
-    let (at, row) = (&mut versions[last.batch as usize], last.row as usize);
-    at.start[row] = seq_bits(open);
-    match close {
-        Some(close) => {
-            at.version[row] = CLOSED_VERSION;
-            at.end[row] = seq_bits(close);
-        }
-        None => at.version[row] = OPEN_VERSION,
-    }
+/// A version of a key's history, as positions in its group of entries: the
+/// event that opened it, its latest event, the event that closed it.
+#[derive(Debug, Clone, Copy)]
+struct Version {
+    open: usize,
+    last: usize,
+    close: Option<usize>,
 }
 
-/// Pairs the walk took as equal, compared once it is done.
+/// Pairs the walk took as equal (or whose difference decides a change
+/// row), compared once it is done.
 #[derive(Debug, Default)]
 struct Checks {
-    /// (kept event, its replay).
-    replays: Vec<Pair>,
+    /// (kept event, its replay), and whether the kept one is stored.
+    replays: Vec<(Pair, bool)>,
     /// (a version's latest event, the upsert it absorbed).
     absorbed: Vec<Pair>,
+    /// (latest event before, latest event after) of a version in both
+    /// histories with the same end: if their values differ, the old
+    /// version's pre-image and the new one's post-image.
+    updated: Vec<(Pair, BeforeRow)>,
+}
+
+/// Buffers of the walk, reused by every key.
+#[derive(Debug, Default)]
+struct Scratch {
+    kept: Vec<usize>,
+    stored: Vec<usize>,
+    after: Vec<Version>,
+    before: Vec<Version>,
 }
 
 impl std::fmt::Debug for IndexedScd2Fold {
@@ -176,9 +213,9 @@ impl IndexedScd2Fold {
                 .is_some_and(|w| w <= MAX_SEQ_BYTES)
     }
 
-    /// Create a fold of events of `input_schema` (new events only: a query
-    /// reads no target) into the versions of their keys; `tracked` are the
-    /// tracked target columns.
+    /// Create a fold of events of `input_schema` (new events and a
+    /// target's stored ones) into the rows of their keys' histories;
+    /// `tracked` are the tracked target columns.
     pub fn try_new(
         flow: &str,
         layout: EventLayout,
@@ -186,7 +223,7 @@ impl IndexedScd2Fold {
         input_schema: &SchemaRef,
     ) -> Result<Self> {
         let seq_width = encoded_width([input_schema.field(layout.seq()).data_type()])
-            .filter(|&w| w <= MAX_SEQ_BYTES && Self::supports(&layout, input_schema))
+            .filter(|_| Self::supports(&layout, input_schema))
             .ok_or_else(|| {
                 DataFusionError::Internal(format!(
                     "flow '{flow}': keys or sequence too wide for an indexed SCD 2 fold"
@@ -196,13 +233,18 @@ impl IndexedScd2Fold {
             .chain([layout.kind()])
             .chain(layout.update_list())
             .collect();
+        let visible_columns = (0..layout.num_target())
+            .filter(|c| !layout.key_indices.contains(c))
+            .collect();
         Ok(Self {
             flow: flow.to_string(),
+            visible_only: false,
             index: EventIndex::try_new(flow, &layout, input_schema)?,
             seq_converter: row_converter(input_schema, &[layout.seq()])?,
             output_schema: scd2_output_schema(&layout, input_schema),
             input_schema: Arc::clone(input_schema),
             value_columns,
+            visible_columns,
             tracked,
             layout,
             hash_state: RandomState::default(),
@@ -211,12 +253,20 @@ impl IndexedScd2Fold {
             seq_width,
             seq_marker: 0,
             batches: Vec::new(),
-            versions: Vec::new(),
+            emits: Vec::new(),
             retained_bytes: 0,
+            dml_rows: false,
             counts: FoldCounts::default(),
             next: 0,
             rerun: None,
         })
+    }
+
+    /// Emit versions only: no hidden events or change rows (a fold read as
+    /// rows).
+    pub fn with_visible_only(mut self, visible_only: bool) -> Self {
+        self.visible_only = visible_only;
+        self
     }
 
     /// Keep only `mask`'s bits of tracked hashes (tests: to make different
@@ -240,7 +290,8 @@ impl IndexedScd2Fold {
         }
     }
 
-    /// TRUNCATE events: none are allowed with SCD TYPE 2.
+    /// TRUNCATE sequences (of this update or stored): none are allowed with
+    /// SCD TYPE 2.
     pub fn observe_watermark(&self, sequences: &ArrayRef) -> Result<()> {
         match sequences.is_empty() {
             true => Ok(()),
@@ -248,15 +299,15 @@ impl IndexedScd2Fold {
         }
     }
 
-    /// Bytes held: the retained batches, the index and what is kept per
-    /// event.
+    /// Bytes held: the retained batches, the index and what the events
+    /// emit.
     pub fn memory_size(&self) -> usize {
         self.retained_bytes
             + self.index.memory_size()
             + self
-                .versions
+                .emits
                 .iter()
-                .map(BatchVersions::memory_size)
+                .map(BatchEmits::memory_size)
                 .sum::<usize>()
             + self.hashes.capacity() * 8
             + self.rerun.as_ref().map_or(0, |r| r.memory_size())
@@ -268,8 +319,8 @@ impl IndexedScd2Fold {
         self.batches
     }
 
-    /// Index one batch of new events (any order) and hash its tracked
-    /// columns.
+    /// Index one batch of events (new and stored, any order) and hash its
+    /// tracked columns.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         let n = batch.num_rows();
         if n == 0 {
@@ -279,12 +330,10 @@ impl IndexedScd2Fold {
         let origins = batch
             .column(self.layout.origin())
             .as_primitive::<Int8Type>();
-        if origins.values().iter().any(|&o| o != Origin::New as i8) {
-            return Err(DataFusionError::Internal(format!(
-                "flow '{}': an indexed SCD 2 fold reads new events only",
-                self.flow
-            )));
-        }
+        self.dml_rows |= origins
+            .values()
+            .iter()
+            .any(|&o| o != Origin::New as i8 && o != Origin::Stored as i8);
         self.counts.input_rows += self.index.push(batch, self.batches.len())?;
         if !self.tracked.is_empty() {
             self.hashes.clear();
@@ -296,7 +345,7 @@ impl IndexedScd2Fold {
                 .for_each(|h| *h &= self.tracked_hash_mask);
             self.index.tag_batch(&self.hashes);
         }
-        self.versions.push(BatchVersions::new(n));
+        self.emits.push(BatchEmits::new(n));
         let batch = retained(batch)?;
         self.retained_bytes += batch.get_array_memory_size();
         self.batches.push(batch);
@@ -305,44 +354,68 @@ impl IndexedScd2Fold {
 
     /// Fold the index once every batch was pushed: sort it, walk every key
     /// group, then check the pairs taken as equal (a conflicting replay
-    /// fails here, before any output; colliding tracked hashes fold the
-    /// partition again with the sorted kernel).
+    /// fails here, before any output; colliding tracked hashes, or rows a
+    /// DML statement wrote, fold the partition with the sorted kernel).
     pub fn finish(&mut self) -> Result<()> {
+        if self.dml_rows {
+            return self.fold_sorted();
+        }
         self.index.sort();
-        let mut checks = Checks::default();
         if let Some(e) = self.index.entries().first() {
             self.seq_marker = (e.seq >> 120) as u8;
         }
+        let mut checks = Checks::default();
+        let mut scratch = Scratch::default();
         let mut start = 0;
         while start < self.index.len() {
             let end = self.index.group_end(start);
             let group = &self.index.entries()[start..end];
-            walk(group, &mut self.versions, &mut self.counts, &mut checks);
+            let walk = Walk {
+                group,
+                visible_only: self.visible_only,
+                emits: &mut self.emits,
+                counts: &mut self.counts,
+                checks: &mut checks,
+            };
+            walk.run(&mut scratch);
             start = end;
         }
         self.index.clear();
         self.hashes = Vec::new();
-        let same = equal_pairs(&self.batches, &checks.replays, &self.value_columns)?;
+        let same = equal_pairs(
+            &self.batches,
+            &checks.replays.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            &self.value_columns,
+        )?;
         if let Some(i) = same.iter().position(|same| !same) {
-            let [_, _, b, r] = checks.replays[i];
+            let ([_, _, b, r], stored) = checks.replays[i];
             return Err(conflict_error(
                 &self.flow,
                 &self.layout,
                 &self.batches[b as usize],
                 r as usize,
-                false,
+                stored,
             ));
         }
         let same = equal_pairs(&self.batches, &checks.absorbed, &self.tracked)?;
         if same.contains(&false) {
-            self.fold_again()?;
+            return self.fold_sorted();
+        }
+        let pairs: Vec<Pair> = checks.updated.iter().map(|(p, _)| *p).collect();
+        let same = equal_pairs(&self.batches, &pairs, &self.visible_columns)?;
+        for ((pair, preimage), same) in checks.updated.into_iter().zip(same) {
+            if !same {
+                let [old_batch, _, batch, row] = pair;
+                self.emits[old_batch as usize].before.push(preimage);
+                self.emits[batch as usize].flags[row as usize] |= POSTIMAGE;
+            }
         }
         Ok(())
     }
 
-    /// Fold the retained events with the sorted kernel instead (two tracked
-    /// values hashed alike).
-    fn fold_again(&mut self) -> Result<()> {
+    /// Fold the retained events with the sorted kernel instead (see the
+    /// module docs).
+    fn fold_sorted(&mut self) -> Result<()> {
         let kernel = Scd2Fold::try_new(
             &self.flow,
             self.layout.clone(),
@@ -350,7 +423,7 @@ impl IndexedScd2Fold {
             None,
             &self.input_schema,
         )?
-        .with_visible_only(true);
+        .with_visible_only(self.visible_only);
         let mut fold = IndexSortedFold::try_new(
             &self.flow,
             &self.layout,
@@ -361,14 +434,15 @@ impl IndexedScd2Fold {
             fold.push(&batch)?;
         }
         fold.finish();
-        self.versions = Vec::new();
+        self.index.clear();
+        self.emits = Vec::new();
         self.retained_bytes = 0;
         self.rerun = Some(Box::new(fold));
         Ok(())
     }
 
-    /// The versions of the next retained batch that has any, in its row
-    /// order (the batch is released); `None` at the end.
+    /// The rows the events of the next retained batch emit (the batch is
+    /// released); `None` at the end.
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         if let Some(rerun) = &mut self.rerun {
             return rerun.next_output(batch_size);
@@ -383,121 +457,318 @@ impl IndexedScd2Fold {
             self.retained_bytes = self
                 .retained_bytes
                 .saturating_sub(batch.get_array_memory_size());
-            let versions = std::mem::replace(&mut self.versions[b], BatchVersions::new(0));
-            let rows = UInt32Array::from_iter_values(
-                (0..versions.version.len())
-                    .filter(|&r| versions.version[r] != NOT_A_VERSION)
-                    .map(|r| r as u32),
-            );
-            if !rows.is_empty() {
-                return self.emit(&batch, &versions, &rows).map(Some);
+            let emits = std::mem::replace(&mut self.emits[b], BatchEmits::new(0));
+            if let Some(out) = self.emit(&batch, &emits)? {
+                return Ok(Some(out));
             }
         }
         Ok(None)
     }
 
-    /// The `versions` recorded at `rows` of `batch`, as output rows.
-    fn emit(
-        &self,
-        batch: &RecordBatch,
-        versions: &BatchVersions,
-        rows: &UInt32Array,
-    ) -> Result<RecordBatch> {
-        let every_row = rows.len() == batch.num_rows();
+    /// The rows `emits` says the events of `batch` emit: hidden events,
+    /// versions, their change rows, then those of versions before.
+    fn emit(&self, batch: &RecordBatch, emits: &BatchEmits) -> Result<Option<RecordBatch>> {
+        let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
+        let mut out = Rows::default();
+        let flagged = |bit: u8| {
+            emits
+                .flags
+                .iter()
+                .enumerate()
+                .filter(move |(_, f)| **f & bit != 0)
+                .map(|(r, f)| (r, *f))
+        };
+        for (r, _) in flagged(EVENT) {
+            let code = match kinds.value(r) == Kind::Delete as i8 {
+                true => STORED_DELETE_EVENT,
+                false => STORED_UPSERT_EVENT,
+            };
+            out.push(r, code, None, None);
+        }
+        let version = |r: usize, f: u8| {
+            let end = (f & CLOSED != 0).then_some(emits.end[r]);
+            (Some(emits.start[r]), end)
+        };
+        for (r, f) in flagged(VERSION) {
+            let (start, end) = version(r, f);
+            out.push(r, Kind::Upsert as i8, start, end);
+        }
+        for (r, f) in flagged(INSERTED | POSTIMAGE) {
+            let (start, end) = version(r, f);
+            let kind = match f & INSERTED != 0 {
+                true => CHANGE_INSERT,
+                false => CHANGE_POSTIMAGE,
+            };
+            out.push(r, kind, start, end);
+        }
+        for b in &emits.before {
+            out.push(b.row as usize, b.kind, Some(b.start), b.end);
+        }
+        if out.rows.is_empty() {
+            return Ok(None);
+        }
+        let rows = UInt32Array::from(std::mem::take(&mut out.rows));
+        let every_row = rows.len() == batch.num_rows()
+            && rows
+                .values()
+                .iter()
+                .enumerate()
+                .all(|(i, &r)| i == r as usize);
         let pick = |c: usize| -> Result<ArrayRef> {
             match every_row {
                 true => Ok(Arc::clone(batch.column(c))),
-                false => Ok(take(batch.column(c).as_ref(), rows, None)?),
+                false => Ok(take(batch.column(c).as_ref(), &rows, None)?),
             }
         };
-        let at = || rows.values().iter().map(|&r| r as usize);
         let mut columns = (0..self.layout.num_target())
             .map(pick)
             .collect::<Result<Vec<_>>>()?;
-        columns.push(self.decode(at().map(|r| versions.start[r]))?);
-        let end = self.decode(at().map(|r| versions.end[r]))?;
-        let closed = NullBuffer::from_iter(at().map(|r| versions.version[r] == CLOSED_VERSION));
-        columns.push(match closed.null_count() {
-            0 => end,
-            _ => make_array(end.into_data().into_builder().nulls(Some(closed)).build()?),
-        });
+        columns.push(self.decode(&out.start)?);
+        columns.push(self.decode(&out.end)?);
         columns.push(pick(self.layout.seq())?);
-        columns.push(Arc::new(Int8Array::from(vec![
-            Kind::Upsert as i8;
-            rows.len()
-        ])));
+        columns.push(Arc::new(Int8Array::from(out.kinds)));
         columns.push(pick(self.layout.written_at())?);
         if let Some(list) = self.layout.update_list() {
             columns.push(pick(list)?);
         }
-        Ok(RecordBatch::try_new(
+        Ok(Some(RecordBatch::try_new(
             Arc::clone(&self.output_schema),
             columns,
-        )?)
+        )?))
     }
 
-    /// Sequences kept as [`seq_bits`], back as an array of the sequence's
-    /// type (through its row format).
-    fn decode(&self, seqs: impl Iterator<Item = u64>) -> Result<ArrayRef> {
+    /// Sequences kept as [`seq_bits`] (`None`: NULL), back as an array of
+    /// the sequence's type (through its row format).
+    fn decode(&self, seqs: &[Option<u64>]) -> Result<ArrayRef> {
         let w = self.seq_width;
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(seqs.len() * w);
         for s in seqs {
             bytes.push(self.seq_marker);
-            bytes.extend_from_slice(&s.to_be_bytes()[..w - 1]);
+            bytes.extend_from_slice(&s.unwrap_or_default().to_be_bytes()[..w - 1]);
         }
         let parser = self.seq_converter.parser();
         let rows = bytes.chunks_exact(w).map(|row| parser.parse(row));
-        self.seq_converter
+        let decoded = self
+            .seq_converter
             .convert_rows(rows)?
             .pop()
-            .ok_or_else(|| DataFusionError::Internal("sequence decoded to no column".into()))
+            .ok_or_else(|| DataFusionError::Internal("sequence decoded to no column".into()))?;
+        if seqs.iter().all(Option::is_some) {
+            return Ok(decoded);
+        }
+        let nulls = NullBuffer::from_iter(seqs.iter().map(Option::is_some));
+        Ok(make_array(
+            decoded
+                .into_data()
+                .into_builder()
+                .nulls(Some(nulls))
+                .build()?,
+        ))
     }
 }
 
-/// Walk one key's events (`group`, in sequence order) with the rules of the
-/// module docs' table, recording its versions.
-fn walk(
-    group: &[IndexEntry],
-    versions: &mut [BatchVersions],
-    counts: &mut FoldCounts,
-    checks: &mut Checks,
-) {
-    let mut kept: Option<&IndexEntry> = None;
-    // the open version: its first event and its latest
-    let mut open: Option<(&IndexEntry, &IndexEntry)> = None;
-    for e in group {
-        if let Some(k) = kept.filter(|k| k.seq == e.seq) {
-            checks.replays.push(pair(k, e));
-            counts.duplicates += 1;
-            continue;
-        }
-        kept = Some(e);
-        counts.events_added += 1;
-        if e.kind == Kind::Delete as i8 {
-            match open.take() {
-                Some((first, last)) => {
-                    record(versions, last, first, Some(e));
-                    counts.deleted += 1;
-                }
-                None => counts.tombstones += 1,
-            }
-            continue;
-        }
-        counts.upserted += 1;
-        open = match open {
-            Some((first, last)) if last.tag() == e.tag() => {
-                checks.absorbed.push(pair(last, e));
-                Some((first, e))
-            }
-            Some((first, last)) => {
-                record(versions, last, first, Some(e));
-                Some((e, e))
-            }
-            None => Some((e, e)),
-        };
+/// Output rows of one retained batch, as they are listed.
+#[derive(Debug, Default)]
+struct Rows {
+    rows: Vec<u32>,
+    kinds: Vec<i8>,
+    start: Vec<Option<u64>>,
+    end: Vec<Option<u64>>,
+}
+
+impl Rows {
+    fn push(&mut self, row: usize, kind: i8, start: Option<u64>, end: Option<u64>) {
+        self.rows.push(row as u32);
+        self.kinds.push(kind);
+        self.start.push(start);
+        self.end.push(end);
     }
-    if let Some((first, last)) = open {
-        record(versions, last, first, None);
+}
+
+/// The walk of one key's entries (in sequence order), recording what its
+/// events emit (see the module docs).
+struct Walk<'a> {
+    group: &'a [IndexEntry],
+    visible_only: bool,
+    emits: &'a mut [BatchEmits],
+    counts: &'a mut FoldCounts,
+    checks: &'a mut Checks,
+}
+
+impl Walk<'_> {
+    fn flag(&mut self, i: usize, bits: u8) {
+        let e = &self.group[i];
+        self.emits[e.batch as usize].flags[e.row as usize] |= bits;
+    }
+
+    fn run(mut self, scratch: &mut Scratch) {
+        let group = self.group;
+        let is_new = |i: usize| group[i].origin == Origin::New as i8;
+        // 1. events: drop replays (checked later), keep every distinct one
+        scratch.kept.clear();
+        for (i, e) in group.iter().enumerate() {
+            if let Some(&p) = scratch.kept.last().filter(|&&p| group[p].seq == e.seq) {
+                let stored = group[p].origin != Origin::New as i8;
+                self.checks.replays.push((pair(&group[p], e), stored));
+                if is_new(i) {
+                    self.counts.duplicates += 1;
+                }
+                continue;
+            }
+            scratch.kept.push(i);
+            if !self.visible_only {
+                self.flag(i, EVENT);
+            }
+            if is_new(i) {
+                self.counts.events_added += 1;
+            }
+        }
+        // 2. the history of every event, and what the new ones did
+        self.versions(&scratch.kept, &mut scratch.after);
+        for v in scratch.after.iter() {
+            self.record(v, VERSION);
+        }
+        let mut closing_deletes = 0;
+        for v in scratch.after.iter() {
+            if let Some(c) = v.close {
+                if is_new(c) && group[c].kind == Kind::Delete as i8 {
+                    closing_deletes += 1;
+                }
+            }
+        }
+        let mut any_new = false;
+        for &i in scratch.kept.iter().filter(|&&i| is_new(i)) {
+            any_new = true;
+            match group[i].kind == Kind::Delete as i8 {
+                true => self.counts.tombstones += 1,
+                false => self.counts.upserted += 1,
+            }
+        }
+        self.counts.tombstones -= closing_deletes;
+        self.counts.deleted += closing_deletes;
+        if self.visible_only || !any_new {
+            return;
+        }
+        // 3. the change rows: versions of the stored events alone matched
+        // with those of all by start
+        scratch.stored.clear();
+        scratch
+            .stored
+            .extend(scratch.kept.iter().copied().filter(|&i| !is_new(i)));
+        self.versions(&scratch.stored, &mut scratch.before);
+        self.changes(&scratch.before, &scratch.after);
+    }
+
+    /// Fold events `list` (positions in the group, in sequence order) into
+    /// `out`'s versions, comparing tracked values by hash.
+    fn versions(&mut self, list: &[usize], out: &mut Vec<Version>) {
+        let group = self.group;
+        out.clear();
+        let mut cur: Option<(usize, usize)> = None;
+        for &i in list {
+            if group[i].kind == Kind::Delete as i8 {
+                if let Some((open, last)) = cur.take() {
+                    out.push(Version {
+                        open,
+                        last,
+                        close: Some(i),
+                    });
+                }
+                continue;
+            }
+            cur = match cur {
+                Some((open, last)) if group[last].tag() == group[i].tag() => {
+                    self.checks.absorbed.push(pair(&group[last], &group[i]));
+                    Some((open, i))
+                }
+                Some((open, last)) => {
+                    out.push(Version {
+                        open,
+                        last,
+                        close: Some(i),
+                    });
+                    Some((i, i))
+                }
+                None => Some((i, i)),
+            };
+        }
+        if let Some((open, last)) = cur {
+            out.push(Version {
+                open,
+                last,
+                close: None,
+            });
+        }
+    }
+
+    /// Record version `v` at its latest event, with `bits` ([`VERSION`] or
+    /// a change row's).
+    fn record(&mut self, v: &Version, bits: u8) {
+        let (last, open) = (&self.group[v.last], &self.group[v.open]);
+        let at = &mut self.emits[last.batch as usize];
+        let row = last.row as usize;
+        at.start[row] = seq_bits(open);
+        match v.close {
+            Some(c) => {
+                at.flags[row] |= bits | CLOSED;
+                at.end[row] = seq_bits(&self.group[c]);
+            }
+            None => at.flags[row] |= bits,
+        }
+    }
+
+    /// A change row of version `v` before this update.
+    fn before_row(&self, v: &Version, kind: i8) -> BeforeRow {
+        BeforeRow {
+            row: self.group[v.last].row,
+            kind,
+            start: seq_bits(&self.group[v.open]),
+            end: v.close.map(|c| seq_bits(&self.group[c])),
+        }
+    }
+
+    /// The change rows of a key from its versions `before` to `after`,
+    /// matched by start: only before, deleted; only after, inserted; in
+    /// both with another end, updated; with the same end, updated if the
+    /// values differ (checked later).
+    fn changes(&mut self, before: &[Version], after: &[Version]) {
+        let group = self.group;
+        let (mut o, mut n) = (0, 0);
+        while o < before.len() || n < after.len() {
+            let order = match (before.get(o), after.get(n)) {
+                (Some(old), Some(new)) => group[old.open].seq.cmp(&group[new.open].seq),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    let old = &before[o];
+                    let row = self.before_row(old, CHANGE_DELETE);
+                    self.emits[group[old.last].batch as usize].before.push(row);
+                    o += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    self.flag(after[n].last, INSERTED);
+                    n += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    let (old, new) = (&before[o], &after[n]);
+                    let end = |v: &Version| v.close.map(|c| group[c].seq);
+                    let preimage = self.before_row(old, CHANGE_PREIMAGE);
+                    if end(old) != end(new) {
+                        self.emits[group[old.last].batch as usize]
+                            .before
+                            .push(preimage);
+                        self.flag(new.last, POSTIMAGE);
+                    } else if old.last != new.last {
+                        let pair = pair(&group[old.last], &group[new.last]);
+                        self.checks.updated.push((pair, preimage));
+                    }
+                    o += 1;
+                    n += 1;
+                }
+            }
+        }
     }
 }
 

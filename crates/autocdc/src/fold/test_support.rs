@@ -239,6 +239,15 @@ pub fn every_split<T: PartialEq + std::fmt::Debug>(n: usize, run: impl Fn(usize)
     first
 }
 
+/// The output rows of every kind (stored codes, versions, change rows) as
+/// [`rows`] gives them, kind by kind: what tells two folds' outputs apart.
+pub fn rows_by_kind(batches: &[RecordBatch]) -> Vec<(i8, Vec<String>)> {
+    (-8..16)
+        .map(|kind| (kind, rows(batches, &[kind])))
+        .filter(|(_, rows)| !rows.is_empty())
+        .collect()
+}
+
 /// The output rows whose kind is one of `kinds`, as `col=value` text (the
 /// written-at column left out), sorted.
 pub fn rows(batches: &[RecordBatch], kinds: &[i8]) -> Vec<String> {

@@ -14,7 +14,7 @@
 //! DataFusion inserts the repartitioning and (spilling) sorts, so it runs on
 //! all cores with memory bounded by the session's pool. Where the sequence
 //! is fixed-width ([`FoldEngine`]) no sort is needed below: SCD 1 folds with
-//! the [`IndexedScd1Fold`] and a query's SCD 2 with the [`IndexedScd2Fold`]
+//! the [`IndexedScd1Fold`] and SCD 2 with the [`IndexedScd2Fold`]
 //! (`fold=indexed` in `EXPLAIN`); every other fold feeds its sorted kernel
 //! through an [`IndexSortedFold`] (`fold=index-sorted`). Both reserve what they hold in the pool and, when
 //! refused, sort the rest of their partition themselves (a `SortExec` over
@@ -584,7 +584,7 @@ impl ExecutionPlan for AutoCdcExec {
             let in_memory = match engine {
                 FoldEngine::Indexed if fold_spec.stored_as == ScdType::Type2 => {
                     let fold = Box::new(fold_spec.indexed_scd2_kernel(&input.schema())?);
-                    if let Some(seqs) = &seqs.events {
+                    for seqs in [&seqs.events, &seqs.stored].into_iter().flatten() {
                         fold.observe_watermark(seqs)?;
                     }
                     Some(InMemoryFold::IndexedScd2(fold))
