@@ -9,8 +9,11 @@
 //! values by hash, and records what each event emits — itself as a hidden
 //! event, the version it is the latest event of (the row whose values the
 //! version shows) with its start and end, that version's change row — by
-//! the event's place. Rows are then emitted a retained batch at a time, in
-//! arrival order: the batch's rows, taken.
+//! the event's place. A flow's rows are then gathered in key order, from
+//! batches each put in key order as they arrived (so that the gather reads
+//! every batch front to back, and the target stays clustered by key: a
+//! later update reads a key's rows from few pages); a query's are emitted a
+//! retained batch at a time, in arrival order (the batch's rows, taken).
 //!
 //! | event of a key, by sequence          | walk                                                           |
 //! |--------------------------------------|----------------------------------------------------------------|
@@ -44,7 +47,7 @@ use std::sync::Arc;
 
 use arrow::array::{make_array, Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::buffer::NullBuffer;
-use arrow::compute::take;
+use arrow::compute::{interleave_record_batch, take_record_batch};
 use arrow::datatypes::{Int8Type, Schema, SchemaRef};
 use arrow::row::RowConverter;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
@@ -77,6 +80,9 @@ const CLOSED: u8 = 4;
 /// update.
 const INSERTED: u8 = 8;
 const POSTIMAGE: u8 = 16;
+/// ... and the change row of the version before this update it was the
+/// latest event of (in [`BatchEmits::before`]).
+const BEFORE: u8 = 32;
 
 /// The value bytes of an index entry's sequence (its row-format bytes after
 /// the null byte; at most 8, see [`MAX_SEQ_BYTES`]), as a big-endian `u64`.
@@ -115,7 +121,8 @@ pub struct IndexedScd2Fold {
     /// A row written by a DML statement was pushed: the sorted kernel folds.
     dml_rows: bool,
     counts: FoldCounts,
-    /// Next retained batch to emit the rows of.
+    /// Next retained batch (a query's) or index entry (a flow's) to emit
+    /// the rows of.
     next: usize,
     /// The partition folded by the sorted kernel instead.
     rerun: Option<Box<IndexSortedFold>>,
@@ -124,13 +131,14 @@ pub struct IndexedScd2Fold {
 /// What the events of one retained batch emit, by row.
 #[derive(Debug)]
 struct BatchEmits {
-    /// [`EVENT`], [`VERSION`], [`CLOSED`], [`INSERTED`], [`POSTIMAGE`] ...
+    /// [`EVENT`], [`VERSION`], [`CLOSED`], [`INSERTED`], [`POSTIMAGE`],
+    /// [`BEFORE`] ...
     flags: Vec<u8>,
     /// ... and for a version, its start and end sequences ([`seq_bits`]).
     start: Vec<u64>,
     end: Vec<u64>,
     /// Change rows of versions before this update (deleted, or pre-images)
-    /// whose latest event is a row of the batch.
+    /// whose latest event is a row of the batch, by row once walked.
     before: Vec<BeforeRow>,
 }
 
@@ -346,7 +354,12 @@ impl IndexedScd2Fold {
             self.index.tag_batch(&self.hashes);
         }
         self.emits.push(BatchEmits::new(n));
-        let batch = retained(batch)?;
+        // a flow's rows leave in key order: each batch is put in it now, so
+        // that the gather then reads every batch front to back
+        let batch = match self.visible_only {
+            true => retained(batch)?,
+            false => self.index.order_last(batch)?,
+        };
         self.retained_bytes += batch.get_array_memory_size();
         self.batches.push(batch);
         Ok(())
@@ -380,7 +393,6 @@ impl IndexedScd2Fold {
             walk.run(&mut scratch);
             start = end;
         }
-        self.index.clear();
         self.hashes = Vec::new();
         let same = equal_pairs(
             &self.batches,
@@ -405,10 +417,19 @@ impl IndexedScd2Fold {
         let same = equal_pairs(&self.batches, &pairs, &self.visible_columns)?;
         for ((pair, preimage), same) in checks.updated.into_iter().zip(same) {
             if !same {
-                let [old_batch, _, batch, row] = pair;
-                self.emits[old_batch as usize].before.push(preimage);
+                let [old_batch, old_row, batch, row] = pair;
+                let old = &mut self.emits[old_batch as usize];
+                old.before.push(preimage);
+                old.flags[old_row as usize] |= BEFORE;
                 self.emits[batch as usize].flags[row as usize] |= POSTIMAGE;
             }
+        }
+        for emits in &mut self.emits {
+            emits.before.sort_unstable_by_key(|b| b.row);
+        }
+        if self.visible_only {
+            // a query's rows leave in arrival order: the index is done
+            self.index.clear();
         }
         Ok(())
     }
@@ -441,12 +462,21 @@ impl IndexedScd2Fold {
         Ok(())
     }
 
-    /// The rows the events of the next retained batch emit (the batch is
-    /// released); `None` at the end.
+    /// The next output batch, `None` at the end: the rows of about
+    /// `batch_size` events in key order (a flow's: its target stays
+    /// clustered by key), or those of the next retained batch (a query's;
+    /// the batch is released).
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         if let Some(rerun) = &mut self.rerun {
             return rerun.next_output(batch_size);
         }
+        match self.visible_only {
+            true => self.next_in_arrival_order(),
+            false => self.next_in_key_order(batch_size),
+        }
+    }
+
+    fn next_in_arrival_order(&mut self) -> Result<Option<RecordBatch>> {
         while self.next < self.batches.len() {
             let b = self.next;
             self.next += 1;
@@ -458,83 +488,70 @@ impl IndexedScd2Fold {
                 .retained_bytes
                 .saturating_sub(batch.get_array_memory_size());
             let emits = std::mem::replace(&mut self.emits[b], BatchEmits::new(0));
-            if let Some(out) = self.emit(&batch, &emits)? {
-                return Ok(Some(out));
+            let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
+            let mut out = Rows::default();
+            for (r, &kind) in kinds.values().iter().enumerate() {
+                event_rows(&emits, (0, r), kind, &mut out);
             }
+            if out.places.is_empty() {
+                continue;
+            }
+            let in_order = out.places.len() == batch.num_rows()
+                && out.places.iter().enumerate().all(|(i, &(_, r))| i == r);
+            let source = match in_order {
+                true => batch,
+                false => {
+                    let rows = UInt32Array::from_iter_values(out.places.iter().map(|p| p.1 as u32));
+                    take_record_batch(&batch, &rows)?
+                }
+            };
+            return self.assemble(&source, out).map(Some);
         }
         Ok(None)
     }
 
-    /// The rows `emits` says the events of `batch` emit: hidden events,
-    /// versions, their change rows, then those of versions before.
-    fn emit(&self, batch: &RecordBatch, emits: &BatchEmits) -> Result<Option<RecordBatch>> {
-        let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
-        let mut out = Rows::default();
-        let flagged = |bit: u8| {
-            emits
-                .flags
-                .iter()
-                .enumerate()
-                .filter(move |(_, f)| **f & bit != 0)
-                .map(|(r, f)| (r, *f))
-        };
-        for (r, _) in flagged(EVENT) {
-            let code = match kinds.value(r) == Kind::Delete as i8 {
-                true => STORED_DELETE_EVENT,
-                false => STORED_UPSERT_EVENT,
-            };
-            out.push(r, code, None, None);
-        }
-        let version = |r: usize, f: u8| {
-            let end = (f & CLOSED != 0).then_some(emits.end[r]);
-            (Some(emits.start[r]), end)
-        };
-        for (r, f) in flagged(VERSION) {
-            let (start, end) = version(r, f);
-            out.push(r, Kind::Upsert as i8, start, end);
-        }
-        for (r, f) in flagged(INSERTED | POSTIMAGE) {
-            let (start, end) = version(r, f);
-            let kind = match f & INSERTED != 0 {
-                true => CHANGE_INSERT,
-                false => CHANGE_POSTIMAGE,
-            };
-            out.push(r, kind, start, end);
-        }
-        for b in &emits.before {
-            out.push(b.row as usize, b.kind, Some(b.start), b.end);
-        }
-        if out.rows.is_empty() {
-            return Ok(None);
-        }
-        let rows = UInt32Array::from(std::mem::take(&mut out.rows));
-        let every_row = rows.len() == batch.num_rows()
-            && rows
-                .values()
-                .iter()
-                .enumerate()
-                .all(|(i, &r)| i == r as usize);
-        let pick = |c: usize| -> Result<ArrayRef> {
-            match every_row {
-                true => Ok(Arc::clone(batch.column(c))),
-                false => Ok(take(batch.column(c).as_ref(), &rows, None)?),
+    fn next_in_key_order(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
+        let batch_size = batch_size.max(1);
+        while self.next < self.index.len() {
+            let last = (self.next + batch_size).min(self.index.len()) - 1;
+            let end = self.index.group_end(last);
+            let mut out = Rows::default();
+            for e in &self.index.entries()[self.next..end] {
+                let b = e.batch as usize;
+                event_rows(&self.emits[b], (b, e.row as usize), e.kind, &mut out);
             }
-        };
-        let mut columns = (0..self.layout.num_target())
-            .map(pick)
-            .collect::<Result<Vec<_>>>()?;
+            self.next = end;
+            if out.places.is_empty() {
+                continue;
+            }
+            let sources: Vec<&RecordBatch> = self.batches.iter().collect();
+            let source = interleave_record_batch(&sources, &out.places)?;
+            return self.assemble(&source, out).map(Some);
+        }
+        // every row is out: free the events
+        self.index.clear();
+        self.batches = Vec::new();
+        self.emits = Vec::new();
+        self.retained_bytes = 0;
+        Ok(None)
+    }
+
+    /// Output rows from `source`, holding the events of `out`'s rows in
+    /// their order, and `out`'s kinds and sequences.
+    fn assemble(&self, source: &RecordBatch, out: Rows) -> Result<RecordBatch> {
+        let mut columns: Vec<ArrayRef> = source.columns()[..self.layout.num_target()].to_vec();
         columns.push(self.decode(&out.start)?);
         columns.push(self.decode(&out.end)?);
-        columns.push(pick(self.layout.seq())?);
+        columns.push(Arc::clone(source.column(self.layout.seq())));
         columns.push(Arc::new(Int8Array::from(out.kinds)));
-        columns.push(pick(self.layout.written_at())?);
+        columns.push(Arc::clone(source.column(self.layout.written_at())));
         if let Some(list) = self.layout.update_list() {
-            columns.push(pick(list)?);
+            columns.push(Arc::clone(source.column(list)));
         }
-        Ok(Some(RecordBatch::try_new(
+        Ok(RecordBatch::try_new(
             Arc::clone(&self.output_schema),
             columns,
-        )?))
+        )?)
     }
 
     /// Sequences kept as [`seq_bits`] (`None`: NULL), back as an array of
@@ -567,21 +584,57 @@ impl IndexedScd2Fold {
     }
 }
 
-/// Output rows of one retained batch, as they are listed.
+/// Output rows, as they are listed: the event (`(batch, row)`) each shows,
+/// its kind and sequences.
 #[derive(Debug, Default)]
 struct Rows {
-    rows: Vec<u32>,
+    places: Vec<(usize, usize)>,
     kinds: Vec<i8>,
     start: Vec<Option<u64>>,
     end: Vec<Option<u64>>,
 }
 
 impl Rows {
-    fn push(&mut self, row: usize, kind: i8, start: Option<u64>, end: Option<u64>) {
-        self.rows.push(row as u32);
+    fn push(&mut self, place: (usize, usize), kind: i8, start: Option<u64>, end: Option<u64>) {
+        self.places.push(place);
         self.kinds.push(kind);
         self.start.push(start);
         self.end.push(end);
+    }
+}
+
+/// List the rows the event at `place` (of kind `kind`, its row of `emits`)
+/// emits: itself as a hidden event, its version, the version's change
+/// row, the change row of its version before this update.
+fn event_rows(emits: &BatchEmits, place: (usize, usize), kind: i8, out: &mut Rows) {
+    let row = place.1;
+    let flags = emits.flags[row];
+    if flags == 0 {
+        return;
+    }
+    if flags & EVENT != 0 {
+        let code = match kind == Kind::Delete as i8 {
+            true => STORED_DELETE_EVENT,
+            false => STORED_UPSERT_EVENT,
+        };
+        out.push(place, code, None, None);
+    }
+    let start = Some(emits.start[row]);
+    let end = (flags & CLOSED != 0).then_some(emits.end[row]);
+    if flags & VERSION != 0 {
+        out.push(place, Kind::Upsert as i8, start, end);
+    }
+    if flags & INSERTED != 0 {
+        out.push(place, CHANGE_INSERT, start, end);
+    } else if flags & POSTIMAGE != 0 {
+        out.push(place, CHANGE_POSTIMAGE, start, end);
+    }
+    if flags & BEFORE != 0 {
+        let at = emits.before.binary_search_by_key(&(row as u32), |b| b.row);
+        if let Ok(i) = at {
+            let b = &emits.before[i];
+            out.push(place, b.kind, Some(b.start), b.end);
+        }
     }
 }
 
@@ -745,6 +798,7 @@ impl Walk<'_> {
                     let old = &before[o];
                     let row = self.before_row(old, CHANGE_DELETE);
                     self.emits[group[old.last].batch as usize].before.push(row);
+                    self.flag(old.last, BEFORE);
                     o += 1;
                 }
                 std::cmp::Ordering::Greater => {
@@ -759,6 +813,7 @@ impl Walk<'_> {
                         self.emits[group[old.last].batch as usize]
                             .before
                             .push(preimage);
+                        self.flag(old.last, BEFORE);
                         self.flag(new.last, POSTIMAGE);
                     } else if old.last != new.last {
                         let pair = pair(&group[old.last], &group[new.last]);
