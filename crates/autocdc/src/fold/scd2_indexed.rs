@@ -491,7 +491,7 @@ impl IndexedScd2Fold {
             let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
             let mut out = Rows::default();
             for (r, &kind) in kinds.values().iter().enumerate() {
-                event_rows(&emits, (0, r), kind, &mut out);
+                event_rows(&emits, r, (0, r), kind, &mut out);
             }
             if out.places.is_empty() {
                 continue;
@@ -515,17 +515,28 @@ impl IndexedScd2Fold {
         while self.next < self.index.len() {
             let last = (self.next + batch_size).min(self.index.len()) - 1;
             let end = self.index.group_end(last);
+            // the window's events are gathered once, then taken as often as
+            // each has rows (a take within the window is cache-local; an
+            // event has up to four)
             let mut out = Rows::default();
+            let mut events = Vec::with_capacity(end - self.next);
             for e in &self.index.entries()[self.next..end] {
                 let b = e.batch as usize;
-                event_rows(&self.emits[b], (b, e.row as usize), e.kind, &mut out);
+                let before = out.places.len();
+                let row = e.row as usize;
+                event_rows(&self.emits[b], row, (0, events.len()), e.kind, &mut out);
+                if out.places.len() > before {
+                    events.push((b, row));
+                }
             }
             self.next = end;
             if out.places.is_empty() {
                 continue;
             }
             let sources: Vec<&RecordBatch> = self.batches.iter().collect();
-            let source = interleave_record_batch(&sources, &out.places)?;
+            let gathered = interleave_record_batch(&sources, &events)?;
+            let rows = UInt32Array::from_iter_values(out.places.iter().map(|p| p.1 as u32));
+            let source = take_record_batch(&gathered, &rows)?;
             return self.assemble(&source, out).map(Some);
         }
         // every row is out: free the events
@@ -603,11 +614,11 @@ impl Rows {
     }
 }
 
-/// List the rows the event at `place` (of kind `kind`, its row of `emits`)
-/// emits: itself as a hidden event, its version, the version's change
-/// row, the change row of its version before this update.
-fn event_rows(emits: &BatchEmits, place: (usize, usize), kind: i8, out: &mut Rows) {
-    let row = place.1;
+/// List the rows event `row` of `emits`' batch (of kind `kind`) emits,
+/// each showing the event at `place`: itself as a hidden event, its
+/// version, the version's change row, the change row of its version before
+/// this update.
+fn event_rows(emits: &BatchEmits, row: usize, place: (usize, usize), kind: i8, out: &mut Rows) {
     let flags = emits.flags[row];
     if flags == 0 {
         return;
