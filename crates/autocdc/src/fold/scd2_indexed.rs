@@ -45,10 +45,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::{make_array, Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::array::{
+    make_array, Array, ArrayRef, AsArray, Int8Array, PrimitiveArray, RecordBatch, UInt32Array,
+};
 use arrow::buffer::NullBuffer;
 use arrow::compute::{interleave_record_batch, take_record_batch};
-use arrow::datatypes::{Int8Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Int32Type, Int64Type, Int8Type, Schema, SchemaRef};
 use arrow::row::RowConverter;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::{DataFusionError, Result};
@@ -491,17 +493,17 @@ impl IndexedScd2Fold {
             let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
             let mut out = Rows::default();
             for (r, &kind) in kinds.values().iter().enumerate() {
-                event_rows(&emits, r, (0, r), kind, &mut out);
+                event_rows(&emits, r, r, kind, &mut out);
             }
-            if out.places.is_empty() {
+            if out.rows.is_empty() {
                 continue;
             }
-            let in_order = out.places.len() == batch.num_rows()
-                && out.places.iter().enumerate().all(|(i, &(_, r))| i == r);
+            let in_order = out.rows.len() == batch.num_rows()
+                && out.rows.iter().enumerate().all(|(i, &r)| i == r as usize);
             let source = match in_order {
                 true => batch,
                 false => {
-                    let rows = UInt32Array::from_iter_values(out.places.iter().map(|p| p.1 as u32));
+                    let rows = UInt32Array::from(std::mem::take(&mut out.rows));
                     take_record_batch(&batch, &rows)?
                 }
             };
@@ -522,20 +524,20 @@ impl IndexedScd2Fold {
             let mut events = Vec::with_capacity(end - self.next);
             for e in &self.index.entries()[self.next..end] {
                 let b = e.batch as usize;
-                let before = out.places.len();
+                let before = out.rows.len();
                 let row = e.row as usize;
-                event_rows(&self.emits[b], row, (0, events.len()), e.kind, &mut out);
-                if out.places.len() > before {
+                event_rows(&self.emits[b], row, events.len(), e.kind, &mut out);
+                if out.rows.len() > before {
                     events.push((b, row));
                 }
             }
             self.next = end;
-            if out.places.is_empty() {
+            if out.rows.is_empty() {
                 continue;
             }
             let sources: Vec<&RecordBatch> = self.batches.iter().collect();
             let gathered = interleave_record_batch(&sources, &events)?;
-            let rows = UInt32Array::from_iter_values(out.places.iter().map(|p| p.1 as u32));
+            let rows = UInt32Array::from(std::mem::take(&mut out.rows));
             let source = take_record_batch(&gathered, &rows)?;
             return self.assemble(&source, out).map(Some);
         }
@@ -551,8 +553,8 @@ impl IndexedScd2Fold {
     /// their order, and `out`'s kinds and sequences.
     fn assemble(&self, source: &RecordBatch, out: Rows) -> Result<RecordBatch> {
         let mut columns: Vec<ArrayRef> = source.columns()[..self.layout.num_target()].to_vec();
-        columns.push(self.decode(&out.start)?);
-        columns.push(self.decode(&out.end)?);
+        columns.push(self.decode(out.start)?);
+        columns.push(self.decode(out.end)?);
         columns.push(Arc::clone(source.column(self.layout.seq())));
         columns.push(Arc::new(Int8Array::from(out.kinds)));
         columns.push(Arc::clone(source.column(self.layout.written_at())));
@@ -565,14 +567,41 @@ impl IndexedScd2Fold {
         )?)
     }
 
-    /// Sequences kept as [`seq_bits`] (`None`: NULL), back as an array of
-    /// the sequence's type (through its row format).
-    fn decode(&self, seqs: &[Option<u64>]) -> Result<ArrayRef> {
+    /// Sequences kept as [`seq_bits`], back as an array of the sequence's
+    /// type: integers of 8 and 4 bytes (and the types stored as them:
+    /// timestamps, dates, times, durations) directly, others through their
+    /// row format.
+    fn decode(&self, seqs: Seqs) -> Result<ArrayRef> {
+        let data_type = self.input_schema.field(self.layout.seq()).data_type();
+        let nulls = match seqs.valid.iter().all(|&v| v) {
+            true => None,
+            false => Some(NullBuffer::from(seqs.valid)),
+        };
+        // the row format flips a signed integer's sign bit, big-endian
+        let values = match data_type.primitive_width() {
+            Some(8) if data_type.is_signed_integer() || is_i64_backed(data_type) => {
+                let v: Vec<i64> = seqs.bits.iter().map(|&b| (b ^ (1 << 63)) as i64).collect();
+                Some(PrimitiveArray::<Int64Type>::new(v.into(), nulls.clone()).into_data())
+            }
+            Some(4) if data_type.is_signed_integer() || is_i32_backed(data_type) => {
+                let v: Vec<i32> = seqs
+                    .bits
+                    .iter()
+                    .map(|&b| (((b >> 32) as u32) ^ (1 << 31)) as i32)
+                    .collect();
+                Some(PrimitiveArray::<Int32Type>::new(v.into(), nulls.clone()).into_data())
+            }
+            _ => None,
+        };
+        if let Some(values) = values {
+            let data = values.into_builder().data_type(data_type.clone()).build()?;
+            return Ok(make_array(data));
+        }
         let w = self.seq_width;
-        let mut bytes = Vec::with_capacity(seqs.len() * w);
-        for s in seqs {
+        let mut bytes = Vec::with_capacity(seqs.bits.len() * w);
+        for s in &seqs.bits {
             bytes.push(self.seq_marker);
-            bytes.extend_from_slice(&s.unwrap_or_default().to_be_bytes()[..w - 1]);
+            bytes.extend_from_slice(&s.to_be_bytes()[..w - 1]);
         }
         let parser = self.seq_converter.parser();
         let rows = bytes.chunks_exact(w).map(|row| parser.parse(row));
@@ -581,33 +610,59 @@ impl IndexedScd2Fold {
             .convert_rows(rows)?
             .pop()
             .ok_or_else(|| DataFusionError::Internal("sequence decoded to no column".into()))?;
-        if seqs.iter().all(Option::is_some) {
-            return Ok(decoded);
+        match nulls {
+            None => Ok(decoded),
+            Some(nulls) => Ok(make_array(
+                decoded
+                    .into_data()
+                    .into_builder()
+                    .nulls(Some(nulls))
+                    .build()?,
+            )),
         }
-        let nulls = NullBuffer::from_iter(seqs.iter().map(Option::is_some));
-        Ok(make_array(
-            decoded
-                .into_data()
-                .into_builder()
-                .nulls(Some(nulls))
-                .build()?,
-        ))
     }
 }
 
-/// Output rows, as they are listed: the event (`(batch, row)`) each shows,
-/// its kind and sequences.
+/// Types whose values are stored as `i64` (and encoded like it in rows).
+fn is_i64_backed(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Timestamp(_, _) | DataType::Date64 | DataType::Time64(_) | DataType::Duration(_)
+    )
+}
+
+/// Types whose values are stored as `i32` (and encoded like it in rows).
+fn is_i32_backed(data_type: &DataType) -> bool {
+    matches!(data_type, DataType::Date32 | DataType::Time32(_))
+}
+
+/// Output rows, as they are listed: the event each shows (a row of the
+/// batch they are taken from), its kind and sequences.
 #[derive(Debug, Default)]
 struct Rows {
-    places: Vec<(usize, usize)>,
+    rows: Vec<u32>,
     kinds: Vec<i8>,
-    start: Vec<Option<u64>>,
-    end: Vec<Option<u64>>,
+    start: Seqs,
+    end: Seqs,
+}
+
+/// Sequences kept as [`seq_bits`], some NULL.
+#[derive(Debug, Default)]
+struct Seqs {
+    bits: Vec<u64>,
+    valid: Vec<bool>,
+}
+
+impl Seqs {
+    fn push(&mut self, seq: Option<u64>) {
+        self.bits.push(seq.unwrap_or_default());
+        self.valid.push(seq.is_some());
+    }
 }
 
 impl Rows {
-    fn push(&mut self, place: (usize, usize), kind: i8, start: Option<u64>, end: Option<u64>) {
-        self.places.push(place);
+    fn push(&mut self, row: usize, kind: i8, start: Option<u64>, end: Option<u64>) {
+        self.rows.push(row as u32);
         self.kinds.push(kind);
         self.start.push(start);
         self.end.push(end);
@@ -615,10 +670,10 @@ impl Rows {
 }
 
 /// List the rows event `row` of `emits`' batch (of kind `kind`) emits,
-/// each showing the event at `place`: itself as a hidden event, its
-/// version, the version's change row, the change row of its version before
-/// this update.
-fn event_rows(emits: &BatchEmits, row: usize, place: (usize, usize), kind: i8, out: &mut Rows) {
+/// each showing row `place` of the batch they are taken from: the event
+/// itself as a hidden event, its version, the version's change row, the
+/// change row of its version before this update.
+fn event_rows(emits: &BatchEmits, row: usize, place: usize, kind: i8, out: &mut Rows) {
     let flags = emits.flags[row];
     if flags == 0 {
         return;
