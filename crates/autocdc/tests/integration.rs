@@ -292,14 +292,14 @@ async fn both_partitions_fall_back_within_a_bounded_pool() {
     }
 }
 
-/// SCD 2 folds an index of its events (`fold=indexed`) instead of letting
-/// DataFusion sort them; when the pool refuses it, each partition hands its
-/// events to the spilling sort. The three ways give the same history, late
-/// events included.
+/// SCD 2 (and every fold but plain SCD 1) orders its events through a
+/// sorted index (`fold=index-sorted`) instead of DataFusion's sort; when the
+/// pool refuses it, each partition hands its events to the spilling sort.
+/// The three ways give the same history, late events included.
 #[tokio::test]
-async fn scd2_history_is_the_same_indexed_sorted_or_fallen_back() {
+async fn scd2_history_is_the_same_index_sorted_sorted_or_fallen_back() {
     let mut histories = Vec::new();
-    for mode in ["indexed", "fall back", "sorted"] {
+    for mode in ["index-sorted", "fall back", "sorted"] {
         let config = datafusion::prelude::SessionConfig::new()
             .with_target_partitions(2)
             .with_batch_size(1000);
@@ -342,7 +342,7 @@ async fn scd2_history_is_the_same_indexed_sorted_or_fallen_back() {
         let fold = operator_line(&analyzed, "AutoCdcExec");
         let expected = match mode {
             "sorted" => "fold=sorted",
-            _ => "fold=indexed",
+            _ => "fold=index-sorted",
         };
         assert!(fold.contains(expected), "{mode}: {fold}");
         let fallbacks = if mode == "fall back" { 2 } else { 0 };

@@ -206,16 +206,8 @@ impl EventIndex {
     /// order then reads each retained batch front to back, so the cache
     /// lines it loads serve the rows that follow.
     pub fn push_ordered(&mut self, batch: &RecordBatch, b: usize) -> Result<(RecordBatch, usize)> {
+        let first = self.entries.len();
         let new_events = self.push(batch, b)?;
-        Ok((self.order_last(batch)?, new_events))
-    }
-
-    /// Reorder `batch`, the last batch pushed, by its entries' order (keys,
-    /// sequence, origin) and return it reordered: the entries (tags
-    /// included) now point into the reordered batch (see
-    /// [`Self::push_ordered`]).
-    pub fn order_last(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
-        let first = self.entries.len().saturating_sub(batch.num_rows());
         let entries = &mut self.entries[first..];
         entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
         let order = UInt32Array::from_iter_values(entries.iter().map(|e| e.row));
@@ -233,7 +225,7 @@ impl EventIndex {
                 *rows = moved;
             }
         }
-        Ok(ordered)
+        Ok((ordered, new_events))
     }
 
     /// Bytes held: the entries and, with hashed keys, the row-format keys.

@@ -1,8 +1,7 @@
 //! Any sorted fold kernel fed through a sorted [`EventIndex`] instead of a
 //! sort of the events.
 //!
-//! BITEMPORAL, partial-update and per-column folds (and SCD 2 where its
-//! indexed fold does not apply: see `FoldEngine`) consume events in
+//! SCD 2, BITEMPORAL, partial-update and per-column folds consume events in
 //! `(keys, seq, origin)` order. DataFusion's sort delivers that order by
 //! moving every column of every event twice (into sorted runs, then through
 //! the merge) and comparing row-format keys. This driver orders each batch

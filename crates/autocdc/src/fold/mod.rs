@@ -65,7 +65,7 @@ impl std::fmt::Display for ScdType {
 /// | engine        | applies to                                                        | events sorted by |
 /// |---------------|-------------------------------------------------------------------|------------------|
 /// | `Indexed`     | SCD 1 without partial updates; fixed-width sequence               | nothing: the [`IndexedScd1Fold`] folds its index |
-/// | `Indexed`     | SCD 2 without partial updates; sequence ≤ 8 bytes                 | nothing: the [`IndexedScd2Fold`] folds its index |
+/// | `Indexed`     | SCD 2 read as rows (a query), no partial updates; sequence ≤ 8 bytes | nothing: the [`IndexedScd2Fold`] folds its index |
 /// | `IndexSorted` | every other fold; fixed-width sequence                            | an [`IndexSortedFold`] (a sorted index, then one gather) |
 /// | `Sorted`      | wider sequences, or `autocdc.indexed_fold = false`                | DataFusion's sort below the operator |
 ///
@@ -139,7 +139,10 @@ impl FoldSpec {
         } else if self.partial.is_none()
             && match self.stored_as {
                 ScdType::Type1 => !self.layout.group_sequences,
-                ScdType::Type2 => IndexedScd2Fold::supports(&self.layout, input),
+                // a query's history (the versions only)
+                ScdType::Type2 => {
+                    self.visible_only && IndexedScd2Fold::supports(&self.layout, input)
+                }
                 ScdType::Bitemporal => false,
             }
         {
@@ -157,12 +160,9 @@ impl FoldSpec {
         )
     }
 
-    /// An indexed SCD 2 fold for one partition ([`FoldEngine::Indexed`]).
+    /// An indexed SCD 2 fold of a query's partition ([`FoldEngine::Indexed`]).
     pub fn indexed_scd2_kernel(&self, input: &SchemaRef) -> Result<IndexedScd2Fold> {
-        Ok(
-            IndexedScd2Fold::try_new(&self.flow, self.layout.clone(), self.tracked.clone(), input)?
-                .with_visible_only(self.visible_only),
-        )
+        IndexedScd2Fold::try_new(&self.flow, self.layout.clone(), self.tracked.clone(), input)
     }
 
     /// A fresh kernel for one partition.

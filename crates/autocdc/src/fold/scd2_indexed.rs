@@ -1,19 +1,17 @@
-//! Indexed SCD type 2 fold: the rows of [`super::Scd2Fold`] without
-//! ordering, gathering or row-encoding the events.
+//! Indexed SCD type 2 fold of a query: the versions [`super::Scd2Fold`]
+//! emits for a fold read as rows (`FoldSpec::visible_only`), without
+//! ordering, gathering or encoding the events.
 //!
+//! A query's SCD 2 relation (`FROM AUTO CDC (…) STORED AS SCD TYPE 2`)
+//! folds new events into an empty target and returns only the versions.
 //! Fed through an [`IndexSortedFold`], the sorted kernel had every event
 //! ordered, gathered and row-encoded to learn which upserts open a version.
 //! This kernel indexes each event as it arrives ([`EventIndex`]) with a
-//! 48-bit hash of its tracked columns (the entry's tag), walks the sorted
-//! index key by key with the rules of the sorted fold, comparing tracked
-//! values by hash, and records what each event emits — itself as a hidden
-//! event, the version it is the latest event of (the row whose values the
-//! version shows) with its start and end, that version's change row — by
-//! the event's place. A flow's rows are then gathered in key order, from
-//! batches each put in key order as they arrived (so that the gather reads
-//! every batch front to back, and the target stays clustered by key: a
-//! later update reads a key's rows from few pages); a query's are emitted a
-//! retained batch at a time, in arrival order (the batch's rows, taken).
+//! 48-bit hash of its tracked columns (the entry's tag), walks the sorted index key by key
+//! with the rules of the sorted fold, comparing tracked values by hash, and
+//! records each version at its latest event (the row whose values it shows)
+//! with its start and end sequences. Versions are then emitted a retained
+//! batch at a time, in arrival order: the batch's version rows, taken.
 //!
 //! | event of a key, by sequence          | walk                                                           |
 //! |--------------------------------------|----------------------------------------------------------------|
@@ -23,19 +21,12 @@
 //! | UPSERT, tracked hash equal to the version's latest event's | absorbed: the version's latest event (checked equal afterwards) |
 //! | UPSERT, tracked hash different       | closes the open version at its sequence, opens a version       |
 //!
-//! A key with new events also gets its change rows: its versions before
-//! this update (of its stored events alone) matched with those after by
-//! start, as the sorted fold matches them; a version in both whose values
-//! may differ is checked afterwards too.
-//!
 //! Hashes decide nothing alone: every pair the walk took as equal is
 //! compared exactly once the walk is done ([`equal_pairs`]). A replay that
 //! differs from its first copy is a conflict (the fold fails, as the sorted
 //! fold does); an absorbed upsert that differs means two tracked values
 //! hashed alike, and the partition is folded again by the sorted kernel
-//! through an [`IndexSortedFold`] (tests force it with a hash mask). So is
-//! a partition holding rows a DML statement wrote (erasure marks and edited
-//! histories: rare, and the sorted kernel's rules).
+//! through an [`IndexSortedFold`] (tests force it with a hash mask).
 //!
 //! The kernel holds every event of its partition: the operator accounts for
 //! [`IndexedScd2Fold::memory_size`] in the session's memory pool and, when
@@ -49,16 +40,13 @@ use arrow::array::{
     make_array, Array, ArrayRef, AsArray, Int8Array, PrimitiveArray, RecordBatch, UInt32Array,
 };
 use arrow::buffer::NullBuffer;
-use arrow::compute::{interleave_record_batch, take_record_batch};
+use arrow::compute::take;
 use arrow::datatypes::{DataType, Int32Type, Int64Type, Int8Type, Schema, SchemaRef};
 use arrow::row::RowConverter;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::{DataFusionError, Result};
 
-use super::columns::{
-    EventLayout, Kind, Origin, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
-    STORED_DELETE_EVENT, STORED_UPSERT_EVENT,
-};
+use super::columns::{EventLayout, Kind, Origin};
 use super::errors::{check_event_nulls, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
@@ -71,20 +59,12 @@ use super::{FoldCounts, IndexSortedFold, Scd2Fold};
 /// value, so that a sequence fits a `u64` ([`seq_bits`]).
 const MAX_SEQ_BYTES: usize = 9;
 
-/// What an event emits, as bits of [`BatchEmits::flags`]: itself, as a
-/// hidden event ...
-const EVENT: u8 = 1;
-/// ... the version it is the latest event of ...
-const VERSION: u8 = 2;
-/// ... (which an event closed; otherwise the key's open version) ...
-const CLOSED: u8 = 4;
-/// ... and that version's change row: inserted, or the post-image of an
-/// update.
-const INSERTED: u8 = 8;
-const POSTIMAGE: u8 = 16;
-/// ... and the change row of the version before this update it was the
-/// latest event of (in [`BatchEmits::before`]).
-const BEFORE: u8 = 32;
+/// What an event is to the versions, once the index is walked.
+const NOT_A_VERSION: u8 = 0;
+/// The latest event of a version that an event closed.
+const CLOSED_VERSION: u8 = 1;
+/// The latest event of the key's open version.
+const OPEN_VERSION: u8 = 2;
 
 /// The value bytes of an index entry's sequence (its row-format bytes after
 /// the null byte; at most 8, see [`MAX_SEQ_BYTES`]), as a big-endian `u64`.
@@ -92,17 +72,14 @@ fn seq_bits(e: &IndexEntry) -> u64 {
     (e.seq >> 56) as u64
 }
 
-/// Indexed SCD 2 fold of one partition (see the module docs).
+/// Indexed SCD 2 fold of one partition of a query (see the module docs).
 pub struct IndexedScd2Fold {
     flow: String,
-    /// Emit versions only (see `FoldSpec::visible_only`).
-    visible_only: bool,
     layout: EventLayout,
     tracked: Vec<usize>,
-    /// Target columns and kind: what two copies of one event must share.
+    /// Target columns and kind (and the `COLUMNS TO UPDATE` list): what two
+    /// copies of one event must share.
     value_columns: Vec<usize>,
-    /// Non-key target columns: what tells two versions' values apart.
-    visible_columns: Vec<usize>,
     input_schema: SchemaRef,
     output_schema: SchemaRef,
     hash_state: RandomState,
@@ -116,90 +93,68 @@ pub struct IndexedScd2Fold {
     seq_width: usize,
     seq_marker: u8,
     batches: Vec<RecordBatch>,
-    /// What the events of each retained batch emit (sized with it).
-    emits: Vec<BatchEmits>,
+    /// The versions found, by retained batch (sized with it).
+    versions: Vec<BatchVersions>,
     retained_bytes: usize,
     index: EventIndex,
-    /// A row written by a DML statement was pushed: the sorted kernel folds.
-    dml_rows: bool,
     counts: FoldCounts,
-    /// Next retained batch (a query's) or index entry (a flow's) to emit
-    /// the rows of.
+    /// Next retained batch to emit the versions of.
     next: usize,
-    /// The partition folded by the sorted kernel instead.
+    /// The partition folded again by the sorted kernel (tracked hashes
+    /// collided).
     rerun: Option<Box<IndexSortedFold>>,
 }
 
-/// What the events of one retained batch emit, by row.
+/// The versions recorded at the events of one retained batch, by row.
 #[derive(Debug)]
-struct BatchEmits {
-    /// [`EVENT`], [`VERSION`], [`CLOSED`], [`INSERTED`], [`POSTIMAGE`],
-    /// [`BEFORE`] ...
-    flags: Vec<u8>,
+struct BatchVersions {
+    /// [`NOT_A_VERSION`], [`CLOSED_VERSION`] or [`OPEN_VERSION`] ...
+    version: Vec<u8>,
     /// ... and for a version, its start and end sequences ([`seq_bits`]).
     start: Vec<u64>,
     end: Vec<u64>,
-    /// Change rows of versions before this update (deleted, or pre-images)
-    /// whose latest event is a row of the batch, by row once walked.
-    before: Vec<BeforeRow>,
 }
 
-/// A change row of a version before this update.
-#[derive(Debug, Clone, Copy)]
-struct BeforeRow {
-    row: u32,
-    kind: i8,
-    start: u64,
-    end: Option<u64>,
-}
-
-impl BatchEmits {
+impl BatchVersions {
     fn new(rows: usize) -> Self {
         Self {
-            flags: vec![0; rows],
+            version: vec![NOT_A_VERSION; rows],
             start: vec![0; rows],
             end: vec![0; rows],
-            before: Vec::new(),
         }
     }
 
     fn memory_size(&self) -> usize {
-        self.flags.capacity()
-            + (self.start.capacity() + self.end.capacity()) * 8
-            + self.before.capacity() * std::mem::size_of::<BeforeRow>()
+        self.version.capacity() + (self.start.capacity() + self.end.capacity()) * 8
     }
 }
 
-/// A version of a key's history, as positions in its group of entries: the
-/// event that opened it, its latest event, the event that closed it.
-#[derive(Debug, Clone, Copy)]
-struct Version {
-    open: usize,
-    last: usize,
-    close: Option<usize>,
+/// Record the version whose latest event is `last`, from `open` to `close`
+/// (still open: `None`).
+fn record(
+    versions: &mut [BatchVersions],
+    last: &IndexEntry,
+    open: &IndexEntry,
+    close: Option<&IndexEntry>,
+) {
+    let (at, row) = (&mut versions[last.batch as usize], last.row as usize);
+    at.start[row] = seq_bits(open);
+    match close {
+        Some(close) => {
+            at.version[row] = CLOSED_VERSION;
+            at.end[row] = seq_bits(close);
+        }
+        None => at.version[row] = OPEN_VERSION,
+    }
 }
 
-/// Pairs the walk took as equal (or whose difference decides a change
-/// row), compared once it is done.
+/// Pairs the walk took as equal, compared once it is done.
 #[derive(Debug, Default)]
 struct Checks {
-    /// (kept event, its replay), and whether the kept one is stored.
-    replays: Vec<(Pair, bool)>,
+    /// (kept event, its replay).
+    replays: Vec<Pair>,
     /// (a version's latest event, the upsert it absorbed).
     absorbed: Vec<Pair>,
-    /// (latest event before, latest event after) of a version in both
-    /// histories with the same end: if their values differ, the old
-    /// version's pre-image and the new one's post-image.
-    updated: Vec<(Pair, BeforeRow)>,
-}
-
-/// Buffers of the walk, reused by every key.
-#[derive(Debug, Default)]
-struct Scratch {
-    kept: Vec<usize>,
-    stored: Vec<usize>,
-    after: Vec<Version>,
-    before: Vec<Version>,
 }
 
 impl std::fmt::Debug for IndexedScd2Fold {
@@ -223,9 +178,9 @@ impl IndexedScd2Fold {
                 .is_some_and(|w| w <= MAX_SEQ_BYTES)
     }
 
-    /// Create a fold of events of `input_schema` (new events and a
-    /// target's stored ones) into the rows of their keys' histories;
-    /// `tracked` are the tracked target columns.
+    /// Create a fold of events of `input_schema` (new events only: a query
+    /// reads no target) into the versions of their keys; `tracked` are the
+    /// tracked target columns.
     pub fn try_new(
         flow: &str,
         layout: EventLayout,
@@ -233,7 +188,7 @@ impl IndexedScd2Fold {
         input_schema: &SchemaRef,
     ) -> Result<Self> {
         let seq_width = encoded_width([input_schema.field(layout.seq()).data_type()])
-            .filter(|_| Self::supports(&layout, input_schema))
+            .filter(|&w| w <= MAX_SEQ_BYTES && Self::supports(&layout, input_schema))
             .ok_or_else(|| {
                 DataFusionError::Internal(format!(
                     "flow '{flow}': keys or sequence too wide for an indexed SCD 2 fold"
@@ -243,18 +198,13 @@ impl IndexedScd2Fold {
             .chain([layout.kind()])
             .chain(layout.update_list())
             .collect();
-        let visible_columns = (0..layout.num_target())
-            .filter(|c| !layout.key_indices.contains(c))
-            .collect();
         Ok(Self {
             flow: flow.to_string(),
-            visible_only: false,
             index: EventIndex::try_new(flow, &layout, input_schema)?,
             seq_converter: row_converter(input_schema, &[layout.seq()])?,
             output_schema: scd2_output_schema(&layout, input_schema),
             input_schema: Arc::clone(input_schema),
             value_columns,
-            visible_columns,
             tracked,
             layout,
             hash_state: RandomState::default(),
@@ -263,20 +213,12 @@ impl IndexedScd2Fold {
             seq_width,
             seq_marker: 0,
             batches: Vec::new(),
-            emits: Vec::new(),
+            versions: Vec::new(),
             retained_bytes: 0,
-            dml_rows: false,
             counts: FoldCounts::default(),
             next: 0,
             rerun: None,
         })
-    }
-
-    /// Emit versions only: no hidden events or change rows (a fold read as
-    /// rows).
-    pub fn with_visible_only(mut self, visible_only: bool) -> Self {
-        self.visible_only = visible_only;
-        self
     }
 
     /// Keep only `mask`'s bits of tracked hashes (tests: to make different
@@ -300,8 +242,7 @@ impl IndexedScd2Fold {
         }
     }
 
-    /// TRUNCATE sequences (of this update or stored): none are allowed with
-    /// SCD TYPE 2.
+    /// TRUNCATE events: none are allowed with SCD TYPE 2.
     pub fn observe_watermark(&self, sequences: &ArrayRef) -> Result<()> {
         match sequences.is_empty() {
             true => Ok(()),
@@ -309,15 +250,15 @@ impl IndexedScd2Fold {
         }
     }
 
-    /// Bytes held: the retained batches, the index and what the events
-    /// emit.
+    /// Bytes held: the retained batches, the index and what is kept per
+    /// event.
     pub fn memory_size(&self) -> usize {
         self.retained_bytes
             + self.index.memory_size()
             + self
-                .emits
+                .versions
                 .iter()
-                .map(BatchEmits::memory_size)
+                .map(BatchVersions::memory_size)
                 .sum::<usize>()
             + self.hashes.capacity() * 8
             + self.rerun.as_ref().map_or(0, |r| r.memory_size())
@@ -329,8 +270,8 @@ impl IndexedScd2Fold {
         self.batches
     }
 
-    /// Index one batch of events (new and stored, any order) and hash its
-    /// tracked columns.
+    /// Index one batch of new events (any order) and hash its tracked
+    /// columns.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         let n = batch.num_rows();
         if n == 0 {
@@ -340,10 +281,12 @@ impl IndexedScd2Fold {
         let origins = batch
             .column(self.layout.origin())
             .as_primitive::<Int8Type>();
-        self.dml_rows |= origins
-            .values()
-            .iter()
-            .any(|&o| o != Origin::New as i8 && o != Origin::Stored as i8);
+        if origins.values().iter().any(|&o| o != Origin::New as i8) {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}': an indexed SCD 2 fold reads new events only",
+                self.flow
+            )));
+        }
         self.counts.input_rows += self.index.push(batch, self.batches.len())?;
         if !self.tracked.is_empty() {
             self.hashes.clear();
@@ -355,13 +298,8 @@ impl IndexedScd2Fold {
                 .for_each(|h| *h &= self.tracked_hash_mask);
             self.index.tag_batch(&self.hashes);
         }
-        self.emits.push(BatchEmits::new(n));
-        // a flow's rows leave in key order: each batch is put in it now, so
-        // that the gather then reads every batch front to back
-        let batch = match self.visible_only {
-            true => retained(batch)?,
-            false => self.index.order_last(batch)?,
-        };
+        self.versions.push(BatchVersions::new(n));
+        let batch = retained(batch)?;
         self.retained_bytes += batch.get_array_memory_size();
         self.batches.push(batch);
         Ok(())
@@ -369,76 +307,44 @@ impl IndexedScd2Fold {
 
     /// Fold the index once every batch was pushed: sort it, walk every key
     /// group, then check the pairs taken as equal (a conflicting replay
-    /// fails here, before any output; colliding tracked hashes, or rows a
-    /// DML statement wrote, fold the partition with the sorted kernel).
+    /// fails here, before any output; colliding tracked hashes fold the
+    /// partition again with the sorted kernel).
     pub fn finish(&mut self) -> Result<()> {
-        if self.dml_rows {
-            return self.fold_sorted();
-        }
         self.index.sort();
+        let mut checks = Checks::default();
         if let Some(e) = self.index.entries().first() {
             self.seq_marker = (e.seq >> 120) as u8;
         }
-        let mut checks = Checks::default();
-        let mut scratch = Scratch::default();
         let mut start = 0;
         while start < self.index.len() {
             let end = self.index.group_end(start);
             let group = &self.index.entries()[start..end];
-            let walk = Walk {
-                group,
-                visible_only: self.visible_only,
-                emits: &mut self.emits,
-                counts: &mut self.counts,
-                checks: &mut checks,
-            };
-            walk.run(&mut scratch);
+            walk(group, &mut self.versions, &mut self.counts, &mut checks);
             start = end;
         }
+        self.index.clear();
         self.hashes = Vec::new();
-        let same = equal_pairs(
-            &self.batches,
-            &checks.replays.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
-            &self.value_columns,
-        )?;
+        let same = equal_pairs(&self.batches, &checks.replays, &self.value_columns)?;
         if let Some(i) = same.iter().position(|same| !same) {
-            let ([_, _, b, r], stored) = checks.replays[i];
+            let [_, _, b, r] = checks.replays[i];
             return Err(conflict_error(
                 &self.flow,
                 &self.layout,
                 &self.batches[b as usize],
                 r as usize,
-                stored,
+                false,
             ));
         }
         let same = equal_pairs(&self.batches, &checks.absorbed, &self.tracked)?;
         if same.contains(&false) {
-            return self.fold_sorted();
-        }
-        let pairs: Vec<Pair> = checks.updated.iter().map(|(p, _)| *p).collect();
-        let same = equal_pairs(&self.batches, &pairs, &self.visible_columns)?;
-        for ((pair, preimage), same) in checks.updated.into_iter().zip(same) {
-            if !same {
-                let [old_batch, old_row, batch, row] = pair;
-                let old = &mut self.emits[old_batch as usize];
-                old.before.push(preimage);
-                old.flags[old_row as usize] |= BEFORE;
-                self.emits[batch as usize].flags[row as usize] |= POSTIMAGE;
-            }
-        }
-        for emits in &mut self.emits {
-            emits.before.sort_unstable_by_key(|b| b.row);
-        }
-        if self.visible_only {
-            // a query's rows leave in arrival order: the index is done
-            self.index.clear();
+            self.fold_again()?;
         }
         Ok(())
     }
 
-    /// Fold the retained events with the sorted kernel instead (see the
-    /// module docs).
-    fn fold_sorted(&mut self) -> Result<()> {
+    /// Fold the retained events with the sorted kernel instead (two tracked
+    /// values hashed alike).
+    fn fold_again(&mut self) -> Result<()> {
         let kernel = Scd2Fold::try_new(
             &self.flow,
             self.layout.clone(),
@@ -446,7 +352,7 @@ impl IndexedScd2Fold {
             None,
             &self.input_schema,
         )?
-        .with_visible_only(self.visible_only);
+        .with_visible_only(true);
         let mut fold = IndexSortedFold::try_new(
             &self.flow,
             &self.layout,
@@ -457,28 +363,18 @@ impl IndexedScd2Fold {
             fold.push(&batch)?;
         }
         fold.finish();
-        self.index.clear();
-        self.emits = Vec::new();
+        self.versions = Vec::new();
         self.retained_bytes = 0;
         self.rerun = Some(Box::new(fold));
         Ok(())
     }
 
-    /// The next output batch, `None` at the end: the rows of about
-    /// `batch_size` events in key order (a flow's: its target stays
-    /// clustered by key), or those of the next retained batch (a query's;
-    /// the batch is released).
+    /// The versions of the next retained batch that has any, in its row
+    /// order (the batch is released); `None` at the end.
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         if let Some(rerun) = &mut self.rerun {
             return rerun.next_output(batch_size);
         }
-        match self.visible_only {
-            true => self.next_in_arrival_order(),
-            false => self.next_in_key_order(batch_size),
-        }
-    }
-
-    fn next_in_arrival_order(&mut self) -> Result<Option<RecordBatch>> {
         while self.next < self.batches.len() {
             let b = self.next;
             self.next += 1;
@@ -489,77 +385,49 @@ impl IndexedScd2Fold {
             self.retained_bytes = self
                 .retained_bytes
                 .saturating_sub(batch.get_array_memory_size());
-            let emits = std::mem::replace(&mut self.emits[b], BatchEmits::new(0));
-            let kinds = batch.column(self.layout.kind()).as_primitive::<Int8Type>();
-            let mut out = Rows::default();
-            for (r, &kind) in kinds.values().iter().enumerate() {
-                event_rows(&emits, r, r, kind, &mut out);
+            let versions = std::mem::replace(&mut self.versions[b], BatchVersions::new(0));
+            let rows = UInt32Array::from_iter_values(
+                (0..versions.version.len())
+                    .filter(|&r| versions.version[r] != NOT_A_VERSION)
+                    .map(|r| r as u32),
+            );
+            if !rows.is_empty() {
+                return self.emit(&batch, &versions, &rows).map(Some);
             }
-            if out.rows.is_empty() {
-                continue;
-            }
-            let in_order = out.rows.len() == batch.num_rows()
-                && out.rows.iter().enumerate().all(|(i, &r)| i == r as usize);
-            let source = match in_order {
-                true => batch,
-                false => {
-                    let rows = UInt32Array::from(std::mem::take(&mut out.rows));
-                    take_record_batch(&batch, &rows)?
-                }
-            };
-            return self.assemble(&source, out).map(Some);
         }
         Ok(None)
     }
 
-    fn next_in_key_order(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
-        let batch_size = batch_size.max(1);
-        while self.next < self.index.len() {
-            let last = (self.next + batch_size).min(self.index.len()) - 1;
-            let end = self.index.group_end(last);
-            // the window's events are gathered once, then taken as often as
-            // each has rows (a take within the window is cache-local; an
-            // event has up to four)
-            let mut out = Rows::default();
-            let mut events = Vec::with_capacity(end - self.next);
-            for e in &self.index.entries()[self.next..end] {
-                let b = e.batch as usize;
-                let before = out.rows.len();
-                let row = e.row as usize;
-                event_rows(&self.emits[b], row, events.len(), e.kind, &mut out);
-                if out.rows.len() > before {
-                    events.push((b, row));
-                }
+    /// The `versions` recorded at `rows` of `batch`, as output rows.
+    fn emit(
+        &self,
+        batch: &RecordBatch,
+        versions: &BatchVersions,
+        rows: &UInt32Array,
+    ) -> Result<RecordBatch> {
+        let every_row = rows.len() == batch.num_rows();
+        let pick = |c: usize| -> Result<ArrayRef> {
+            match every_row {
+                true => Ok(Arc::clone(batch.column(c))),
+                false => Ok(take(batch.column(c).as_ref(), rows, None)?),
             }
-            self.next = end;
-            if out.rows.is_empty() {
-                continue;
-            }
-            let sources: Vec<&RecordBatch> = self.batches.iter().collect();
-            let gathered = interleave_record_batch(&sources, &events)?;
-            let rows = UInt32Array::from(std::mem::take(&mut out.rows));
-            let source = take_record_batch(&gathered, &rows)?;
-            return self.assemble(&source, out).map(Some);
-        }
-        // every row is out: free the events
-        self.index.clear();
-        self.batches = Vec::new();
-        self.emits = Vec::new();
-        self.retained_bytes = 0;
-        Ok(None)
-    }
-
-    /// Output rows from `source`, holding the events of `out`'s rows in
-    /// their order, and `out`'s kinds and sequences.
-    fn assemble(&self, source: &RecordBatch, out: Rows) -> Result<RecordBatch> {
-        let mut columns: Vec<ArrayRef> = source.columns()[..self.layout.num_target()].to_vec();
-        columns.push(self.decode(out.start)?);
-        columns.push(self.decode(out.end)?);
-        columns.push(Arc::clone(source.column(self.layout.seq())));
-        columns.push(Arc::new(Int8Array::from(out.kinds)));
-        columns.push(Arc::clone(source.column(self.layout.written_at())));
+        };
+        let at = || rows.values().iter().map(|&r| r as usize);
+        let mut columns = (0..self.layout.num_target())
+            .map(pick)
+            .collect::<Result<Vec<_>>>()?;
+        columns.push(self.decode(at().map(|r| versions.start[r]).collect(), None)?);
+        let closed = NullBuffer::from_iter(at().map(|r| versions.version[r] == CLOSED_VERSION));
+        let closed = (closed.null_count() > 0).then_some(closed);
+        columns.push(self.decode(at().map(|r| versions.end[r]).collect(), closed)?);
+        columns.push(pick(self.layout.seq())?);
+        columns.push(Arc::new(Int8Array::from(vec![
+            Kind::Upsert as i8;
+            rows.len()
+        ])));
+        columns.push(pick(self.layout.written_at())?);
         if let Some(list) = self.layout.update_list() {
-            columns.push(Arc::clone(source.column(list)));
+            columns.push(pick(list)?);
         }
         Ok(RecordBatch::try_new(
             Arc::clone(&self.output_schema),
@@ -568,24 +436,19 @@ impl IndexedScd2Fold {
     }
 
     /// Sequences kept as [`seq_bits`], back as an array of the sequence's
-    /// type: integers of 8 and 4 bytes (and the types stored as them:
-    /// timestamps, dates, times, durations) directly, others through their
-    /// row format.
-    fn decode(&self, seqs: Seqs) -> Result<ArrayRef> {
+    /// type with `nulls`: integers of 8 and 4 bytes (and the types stored
+    /// as them: timestamps, dates, times, durations) directly, others
+    /// through their row format.
+    fn decode(&self, bits: Vec<u64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
         let data_type = self.input_schema.field(self.layout.seq()).data_type();
-        let nulls = match seqs.valid.iter().all(|&v| v) {
-            true => None,
-            false => Some(NullBuffer::from(seqs.valid)),
-        };
         // the row format flips a signed integer's sign bit, big-endian
         let values = match data_type.primitive_width() {
             Some(8) if data_type.is_signed_integer() || is_i64_backed(data_type) => {
-                let v: Vec<i64> = seqs.bits.iter().map(|&b| (b ^ (1 << 63)) as i64).collect();
+                let v: Vec<i64> = bits.iter().map(|&b| (b ^ (1 << 63)) as i64).collect();
                 Some(PrimitiveArray::<Int64Type>::new(v.into(), nulls.clone()).into_data())
             }
             Some(4) if data_type.is_signed_integer() || is_i32_backed(data_type) => {
-                let v: Vec<i32> = seqs
-                    .bits
+                let v: Vec<i32> = bits
                     .iter()
                     .map(|&b| (((b >> 32) as u32) ^ (1 << 31)) as i32)
                     .collect();
@@ -598,10 +461,10 @@ impl IndexedScd2Fold {
             return Ok(make_array(data));
         }
         let w = self.seq_width;
-        let mut bytes = Vec::with_capacity(seqs.bits.len() * w);
-        for s in &seqs.bits {
+        let mut bytes = Vec::with_capacity(bits.len() * w);
+        for b in &bits {
             bytes.push(self.seq_marker);
-            bytes.extend_from_slice(&s.to_be_bytes()[..w - 1]);
+            bytes.extend_from_slice(&b.to_be_bytes()[..w - 1]);
         }
         let parser = self.seq_converter.parser();
         let rows = bytes.chunks_exact(w).map(|row| parser.parse(row));
@@ -636,260 +499,50 @@ fn is_i32_backed(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Date32 | DataType::Time32(_))
 }
 
-/// Output rows, as they are listed: the event each shows (a row of the
-/// batch they are taken from), its kind and sequences.
-#[derive(Debug, Default)]
-struct Rows {
-    rows: Vec<u32>,
-    kinds: Vec<i8>,
-    start: Seqs,
-    end: Seqs,
-}
-
-/// Sequences kept as [`seq_bits`], some NULL.
-#[derive(Debug, Default)]
-struct Seqs {
-    bits: Vec<u64>,
-    valid: Vec<bool>,
-}
-
-impl Seqs {
-    fn push(&mut self, seq: Option<u64>) {
-        self.bits.push(seq.unwrap_or_default());
-        self.valid.push(seq.is_some());
-    }
-}
-
-impl Rows {
-    fn push(&mut self, row: usize, kind: i8, start: Option<u64>, end: Option<u64>) {
-        self.rows.push(row as u32);
-        self.kinds.push(kind);
-        self.start.push(start);
-        self.end.push(end);
-    }
-}
-
-/// List the rows event `row` of `emits`' batch (of kind `kind`) emits,
-/// each showing row `place` of the batch they are taken from: the event
-/// itself as a hidden event, its version, the version's change row, the
-/// change row of its version before this update.
-fn event_rows(emits: &BatchEmits, row: usize, place: usize, kind: i8, out: &mut Rows) {
-    let flags = emits.flags[row];
-    if flags == 0 {
-        return;
-    }
-    if flags & EVENT != 0 {
-        let code = match kind == Kind::Delete as i8 {
-            true => STORED_DELETE_EVENT,
-            false => STORED_UPSERT_EVENT,
+/// Walk one key's events (`group`, in sequence order) with the rules of the
+/// module docs' table, recording its versions.
+fn walk(
+    group: &[IndexEntry],
+    versions: &mut [BatchVersions],
+    counts: &mut FoldCounts,
+    checks: &mut Checks,
+) {
+    let mut kept: Option<&IndexEntry> = None;
+    // the open version: its first event and its latest
+    let mut open: Option<(&IndexEntry, &IndexEntry)> = None;
+    for e in group {
+        if let Some(k) = kept.filter(|k| k.seq == e.seq) {
+            checks.replays.push(pair(k, e));
+            counts.duplicates += 1;
+            continue;
+        }
+        kept = Some(e);
+        counts.events_added += 1;
+        if e.kind == Kind::Delete as i8 {
+            match open.take() {
+                Some((first, last)) => {
+                    record(versions, last, first, Some(e));
+                    counts.deleted += 1;
+                }
+                None => counts.tombstones += 1,
+            }
+            continue;
+        }
+        counts.upserted += 1;
+        open = match open {
+            Some((first, last)) if last.tag() == e.tag() => {
+                checks.absorbed.push(pair(last, e));
+                Some((first, e))
+            }
+            Some((first, last)) => {
+                record(versions, last, first, Some(e));
+                Some((e, e))
+            }
+            None => Some((e, e)),
         };
-        out.push(place, code, None, None);
     }
-    let start = Some(emits.start[row]);
-    let end = (flags & CLOSED != 0).then_some(emits.end[row]);
-    if flags & VERSION != 0 {
-        out.push(place, Kind::Upsert as i8, start, end);
-    }
-    if flags & INSERTED != 0 {
-        out.push(place, CHANGE_INSERT, start, end);
-    } else if flags & POSTIMAGE != 0 {
-        out.push(place, CHANGE_POSTIMAGE, start, end);
-    }
-    if flags & BEFORE != 0 {
-        let at = emits.before.binary_search_by_key(&(row as u32), |b| b.row);
-        if let Ok(i) = at {
-            let b = &emits.before[i];
-            out.push(place, b.kind, Some(b.start), b.end);
-        }
-    }
-}
-
-/// The walk of one key's entries (in sequence order), recording what its
-/// events emit (see the module docs).
-struct Walk<'a> {
-    group: &'a [IndexEntry],
-    visible_only: bool,
-    emits: &'a mut [BatchEmits],
-    counts: &'a mut FoldCounts,
-    checks: &'a mut Checks,
-}
-
-impl Walk<'_> {
-    fn flag(&mut self, i: usize, bits: u8) {
-        let e = &self.group[i];
-        self.emits[e.batch as usize].flags[e.row as usize] |= bits;
-    }
-
-    fn run(mut self, scratch: &mut Scratch) {
-        let group = self.group;
-        let is_new = |i: usize| group[i].origin == Origin::New as i8;
-        // 1. events: drop replays (checked later), keep every distinct one
-        scratch.kept.clear();
-        for (i, e) in group.iter().enumerate() {
-            if let Some(&p) = scratch.kept.last().filter(|&&p| group[p].seq == e.seq) {
-                let stored = group[p].origin != Origin::New as i8;
-                self.checks.replays.push((pair(&group[p], e), stored));
-                if is_new(i) {
-                    self.counts.duplicates += 1;
-                }
-                continue;
-            }
-            scratch.kept.push(i);
-            if !self.visible_only {
-                self.flag(i, EVENT);
-            }
-            if is_new(i) {
-                self.counts.events_added += 1;
-            }
-        }
-        // 2. the history of every event, and what the new ones did
-        self.versions(&scratch.kept, &mut scratch.after);
-        for v in scratch.after.iter() {
-            self.record(v, VERSION);
-        }
-        let mut closing_deletes = 0;
-        for v in scratch.after.iter() {
-            if let Some(c) = v.close {
-                if is_new(c) && group[c].kind == Kind::Delete as i8 {
-                    closing_deletes += 1;
-                }
-            }
-        }
-        let mut any_new = false;
-        for &i in scratch.kept.iter().filter(|&&i| is_new(i)) {
-            any_new = true;
-            match group[i].kind == Kind::Delete as i8 {
-                true => self.counts.tombstones += 1,
-                false => self.counts.upserted += 1,
-            }
-        }
-        self.counts.tombstones -= closing_deletes;
-        self.counts.deleted += closing_deletes;
-        if self.visible_only || !any_new {
-            return;
-        }
-        // 3. the change rows: versions of the stored events alone matched
-        // with those of all by start
-        scratch.stored.clear();
-        scratch
-            .stored
-            .extend(scratch.kept.iter().copied().filter(|&i| !is_new(i)));
-        self.versions(&scratch.stored, &mut scratch.before);
-        self.changes(&scratch.before, &scratch.after);
-    }
-
-    /// Fold events `list` (positions in the group, in sequence order) into
-    /// `out`'s versions, comparing tracked values by hash.
-    fn versions(&mut self, list: &[usize], out: &mut Vec<Version>) {
-        let group = self.group;
-        out.clear();
-        let mut cur: Option<(usize, usize)> = None;
-        for &i in list {
-            if group[i].kind == Kind::Delete as i8 {
-                if let Some((open, last)) = cur.take() {
-                    out.push(Version {
-                        open,
-                        last,
-                        close: Some(i),
-                    });
-                }
-                continue;
-            }
-            cur = match cur {
-                Some((open, last)) if group[last].tag() == group[i].tag() => {
-                    self.checks.absorbed.push(pair(&group[last], &group[i]));
-                    Some((open, i))
-                }
-                Some((open, last)) => {
-                    out.push(Version {
-                        open,
-                        last,
-                        close: Some(i),
-                    });
-                    Some((i, i))
-                }
-                None => Some((i, i)),
-            };
-        }
-        if let Some((open, last)) = cur {
-            out.push(Version {
-                open,
-                last,
-                close: None,
-            });
-        }
-    }
-
-    /// Record version `v` at its latest event, with `bits` ([`VERSION`] or
-    /// a change row's).
-    fn record(&mut self, v: &Version, bits: u8) {
-        let (last, open) = (&self.group[v.last], &self.group[v.open]);
-        let at = &mut self.emits[last.batch as usize];
-        let row = last.row as usize;
-        at.start[row] = seq_bits(open);
-        match v.close {
-            Some(c) => {
-                at.flags[row] |= bits | CLOSED;
-                at.end[row] = seq_bits(&self.group[c]);
-            }
-            None => at.flags[row] |= bits,
-        }
-    }
-
-    /// A change row of version `v` before this update.
-    fn before_row(&self, v: &Version, kind: i8) -> BeforeRow {
-        BeforeRow {
-            row: self.group[v.last].row,
-            kind,
-            start: seq_bits(&self.group[v.open]),
-            end: v.close.map(|c| seq_bits(&self.group[c])),
-        }
-    }
-
-    /// The change rows of a key from its versions `before` to `after`,
-    /// matched by start: only before, deleted; only after, inserted; in
-    /// both with another end, updated; with the same end, updated if the
-    /// values differ (checked later).
-    fn changes(&mut self, before: &[Version], after: &[Version]) {
-        let group = self.group;
-        let (mut o, mut n) = (0, 0);
-        while o < before.len() || n < after.len() {
-            let order = match (before.get(o), after.get(n)) {
-                (Some(old), Some(new)) => group[old.open].seq.cmp(&group[new.open].seq),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                _ => std::cmp::Ordering::Greater,
-            };
-            match order {
-                std::cmp::Ordering::Less => {
-                    let old = &before[o];
-                    let row = self.before_row(old, CHANGE_DELETE);
-                    self.emits[group[old.last].batch as usize].before.push(row);
-                    self.flag(old.last, BEFORE);
-                    o += 1;
-                }
-                std::cmp::Ordering::Greater => {
-                    self.flag(after[n].last, INSERTED);
-                    n += 1;
-                }
-                std::cmp::Ordering::Equal => {
-                    let (old, new) = (&before[o], &after[n]);
-                    let end = |v: &Version| v.close.map(|c| group[c].seq);
-                    let preimage = self.before_row(old, CHANGE_PREIMAGE);
-                    if end(old) != end(new) {
-                        self.emits[group[old.last].batch as usize]
-                            .before
-                            .push(preimage);
-                        self.flag(old.last, BEFORE);
-                        self.flag(new.last, POSTIMAGE);
-                    } else if old.last != new.last {
-                        let pair = pair(&group[old.last], &group[new.last]);
-                        self.checks.updated.push((pair, preimage));
-                    }
-                    o += 1;
-                    n += 1;
-                }
-            }
-        }
+    if let Some((first, last)) = open {
+        record(versions, last, first, None);
     }
 }
 

@@ -14,13 +14,14 @@
 //! DataFusion inserts the repartitioning and (spilling) sorts, so it runs on
 //! all cores with memory bounded by the session's pool. Where the sequence
 //! is fixed-width ([`FoldEngine`]) no sort is needed below: SCD 1 folds with
-//! the [`IndexedScd1Fold`] and SCD 2 with the [`IndexedScd2Fold`]
+//! the [`IndexedScd1Fold`] and a query's SCD 2 with the [`IndexedScd2Fold`]
 //! (`fold=indexed` in `EXPLAIN`); every other fold feeds its sorted kernel
 //! through an [`IndexSortedFold`] (`fold=index-sorted`). All reserve what
 //! they hold in the pool and, when refused, sort the rest of their
 //! partition themselves (a `SortExec` over what they retained and the
-//! remaining input, metric `num_sort_fallbacks`). Every partition ends with the target's truncate watermark row, if it has
-//! one (the writer keeps one).
+//! remaining input, metric `num_sort_fallbacks`). Every partition ends
+//! with the target's truncate watermark row, if it has one (the writer
+//! keeps one).
 
 use std::fmt;
 use std::sync::atomic::AtomicBool;

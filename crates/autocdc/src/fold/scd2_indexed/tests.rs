@@ -52,7 +52,6 @@ fn run_indexed(
     let schema = batches[0].schema();
     let mut fold =
         IndexedScd2Fold::try_new("f", spec.layout.clone(), spec.tracked.clone(), &schema)?
-            .with_visible_only(spec.visible_only)
             .with_tracked_hash_mask(mask);
     for b in &batches {
         fold.push(b)?;
@@ -67,46 +66,17 @@ fn run_indexed(
     Ok((out, fold.counts(), folded_again))
 }
 
-/// [`events`], those of even seeds' first half stored (read back from a
-/// target that folded them) unless a query's.
-fn history(seed: u64, query: bool) -> Vec<Ev> {
-    let mut events = events(seed, 200);
-    if !query && seed.is_multiple_of(2) {
-        // stored events are distinct: a target keeps one per key and sequence
-        let mut seen = std::collections::HashSet::new();
-        for e in events.iter_mut().take(100) {
-            if seen.insert((e.id, e.seq)) {
-                *e = e.stored();
-            }
-        }
-    }
-    events
-}
-
-/// A flow's SCD 2 fold spec tracking `tracked`.
-fn flow_spec(tracked: Vec<usize>) -> FoldSpec {
-    spec(ScdType::Type2, tracked, None)
-}
-
 #[test]
 fn folds_like_the_sorted_kernel() -> Result<()> {
-    for (tracked, query) in [
-        (vec![1], true),
-        (vec![], true),
-        (vec![1], false),
-        (vec![], false),
-    ] {
-        let spec = match query {
-            true => query_spec(tracked.clone()),
-            false => flow_spec(tracked.clone()),
-        };
+    for tracked in [vec![1], vec![]] {
+        let spec = query_spec(tracked.clone());
         for seed in 0..12 {
-            let events = history(seed, query);
+            let events = events(seed, 200);
             let (expected, expected_counts) = fold(&spec, &events, None, 1000)?;
             assert!(!expected.is_empty());
             for split in [1, 7, 64, 200] {
                 let (out, counts, folded_again) = run_indexed(&spec, &events, split, u64::MAX)?;
-                let what = format!("query {query} tracked {tracked:?} seed {seed} split {split}");
+                let what = format!("tracked {tracked:?} seed {seed} split {split}");
                 assert_eq!(rows_by_kind(&out), rows_by_kind(&expected), "{what}");
                 assert_eq!(counts, expected_counts, "{what}");
                 assert!(!folded_again, "{what}");
@@ -118,21 +88,15 @@ fn folds_like_the_sorted_kernel() -> Result<()> {
 
 #[test]
 fn colliding_tracked_hashes_fold_again_with_the_sorted_kernel() -> Result<()> {
-    for query in [true, false] {
-        let spec = match query {
-            true => query_spec(vec![1]),
-            false => flow_spec(vec![1]),
-        };
-        for seed in 0..6 {
-            let events = history(seed, query);
-            let (expected, expected_counts) = fold(&spec, &events, None, 1000)?;
-            // every hash 0: every upsert after another looks absorbed
-            let (out, counts, folded_again) = run_indexed(&spec, &events, 9, 0)?;
-            let what = format!("query {query} seed {seed}");
-            assert!(folded_again, "{what}");
-            assert_eq!(rows_by_kind(&out), rows_by_kind(&expected), "{what}");
-            assert_eq!(counts, expected_counts, "{what}");
-        }
+    let spec = query_spec(vec![1]);
+    for seed in 0..6 {
+        let events = events(seed, 200);
+        let (expected, expected_counts) = fold(&spec, &events, None, 1000)?;
+        // every hash 0: every upsert after another looks absorbed
+        let (out, counts, folded_again) = run_indexed(&spec, &events, 9, 0)?;
+        assert!(folded_again, "seed {seed}");
+        assert_eq!(rows_by_kind(&out), rows_by_kind(&expected), "seed {seed}");
+        assert_eq!(counts, expected_counts, "seed {seed}");
     }
     // with no tracked column every hash is equal and nothing collides
     let spec = query_spec(vec![]);
@@ -204,8 +168,8 @@ fn conflicting_replays_fail_as_the_sorted_kernel_does() -> Result<()> {
 }
 
 #[test]
-fn truncates_are_refused() -> Result<()> {
-    let spec = flow_spec(vec![1]);
+fn truncates_and_stored_rows_are_refused() -> Result<()> {
+    let spec = query_spec(vec![1]);
     let input = batch(&spec.layout, &[up(1, "a", 1)]);
     let fold = IndexedScd2Fold::try_new("f", spec.layout.clone(), vec![1], &input.schema())?;
     let none: ArrayRef = Arc::new(arrow::array::Int64Array::from(Vec::<i64>::new()));
@@ -213,105 +177,15 @@ fn truncates_are_refused() -> Result<()> {
     assert!(fold.observe_watermark(&none).is_ok());
     let message = fold.observe_watermark(&some).map_err(|e| e.to_string());
     assert!(message.is_err_and(|m| m.contains("TRUNCATE is not allowed with SCD TYPE 2")));
-    Ok(())
-}
-
-/// `events` folded by the sorted kernel and by the indexed one (batches of
-/// 2): the same rows and counts, or the same error.
-fn same_as_sorted(spec: &FoldSpec, events: &[Ev]) {
-    let expected = fold(spec, events, None, 1000).map(|(out, c)| (rows_by_kind(&out), c));
-    let got = run_indexed(spec, events, 2, u64::MAX).map(|(out, c, _)| (rows_by_kind(&out), c));
-    match (expected, got) {
-        (Ok(expected), Ok(got)) => assert_eq!(got, expected, "{events:?}"),
-        (Err(expected), Err(got)) => assert_eq!(got.to_string(), expected.to_string()),
-        (expected, got) => panic!("{events:?}: expected {expected:?}, got {got:?}"),
-    }
-}
-
-/// A late event splits a stored version (the old version's pre-image, the
-/// post-image and an insert), a late delete ends one early, a replay of a
-/// stored event is dropped and one that differs conflicts with it.
-#[test]
-fn change_rows_match_the_versions_before_and_after() {
-    let spec = flow_spec(vec![1]);
-    let cases = [
-        vec![
-            up(1, "a", 1).stored(),
-            up(1, "b", 5).stored(),
-            up(1, "c", 3),
-        ],
-        vec![
-            up(1, "a", 1).stored(),
-            up(1, "a", 5).stored(),
-            up(1, "b", 3),
-        ],
-        vec![up(1, "a", 1).stored(), up(1, "b", 5).stored(), del(1, 3)],
-        vec![
-            up(1, "a", 1).stored(),
-            del(1, 5).stored(),
-            up(1, "a", 7),
-            up(1, "a", 1),
-        ],
-        vec![
-            up(1, "a", 1).stored(),
-            up(1, "a", 2),
-            up(2, "x", 1).stored(),
-            up(2, "y", 1),
-        ],
-    ];
-    for events in cases {
-        same_as_sorted(&spec, &events);
-    }
-    // an untracked change of the open version: its pre- and post-image
-    let spec = flow_spec(vec![]);
-    same_as_sorted(&spec, &[up(1, "a", 1).stored(), up(1, "b", 2)]);
-}
-
-/// Rows a DML statement wrote (an erasure mark here) make the partition
-/// fold with the sorted kernel, whose rules they follow.
-#[test]
-fn dml_rows_fold_with_the_sorted_kernel() -> Result<()> {
-    let spec = flow_spec(vec![1]);
-    let events = [
-        up(1, "a", 1).stored(),
-        crate::fold::test_support::mark(1, crate::fold::columns::STORED_ERASED_THROUGH, 4),
-        up(1, "b", 3),
-        up(1, "c", 6),
-    ];
-    let (expected, expected_counts) = fold(&spec, &events, None, 1000)?;
-    let (out, counts, folded_again) = run_indexed(&spec, &events, 3, u64::MAX)?;
-    assert!(folded_again);
-    assert_eq!(rows_by_kind(&out), rows_by_kind(&expected));
-    assert_eq!(counts, expected_counts);
-    Ok(())
-}
-
-/// A flow's rows leave in key order (its target stays clustered by key:
-/// a later update reads a key's rows from few pages); a query's in the
-/// order their events arrived.
-#[test]
-fn a_flow_emits_in_key_order() -> Result<()> {
-    let ids = |out: &[RecordBatch]| -> Vec<i64> {
-        out.iter()
-            .flat_map(|b| {
-                let ids = b.column(0).as_primitive::<arrow::datatypes::Int64Type>();
-                ids.values().to_vec()
-            })
-            .collect()
-    };
-    let events = history(1, false);
-    let (out, _, _) = run_indexed(&flow_spec(vec![1]), &events, 7, u64::MAX)?;
-    let flow = ids(&out);
-    assert!(flow.windows(2).all(|w| w[0] <= w[1]), "{flow:?}");
-    let (out, _, _) = run_indexed(&query_spec(vec![1]), &events, 7, u64::MAX)?;
-    let query = ids(&out);
-    assert!(!query.windows(2).all(|w| w[0] <= w[1]), "{query:?}");
+    let mut fold = fold;
+    let stored = batch(&spec.layout, &[up(1, "a", 1).stored()]);
+    assert!(fold.push(&stored).is_err());
     Ok(())
 }
 
 /// Sequences of every fixed-width type up to 8 bytes come back as they
 /// were: integers of 8 and 4 bytes and the types stored as them directly,
-/// others through their row format (flows and queries alike).
+/// others through their row format.
 #[test]
 fn sequences_of_every_width_come_back() -> Result<()> {
     use arrow::compute::cast;
@@ -335,7 +209,7 @@ fn sequences_of_every_width_come_back() -> Result<()> {
         up(2, "c", 100),
     ];
     for data_type in types {
-        for spec in [query_spec(vec![1]), flow_spec(vec![1])] {
+        for spec in [query_spec(vec![1])] {
             let sorted = batch(&spec.layout, &events);
             let seq = spec.layout.seq();
             let mut fields: Vec<Field> = sorted
@@ -350,8 +224,7 @@ fn sequences_of_every_width_come_back() -> Result<()> {
             let input = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
             let (expected, _) = crate::fold::test_support::fold_batch(&spec, &input, None, 100)?;
             let mut fold =
-                IndexedScd2Fold::try_new("f", spec.layout.clone(), vec![1], &input.schema())?
-                    .with_visible_only(spec.visible_only);
+                IndexedScd2Fold::try_new("f", spec.layout.clone(), vec![1], &input.schema())?;
             // in two batches, the second first
             fold.push(&input.slice(3, 3))?;
             fold.push(&input.slice(0, 3))?;
