@@ -18,7 +18,8 @@
 //!  │ k2 seq 9 del│  as u128    │  kind, batch:row)    │►│ dups, conflicts, late│
 //!  │ k1 seq 7 new│             │ sort_unstable        │ │ → interleave winners │
 //!  └─────────────┘             └──────────────────────┘ │   + change feed rows │
-//!   retained as is                                      └──────────────────────┘
+//!   retained (tight:                                    └──────────────────────┘
+//!   retained.rs)
 //! ```
 //!
 //! The kernel holds every event of its partition: the operator accounts for
