@@ -28,6 +28,10 @@ use datafusion::common::{DataFusionError, Result};
 use super::columns::{EventLayout, Origin};
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 
+/// Widest row-format key or sequence an entry sorts as 64 bits: a null
+/// byte and 8 bytes of value (see [`EventIndex::sort`]).
+const PACKED_BYTES: usize = 9;
+
 /// One event in the index: key and sequence as integers that order like
 /// their row-format bytes, then origin (stored first), kind and place, and
 /// a 48-bit tag a fold may set ([`EventIndex::tag_batch`]; in the padding
@@ -78,6 +82,10 @@ pub struct EventIndex {
     key_hash_mask: u64,
     /// Whether two keys shared a hash (set by [`Self::sort`]).
     collided: bool,
+    /// Whether an entry's key and sequence each fit 64 bits (see
+    /// [`Self::sort_packed`]): hashed or inline keys, and sequences, of at
+    /// most 8 bytes behind their null byte.
+    packable: bool,
     entries: Vec<IndexEntry>,
 }
 
@@ -121,6 +129,14 @@ impl EventIndex {
             key_converter: row_converter(input_schema, &layout.key_indices)?,
             seq_converter: row_converter(input_schema, &[layout.seq()])?,
             key_rows: (!Self::inline_keys(layout, input_schema)).then(Vec::new),
+            packable: {
+                let width = |columns: &[usize]| {
+                    encoded_width(columns.iter().map(|&i| input_schema.field(i).data_type()))
+                        .is_some_and(|w| w <= PACKED_BYTES)
+                };
+                let hashed = !Self::inline_keys(layout, input_schema);
+                (hashed || width(&layout.key_indices)) && width(&[layout.seq()])
+            },
             key_hash_mask: u64::MAX,
             collided: false,
             entries: Vec::new(),
@@ -263,8 +279,10 @@ impl EventIndex {
     pub fn sort(&mut self) {
         // (a stable sort, merging the runs of `push_ordered`, was slower and
         // needs half the entries again: benches/README.md, "tried")
-        self.entries
-            .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        if !self.sort_packed() {
+            self.entries
+                .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        }
         let Some(key_rows) = &self.key_rows else {
             return;
         };
@@ -291,6 +309,51 @@ impl EventIndex {
         }
     }
 
+    /// [`Self::sort`]'s order, sorting one `u128` per entry instead of a
+    /// `(u128, u128, i8)`: key and sequence packed, 64 bits each, then the
+    /// rare runs of equal key and sequence by origin. Applies when they
+    /// fit ([`Self::packable`]) and every key (inline) and sequence starts
+    /// with the same null byte, so that the bytes left out are equal;
+    /// returns whether it sorted.
+    fn sort_packed(&mut self) -> bool {
+        let Some(first) = self.entries.first().copied() else {
+            return true;
+        };
+        let hashed = self.key_rows.is_some();
+        let marker = |v: u128| (v >> 120) as u8;
+        let uniform = self.entries.iter().all(|e| {
+            (hashed || marker(e.key) == marker(first.key)) && marker(e.seq) == marker(first.seq)
+        });
+        if !self.packable || !uniform {
+            return false;
+        }
+        // hashed keys are the low 64 bits; inline keys and sequences the
+        // 8 bytes after their null byte
+        let key = |e: &IndexEntry| {
+            if hashed {
+                e.key as u64
+            } else {
+                (e.key >> 56) as u64
+            }
+        };
+        let packed = |e: &IndexEntry| (u128::from(key(e)) << 64) | u128::from((e.seq >> 56) as u64);
+        self.entries.sort_unstable_by_key(packed);
+        let mut start = 0;
+        while start < self.entries.len() {
+            let at = packed(&self.entries[start]);
+            let end = start
+                + self.entries[start..]
+                    .iter()
+                    .position(|e| packed(e) != at)
+                    .unwrap_or(self.entries.len() - start);
+            if end - start > 1 {
+                self.entries[start..end].sort_unstable_by_key(|e| e.origin);
+            }
+            start = end;
+        }
+        true
+    }
+
     /// End of the key group holding entry `start` of the sorted index (the
     /// entries after `start` of that group, then the end).
     pub fn group_end(&self, start: usize) -> usize {
@@ -313,6 +376,9 @@ impl EventIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::{Int64Array, Int8Array, StringArray};
+    use arrow::datatypes::{DataType, Field};
+    use std::sync::Arc;
 
     #[test]
     fn entries_stay_48_bytes_and_tags_keep_48_bits() {
@@ -332,9 +398,6 @@ mod tests {
         e.set_tag(0x1234_5678_9abc);
         assert_eq!(e.tag(), 0x1234_5678_9abc);
     }
-    use arrow::array::{Int64Array, Int8Array, StringArray};
-    use arrow::datatypes::{DataType, Field};
-    use std::sync::Arc;
 
     fn layout() -> EventLayout {
         EventLayout {
@@ -452,6 +515,63 @@ mod tests {
             ];
             assert_eq!(seen, expected, "mask {mask:#x}");
         }
+        Ok(())
+    }
+
+    /// The packed sort orders entries exactly as the tuple sort does:
+    /// integer keys of both signs, equal sequences of stored and new
+    /// events, negative sequences.
+    #[test]
+    fn the_packed_sort_orders_like_the_tuple_sort() -> Result<()> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, true),
+            Field::new("__cdc_seq", DataType::Int64, true),
+            Field::new("__cdc_kind", DataType::Int8, false),
+            Field::new("__cdc_written_at", DataType::Int64, true),
+            Field::new("__cdc_origin", DataType::Int8, false),
+        ]));
+        let mut state = 7u64;
+        let mut next = move |m: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        let batches: Vec<RecordBatch> = (0..4)
+            .map(|_| {
+                let n = 300;
+                let ids: Vec<i32> = (0..n).map(|_| next(40) as i32 - 20).collect();
+                let seqs: Vec<i64> = (0..n).map(|_| next(30) as i64 - 15).collect();
+                let origins: Vec<i8> = (0..n).map(|_| next(2) as i8).collect();
+                RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![
+                        Arc::new(arrow::array::Int32Array::from(ids)),
+                        Arc::new(Int64Array::from(seqs)),
+                        Arc::new(Int8Array::from(vec![0; n])),
+                        Arc::new(Int64Array::from(vec![0; n])),
+                        Arc::new(Int8Array::from(origins)),
+                    ],
+                )
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        let sorted = |packable: bool| -> Result<Vec<(u128, u128, i8)>> {
+            let mut index = EventIndex::try_new("f", &layout(), &schema)?;
+            assert!(index.packable && !index.hashes_keys());
+            index.packable = packable;
+            for (b, batch) in batches.iter().enumerate() {
+                index.push(batch, b)?;
+            }
+            index.sort();
+            Ok(index
+                .entries()
+                .iter()
+                .map(|e| (e.key, e.seq, e.origin))
+                .collect())
+        };
+        let (packed, tuple) = (sorted(true)?, sorted(false)?);
+        assert!(tuple.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(packed, tuple);
         Ok(())
     }
 }

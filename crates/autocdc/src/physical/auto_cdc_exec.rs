@@ -241,7 +241,7 @@ type FoldRun = AdaptivePartition<InMemoryFold, Box<dyn FoldKernel>>;
 
 /// The in-memory engines of [`FoldEngine`].
 enum InMemoryFold {
-    Indexed(Box<IndexedScd1Fold>),
+    IndexedScd1(Box<IndexedScd1Fold>),
     IndexedScd2(Box<IndexedScd2Fold>),
     IndexSorted(Box<IndexSortedFold>),
 }
@@ -302,21 +302,21 @@ impl SortedKernel for Box<dyn FoldKernel> {
 impl IndexedKernel for InMemoryFold {
     fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         match self {
-            Self::Indexed(fold) => fold.push(batch),
+            Self::IndexedScd1(fold) => fold.push(batch),
             Self::IndexedScd2(fold) => fold.push(batch),
             Self::IndexSorted(fold) => fold.push(batch),
         }
     }
     fn memory_size(&self) -> usize {
         match self {
-            Self::Indexed(fold) => fold.memory_size(),
+            Self::IndexedScd1(fold) => fold.memory_size(),
             Self::IndexedScd2(fold) => fold.memory_size(),
             Self::IndexSorted(fold) => fold.memory_size(),
         }
     }
     fn finish(&mut self) -> Result<()> {
         match self {
-            Self::Indexed(fold) => fold.finish(),
+            Self::IndexedScd1(fold) => fold.finish(),
             Self::IndexedScd2(fold) => fold.finish(),
             Self::IndexSorted(fold) => {
                 fold.finish();
@@ -326,14 +326,14 @@ impl IndexedKernel for InMemoryFold {
     }
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         match self {
-            Self::Indexed(fold) => fold.next_output(batch_size),
+            Self::IndexedScd1(fold) => fold.next_output(batch_size),
             Self::IndexedScd2(fold) => fold.next_output(batch_size),
             Self::IndexSorted(fold) => fold.next_output(batch_size),
         }
     }
     fn into_batches(self) -> Vec<RecordBatch> {
         match self {
-            Self::Indexed(fold) => fold.into_batches(),
+            Self::IndexedScd1(fold) => fold.into_batches(),
             Self::IndexedScd2(fold) => fold.into_batches(),
             Self::IndexSorted(fold) => fold.into_batches(),
         }
@@ -344,7 +344,7 @@ impl InMemoryFold {
     /// Counts, truncate watermark and output schema of the kernel.
     fn results(&self) -> (FoldCounts, Option<ArrayRef>, SchemaRef) {
         match self {
-            Self::Indexed(fold) => (
+            Self::IndexedScd1(fold) => (
                 fold.counts(),
                 fold.watermark_value().cloned(),
                 Arc::clone(fold.output_schema()),
@@ -598,7 +598,7 @@ impl ExecutionPlan for AutoCdcExec {
                     if let Some(seqs) = &seqs.stored {
                         fold.observe_stored_watermark(seqs)?;
                     }
-                    Some(InMemoryFold::Indexed(fold))
+                    Some(InMemoryFold::IndexedScd1(fold))
                 }
                 FoldEngine::IndexSorted => {
                     let schema = input.schema();
