@@ -7,7 +7,8 @@
 //! retained with every other batch of a partition, the slack adds up: at
 //! 10 M events, half of the batches an SCD 2 query's fold received held
 //! about half their bytes unused (~280 MB). [`retained`] copies those few
-//! to tight buffers and keeps the others as they are.
+//! to tight buffers and keeps the others as they are; [`Retained`] holds an
+//! indexed fold's batches so.
 
 use arrow::array::{Array, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
@@ -30,6 +31,52 @@ pub fn retained(batch: &RecordBatch) -> Result<RecordBatch> {
     }
     let rows = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
     Ok(take_record_batch(batch, &rows)?)
+}
+
+/// The batches an indexed fold retains (each [`retained`]), and the bytes
+/// they hold.
+#[derive(Debug, Default)]
+pub struct Retained {
+    batches: Vec<RecordBatch>,
+    bytes: usize,
+}
+
+impl Retained {
+    /// Retain `batch` as the next batch.
+    pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = retained(batch)?;
+        self.bytes += batch.get_array_memory_size();
+        self.batches.push(batch);
+        Ok(())
+    }
+
+    /// The batches, in the order they were retained.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// Number of batches retained.
+    pub fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Bytes held.
+    pub fn memory_size(&self) -> usize {
+        self.bytes
+    }
+
+    /// Batch `b`, released (an empty batch takes its place).
+    pub fn release(&mut self, b: usize) -> RecordBatch {
+        let empty = RecordBatch::new_empty(self.batches[b].schema());
+        let batch = std::mem::replace(&mut self.batches[b], empty);
+        self.bytes = self.bytes.saturating_sub(batch.get_array_memory_size());
+        batch
+    }
+
+    /// The batches, in the order they were retained.
+    pub fn into_batches(self) -> Vec<RecordBatch> {
+        self.batches
+    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
-use super::retained::retained;
+use super::retained::Retained;
 use super::rows::encoded;
 use super::FoldCounts;
 
@@ -53,8 +53,7 @@ pub struct IndexedScd1Fold {
     new_wins_ties: bool,
     /// Emit live rows only (see `FoldSpec::visible_only`).
     visible_only: bool,
-    batches: Vec<RecordBatch>,
-    retained_bytes: usize,
+    batches: Retained,
     index: EventIndex,
     watermark: Option<u128>,
     watermark_value: Option<ArrayRef>,
@@ -110,8 +109,7 @@ impl IndexedScd1Fold {
             layout,
             new_wins_ties,
             visible_only: false,
-            batches: Vec::new(),
-            retained_bytes: 0,
+            batches: Retained::default(),
             watermark: None,
             watermark_value: None,
             truncated_through: None,
@@ -169,7 +167,7 @@ impl IndexedScd1Fold {
 
     /// Bytes held: the retained batches and the index.
     pub fn memory_size(&self) -> usize {
-        self.retained_bytes
+        self.batches.memory_size()
             + self.index.memory_size()
             + self.emits.as_ref().map_or(0, EmitQueue::memory_size)
     }
@@ -177,7 +175,7 @@ impl IndexedScd1Fold {
     /// The retained event batches, in arrival order (to fold them another
     /// way when memory runs short).
     pub fn into_batches(self) -> Vec<RecordBatch> {
-        self.batches
+        self.batches.into_batches()
     }
 
     /// Index one batch of events (stored rows and new events, any order).
@@ -188,9 +186,7 @@ impl IndexedScd1Fold {
         }
         check_event_nulls(&self.flow, &self.layout, batch)?;
         self.counts.input_rows += self.index.push(batch, self.batches.len())?;
-        let batch = retained(batch)?;
-        self.retained_bytes += batch.get_array_memory_size();
-        self.batches.push(batch);
+        self.batches.push(batch)?;
         Ok(())
     }
 
@@ -223,7 +219,7 @@ impl IndexedScd1Fold {
                 "IndexedScd1Fold::next_output before finish".into(),
             ));
         };
-        let Some((gathered, emits)) = queue.next_window(&self.batches, batch_size)? else {
+        let Some((gathered, emits)) = queue.next_window(self.batches.batches(), batch_size)? else {
             return Ok(None);
         };
         let input_kinds = gathered
@@ -351,19 +347,19 @@ impl IndexedScd1Fold {
     fn run_checks(&self, checks: Checks, emits: &mut Vec<Emit>) -> Result<()> {
         let seq = self.layout.seq();
         let event_columns: Vec<usize> = (0..self.layout.origin()).filter(|c| *c != seq).collect();
-        let same = equal_pairs(&self.batches, &checks.events, &event_columns)?;
+        let same = equal_pairs(self.batches.batches(), &checks.events, &event_columns)?;
         if let Some(i) = same.iter().position(|same| !same) {
             let [_, _, b, r] = checks.events[i];
             return Err(conflict_error(
                 &self.flow,
                 &self.layout,
-                &self.batches[b as usize],
+                &self.batches.batches()[b as usize],
                 r as usize,
                 false,
             ));
         }
         let target_columns: Vec<usize> = (0..self.layout.num_target()).collect();
-        let same = equal_pairs(&self.batches, &checks.values, &target_columns)?;
+        let same = equal_pairs(self.batches.batches(), &checks.values, &target_columns)?;
         for ([live_batch, live_row, batch, row], same) in checks.values.into_iter().zip(same) {
             if !same {
                 emits.push(Emit {

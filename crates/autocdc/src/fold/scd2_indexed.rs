@@ -50,7 +50,7 @@ use super::columns::{EventLayout, Kind, Origin};
 use super::errors::{check_event_nulls, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
-use super::retained::retained;
+use super::retained::Retained;
 use super::rows::{encoded_width, row_converter};
 use super::scd2::{scd2_output_schema, truncate_not_allowed};
 use super::{FoldCounts, IndexSortedFold, Scd2Fold};
@@ -92,10 +92,9 @@ pub struct IndexedScd2Fold {
     /// (non-NULL) sequence's encoding.
     seq_width: usize,
     seq_marker: u8,
-    batches: Vec<RecordBatch>,
+    batches: Retained,
     /// The versions found, by retained batch (sized with it).
     versions: Vec<BatchVersions>,
-    retained_bytes: usize,
     index: EventIndex,
     counts: FoldCounts,
     /// Next retained batch to emit the versions of.
@@ -212,9 +211,8 @@ impl IndexedScd2Fold {
             hashes: Vec::new(),
             seq_width,
             seq_marker: 0,
-            batches: Vec::new(),
+            batches: Retained::default(),
             versions: Vec::new(),
-            retained_bytes: 0,
             counts: FoldCounts::default(),
             next: 0,
             rerun: None,
@@ -253,7 +251,7 @@ impl IndexedScd2Fold {
     /// Bytes held: the retained batches, the index and what is kept per
     /// event.
     pub fn memory_size(&self) -> usize {
-        self.retained_bytes
+        self.batches.memory_size()
             + self.index.memory_size()
             + self
                 .versions
@@ -267,7 +265,7 @@ impl IndexedScd2Fold {
     /// The retained event batches, in arrival order (to fold them another
     /// way when memory runs short).
     pub fn into_batches(self) -> Vec<RecordBatch> {
-        self.batches
+        self.batches.into_batches()
     }
 
     /// Index one batch of new events (any order) and hash its tracked
@@ -299,9 +297,7 @@ impl IndexedScd2Fold {
             self.index.tag_batch(&self.hashes);
         }
         self.versions.push(BatchVersions::new(n));
-        let batch = retained(batch)?;
-        self.retained_bytes += batch.get_array_memory_size();
-        self.batches.push(batch);
+        self.batches.push(batch)?;
         Ok(())
     }
 
@@ -324,18 +320,18 @@ impl IndexedScd2Fold {
         }
         self.index.clear();
         self.hashes = Vec::new();
-        let same = equal_pairs(&self.batches, &checks.replays, &self.value_columns)?;
+        let same = equal_pairs(self.batches.batches(), &checks.replays, &self.value_columns)?;
         if let Some(i) = same.iter().position(|same| !same) {
             let [_, _, b, r] = checks.replays[i];
             return Err(conflict_error(
                 &self.flow,
                 &self.layout,
-                &self.batches[b as usize],
+                &self.batches.batches()[b as usize],
                 r as usize,
                 false,
             ));
         }
-        let same = equal_pairs(&self.batches, &checks.absorbed, &self.tracked)?;
+        let same = equal_pairs(self.batches.batches(), &checks.absorbed, &self.tracked)?;
         if same.contains(&false) {
             self.fold_again()?;
         }
@@ -359,12 +355,11 @@ impl IndexedScd2Fold {
             &self.input_schema,
             Box::new(kernel),
         )?;
-        for batch in std::mem::take(&mut self.batches) {
+        for batch in std::mem::take(&mut self.batches).into_batches() {
             fold.push(&batch)?;
         }
         fold.finish();
         self.versions = Vec::new();
-        self.retained_bytes = 0;
         self.rerun = Some(Box::new(fold));
         Ok(())
     }
@@ -378,13 +373,7 @@ impl IndexedScd2Fold {
         while self.next < self.batches.len() {
             let b = self.next;
             self.next += 1;
-            let batch = std::mem::replace(
-                &mut self.batches[b],
-                RecordBatch::new_empty(Arc::clone(&self.input_schema)),
-            );
-            self.retained_bytes = self
-                .retained_bytes
-                .saturating_sub(batch.get_array_memory_size());
+            let batch = self.batches.release(b);
             let versions = std::mem::replace(&mut self.versions[b], BatchVersions::new(0));
             let rows = UInt32Array::from_iter_values(
                 (0..versions.version.len())
