@@ -83,8 +83,8 @@ pub struct EventIndex {
     /// Whether two keys shared a hash (set by [`Self::sort`]).
     collided: bool,
     /// Whether an entry's key and sequence each fit 64 bits (see
-    /// [`Self::sort_packed`]): hashed or inline keys, and sequences, of at
-    /// most 8 bytes behind their null byte.
+    /// [`sort_packed`]): hashed or inline keys, and sequences, of at most 8
+    /// bytes behind their null byte.
     packable: bool,
     entries: Vec<IndexEntry>,
 }
@@ -225,7 +225,10 @@ impl EventIndex {
         let first = self.entries.len();
         let new_events = self.push(batch, b)?;
         let entries = &mut self.entries[first..];
-        entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        let hashed = self.key_rows.is_some();
+        if !(self.packable && sort_packed(entries, hashed)) {
+            entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
+        }
         let order = UInt32Array::from_iter_values(entries.iter().map(|e| e.row));
         for (row, e) in entries.iter_mut().enumerate() {
             e.row = row as u32;
@@ -279,7 +282,8 @@ impl EventIndex {
     pub fn sort(&mut self) {
         // (a stable sort, merging the runs of `push_ordered`, was slower and
         // needs half the entries again: benches/README.md, "tried")
-        if !self.sort_packed() {
+        let hashed = self.key_rows.is_some();
+        if !(self.packable && sort_packed(&mut self.entries, hashed)) {
             self.entries
                 .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
         }
@@ -309,51 +313,6 @@ impl EventIndex {
         }
     }
 
-    /// [`Self::sort`]'s order, sorting one `u128` per entry instead of a
-    /// `(u128, u128, i8)`: key and sequence packed, 64 bits each, then the
-    /// rare runs of equal key and sequence by origin. Applies when they
-    /// fit ([`Self::packable`]) and every key (inline) and sequence starts
-    /// with the same null byte, so that the bytes left out are equal;
-    /// returns whether it sorted.
-    fn sort_packed(&mut self) -> bool {
-        let Some(first) = self.entries.first().copied() else {
-            return true;
-        };
-        let hashed = self.key_rows.is_some();
-        let marker = |v: u128| (v >> 120) as u8;
-        let uniform = self.entries.iter().all(|e| {
-            (hashed || marker(e.key) == marker(first.key)) && marker(e.seq) == marker(first.seq)
-        });
-        if !self.packable || !uniform {
-            return false;
-        }
-        // hashed keys are the low 64 bits; inline keys and sequences the
-        // 8 bytes after their null byte
-        let key = |e: &IndexEntry| {
-            if hashed {
-                e.key as u64
-            } else {
-                (e.key >> 56) as u64
-            }
-        };
-        let packed = |e: &IndexEntry| (u128::from(key(e)) << 64) | u128::from((e.seq >> 56) as u64);
-        self.entries.sort_unstable_by_key(packed);
-        let mut start = 0;
-        while start < self.entries.len() {
-            let at = packed(&self.entries[start]);
-            let end = start
-                + self.entries[start..]
-                    .iter()
-                    .position(|e| packed(e) != at)
-                    .unwrap_or(self.entries.len() - start);
-            if end - start > 1 {
-                self.entries[start..end].sort_unstable_by_key(|e| e.origin);
-            }
-            start = end;
-        }
-        true
-    }
-
     /// End of the key group holding entry `start` of the sorted index (the
     /// entries after `start` of that group, then the end).
     pub fn group_end(&self, start: usize) -> usize {
@@ -371,6 +330,50 @@ impl EventIndex {
         };
         start + run.unwrap_or(entries.len() - start)
     }
+}
+
+/// Order `entries` by `(key, seq, origin)` as [`EventIndex::sort`] does,
+/// sorting one `u128` per entry instead of a `(u128, u128, i8)`: key and
+/// sequence packed, 64 bits each (hashed keys are their low 64 bits, inline
+/// keys and sequences the 8 bytes after their null byte), then the rare
+/// runs of equal key and sequence by origin. Applies where they fit
+/// (`EventIndex::packable`) and every inline key and every sequence
+/// starts with the same null byte, so that the bytes left out are equal;
+/// returns whether it sorted.
+fn sort_packed(entries: &mut [IndexEntry], hashed: bool) -> bool {
+    let Some(first) = entries.first().copied() else {
+        return true;
+    };
+    let marker = |v: u128| (v >> 120) as u8;
+    let uniform = entries.iter().all(|e| {
+        (hashed || marker(e.key) == marker(first.key)) && marker(e.seq) == marker(first.seq)
+    });
+    if !uniform {
+        return false;
+    }
+    let key = |e: &IndexEntry| {
+        if hashed {
+            e.key as u64
+        } else {
+            (e.key >> 56) as u64
+        }
+    };
+    let packed = |e: &IndexEntry| (u128::from(key(e)) << 64) | u128::from((e.seq >> 56) as u64);
+    entries.sort_unstable_by_key(packed);
+    let mut start = 0;
+    while start < entries.len() {
+        let at = packed(&entries[start]);
+        let end = start
+            + entries[start..]
+                .iter()
+                .position(|e| packed(e) != at)
+                .unwrap_or(entries.len() - start);
+        if end - start > 1 {
+            entries[start..end].sort_unstable_by_key(|e| e.origin);
+        }
+        start = end;
+    }
+    true
 }
 
 #[cfg(test)]
