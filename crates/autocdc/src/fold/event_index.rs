@@ -120,6 +120,11 @@ impl EventIndex {
                 "flow '{flow}': keys or sequence too wide for an indexed fold"
             )));
         }
+        let hashed = !Self::inline_keys(layout, input_schema);
+        let fits_64_bits = |columns: &[usize]| {
+            encoded_width(columns.iter().map(|&i| input_schema.field(i).data_type()))
+                .is_some_and(|w| w <= PACKED_BYTES)
+        };
         Ok(Self {
             flow: flow.to_string(),
             key_indices: layout.key_indices.clone(),
@@ -128,15 +133,9 @@ impl EventIndex {
             kind: layout.kind(),
             key_converter: row_converter(input_schema, &layout.key_indices)?,
             seq_converter: row_converter(input_schema, &[layout.seq()])?,
-            key_rows: (!Self::inline_keys(layout, input_schema)).then(Vec::new),
-            packable: {
-                let width = |columns: &[usize]| {
-                    encoded_width(columns.iter().map(|&i| input_schema.field(i).data_type()))
-                        .is_some_and(|w| w <= PACKED_BYTES)
-                };
-                let hashed = !Self::inline_keys(layout, input_schema);
-                (hashed || width(&layout.key_indices)) && width(&[layout.seq()])
-            },
+            key_rows: hashed.then(Vec::new),
+            packable: (hashed || fits_64_bits(&layout.key_indices))
+                && fits_64_bits(&[layout.seq()]),
             key_hash_mask: u64::MAX,
             collided: false,
             entries: Vec::new(),

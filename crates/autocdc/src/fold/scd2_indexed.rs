@@ -187,7 +187,7 @@ impl IndexedScd2Fold {
         input_schema: &SchemaRef,
     ) -> Result<Self> {
         let seq_width = encoded_width([input_schema.field(layout.seq()).data_type()])
-            .filter(|&w| w <= MAX_SEQ_BYTES && Self::supports(&layout, input_schema))
+            .filter(|_| Self::supports(&layout, input_schema))
             .ok_or_else(|| {
                 DataFusionError::Internal(format!(
                     "flow '{flow}': keys or sequence too wide for an indexed SCD 2 fold"
