@@ -25,8 +25,11 @@ use arrow::datatypes::{Int8Type, Schema};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
+use super::bucket_sort::sort_unstable_by_u128;
 use super::columns::{EventLayout, Origin};
-use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
+use super::rows::{
+    encode_values, encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES,
+};
 
 /// Widest row-format key or sequence an entry sorts as 64 bits: a null
 /// byte and 8 bytes of value (see [`EventIndex::sort`]).
@@ -86,7 +89,13 @@ pub struct EventIndex {
     /// [`sort_packed`]): hashed or inline keys, and sequences, of at most 8
     /// bytes behind their null byte.
     packable: bool,
+    /// What the entries pushed so far share (see [`Shared`]).
+    shared: Shared,
     entries: Vec<IndexEntry>,
+    /// Each pushed batch's entry keys and sequences, before they become
+    /// entries (buffers reused from batch to batch).
+    key_values: Vec<u128>,
+    seq_values: Vec<u128>,
 }
 
 impl EventIndex {
@@ -138,7 +147,10 @@ impl EventIndex {
                 && fits_64_bits(&[layout.seq()]),
             key_hash_mask: u64::MAX,
             collided: false,
+            shared: Shared::default(),
             entries: Vec::new(),
+            key_values: Vec::new(),
+            seq_values: Vec::new(),
         })
     }
 
@@ -172,26 +184,44 @@ impl EventIndex {
         if u32::try_from(n).is_err() {
             return Err(too_many(format!("batch of {n} rows")));
         }
-        let keys = to_rows(&self.key_converter, batch, &self.key_indices)?;
-        let seqs = to_rows(&self.seq_converter, batch, &[self.seq])?;
+        let mut seqs = std::mem::take(&mut self.seq_values);
+        seqs.clear();
+        if !encode_values(batch.column(self.seq).as_ref(), &mut seqs) {
+            let rows = to_rows(&self.seq_converter, batch, &[self.seq])?;
+            seqs.extend((0..n).map(|i| encoded(&rows, i)));
+        }
+        let mut keys = std::mem::take(&mut self.key_values);
+        keys.clear();
+        if let Some(key_rows) = &mut self.key_rows {
+            let rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
+            let hasher = datafusion::common::hash_utils::RandomState::default();
+            let mask = self.key_hash_mask;
+            keys.extend((0..n).map(|i| u128::from(hasher.hash_one(rows.row(i).as_ref()) & mask)));
+            key_rows.push(rows);
+        } else {
+            let from_values = match self.key_indices[..] {
+                [key] => encode_values(batch.column(key).as_ref(), &mut keys),
+                _ => false,
+            };
+            if !from_values {
+                let rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
+                keys.extend((0..n).map(|i| encoded(&rows, i)));
+            }
+        }
         let origins = batch
             .column(self.origin)
             .as_primitive::<Int8Type>()
             .values();
         let kinds = batch.column(self.kind).as_primitive::<Int8Type>().values();
         self.entries.reserve(n);
+        self.shared.observe(&keys, &seqs, origins);
         let mut new_events = 0;
-        let hasher = datafusion::common::hash_utils::RandomState::default();
-        for (i, (&origin, &kind)) in origins.iter().zip(kinds.iter()).enumerate() {
+        let events = keys.iter().zip(&seqs).zip(origins.iter().zip(kinds.iter()));
+        for (i, ((&key, &seq), (&origin, &kind))) in events.enumerate() {
             new_events += usize::from(origin != Origin::Stored as i8);
-            let key = if self.key_rows.is_some() {
-                u128::from(hasher.hash_one(keys.row(i).as_ref()) & self.key_hash_mask)
-            } else {
-                encoded(&keys, i)
-            };
             self.entries.push(IndexEntry {
                 key,
-                seq: encoded(&seqs, i),
+                seq,
                 origin,
                 kind,
                 batch: b,
@@ -200,9 +230,7 @@ impl EventIndex {
                 tag_high: 0,
             });
         }
-        if let Some(key_rows) = &mut self.key_rows {
-            key_rows.push(keys);
-        }
+        (self.key_values, self.seq_values) = (keys, seqs);
         Ok(new_events)
     }
 
@@ -224,8 +252,13 @@ impl EventIndex {
         let first = self.entries.len();
         let new_events = self.push(batch, b)?;
         let entries = &mut self.entries[first..];
-        let hashed = self.key_rows.is_some();
-        if !(self.packable && sort_packed(entries, hashed)) {
+        if self.packable && self.shared.null_bytes.is_some() {
+            sort_packed(
+                entries,
+                self.key_rows.is_some(),
+                self.shared.origin.is_some(),
+            );
+        } else {
             entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
         }
         let order = UInt32Array::from_iter_values(entries.iter().map(|e| e.row));
@@ -249,6 +282,7 @@ impl EventIndex {
     /// Bytes held: the entries and, with hashed keys, the row-format keys.
     pub fn memory_size(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<IndexEntry>()
+            + (self.key_values.capacity() + self.seq_values.capacity()) * 16
             + self
                 .key_rows
                 .as_ref()
@@ -268,6 +302,7 @@ impl EventIndex {
     /// Free the entries (the retained key rows stay until dropped).
     pub fn clear(&mut self) {
         self.entries = Vec::new();
+        self.shared = Shared::default();
     }
 
     /// The row-format key of an entry (hashed keys only).
@@ -281,8 +316,10 @@ impl EventIndex {
     pub fn sort(&mut self) {
         // (a stable sort, merging the runs of `push_ordered`, was slower and
         // needs half the entries again: benches/README.md, "tried")
-        let hashed = self.key_rows.is_some();
-        if !(self.packable && sort_packed(&mut self.entries, hashed)) {
+        if self.packable && self.shared.null_bytes.is_some() {
+            let hashed = self.key_rows.is_some();
+            sort_packed(&mut self.entries, hashed, self.shared.origin.is_some());
+        } else {
             self.entries
                 .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
         }
@@ -331,25 +368,67 @@ impl EventIndex {
     }
 }
 
+/// What every entry pushed so far shares, while it does: the null bytes of
+/// its key and sequence (hashed keys have none: 0), and its origin. Tracked
+/// as batches arrive, where their values are in the cache, so that a sort
+/// needs no pass of its own to learn it.
+#[derive(Debug, Clone, Copy)]
+struct Shared {
+    /// The key's and the sequence's first byte, if the same in every entry.
+    null_bytes: Option<(u8, u8)>,
+    /// The origin, if the same in every entry.
+    origin: Option<i8>,
+    /// Whether no entry was observed yet.
+    empty: bool,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            null_bytes: Some((0, 0)),
+            origin: Some(0),
+            empty: true,
+        }
+    }
+}
+
+impl Shared {
+    /// Account for one batch's entry keys, sequences and origins.
+    fn observe(&mut self, keys: &[u128], seqs: &[u128], origins: &[i8]) {
+        let null_byte = |v: &u128| (v >> 120) as u8;
+        let (Some(key), Some(seq), Some(&origin)) = (keys.first(), seqs.first(), origins.first())
+        else {
+            return;
+        };
+        if std::mem::take(&mut self.empty) {
+            self.null_bytes = Some((null_byte(key), null_byte(seq)));
+            self.origin = Some(origin);
+        }
+        if let Some((key, seq)) = self.null_bytes {
+            if !(keys.iter().all(|k| null_byte(k) == key)
+                && seqs.iter().all(|s| null_byte(s) == seq))
+            {
+                self.null_bytes = None;
+            }
+        }
+        if self
+            .origin
+            .is_some_and(|o| origins.iter().any(|&other| other != o))
+        {
+            self.origin = None;
+        }
+    }
+}
+
 /// Order `entries` by `(key, seq, origin)` as [`EventIndex::sort`] does,
 /// sorting one `u128` per entry instead of a `(u128, u128, i8)`: key and
 /// sequence packed, 64 bits each (hashed keys are their low 64 bits, inline
-/// keys and sequences the 8 bytes after their null byte), then the rare
-/// runs of equal key and sequence by origin. Applies where they fit
-/// (`EventIndex::packable`) and every inline key and every sequence
-/// starts with the same null byte, so that the bytes left out are equal;
-/// returns whether it sorted.
-fn sort_packed(entries: &mut [IndexEntry], hashed: bool) -> bool {
-    let Some(first) = entries.first().copied() else {
-        return true;
-    };
-    let marker = |v: u128| (v >> 120) as u8;
-    let uniform = entries.iter().all(|e| {
-        (hashed || marker(e.key) == marker(first.key)) && marker(e.seq) == marker(first.seq)
-    });
-    if !uniform {
-        return false;
-    }
+/// keys and sequences the 8 bytes after their null byte), then, unless
+/// every entry has the same origin, the rare runs of equal key and sequence
+/// by origin. Applies where they fit (`EventIndex::packable`) and every
+/// inline key and every sequence starts with the same null byte
+/// ([`Shared`]), so that the bytes left out are equal.
+fn sort_packed(entries: &mut [IndexEntry], hashed: bool, one_origin: bool) {
     let key = |e: &IndexEntry| {
         if hashed {
             e.key as u64
@@ -358,7 +437,10 @@ fn sort_packed(entries: &mut [IndexEntry], hashed: bool) -> bool {
         }
     };
     let packed = |e: &IndexEntry| (u128::from(key(e)) << 64) | u128::from((e.seq >> 56) as u64);
-    entries.sort_unstable_by_key(packed);
+    sort_unstable_by_u128(entries, packed);
+    if one_origin {
+        return;
+    }
     let mut start = 0;
     while start < entries.len() {
         let at = packed(&entries[start]);
@@ -372,7 +454,6 @@ fn sort_packed(entries: &mut [IndexEntry], hashed: bool) -> bool {
         }
         start = end;
     }
-    true
 }
 
 #[cfg(test)]

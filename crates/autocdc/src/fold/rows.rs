@@ -11,8 +11,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, RecordBatch};
-use arrow::datatypes::{DataType, Schema};
+use arrow::array::{new_null_array, Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Date32Type, Date64Type, Int16Type, Int32Type, Int64Type,
+    Int8Type, Schema, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::Result;
 
@@ -60,6 +64,56 @@ pub fn encoded(rows: &Rows, i: usize) -> u128 {
     u128::from_be_bytes(buf)
 }
 
+/// [`encoded`] of every row of a single `column`, computed from its values
+/// instead of through the row format, appended to `out`: for integers,
+/// dates and timestamps without nulls, whose row format is a valid byte
+/// then the value's big-endian bits (the sign bit flipped). Returns false,
+/// leaving `out` as it was, for any other column.
+pub fn encode_values(column: &dyn Array, out: &mut Vec<u128>) -> bool {
+    fn fill<T: ArrowPrimitiveType>(
+        column: &dyn Array,
+        out: &mut Vec<u128>,
+        bits: impl Fn(T::Native) -> u64,
+    ) {
+        // valid byte, then the value's bytes right after it
+        let width = std::mem::size_of::<T::Native>() as u32;
+        let shift = 120 - 8 * width;
+        out.extend(
+            column
+                .as_primitive::<T>()
+                .values()
+                .iter()
+                .map(|&v| (1u128 << 120) | (u128::from(bits(v)) << shift)),
+        );
+    }
+    if column.null_count() > 0 {
+        return false;
+    }
+    match column.data_type() {
+        DataType::Int8 => fill::<Int8Type>(column, out, |v| u64::from(v as u8 ^ 0x80)),
+        DataType::Int16 => fill::<Int16Type>(column, out, |v| u64::from(v as u16 ^ 0x8000)),
+        DataType::Int32 => fill::<Int32Type>(column, out, |v| u64::from(v as u32 ^ (1 << 31))),
+        DataType::Date32 => fill::<Date32Type>(column, out, |v| u64::from(v as u32 ^ (1 << 31))),
+        DataType::Int64 => fill::<Int64Type>(column, out, |v| v as u64 ^ (1 << 63)),
+        DataType::Date64 => fill::<Date64Type>(column, out, |v| v as u64 ^ (1 << 63)),
+        DataType::Timestamp(unit, _) => {
+            let flip = |v: i64| v as u64 ^ (1 << 63);
+            match unit {
+                TimeUnit::Second => fill::<TimestampSecondType>(column, out, flip),
+                TimeUnit::Millisecond => fill::<TimestampMillisecondType>(column, out, flip),
+                TimeUnit::Microsecond => fill::<TimestampMicrosecondType>(column, out, flip),
+                TimeUnit::Nanosecond => fill::<TimestampNanosecondType>(column, out, flip),
+            }
+        }
+        DataType::UInt8 => fill::<UInt8Type>(column, out, u64::from),
+        DataType::UInt16 => fill::<UInt16Type>(column, out, u64::from),
+        DataType::UInt32 => fill::<UInt32Type>(column, out, u64::from),
+        DataType::UInt64 => fill::<UInt64Type>(column, out, |v| v),
+        _ => return false,
+    }
+    true
+}
+
 /// Row-format width of fixed-width `types` (1 null byte + the value each),
 /// if every type is fixed-width.
 pub fn encoded_width<'a>(types: impl IntoIterator<Item = &'a DataType>) -> Option<usize> {
@@ -70,4 +124,78 @@ pub fn encoded_width<'a>(types: impl IntoIterator<Item = &'a DataType>) -> Optio
             t => t.primitive_width().map(|w| w + 1),
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{
+        Date32Array, Date64Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array,
+        TimestampMicrosecondArray, TimestampSecondArray, UInt16Array, UInt32Array, UInt64Array,
+        UInt8Array,
+    };
+    use arrow::datatypes::Field;
+
+    /// Every value computed directly equals its row-format encoding.
+    #[test]
+    fn values_encode_like_their_rows() -> Result<()> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int8Array::from(vec![i8::MIN, -1, 0, 1, i8::MAX])),
+            Arc::new(Int16Array::from(vec![i16::MIN, -300, 0, 300, i16::MAX])),
+            Arc::new(Int32Array::from(vec![
+                i32::MIN,
+                -70_000,
+                0,
+                70_000,
+                i32::MAX,
+            ])),
+            Arc::new(Int64Array::from(vec![
+                i64::MIN,
+                -1 << 40,
+                -1,
+                0,
+                1 << 40,
+                i64::MAX,
+            ])),
+            Arc::new(UInt8Array::from(vec![0, 1, u8::MAX])),
+            Arc::new(UInt16Array::from(vec![0, 1, u16::MAX])),
+            Arc::new(UInt32Array::from(vec![0, 1, u32::MAX])),
+            Arc::new(UInt64Array::from(vec![0, 1, u64::MAX])),
+            Arc::new(Date32Array::from(vec![-20_000, 0, 20_000])),
+            Arc::new(Date64Array::from(vec![-86_400_000, 0, 86_400_000])),
+            Arc::new(TimestampSecondArray::from(vec![-5, 0, 5])),
+            Arc::new(TimestampMicrosecondArray::from(vec![-5, 0, 5]).with_timezone("UTC")),
+        ];
+        for column in columns {
+            let schema = Schema::new(vec![Field::new("c", column.data_type().clone(), true)]);
+            let batch = RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::clone(&column)])?;
+            let rows = to_rows(&row_converter(&schema, &[0])?, &batch, &[0])?;
+            let expected: Vec<u128> = (0..column.len()).map(|i| encoded(&rows, i)).collect();
+            let mut values = vec![7];
+            assert!(
+                encode_values(column.as_ref(), &mut values),
+                "{}",
+                column.data_type()
+            );
+            assert_eq!(values[1..], expected[..], "{}", column.data_type());
+            assert!(
+                values[1..].windows(2).all(|w| w[0] < w[1]),
+                "{}",
+                column.data_type()
+            );
+        }
+        Ok(())
+    }
+
+    /// Columns with nulls, and other types, are left to the row format.
+    #[test]
+    fn nulls_and_other_types_are_not_encoded() {
+        let mut values = Vec::new();
+        assert!(!encode_values(
+            &Int64Array::from(vec![Some(1), None]),
+            &mut values
+        ));
+        assert!(!encode_values(&Float64Array::from(vec![1.0]), &mut values));
+        assert!(values.is_empty());
+    }
 }
