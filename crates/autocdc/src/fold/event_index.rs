@@ -25,7 +25,6 @@ use arrow::datatypes::{Int8Type, Schema};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
-use super::bucket_sort::sort_unstable_by_u128;
 use super::columns::{EventLayout, Origin};
 use super::rows::{
     encode_values, encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES,
@@ -437,7 +436,7 @@ fn sort_packed(entries: &mut [IndexEntry], hashed: bool, one_origin: bool) {
         }
     };
     let packed = |e: &IndexEntry| (u128::from(key(e)) << 64) | u128::from((e.seq >> 56) as u64);
-    sort_unstable_by_u128(entries, packed);
+    entries.sort_unstable_by_key(packed);
     if one_origin {
         return;
     }

@@ -6,7 +6,6 @@
 //! [`crate::physical`] drive them over DataFusion streams.
 
 pub mod bitemporal;
-mod bucket_sort;
 pub mod columns;
 pub mod count;
 pub mod emits;

@@ -34,7 +34,6 @@ use arrow::datatypes::{Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
-use super::bucket_sort::sort_unstable_by_u128;
 use super::columns::Kind;
 use super::emits::{Emit, EmitQueue};
 use super::errors::format_key;
@@ -160,7 +159,7 @@ impl IndexedSnapshotDiff {
     /// Sort the index and decide every key; errors (a key twice in the
     /// snapshot) surface here, before any output.
     pub fn finish(&mut self) -> Result<()> {
-        sort_unstable_by_u128(&mut self.index, |e| e.key);
+        self.index.sort_unstable_by_key(|e| e.key);
         let (mut emits, mut pairs) = (Vec::new(), Vec::new());
         let mut start = 0;
         while start < self.index.len() {
