@@ -213,7 +213,8 @@ impl EventIndex {
             .values();
         let kinds = batch.column(self.kind).as_primitive::<Int8Type>().values();
         self.entries.reserve(n);
-        self.shared.observe(&keys, &seqs, origins);
+        self.shared
+            .observe(self.entries.is_empty(), &keys, &seqs, origins);
         let mut new_events = 0;
         let events = keys.iter().zip(&seqs).zip(origins.iter().zip(kinds.iter()));
         for (i, ((&key, &seq), (&origin, &kind))) in events.enumerate() {
@@ -250,16 +251,9 @@ impl EventIndex {
     pub fn push_ordered(&mut self, batch: &RecordBatch, b: usize) -> Result<(RecordBatch, usize)> {
         let first = self.entries.len();
         let new_events = self.push(batch, b)?;
+        let packing = self.packing();
         let entries = &mut self.entries[first..];
-        if self.packable && self.shared.null_bytes.is_some() {
-            sort_packed(
-                entries,
-                self.key_rows.is_some(),
-                self.shared.origin.is_some(),
-            );
-        } else {
-            entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
-        }
+        order_entries(entries, packing);
         let order = UInt32Array::from_iter_values(entries.iter().map(|e| e.row));
         for (row, e) in entries.iter_mut().enumerate() {
             e.row = row as u32;
@@ -301,7 +295,15 @@ impl EventIndex {
     /// Free the entries (the retained key rows stay until dropped).
     pub fn clear(&mut self) {
         self.entries = Vec::new();
-        self.shared = Shared::default();
+    }
+
+    /// How entries sort packed (see [`sort_packed`]), if they can: whether
+    /// keys are hashed, and whether every entry has the same origin.
+    fn packing(&self) -> Option<Packing> {
+        (self.packable && self.shared.null_bytes.is_some()).then(|| Packing {
+            hashed: self.key_rows.is_some(),
+            one_origin: self.shared.origin.is_some(),
+        })
     }
 
     /// The row-format key of an entry (hashed keys only).
@@ -315,13 +317,8 @@ impl EventIndex {
     pub fn sort(&mut self) {
         // (a stable sort, merging the runs of `push_ordered`, was slower and
         // needs half the entries again: benches/README.md, "tried")
-        if self.packable && self.shared.null_bytes.is_some() {
-            let hashed = self.key_rows.is_some();
-            sort_packed(&mut self.entries, hashed, self.shared.origin.is_some());
-        } else {
-            self.entries
-                .sort_unstable_by_key(|e| (e.key, e.seq, e.origin));
-        }
+        let packing = self.packing();
+        order_entries(&mut self.entries, packing);
         let Some(key_rows) = &self.key_rows else {
             return;
         };
@@ -371,37 +368,28 @@ impl EventIndex {
 /// its key and sequence (hashed keys have none: 0), and its origin. Tracked
 /// as batches arrive, where their values are in the cache, so that a sort
 /// needs no pass of its own to learn it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Shared {
     /// The key's and the sequence's first byte, if the same in every entry.
     null_bytes: Option<(u8, u8)>,
     /// The origin, if the same in every entry.
     origin: Option<i8>,
-    /// Whether no entry was observed yet.
-    empty: bool,
-}
-
-impl Default for Shared {
-    fn default() -> Self {
-        Self {
-            null_bytes: Some((0, 0)),
-            origin: Some(0),
-            empty: true,
-        }
-    }
 }
 
 impl Shared {
-    /// Account for one batch's entry keys, sequences and origins.
-    fn observe(&mut self, keys: &[u128], seqs: &[u128], origins: &[i8]) {
+    /// Account for one batch's entry keys, sequences and origins; `first`:
+    /// no entry came before them.
+    fn observe(&mut self, first: bool, keys: &[u128], seqs: &[u128], origins: &[i8]) {
         let null_byte = |v: &u128| (v >> 120) as u8;
         let (Some(key), Some(seq), Some(&origin)) = (keys.first(), seqs.first(), origins.first())
         else {
             return;
         };
-        if std::mem::take(&mut self.empty) {
-            self.null_bytes = Some((null_byte(key), null_byte(seq)));
-            self.origin = Some(origin);
+        if first {
+            *self = Self {
+                null_bytes: Some((null_byte(key), null_byte(seq))),
+                origin: Some(origin),
+            };
         }
         if let Some((key, seq)) = self.null_bytes {
             if !(keys.iter().all(|k| null_byte(k) == key)
@@ -416,6 +404,22 @@ impl Shared {
         {
             self.origin = None;
         }
+    }
+}
+
+/// How a packed sort applies (see [`EventIndex::packing`]).
+#[derive(Debug, Clone, Copy)]
+struct Packing {
+    hashed: bool,
+    one_origin: bool,
+}
+
+/// Order `entries` by `(key, seq, origin)`: packed where `packing` allows,
+/// else by the tuple.
+fn order_entries(entries: &mut [IndexEntry], packing: Option<Packing>) {
+    match packing {
+        Some(Packing { hashed, one_origin }) => sort_packed(entries, hashed, one_origin),
+        None => entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin)),
     }
 }
 
@@ -492,15 +496,20 @@ mod tests {
         }
     }
 
-    /// Events `(key, seq)`, all new upserts, keys as strings (hashed).
-    fn batch(events: &[(&str, i64)]) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Utf8, true),
+    /// Events keyed by `id` of type `key`, laid out as [`layout`] says.
+    fn event_schema(key: DataType) -> Arc<Schema> {
+        Arc::new(Schema::new(vec![
+            Field::new("id", key, true),
             Field::new("__cdc_seq", DataType::Int64, true),
             Field::new("__cdc_kind", DataType::Int8, false),
             Field::new("__cdc_written_at", DataType::Int64, true),
             Field::new("__cdc_origin", DataType::Int8, false),
-        ]));
+        ]))
+    }
+
+    /// Events `(key, seq)`, all new upserts, keys as strings (hashed).
+    fn batch(events: &[(&str, i64)]) -> RecordBatch {
+        let schema = event_schema(DataType::Utf8);
         let n = events.len();
         RecordBatch::try_new(
             schema,
@@ -605,13 +614,7 @@ mod tests {
     /// events, negative sequences.
     #[test]
     fn the_packed_sort_orders_like_the_tuple_sort() -> Result<()> {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int32, true),
-            Field::new("__cdc_seq", DataType::Int64, true),
-            Field::new("__cdc_kind", DataType::Int8, false),
-            Field::new("__cdc_written_at", DataType::Int64, true),
-            Field::new("__cdc_origin", DataType::Int8, false),
-        ]));
+        let schema = event_schema(DataType::Int32);
         let mut state = 7u64;
         let mut next = move |m: u64| {
             state = state
