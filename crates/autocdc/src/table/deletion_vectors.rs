@@ -19,6 +19,7 @@
 //! Roaring serialisation, and a CRC-32 of magic and bitmap (big endian).
 //! Readers (delta-rs' scan, Spark, ...) skip the marked rows.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
@@ -28,11 +29,14 @@ use arrow::row::RowConverter;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::{DataFusionError, HashSet, Result};
 use deltalake_core::kernel::{DeletionVectorDescriptor, StorageType};
-use deltalake_core::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use deltalake_core::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection,
+};
 #[allow(deprecated)]
 use deltalake_core::parquet::arrow::async_reader::ParquetObjectReader;
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
-use deltalake_core::parquet::file::metadata::PageIndexPolicy;
+use deltalake_core::parquet::bloom_filter::Sbbf;
+use deltalake_core::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -314,35 +318,28 @@ pub async fn superseded_rows(
     let mut reader = object_reader(store, path, size);
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await?;
-    let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
-    let groups = row_groups_to_probe(&mut builder, keys).await?;
+    let groups = row_groups_to_probe(store, path, metadata.metadata(), keys).await?;
+    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
     let mut marks = RoaringTreemap::new();
     if groups.is_empty() {
         return Ok((marks, metadata));
     }
-    // (first row, rows) of each row group to read, in the file's row order
-    let spans: Vec<(u64, u64)> = {
-        let row_groups = builder.metadata().row_groups();
-        let firsts = row_groups.iter().scan(0u64, |first, rg| {
-            let start = *first;
-            *first += rg.num_rows() as u64;
-            Some(start)
-        });
-        let firsts: Vec<u64> = firsts.collect();
-        groups
-            .iter()
-            .map(|&g| (firsts[g], row_groups[g].num_rows() as u64))
-            .collect()
-    };
+    // (first row, rows) of each run of rows to read, in the file's row order
+    let (spans, selection) = rows_to_probe(builder.metadata(), &groups, keys);
+    if spans.is_empty() {
+        return Ok((marks, metadata));
+    }
     let mask = ProjectionMask::columns(
         builder.parquet_schema(),
         keys.names.iter().map(String::as_str),
     );
-    let mut stream = builder
-        .with_projection(mask)
-        .with_row_groups(groups)
-        .build()?;
-    // (row group being read, its rows not read yet)
+    let groups = groups.into_iter().map(|(g, _)| g).collect();
+    let mut builder = builder.with_projection(mask).with_row_groups(groups);
+    if let Some(selection) = selection {
+        builder = builder.with_row_selection(selection);
+    }
+    let mut stream = builder.build()?;
+    // (run being read, its rows not read yet)
     let (mut group, mut left) = (0usize, spans[0].1);
     let mut hashes = Vec::new();
     while let Some(batch) = stream.try_next().await? {
@@ -373,7 +370,7 @@ pub async fn superseded_rows(
                 group += 1;
                 left = spans.get(group).map(|span| span.1).ok_or_else(|| {
                     DataFusionError::Internal(format!(
-                        "data file '{path}': more rows than its row groups"
+                        "data file '{path}': more rows than the runs probed"
                     ))
                 })?;
             }
@@ -389,29 +386,124 @@ pub async fn superseded_rows(
     Ok((marks, metadata))
 }
 
-/// The row groups of the file that may hold one of `keys`: those whose key
-/// columns' bloom filters admit a key ([`super::key_bloom`]); all of them
-/// when the keys are many or the file has no filters.
-async fn row_groups_to_probe<T>(
-    builder: &mut ParquetRecordBatchStreamBuilder<T>,
+/// The runs of rows of the row groups `groups` to probe for `keys`, as
+/// `(first row, rows)` in the file's row order, and the selection that reads
+/// them from those row groups (`None`: every row of them). Within a row
+/// group, only the pages of the first key column that may hold one of the
+/// keys its bloom filters admitted ([`KeyValues::page_may_hold`]) are read,
+/// when the file has a page index.
+fn rows_to_probe(
+    metadata: &ParquetMetaData,
+    groups: &[ProbedGroup],
     keys: &KeySet,
-) -> Result<Vec<usize>>
-where
-    T: deltalake_core::parquet::arrow::async_reader::AsyncFileReader + Send + 'static,
-{
-    let count = builder.metadata().num_row_groups();
+) -> (Vec<(u64, u64)>, Option<RowSelection>) {
+    let row_groups = metadata.row_groups();
+    let firsts: Vec<u64> = row_groups
+        .iter()
+        .scan(0u64, |first, rg| {
+            let start = *first;
+            *first += rg.num_rows().max(0) as u64;
+            Some(start)
+        })
+        .collect();
+    let whole = || -> Vec<(u64, u64)> {
+        groups
+            .iter()
+            .map(|&(g, _)| (firsts[g], row_groups[g].num_rows().max(0) as u64))
+            .collect()
+    };
+    let schema = metadata.file_metadata().schema_descr();
+    let leaf = keys
+        .names
+        .first()
+        .and_then(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n));
+    let (Some(values), Some(leaf), Some(column_index), Some(offset_index)) = (
+        &keys.values,
+        leaf,
+        metadata.column_index(),
+        metadata.offset_index(),
+    ) else {
+        return (whole(), None);
+    };
+    // runs relative to the selected row groups read back to back
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let mut relative: Vec<Range<usize>> = Vec::new();
+    let mut read_before = 0usize;
+    let every_key: Vec<usize> = (0..keys.len()).collect();
+    for (g, admitted) in groups {
+        let (g, admitted) = (*g, admitted.as_deref().unwrap_or(&every_key));
+        let rows = row_groups[g].num_rows().max(0) as usize;
+        let pages = offset_index
+            .get(g)
+            .and_then(|columns| columns.get(leaf))
+            .map(|o| o.page_locations());
+        let index = column_index.get(g).and_then(|columns| columns.get(leaf));
+        let runs: Vec<Range<usize>> = match (pages, index) {
+            (Some(pages), Some(index)) if !pages.is_empty() => (0..pages.len())
+                .filter(|&p| values.page_may_hold(index, p, admitted))
+                .map(|p| {
+                    let start = pages[p].first_row_index.max(0) as usize;
+                    let end = pages
+                        .get(p + 1)
+                        .map_or(rows, |next| next.first_row_index.max(0) as usize);
+                    start..end.min(rows)
+                })
+                .collect(),
+            _ => std::iter::once(0..rows).collect(),
+        };
+        for run in runs.into_iter().filter(|r| !r.is_empty()) {
+            let shifted = read_before + run.start..read_before + run.end;
+            let first = firsts[g] + run.start as u64;
+            match (relative.last_mut(), spans.last_mut()) {
+                // (adjacent both as read and in the file)
+                (Some(last), Some(span))
+                    if last.end == shifted.start && span.0 + span.1 == first =>
+                {
+                    last.end = shifted.end;
+                    span.1 += run.len() as u64;
+                }
+                _ => {
+                    relative.push(shifted);
+                    spans.push((first, run.len() as u64));
+                }
+            }
+        }
+        read_before += rows;
+    }
+    let selection = (relative.iter().map(|r| r.len()).sum::<usize>() < read_before)
+        .then(|| RowSelection::from_consecutive_ranges(relative.into_iter(), read_before));
+    (spans, selection)
+}
+
+/// A row group to probe and the keys (indices into the key set's values)
+/// its bloom filters admit (`None`: any key).
+type ProbedGroup = (usize, Option<Vec<usize>>);
+
+/// The row groups of the file `path` (its metadata: `metadata`) that may
+/// hold one of `keys`: those whose key columns' bloom filters admit a key
+/// ([`super::key_bloom`]), with the keys they admit; all of them, for any
+/// key, when the keys are many or the file has no filters. The filters of
+/// every row group are read in one request.
+async fn row_groups_to_probe(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    metadata: &ParquetMetaData,
+    keys: &KeySet,
+) -> Result<Vec<ProbedGroup>> {
+    let count = metadata.num_row_groups();
+    let every_group = || (0..count).map(|g| (g, None)).collect();
     let Some(values) = &keys.values else {
-        return Ok((0..count).collect());
+        return Ok(every_group());
     };
     // the leaf column of each key column (top-level columns of one leaf)
-    let schema = builder.parquet_schema();
+    let schema = metadata.file_metadata().schema_descr();
     let leaves: Option<Vec<usize>> = keys
         .names
         .iter()
         .map(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n))
         .collect();
     let Some(leaves) = leaves else {
-        return Ok((0..count).collect());
+        return Ok(every_group());
     };
     let checkable: Vec<bool> = leaves
         .iter()
@@ -419,25 +511,48 @@ where
         .map(|(c, &leaf)| values.checkable(c, schema.column(leaf).physical_type()))
         .collect();
     if !checkable.contains(&true) {
-        return Ok((0..count).collect());
+        return Ok(every_group());
     }
-    let mut groups = Vec::with_capacity(count);
+    // (row group, key column, bytes of its filter) of every filter to check
+    let mut wanted: Vec<(usize, usize, Range<u64>)> = Vec::new();
     for group in 0..count {
-        let mut filters = Vec::with_capacity(leaves.len());
-        for (&leaf, &usable) in leaves.iter().zip(&checkable) {
-            filters.push(if usable {
-                builder
-                    .get_row_group_column_bloom_filter(group, leaf)
-                    .await?
-            } else {
-                None
-            });
-        }
-        if values.may_be_in(&filters) {
-            groups.push(group);
+        for (c, (&leaf, &usable)) in leaves.iter().zip(&checkable).enumerate() {
+            let chunk = metadata.row_group(group).column(leaf);
+            // (a filter of unknown length, another writer's: not checked)
+            if let (true, Some(offset), Some(length)) = (
+                usable,
+                chunk.bloom_filter_offset(),
+                chunk.bloom_filter_length(),
+            ) {
+                let start = u64::try_from(offset).map_err(|_| {
+                    dv_error(format!("data file '{path}': bloom filter offset {offset}"))
+                })?;
+                let length = u64::try_from(length).map_err(|_| {
+                    dv_error(format!("data file '{path}': bloom filter length {length}"))
+                })?;
+                wanted.push((group, c, start..start + length));
+            }
         }
     }
-    Ok(groups)
+    let ranges: Vec<Range<u64>> = wanted.iter().map(|(_, _, r)| r.clone()).collect();
+    let bytes = store
+        .get_ranges(path, &ranges)
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let mut filters: Vec<Vec<Option<Sbbf>>> = (0..count)
+        .map(|_| leaves.iter().map(|_| None).collect())
+        .collect();
+    for ((group, c, _), bytes) in wanted.iter().zip(bytes) {
+        filters[*group][*c] = Some(Sbbf::from_bytes(&bytes)?);
+    }
+    Ok(filters
+        .iter()
+        .enumerate()
+        .filter_map(|(group, filters)| {
+            let admitted = values.admitted(filters);
+            (!admitted.is_empty()).then_some((group, Some(admitted)))
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -587,9 +702,13 @@ mod tests {
         for (path, size) in &files {
             let (marks, _) = superseded_rows(&store, path, *size, &set).await?;
             assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1_500, 1_999, 17_000]);
-            let mut builder =
+            let builder =
                 ParquetRecordBatchStreamBuilder::new(object_reader(&store, path, *size)).await?;
-            let groups = row_groups_to_probe(&mut builder, &set).await?;
+            let groups: Vec<usize> = row_groups_to_probe(&store, path, builder.metadata(), &set)
+                .await?
+                .into_iter()
+                .map(|(g, _)| g)
+                .collect();
             if path.as_ref() == "wide.parquet" {
                 // groups 1 and 17, and at most a few false positives of 20
                 assert!(groups.contains(&1) && groups.contains(&17), "{groups:?}");
@@ -598,6 +717,109 @@ mod tests {
                 assert_eq!(groups.len(), 20);
             }
         }
+        Ok(())
+    }
+
+    /// In a row group sorted by key, only the pages whose minimum and
+    /// maximum bracket a key are read (keys at page edges included); a row
+    /// group in no order is read whole; the positions found are exact.
+    #[tokio::test]
+    async fn sorted_row_groups_are_probed_only_in_the_pages_of_the_keys() -> Result<()> {
+        use deltalake_core::parquet::arrow::ArrowWriter;
+        use deltalake_core::parquet::file::properties::WriterProperties;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        // row group 0: 0..20 000 in order; row group 1: 20 000..22 000
+        // scattered (every page spans nearly all of them)
+        let sorted = Int64Array::from_iter_values(0..20_000);
+        let scattered = Int64Array::from_iter_values((0..2_000).map(|i| 20_000 + (i * 7) % 2_000));
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(20_000))
+            .set_data_page_row_count_limit(1_000)
+            .set_write_batch_size(1_000)
+            .build();
+        let mut bytes = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
+        writer.write(&RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(sorted)],
+        )?)?;
+        writer.flush()?;
+        writer.write(&RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(scattered)],
+        )?)?;
+        writer.close()?;
+        let (path, size) = (Path::from("sorted.parquet"), bytes.len() as u64);
+        store.put(&path, PutPayload::from(bytes)).await?;
+
+        let keys = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![
+                999, 1_000, 5_500, 19_999, 20_500,
+            ]))],
+        )?;
+        let set = KeySet::try_new(vec!["id".into()], &[keys])?;
+        let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
+        // 20 500 is row 1 500 of row group 1 (1 500 · 7 = 500 mod 2 000)
+        assert_eq!(
+            marks.iter().collect::<Vec<_>>(),
+            vec![999, 1_000, 5_500, 19_999, 21_500]
+        );
+        let (spans, selection) = rows_to_probe(metadata.metadata(), &[(0, None), (1, None)], &set);
+        assert_eq!(
+            spans,
+            vec![(0, 2_000), (5_000, 1_000), (19_000, 3_000)],
+            "pages 0, 1, 5 and 19 of row group 0, all of row group 1"
+        );
+        assert_eq!(selection.map(|s| s.row_count()), Some(6_000));
+        Ok(())
+    }
+
+    /// Two sorted row groups spanning the same range (even ids, odd ids):
+    /// each is read only in the page of the key its bloom filter admits, not
+    /// in the pages of keys that only the other row group holds.
+    #[tokio::test]
+    async fn each_row_group_is_probed_for_the_keys_its_filter_admits() -> Result<()> {
+        use deltalake_core::parquet::arrow::ArrowWriter;
+        use deltalake_core::parquet::file::properties::WriterProperties;
+        use deltalake_core::parquet::schema::types::ColumnPath;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(10_000))
+            .set_data_page_row_count_limit(1_000)
+            .set_write_batch_size(1_000)
+            .set_column_bloom_filter_enabled(ColumnPath::from("id"), true)
+            .set_column_bloom_filter_fpp(ColumnPath::from("id"), 0.001)
+            .build();
+        let mut bytes = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
+        for parity in [0, 1] {
+            let ids = Int64Array::from_iter_values((0..10_000).map(|i| 2 * i + parity));
+            writer.write(&RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(ids)],
+            )?)?;
+            writer.flush()?;
+        }
+        writer.close()?;
+        let (path, size) = (Path::from("interleaved.parquet"), bytes.len() as u64);
+        store.put(&path, PutPayload::from(bytes)).await?;
+        // 100: row 50 of group 0 (page 0); 15 001: row 7 500 of group 1 (page 7)
+        let keys = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![100, 15_001]))],
+        )?;
+        let set = KeySet::try_new(vec!["id".into()], &[keys])?;
+        let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
+        assert_eq!(marks.iter().collect::<Vec<_>>(), vec![50, 17_500]);
+        let groups = row_groups_to_probe(&store, &path, metadata.metadata(), &set).await?;
+        assert_eq!(groups, vec![(0, Some(vec![0])), (1, Some(vec![1]))]);
+        let (spans, _) = rows_to_probe(metadata.metadata(), &groups, &set);
+        assert_eq!(spans, vec![(0, 1_000), (17_000, 1_000)]);
         Ok(())
     }
 

@@ -17,6 +17,12 @@
 //! A row group may hold a key when, for every key column, its filter says
 //! the key's value may be present (a filter has false positives, never
 //! false negatives). Files without filters (written before) are read whole.
+//!
+//! Within a row group admitted, the pages of the first key column whose
+//! page-index minimum and maximum (`Int*`, `Date32`, `Timestamp` keys)
+//! bracket none of the keys its filters admitted are skipped
+//! ([`KeyValues::page_may_hold`]): data files sort each row group by key, so
+//! a page's range is narrow.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{can_cast_types, cast};
@@ -24,6 +30,7 @@ use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::Result;
 use deltalake_core::parquet::basic::Type as PhysicalType;
 use deltalake_core::parquet::bloom_filter::Sbbf;
+use deltalake_core::parquet::file::page_index::column_index::ColumnIndexMetaData;
 
 /// False-positive probability of a key column's filter.
 pub(crate) const BLOOM_FPP: f64 = 0.01;
@@ -95,6 +102,8 @@ impl Value {
 pub(crate) struct KeyValues {
     /// `keys[k][c]`: key `k`'s value in key column `c`.
     keys: Vec<Vec<Value>>,
+    /// The first key column's value of each key, when they are integers.
+    first_integers: Option<Vec<i64>>,
 }
 
 impl KeyValues {
@@ -104,7 +113,7 @@ impl KeyValues {
         if distinct_keys > BLOOM_PROBE_MAX_KEYS {
             return Ok(None);
         }
-        let mut keys = Vec::with_capacity(distinct_keys);
+        let mut keys: Vec<Vec<Value>> = Vec::with_capacity(distinct_keys);
         for batch in batches {
             let Some(columns) = batch
                 .columns()
@@ -126,7 +135,58 @@ impl KeyValues {
                 keys.push(columns.iter().map(|c| c[row].clone()).collect());
             }
         }
-        Ok(Some(Self { keys }))
+        let first_integers = keys
+            .iter()
+            .map(|key| match key.first() {
+                Some(Value::I32(v)) => Some(i64::from(*v)),
+                Some(Value::I64(v)) => Some(*v),
+                _ => None,
+            })
+            .collect::<Option<Vec<i64>>>();
+        Ok(Some(Self {
+            keys,
+            first_integers,
+        }))
+    }
+
+    /// Whether page `page` of the first key column, whose page index is
+    /// `index`, may hold one of the keys `keys` (indices, as
+    /// [`Self::admitted`] returns them): false only when it holds nulls alone
+    /// or its minimum and maximum (integers) bracket none of their values.
+    pub(crate) fn page_may_hold(
+        &self,
+        index: &ColumnIndexMetaData,
+        page: usize,
+        keys: &[usize],
+    ) -> bool {
+        let Some(values) = &self.first_integers else {
+            return true;
+        };
+        let (null_page, bounds) = match index {
+            ColumnIndexMetaData::INT32(pages) => (
+                pages.is_null_page(page),
+                pages
+                    .min_value(page)
+                    .zip(pages.max_value(page))
+                    .map(|(&min, &max)| (i64::from(min), i64::from(max))),
+            ),
+            ColumnIndexMetaData::INT64(pages) => (
+                pages.is_null_page(page),
+                pages
+                    .min_value(page)
+                    .zip(pages.max_value(page))
+                    .map(|(&min, &max)| (min, max)),
+            ),
+            _ => return true,
+        };
+        if null_page {
+            return false;
+        }
+        let Some((min, max)) = bounds else {
+            return true;
+        };
+        keys.iter()
+            .any(|&k| values.get(k).is_none_or(|v| (min..=max).contains(v)))
     }
 
     /// Whether key column `column`'s filters can be checked in a file that
@@ -145,14 +205,19 @@ impl KeyValues {
         )
     }
 
-    /// Whether a row group whose key columns have `filters` (in key column
-    /// order; `None`: no filter) may hold one of the keys.
-    pub(crate) fn may_be_in(&self, filters: &[Option<Sbbf>]) -> bool {
-        self.keys.iter().any(|key| {
-            key.iter()
-                .zip(filters)
-                .all(|(value, filter)| filter.as_ref().is_none_or(|f| value.in_filter(f)))
-        })
+    /// The keys (indices) a row group whose key columns have `filters` (in
+    /// key column order; `None`: no filter) may hold.
+    pub(crate) fn admitted(&self, filters: &[Option<Sbbf>]) -> Vec<usize> {
+        (0..self.keys.len())
+            .filter(|&k| Self::admits(&self.keys[k], filters))
+            .collect()
+    }
+
+    /// Whether every filter of `filters` may hold its column's value of `key`.
+    fn admits(key: &[Value], filters: &[Option<Sbbf>]) -> bool {
+        key.iter()
+            .zip(filters)
+            .all(|(value, filter)| filter.as_ref().is_none_or(|f| value.in_filter(f)))
     }
 }
 
@@ -211,16 +276,23 @@ mod tests {
             Arc::new(StringArray::from(vec!["beta", "gamma"])) as ArrayRef,
             Arc::new(StringViewArray::from(vec!["beta", "gamma"])),
         ] {
-            assert!(keys(column).may_be_in(&[Some(strings.clone())]));
+            assert!(!keys(column).admitted(&[Some(strings.clone())]).is_empty());
         }
         let absent = keys(Arc::new(StringArray::from(vec!["delta", "epsilon"])));
-        assert!(!absent.may_be_in(&[Some(strings.clone())]));
-        assert!(absent.may_be_in(&[None]), "no filter: may hold anything");
+        assert!(absent.admitted(&[Some(strings.clone())]).is_empty());
+        assert!(
+            !absent.admitted(&[None]).is_empty(),
+            "no filter: may hold anything"
+        );
 
         let mut ints = Sbbf::new_with_ndv_fpp(100, 0.01).unwrap();
         ints.insert(&7i32);
-        assert!(keys(Arc::new(Int16Array::from(vec![3, 7]))).may_be_in(&[Some(ints.clone())]));
-        assert!(!keys(Arc::new(Int16Array::from(vec![3, 8]))).may_be_in(&[Some(ints)]));
+        assert!(!keys(Arc::new(Int16Array::from(vec![3, 7])))
+            .admitted(&[Some(ints.clone())])
+            .is_empty());
+        assert!(keys(Arc::new(Int16Array::from(vec![3, 8])))
+            .admitted(&[Some(ints)])
+            .is_empty());
     }
 
     #[test]

@@ -11,13 +11,23 @@
 //! and its `Add` says which in the tag [`ROWS_TAG`]: the published table adds
 //! the first kind as they are and leaves the second out, without reading
 //! either ([`super::published`]).
+//!
+//! Data files are clustered by key: each row group's rows are sorted by the
+//! key columns before they are written, in data pages of [`PAGE_ROWS`] rows,
+//! so that the page index's minimum and maximum key of a page are close and
+//! a small update's probe and pre-image read decode the few pages that may
+//! hold its keys rather than whole row groups
+//! ([`super::deletion_vectors::superseded_rows`]).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Int32Array, RecordBatch, UInt32Array};
-use arrow::compute::take_record_batch;
+use arrow::array::{Array, ArrayRef, Int32Array, RecordBatch, UInt32Array};
+use arrow::compute::{
+    concat, concat_batches, interleave_record_batch, lexsort_to_indices, sort_to_indices,
+    take_record_batch, SortColumn,
+};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::Add;
@@ -38,6 +48,14 @@ const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// row group (outside DataFusion's memory pool), so this bounds the writer's
 /// memory at about `2 × buckets × (ROW_GROUP_BYTES + UPLOAD_BUFFER_BYTES)`.
 const ROW_GROUP_BYTES: usize = 8 * 1024 * 1024;
+
+/// Rows per data page (at most): the unit a key probe or a read of a few
+/// rows by position decodes.
+const PAGE_ROWS: usize = 8 * 1024;
+
+/// Slices of input batches a bucket holds before it copies them into one
+/// batch of its own (so that it keeps few input batches alive).
+const PENDING_SLICES: usize = 32;
 
 /// Bytes buffered per file before an upload part is sent (5 MiB: the least
 /// part size object stores accept).
@@ -88,6 +106,83 @@ struct OpenFile {
     path: Path,
     writer: AsyncArrowWriter<BufWriter>,
     rows: usize,
+    /// Rows of the row group being gathered (sorted files only).
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    pending_bytes: usize,
+}
+
+impl OpenFile {
+    /// Hold `part` for the row group being gathered.
+    fn hold(&mut self, part: RecordBatch) -> Result<()> {
+        self.pending_rows += part.num_rows();
+        self.pending_bytes += part
+            .columns()
+            .iter()
+            .map(|c| c.to_data().get_slice_memory_size())
+            .sum::<std::result::Result<usize, _>>()?;
+        self.pending.push(part);
+        if self.pending.len() >= PENDING_SLICES {
+            let schema = self.pending[0].schema();
+            self.pending = vec![concat_batches(&schema, &self.pending)?];
+        }
+        Ok(())
+    }
+
+    /// Write the rows held as one row group, sorted by the columns `keys`.
+    async fn write_held(&mut self, keys: &[usize]) -> Result<()> {
+        let held = std::mem::take(&mut self.pending);
+        (self.pending_rows, self.pending_bytes) = (0, 0);
+        if held.is_empty() {
+            return Ok(());
+        }
+        let sorted = sort_by_keys(&held, keys)?;
+        self.writer.write(&sorted).await?;
+        self.writer.flush().await?;
+        Ok(())
+    }
+}
+
+/// The rows of `batches` in one batch, sorted by the columns `keys` (nulls
+/// first, as the row format orders them).
+fn sort_by_keys(batches: &[RecordBatch], keys: &[usize]) -> Result<RecordBatch> {
+    let key_column = |k: usize| -> Result<ArrayRef> {
+        let parts: Vec<&dyn Array> = batches.iter().map(|b| b.column(k).as_ref()).collect();
+        Ok(concat(&parts)?)
+    };
+    let order = match keys {
+        [key] => sort_to_indices(&key_column(*key)?, None, None)?,
+        _ => {
+            let columns = keys
+                .iter()
+                .map(|&k| {
+                    Ok(SortColumn {
+                        values: key_column(k)?,
+                        options: None,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            lexsort_to_indices(&columns, None)?
+        }
+    };
+    // each position of the concatenation as (batch, row)
+    let mut starts = Vec::with_capacity(batches.len());
+    let mut start = 0;
+    for batch in batches {
+        starts.push(start);
+        start += batch.num_rows();
+    }
+    let places: Vec<(usize, usize)> = order
+        .values()
+        .iter()
+        .map(|&i| {
+            let i = i as usize;
+            let b = starts.partition_point(|&s| s <= i) - 1;
+            (b, i - starts[b])
+        })
+        .collect();
+    let sources: Vec<&RecordBatch> = batches.iter().collect();
+    Ok(interleave_record_batch(&sources, &places)?)
 }
 
 /// Bucketed Parquet writer of one update.
@@ -98,6 +193,9 @@ pub struct BucketWriter {
     schema: SchemaRef,
     /// Key columns given a bloom filter ([`super::key_bloom`]).
     bloom_columns: Vec<String>,
+    /// Key columns each row group is sorted by (data files; none: rows are
+    /// written in the order they come).
+    sort_keys: Vec<usize>,
     open: BTreeMap<i32, OpenFile>,
     adds: Vec<Add>,
 }
@@ -157,6 +255,7 @@ impl BucketWriter {
             rows,
             schema,
             bloom_columns: Vec::new(),
+            sort_keys: Vec::new(),
             open: BTreeMap::new(),
             adds: Vec::new(),
         }
@@ -165,9 +264,11 @@ impl BucketWriter {
     /// Give the key columns `key_indices` of data files (not change files)
     /// a bloom filter per row group, when their type has one
     /// (`super::key_bloom`): small updates probe only the row groups that
-    /// may hold their keys.
+    /// may hold their keys; and sort each row group of data files by them
+    /// (see the module docs).
     pub fn with_key_filters(mut self, key_indices: &[usize]) -> Self {
         if self.rows != FileRows::Changes {
+            self.sort_keys = key_indices.to_vec();
             self.bloom_columns = key_indices
                 .iter()
                 .map(|&i| self.schema.field(i))
@@ -198,6 +299,7 @@ impl BucketWriter {
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+            .set_data_page_row_count_limit(PAGE_ROWS)
             .set_dictionary_enabled(false);
         for name in &self.bloom_columns {
             let column = ColumnPath::from(name.as_str());
@@ -246,6 +348,9 @@ impl BucketWriter {
                         path,
                         writer,
                         rows: 0,
+                        pending: Vec::new(),
+                        pending_rows: 0,
+                        pending_bytes: 0,
                     },
                 );
             }
@@ -253,8 +358,26 @@ impl BucketWriter {
                 .open
                 .get_mut(&bucket)
                 .ok_or_else(|| DataFusionError::Internal("lost writer".into()))?;
-            file.writer.write(&part).await?;
             file.rows += part.num_rows();
+            if self.sort_keys.is_empty() {
+                file.writer.write(&part).await?;
+            } else {
+                // a row group's worth at a time, sorted
+                let mut part = part;
+                loop {
+                    let room = ROW_GROUP_ROWS - file.pending_rows;
+                    let take = part.num_rows().min(room);
+                    file.hold(part.slice(0, take))?;
+                    if file.pending_rows >= ROW_GROUP_ROWS || file.pending_bytes >= ROW_GROUP_BYTES
+                    {
+                        file.write_held(&self.sort_keys).await?;
+                    }
+                    if take == part.num_rows() {
+                        break;
+                    }
+                    part = part.slice(take, part.num_rows() - take);
+                }
+            }
             if file.writer.bytes_written() + file.writer.in_progress_size() >= TARGET_FILE_BYTES {
                 if let Some(file) = self.open.remove(&bucket) {
                     self.close(bucket, file).await?;
@@ -264,7 +387,8 @@ impl BucketWriter {
         Ok(())
     }
 
-    async fn close(&mut self, bucket: i32, file: OpenFile) -> Result<()> {
+    async fn close(&mut self, bucket: i32, mut file: OpenFile) -> Result<()> {
+        file.write_held(&self.sort_keys).await?;
         file.writer.close().await?;
         let meta = self.store.head(&file.path).await.map_err(io_err)?;
         self.adds.push(Add {
@@ -311,6 +435,109 @@ mod tests {
     use super::*;
     use arrow::array::{AsArray, Int64Array};
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    /// Data files hold every row once, each row group sorted by key, in
+    /// pages of at most `PAGE_ROWS` rows; change files keep the rows' order.
+    #[tokio::test]
+    async fn data_files_sort_each_row_group_by_key() -> Result<()> {
+        use deltalake_core::parquet::arrow::arrow_reader::{
+            ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+        };
+        use deltalake_core::parquet::file::metadata::PageIndexPolicy;
+        use object_store::memory::InMemory;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, false),
+            Field::new("id", DataType::Int64, false),
+        ]));
+        // 150 000 rows of two buckets, ids scattered (a permutation of 0..n)
+        let n: i64 = 150_000;
+        let ids: Vec<i64> = (0..n).map(|i| (i * 7_919) % n).collect();
+        let mut data =
+            BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible)
+                .with_key_filters(&[1]);
+        let mut changes =
+            BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Changes);
+        for chunk in ids.chunks(10_000) {
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|id| id * 2))),
+                    Arc::new(Int64Array::from(chunk.to_vec())),
+                ],
+            )?;
+            let buckets = Int32Array::from_iter_values(chunk.iter().map(|id| (id % 2) as i32));
+            data.write(&batch, &buckets).await?;
+            changes.write(&batch, &buckets).await?;
+        }
+        let read = |add: Add| {
+            let store = Arc::clone(&store);
+            async move {
+                let bytes = store
+                    .get(&Path::from(add.path.as_str()))
+                    .await?
+                    .bytes()
+                    .await?;
+                let options =
+                    ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Required);
+                let builder =
+                    ParquetRecordBatchReaderBuilder::try_new_with_options(bytes, options)?;
+                let metadata = Arc::clone(builder.metadata());
+                let batches = builder
+                    .build()?
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Ok::<_, DataFusionError>((metadata, batches))
+            }
+        };
+        let mut seen = Vec::new();
+        for add in data.finish().await? {
+            let (metadata, batches) = read(add).await?;
+            let mut rows = batches.iter().flat_map(|b| {
+                let v = b.column(0).as_primitive::<Int64Type>().values().to_vec();
+                let id = b.column(1).as_primitive::<Int64Type>().values().to_vec();
+                v.into_iter().zip(id)
+            });
+            for (g, group) in metadata.row_groups().iter().enumerate() {
+                let group: Vec<(i64, i64)> =
+                    rows.by_ref().take(group.num_rows() as usize).collect();
+                assert!(
+                    group.windows(2).all(|w| w[0].1 <= w[1].1),
+                    "row group {g} sorted"
+                );
+                assert!(group.iter().all(|(v, id)| *v == id * 2), "rows moved whole");
+                seen.extend(group.iter().map(|(_, id)| *id));
+            }
+            let offsets = metadata.offset_index().expect("offset index");
+            for (g, columns) in offsets.iter().enumerate() {
+                let pages = columns[1].page_locations();
+                let rows = metadata.row_group(g).num_rows();
+                let mut firsts: Vec<i64> = pages.iter().map(|p| p.first_row_index).collect();
+                firsts.push(rows);
+                assert!(firsts.windows(2).all(|w| w[1] - w[0] <= PAGE_ROWS as i64));
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n).collect::<Vec<_>>());
+        // change files: the order written
+        let mut written = Vec::new();
+        for add in changes.finish().await? {
+            let (_, batches) = read(add).await?;
+            written.extend(
+                batches
+                    .iter()
+                    .flat_map(|b| b.column(1).as_primitive::<Int64Type>().values().to_vec()),
+            );
+        }
+        let expected: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| id % 2 == 0)
+            .chain(ids.iter().copied().filter(|id| id % 2 == 1))
+            .collect();
+        assert_eq!(written, expected);
+        Ok(())
+    }
 
     /// Rows are grouped by (group, bucket), stably, and the runs of each
     /// bucket found.
