@@ -110,6 +110,9 @@ struct OpenFile {
     pending: Vec<RecordBatch>,
     pending_rows: usize,
     pending_bytes: usize,
+    /// How many of the last batches held are slices of input batches (the
+    /// others are copies of their own).
+    slices: usize,
 }
 
 impl OpenFile {
@@ -122,9 +125,13 @@ impl OpenFile {
             .map(|c| c.to_data().get_slice_memory_size())
             .sum::<std::result::Result<usize, _>>()?;
         self.pending.push(part);
-        if self.pending.len() >= PENDING_SLICES {
-            let schema = self.pending[0].schema();
-            self.pending = vec![concat_batches(&schema, &self.pending)?];
+        self.slices += 1;
+        if self.slices >= PENDING_SLICES {
+            // (the slices held since the last copy: each row is copied once)
+            let slices = self.pending.split_off(self.pending.len() - self.slices);
+            self.pending
+                .push(concat_batches(&slices[0].schema(), &slices)?);
+            self.slices = 0;
         }
         Ok(())
     }
@@ -132,7 +139,7 @@ impl OpenFile {
     /// Write the rows held as one row group, sorted by the columns `keys`.
     async fn write_held(&mut self, keys: &[usize]) -> Result<()> {
         let held = std::mem::take(&mut self.pending);
-        (self.pending_rows, self.pending_bytes) = (0, 0);
+        (self.pending_rows, self.pending_bytes, self.slices) = (0, 0, 0);
         if held.is_empty() {
             return Ok(());
         }
@@ -351,6 +358,7 @@ impl BucketWriter {
                         pending: Vec::new(),
                         pending_rows: 0,
                         pending_bytes: 0,
+                        slices: 0,
                     },
                 );
             }
@@ -459,7 +467,8 @@ mod tests {
                 .with_key_filters(&[1]);
         let mut changes =
             BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Changes);
-        for chunk in ids.chunks(10_000) {
+        // (parts of 500 rows: slices held are copied together every 32)
+        for chunk in ids.chunks(1_000) {
             let batch = RecordBatch::try_new(
                 Arc::clone(&schema),
                 vec![
