@@ -777,6 +777,41 @@ mod tests {
         Ok(())
     }
 
+    /// String keys: pages are skipped by their byte-wise minimum and maximum.
+    #[tokio::test]
+    async fn sorted_string_keys_are_probed_only_in_their_pages() -> Result<()> {
+        use arrow::array::StringArray;
+        use deltalake_core::parquet::arrow::ArrowWriter;
+        use deltalake_core::parquet::file::properties::WriterProperties;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]));
+        let ids = StringArray::from_iter_values((0..20_000).map(|i| format!("k{i:05}")));
+        let properties = WriterProperties::builder()
+            .set_data_page_row_count_limit(1_000)
+            .set_write_batch_size(1_000)
+            .build();
+        let mut bytes = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
+        writer.write(&RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(ids)],
+        )?)?;
+        writer.close()?;
+        let (path, size) = (Path::from("strings.parquet"), bytes.len() as u64);
+        store.put(&path, PutPayload::from(bytes)).await?;
+        let keys = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(StringArray::from(vec!["k00999", "k05500", "x"]))],
+        )?;
+        let set = KeySet::try_new(vec!["id".into()], &[keys])?;
+        let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
+        assert_eq!(marks.iter().collect::<Vec<_>>(), vec![999, 5_500]);
+        let (spans, _) = rows_to_probe(metadata.metadata(), &[(0, None)], &set);
+        assert_eq!(spans, vec![(0, 1_000), (5_000, 1_000)]);
+        Ok(())
+    }
+
     /// Two sorted row groups spanning the same range (even ids, odd ids):
     /// each is read only in the page of the key its bloom filter admits, not
     /// in the pages of keys that only the other row group holds.

@@ -19,8 +19,8 @@
 //! false negatives). Files without filters (written before) are read whole.
 //!
 //! Within a row group admitted, the pages of the first key column whose
-//! page-index minimum and maximum (`Int*`, `Date32`, `Timestamp` keys)
-//! bracket none of the keys its filters admitted are skipped
+//! page-index minimum and maximum bracket none of the keys its filters
+//! admitted are skipped
 //! ([`KeyValues::page_may_hold`]): data files sort each row group by key, so
 //! a page's range is narrow.
 
@@ -102,8 +102,6 @@ impl Value {
 pub(crate) struct KeyValues {
     /// `keys[k][c]`: key `k`'s value in key column `c`.
     keys: Vec<Vec<Value>>,
-    /// The first key column's value of each key, when they are integers.
-    first_integers: Option<Vec<i64>>,
 }
 
 impl KeyValues {
@@ -135,58 +133,66 @@ impl KeyValues {
                 keys.push(columns.iter().map(|c| c[row].clone()).collect());
             }
         }
-        let first_integers = keys
-            .iter()
-            .map(|key| match key.first() {
-                Some(Value::I32(v)) => Some(i64::from(*v)),
-                Some(Value::I64(v)) => Some(*v),
-                _ => None,
-            })
-            .collect::<Option<Vec<i64>>>();
-        Ok(Some(Self {
-            keys,
-            first_integers,
-        }))
+        Ok(Some(Self { keys }))
     }
 
     /// Whether page `page` of the first key column, whose page index is
     /// `index`, may hold one of the keys `keys` (indices, as
     /// [`Self::admitted`] returns them): false only when it holds nulls alone
-    /// or its minimum and maximum (integers) bracket none of their values.
+    /// or its minimum and maximum bracket none of their values (integer and
+    /// byte-array columns; Parquet orders byte arrays as unsigned bytes, and
+    /// a truncated bound still bounds).
     pub(crate) fn page_may_hold(
         &self,
         index: &ColumnIndexMetaData,
         page: usize,
         keys: &[usize],
     ) -> bool {
-        let Some(values) = &self.first_integers else {
+        if matches!(index, ColumnIndexMetaData::NONE) {
             return true;
-        };
-        let (null_page, bounds) = match index {
-            ColumnIndexMetaData::INT32(pages) => (
-                pages.is_null_page(page),
-                pages
-                    .min_value(page)
-                    .zip(pages.max_value(page))
-                    .map(|(&min, &max)| (i64::from(min), i64::from(max))),
-            ),
-            ColumnIndexMetaData::INT64(pages) => (
-                pages.is_null_page(page),
-                pages
-                    .min_value(page)
-                    .zip(pages.max_value(page))
-                    .map(|(&min, &max)| (min, max)),
-            ),
-            _ => return true,
-        };
-        if null_page {
+        }
+        if index.is_null_page(page) {
             return false;
         }
-        let Some((min, max)) = bounds else {
-            return true;
+        let first = |k: usize| self.keys.get(k).and_then(|key| key.first());
+        let integer = |v: &Value| match v {
+            Value::I32(v) => Some(i64::from(*v)),
+            Value::I64(v) => Some(*v),
+            Value::Bytes(_) => None,
         };
-        keys.iter()
-            .any(|&k| values.get(k).is_none_or(|v| (min..=max).contains(v)))
+        match index {
+            ColumnIndexMetaData::INT32(pages) => {
+                let Some((&min, &max)) = pages.min_value(page).zip(pages.max_value(page)) else {
+                    return true;
+                };
+                let range = i64::from(min)..=i64::from(max);
+                keys.iter().any(|&k| {
+                    first(k)
+                        .and_then(integer)
+                        .is_none_or(|v| range.contains(&v))
+                })
+            }
+            ColumnIndexMetaData::INT64(pages) => {
+                let Some((&min, &max)) = pages.min_value(page).zip(pages.max_value(page)) else {
+                    return true;
+                };
+                keys.iter().any(|&k| {
+                    first(k)
+                        .and_then(integer)
+                        .is_none_or(|v| (min..=max).contains(&v))
+                })
+            }
+            ColumnIndexMetaData::BYTE_ARRAY(pages) => {
+                let Some((min, max)) = pages.min_value(page).zip(pages.max_value(page)) else {
+                    return true;
+                };
+                keys.iter().any(|&k| match first(k) {
+                    Some(Value::Bytes(v)) => min <= v.as_ref() && v.as_ref() <= max,
+                    _ => true,
+                })
+            }
+            _ => true,
+        }
     }
 
     /// Whether key column `column`'s filters can be checked in a file that

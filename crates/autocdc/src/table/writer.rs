@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int32Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, Int32Array, RecordBatch, UInt32Array};
 use arrow::compute::{
     concat, concat_batches, interleave_record_batch, lexsort_to_indices, sort_to_indices,
     take_record_batch, SortColumn,
@@ -143,48 +143,58 @@ impl OpenFile {
         if held.is_empty() {
             return Ok(());
         }
-        let sorted = sort_by_keys(&held, keys)?;
-        self.writer.write(&sorted).await?;
+        let rows = match key_order(&held, keys) {
+            Some(order) => gather(&held, &order)?,
+            // keys no sort kernel orders: the rows as they came
+            None => concat_batches(&held[0].schema(), &held)?,
+        };
+        self.writer.write(&rows).await?;
         self.writer.flush().await?;
         Ok(())
     }
 }
 
-/// The rows of `batches` in one batch, sorted by the columns `keys` (nulls
-/// first, as the row format orders them).
-fn sort_by_keys(batches: &[RecordBatch], keys: &[usize]) -> Result<RecordBatch> {
-    let key_column = |k: usize| -> Result<ArrayRef> {
+/// The order of the rows of `batches` (positions in their concatenation)
+/// by the columns `keys`, nulls first as the row format orders them; `None`
+/// when Arrow's sort kernels do not order the keys' types.
+fn key_order(batches: &[RecordBatch], keys: &[usize]) -> Option<UInt32Array> {
+    let key_column = |k: usize| {
         let parts: Vec<&dyn Array> = batches.iter().map(|b| b.column(k).as_ref()).collect();
-        Ok(concat(&parts)?)
+        concat(&parts)
     };
-    let order = match keys {
-        [key] => sort_to_indices(&key_column(*key)?, None, None)?,
+    match keys {
+        [key] => sort_to_indices(&key_column(*key).ok()?, None, None).ok(),
         _ => {
             let columns = keys
                 .iter()
                 .map(|&k| {
-                    Ok(SortColumn {
-                        values: key_column(k)?,
+                    Some(SortColumn {
+                        values: key_column(k).ok()?,
                         options: None,
                     })
                 })
-                .collect::<Result<Vec<_>>>()?;
-            lexsort_to_indices(&columns, None)?
+                .collect::<Option<Vec<_>>>()?;
+            lexsort_to_indices(&columns, None).ok()
         }
-    };
-    // each position of the concatenation as (batch, row)
+    }
+}
+
+/// The rows of `batches` at the positions `order` of their concatenation,
+/// in one batch.
+fn gather(batches: &[RecordBatch], order: &UInt32Array) -> Result<RecordBatch> {
     let mut starts = Vec::with_capacity(batches.len());
     let mut start = 0;
     for batch in batches {
         starts.push(start);
         start += batch.num_rows();
     }
+    // each position as (batch, row): the last batch starting at or before it
     let places: Vec<(usize, usize)> = order
         .values()
         .iter()
         .map(|&i| {
             let i = i as usize;
-            let b = starts.partition_point(|&s| s <= i) - 1;
+            let b = starts.partition_point(|&s| s <= i).saturating_sub(1);
             (b, i - starts[b])
         })
         .collect();
