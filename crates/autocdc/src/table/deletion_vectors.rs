@@ -720,39 +720,59 @@ mod tests {
         Ok(())
     }
 
+    /// A Parquet file `<name>.parquet` in `store` of one column `id`, a row
+    /// group per array of `groups`, in pages of 1 000 rows, with a bloom
+    /// filter on `id` (0.1 % false positives) if `bloom`.
+    async fn put_row_groups(
+        store: &Arc<dyn ObjectStore>,
+        name: &str,
+        groups: Vec<ArrayRef>,
+        bloom: bool,
+    ) -> Result<(Path, u64, SchemaRef)> {
+        use deltalake_core::parquet::arrow::ArrowWriter;
+        use deltalake_core::parquet::file::properties::WriterProperties;
+        use deltalake_core::parquet::schema::types::ColumnPath;
+
+        let data_type = groups
+            .first()
+            .map_or(DataType::Int64, |g| g.data_type().clone());
+        let schema = Arc::new(Schema::new(vec![Field::new("id", data_type, false)]));
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(None)
+            .set_data_page_row_count_limit(1_000)
+            .set_write_batch_size(1_000)
+            .set_column_bloom_filter_enabled(ColumnPath::from("id"), bloom)
+            .set_column_bloom_filter_fpp(ColumnPath::from("id"), 0.001)
+            .build();
+        let mut bytes = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
+        for group in groups {
+            writer.write(&RecordBatch::try_new(Arc::clone(&schema), vec![group])?)?;
+            writer.flush()?;
+        }
+        writer.close()?;
+        let (path, size) = (Path::from(format!("{name}.parquet")), bytes.len() as u64);
+        store.put(&path, PutPayload::from(bytes)).await?;
+        Ok((path, size, schema))
+    }
+
     /// In a row group sorted by key, only the pages whose minimum and
     /// maximum bracket a key are read (keys at page edges included); a row
     /// group in no order is read whole; the positions found are exact.
     #[tokio::test]
     async fn sorted_row_groups_are_probed_only_in_the_pages_of_the_keys() -> Result<()> {
-        use deltalake_core::parquet::arrow::ArrowWriter;
-        use deltalake_core::parquet::file::properties::WriterProperties;
-
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
         // row group 0: 0..20 000 in order; row group 1: 20 000..22 000
         // scattered (every page spans nearly all of them)
         let sorted = Int64Array::from_iter_values(0..20_000);
         let scattered = Int64Array::from_iter_values((0..2_000).map(|i| 20_000 + (i * 7) % 2_000));
-        let properties = WriterProperties::builder()
-            .set_max_row_group_row_count(Some(20_000))
-            .set_data_page_row_count_limit(1_000)
-            .set_write_batch_size(1_000)
-            .build();
-        let mut bytes = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
-        writer.write(&RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(sorted)],
-        )?)?;
-        writer.flush()?;
-        writer.write(&RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(scattered)],
-        )?)?;
-        writer.close()?;
-        let (path, size) = (Path::from("sorted.parquet"), bytes.len() as u64);
-        store.put(&path, PutPayload::from(bytes)).await?;
+        let (path, size, schema) = put_row_groups(
+            &store,
+            "sorted",
+            vec![Arc::new(sorted), Arc::new(scattered)],
+            false,
+        )
+        .await?;
 
         let keys = RecordBatch::try_new(
             Arc::clone(&schema),
@@ -781,25 +801,11 @@ mod tests {
     #[tokio::test]
     async fn sorted_string_keys_are_probed_only_in_their_pages() -> Result<()> {
         use arrow::array::StringArray;
-        use deltalake_core::parquet::arrow::ArrowWriter;
-        use deltalake_core::parquet::file::properties::WriterProperties;
 
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]));
         let ids = StringArray::from_iter_values((0..20_000).map(|i| format!("k{i:05}")));
-        let properties = WriterProperties::builder()
-            .set_data_page_row_count_limit(1_000)
-            .set_write_batch_size(1_000)
-            .build();
-        let mut bytes = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
-        writer.write(&RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(ids)],
-        )?)?;
-        writer.close()?;
-        let (path, size) = (Path::from("strings.parquet"), bytes.len() as u64);
-        store.put(&path, PutPayload::from(bytes)).await?;
+        let (path, size, schema) =
+            put_row_groups(&store, "strings", vec![Arc::new(ids)], false).await?;
         let keys = RecordBatch::try_new(
             Arc::clone(&schema),
             vec![Arc::new(StringArray::from(vec!["k00999", "k05500", "x"]))],
@@ -817,32 +823,16 @@ mod tests {
     /// in the pages of keys that only the other row group holds.
     #[tokio::test]
     async fn each_row_group_is_probed_for_the_keys_its_filter_admits() -> Result<()> {
-        use deltalake_core::parquet::arrow::ArrowWriter;
-        use deltalake_core::parquet::file::properties::WriterProperties;
-        use deltalake_core::parquet::schema::types::ColumnPath;
-
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let properties = WriterProperties::builder()
-            .set_max_row_group_row_count(Some(10_000))
-            .set_data_page_row_count_limit(1_000)
-            .set_write_batch_size(1_000)
-            .set_column_bloom_filter_enabled(ColumnPath::from("id"), true)
-            .set_column_bloom_filter_fpp(ColumnPath::from("id"), 0.001)
-            .build();
-        let mut bytes = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut bytes, Arc::clone(&schema), Some(properties))?;
-        for parity in [0, 1] {
-            let ids = Int64Array::from_iter_values((0..10_000).map(|i| 2 * i + parity));
-            writer.write(&RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![Arc::new(ids)],
-            )?)?;
-            writer.flush()?;
-        }
-        writer.close()?;
-        let (path, size) = (Path::from("interleaved.parquet"), bytes.len() as u64);
-        store.put(&path, PutPayload::from(bytes)).await?;
+        let groups: Vec<ArrayRef> = [0, 1]
+            .into_iter()
+            .map(|parity| {
+                Arc::new(Int64Array::from_iter_values(
+                    (0..10_000).map(|i| 2 * i + parity),
+                )) as ArrayRef
+            })
+            .collect();
+        let (path, size, schema) = put_row_groups(&store, "interleaved", groups, true).await?;
         // 100: row 50 of group 0 (page 0); 15 001: row 7 500 of group 1 (page 7)
         let keys = RecordBatch::try_new(
             Arc::clone(&schema),
