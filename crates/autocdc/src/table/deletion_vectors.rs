@@ -19,6 +19,7 @@
 //! Roaring serialisation, and a CRC-32 of magic and bitmap (big endian).
 //! Readers (delta-rs' scan, Spark, ...) skip the marked rows.
 
+use std::cell::OnceCell;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -318,14 +319,17 @@ pub async fn superseded_rows(
     let mut reader = object_reader(store, path, size);
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await?;
-    let groups = row_groups_to_probe(store, path, metadata.metadata(), keys).await?;
+    let leaves = key_leaves(metadata.metadata(), keys);
+    let groups =
+        row_groups_to_probe(store, path, metadata.metadata(), leaves.as_deref(), keys).await?;
     let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
     let mut marks = RoaringTreemap::new();
     if groups.is_empty() {
         return Ok((marks, metadata));
     }
     // (first row, rows) of each run of rows to read, in the file's row order
-    let (spans, selection) = rows_to_probe(builder.metadata(), &groups, keys);
+    let first_leaf = leaves.as_ref().and_then(|leaves| leaves.first().copied());
+    let (spans, selection) = rows_to_probe(builder.metadata(), &groups, first_leaf, keys);
     if spans.is_empty() {
         return Ok((marks, metadata));
     }
@@ -391,10 +395,12 @@ pub async fn superseded_rows(
 /// them from those row groups (`None`: every row of them). Within a row
 /// group, only the pages of the first key column that may hold one of the
 /// keys its bloom filters admitted ([`KeyValues::page_may_hold`]) are read,
-/// when the file has a page index.
+/// when the file has a page index; `leaf` is that column's leaf
+/// ([`key_leaves`]).
 fn rows_to_probe(
     metadata: &ParquetMetaData,
     groups: &[ProbedGroup],
+    leaf: Option<usize>,
     keys: &KeySet,
 ) -> (Vec<(u64, u64)>, Option<RowSelection>) {
     let row_groups = metadata.row_groups();
@@ -412,11 +418,6 @@ fn rows_to_probe(
             .map(|&(g, _)| (firsts[g], row_groups[g].num_rows().max(0) as u64))
             .collect()
     };
-    let schema = metadata.file_metadata().schema_descr();
-    let leaf = keys
-        .names
-        .first()
-        .and_then(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n));
     let (Some(values), Some(leaf), Some(column_index), Some(offset_index)) = (
         &keys.values,
         leaf,
@@ -429,9 +430,12 @@ fn rows_to_probe(
     let mut spans: Vec<(u64, u64)> = Vec::new();
     let mut relative: Vec<Range<usize>> = Vec::new();
     let mut read_before = 0usize;
-    let every_key: Vec<usize> = (0..keys.len()).collect();
+    let every_key = OnceCell::new();
     for (g, admitted) in groups {
-        let (g, admitted) = (*g, admitted.as_deref().unwrap_or(&every_key));
+        let admitted = admitted
+            .as_deref()
+            .unwrap_or_else(|| every_key.get_or_init(|| (0..keys.len()).collect::<Vec<_>>()));
+        let g = *g;
         let rows = row_groups[g].num_rows().max(0) as usize;
         let pages = offset_index
             .get(g)
@@ -475,6 +479,16 @@ fn rows_to_probe(
     (spans, selection)
 }
 
+/// The leaf column of each of `keys`' columns in a file (key columns are
+/// top-level columns of one leaf); `None` when one is missing.
+fn key_leaves(metadata: &ParquetMetaData, keys: &KeySet) -> Option<Vec<usize>> {
+    let schema = metadata.file_metadata().schema_descr();
+    keys.names
+        .iter()
+        .map(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n))
+        .collect()
+}
+
 /// A row group to probe and the keys (indices into the key set's values)
 /// its bloom filters admit (`None`: any key).
 type ProbedGroup = (usize, Option<Vec<usize>>);
@@ -483,11 +497,13 @@ type ProbedGroup = (usize, Option<Vec<usize>>);
 /// hold one of `keys`: those whose key columns' bloom filters admit a key
 /// ([`super::key_bloom`]), with the keys they admit; all of them, for any
 /// key, when the keys are many or the file has no filters. The filters of
-/// every row group are read in one request.
+/// every row group are read in one request. `leaves` are the key columns'
+/// leaves ([`key_leaves`]).
 async fn row_groups_to_probe(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     metadata: &ParquetMetaData,
+    leaves: Option<&[usize]>,
     keys: &KeySet,
 ) -> Result<Vec<ProbedGroup>> {
     let count = metadata.num_row_groups();
@@ -495,16 +511,10 @@ async fn row_groups_to_probe(
     let Some(values) = &keys.values else {
         return Ok(every_group());
     };
-    // the leaf column of each key column (top-level columns of one leaf)
-    let schema = metadata.file_metadata().schema_descr();
-    let leaves: Option<Vec<usize>> = keys
-        .names
-        .iter()
-        .map(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n))
-        .collect();
     let Some(leaves) = leaves else {
         return Ok(every_group());
     };
+    let schema = metadata.file_metadata().schema_descr();
     let checkable: Vec<bool> = leaves
         .iter()
         .enumerate()
@@ -561,6 +571,11 @@ mod tests {
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use object_store::memory::InMemory;
+
+    /// The first key column's leaf in the file `metadata` describes.
+    fn first_leaf(metadata: &ArrowReaderMetadata, keys: &KeySet) -> Option<usize> {
+        key_leaves(metadata.metadata(), keys).and_then(|leaves| leaves.first().copied())
+    }
 
     #[test]
     fn key_sets_are_counted_up_to_their_limit() -> Result<()> {
@@ -704,11 +719,17 @@ mod tests {
             assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1_500, 1_999, 17_000]);
             let builder =
                 ParquetRecordBatchStreamBuilder::new(object_reader(&store, path, *size)).await?;
-            let groups: Vec<usize> = row_groups_to_probe(&store, path, builder.metadata(), &set)
-                .await?
-                .into_iter()
-                .map(|(g, _)| g)
-                .collect();
+            let groups: Vec<usize> = row_groups_to_probe(
+                &store,
+                path,
+                builder.metadata(),
+                key_leaves(builder.metadata(), &set).as_deref(),
+                &set,
+            )
+            .await?
+            .into_iter()
+            .map(|(g, _)| g)
+            .collect();
             if path.as_ref() == "wide.parquet" {
                 // groups 1 and 17, and at most a few false positives of 20
                 assert!(groups.contains(&1) && groups.contains(&17), "{groups:?}");
@@ -787,7 +808,12 @@ mod tests {
             marks.iter().collect::<Vec<_>>(),
             vec![999, 1_000, 5_500, 19_999, 21_500]
         );
-        let (spans, selection) = rows_to_probe(metadata.metadata(), &[(0, None), (1, None)], &set);
+        let (spans, selection) = rows_to_probe(
+            metadata.metadata(),
+            &[(0, None), (1, None)],
+            first_leaf(&metadata, &set),
+            &set,
+        );
         assert_eq!(
             spans,
             vec![(0, 2_000), (5_000, 1_000), (19_000, 3_000)],
@@ -813,7 +839,12 @@ mod tests {
         let set = KeySet::try_new(vec!["id".into()], &[keys])?;
         let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![999, 5_500]);
-        let (spans, _) = rows_to_probe(metadata.metadata(), &[(0, None)], &set);
+        let (spans, _) = rows_to_probe(
+            metadata.metadata(),
+            &[(0, None)],
+            first_leaf(&metadata, &set),
+            &set,
+        );
         assert_eq!(spans, vec![(0, 1_000), (5_000, 1_000)]);
         Ok(())
     }
@@ -841,9 +872,21 @@ mod tests {
         let set = KeySet::try_new(vec!["id".into()], &[keys])?;
         let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![50, 17_500]);
-        let groups = row_groups_to_probe(&store, &path, metadata.metadata(), &set).await?;
+        let groups = row_groups_to_probe(
+            &store,
+            &path,
+            metadata.metadata(),
+            key_leaves(metadata.metadata(), &set).as_deref(),
+            &set,
+        )
+        .await?;
         assert_eq!(groups, vec![(0, Some(vec![0])), (1, Some(vec![1]))]);
-        let (spans, _) = rows_to_probe(metadata.metadata(), &groups, &set);
+        let (spans, _) = rows_to_probe(
+            metadata.metadata(),
+            &groups,
+            first_leaf(&metadata, &set),
+            &set,
+        );
         assert_eq!(spans, vec![(0, 1_000), (17_000, 1_000)]);
         Ok(())
     }

@@ -104,6 +104,13 @@ pub(crate) struct KeyValues {
     keys: Vec<Vec<Value>>,
 }
 
+/// A data page's key bounds from the column index, in the form they are
+/// compared in.
+enum PageBounds<'a> {
+    Integer(i64, i64),
+    Bytes(&'a [u8], &'a [u8]),
+}
+
 impl KeyValues {
     /// The keys of `batches` (columns: the key columns, stored types);
     /// `None` when a key column has no filter or there are too many keys.
@@ -160,38 +167,33 @@ impl KeyValues {
             Value::I64(v) => Some(*v),
             Value::Bytes(_) => None,
         };
-        match index {
-            ColumnIndexMetaData::INT32(pages) => {
-                let Some((&min, &max)) = pages.min_value(page).zip(pages.max_value(page)) else {
-                    return true;
-                };
-                let range = i64::from(min)..=i64::from(max);
-                keys.iter().any(|&k| {
-                    first(k)
-                        .and_then(integer)
-                        .is_none_or(|v| range.contains(&v))
-                })
-            }
-            ColumnIndexMetaData::INT64(pages) => {
-                let Some((&min, &max)) = pages.min_value(page).zip(pages.max_value(page)) else {
-                    return true;
-                };
-                keys.iter().any(|&k| {
-                    first(k)
-                        .and_then(integer)
-                        .is_none_or(|v| (min..=max).contains(&v))
-                })
-            }
-            ColumnIndexMetaData::BYTE_ARRAY(pages) => {
-                let Some((min, max)) = pages.min_value(page).zip(pages.max_value(page)) else {
-                    return true;
-                };
-                keys.iter().any(|&k| match first(k) {
-                    Some(Value::Bytes(v)) => min <= v.as_ref() && v.as_ref() <= max,
-                    _ => true,
-                })
-            }
-            _ => true,
+        // Integer pages of either width compare as i64: one comparison each.
+        let bounds = match index {
+            ColumnIndexMetaData::INT32(pages) => pages
+                .min_value(page)
+                .zip(pages.max_value(page))
+                .map(|(&min, &max)| PageBounds::Integer(i64::from(min), i64::from(max))),
+            ColumnIndexMetaData::INT64(pages) => pages
+                .min_value(page)
+                .zip(pages.max_value(page))
+                .map(|(&min, &max)| PageBounds::Integer(min, max)),
+            ColumnIndexMetaData::BYTE_ARRAY(pages) => pages
+                .min_value(page)
+                .zip(pages.max_value(page))
+                .map(|(min, max)| PageBounds::Bytes(min, max)),
+            _ => None,
+        };
+        match bounds {
+            None => true,
+            Some(PageBounds::Integer(min, max)) => keys.iter().any(|&k| {
+                first(k)
+                    .and_then(integer)
+                    .is_none_or(|v| (min..=max).contains(&v))
+            }),
+            Some(PageBounds::Bytes(min, max)) => keys.iter().any(|&k| match first(k) {
+                Some(Value::Bytes(v)) => min <= v.as_ref() && v.as_ref() <= max,
+                _ => true,
+            }),
         }
     }
 
