@@ -26,7 +26,8 @@ const PACKAGES: [&str; 3] = ["deltalake==1.6.6", "polars==2.1.0", "pyarrow==26.0
 
 /// The flows: SCD 1 with deletes, late events, a replay and a truncate;
 /// SCD 2 with `TRACK HISTORY`; BITEMPORAL with a correction; SCD 1 without
-/// deletion vectors; a snapshot flow.
+/// deletion vectors; SCD 1 in LZ4 and in Snappy files
+/// (`autocdc.compression`); a snapshot flow.
 const FLOWS: &str = "
 CREATE TABLE src1 (id INT, v TEXT, op TEXT, seq INT) AS VALUES
   (1, 'a', 'U', 1), (2, 'b', 'U', 1), (3, 'c', 'U', 1), (4, 'd', 'U', 1), (2, NULL, 'D', 2);
@@ -76,6 +77,19 @@ REFRESH STREAMING TABLE evolved;
 CREATE OR REPLACE TABLE src6 (id INT, a BIGINT, seq INT) AS VALUES (2, 5000000000, 3);
 REFRESH STREAMING TABLE evolved;
 
+CREATE TABLE src7 (id INT, v TEXT, op TEXT, seq INT) AS VALUES
+  (1, 'a', 'U', 1), (2, 'b', 'U', 1), (3, 'c', 'U', 1);
+CREATE STREAMING TABLE lz4_scd1 TBLPROPERTIES ('autocdc.compression' = 'lz4');
+CREATE FLOW f7 AS AUTO CDC INTO lz4_scd1 FROM src7 KEYS (id)
+  APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op);
+INSERT INTO src7 VALUES (1, 'a2', 'U', 2), (2, NULL, 'D', 2), (4, 'd', 'U', 2);
+REFRESH STREAMING TABLE lz4_scd1;
+CREATE STREAMING TABLE snappy_scd1 TBLPROPERTIES ('autocdc.compression' = 'snappy');
+CREATE FLOW f8 AS AUTO CDC INTO snappy_scd1 FROM src7 KEYS (id)
+  APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op);
+INSERT INTO src7 VALUES (3, 'c3', 'U', 3);
+REFRESH STREAMING TABLE snappy_scd1;
+
 CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'b'), (3, 'c');
 CREATE STREAMING TABLE snapped;
 CREATE FLOW f4 AS AUTO CDC INTO snapped FROM SNAPSHOT (SELECT * FROM snap) KEYS (id);
@@ -83,12 +97,14 @@ CREATE OR REPLACE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'B'), (4, 
 REFRESH STREAMING TABLE snapped;
 ";
 
-const TABLES: [&str; 6] = [
+const TABLES: [&str; 8] = [
     "scd1",
     "scd2",
     "bitemporal",
     "snapped",
     "evolved",
+    "lz4_scd1",
+    "snappy_scd1",
     "plain_scd1",
 ];
 

@@ -778,6 +778,97 @@ async fn two_hundred_keys(dir: &tempfile::TempDir, properties: &str) -> CdcSessi
     s
 }
 
+/// The data and change files of a table created with
+/// `'autocdc.compression' = 'lz4'` are LZ4 Parquet, from its first load to
+/// a small update that probes and retires rows in them, and read back
+/// exactly; a value naming no codec is refused at CREATE.
+#[tokio::test]
+async fn a_tables_compression_property_sets_the_codec_of_its_files() {
+    use deltalake_core::parquet::basic::Compression;
+    use deltalake_core::parquet::file::reader::{FileReader, SerializedFileReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_hundred_keys(
+        &dir,
+        "'autocdc.compression' = 'lz4', 'autocdc.buckets' = '4'",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE OR REPLACE TABLE src (id BIGINT, v TEXT, seq BIGINT) AS VALUES (7, 'changed', 2), (300, 'new', 2)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        deletion_vector_files(&s, "t").await.1,
+        1,
+        "rows retired in place"
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*), max(v) FILTER (WHERE id = 7), max(v) FILTER (WHERE id = 300) FROM t"
+        )
+        .await,
+        ["| 201 | changed | new |"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, v, _change_type FROM table_changes('t', 2) ORDER BY id, _change_type"
+        )
+        .await,
+        [
+            "| 7 | changed | update_postimage |",
+            "| 7 | v | update_preimage |",
+            "| 300 | new | insert |",
+        ]
+    );
+    // every data and change file on disk (not Delta's own checkpoints)
+    let mut files = Vec::new();
+    let mut folders = vec![dir.path().to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.ends_with("_delta_log") {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files
+        .iter()
+        .any(|f| f.to_string_lossy().contains("_change_data")));
+    assert!(files.len() >= 6, "{files:?}");
+    for file in &files {
+        assert!(file.to_string_lossy().ends_with(".lz4.parquet"), "{file:?}");
+        let reader = SerializedFileReader::new(std::fs::File::open(file).unwrap()).unwrap();
+        for group in reader.metadata().row_groups() {
+            for column in group.columns() {
+                assert_eq!(column.compression(), Compression::LZ4_RAW, "{file:?}");
+            }
+        }
+    }
+
+    let error = s
+        .sql("CREATE STREAMING TABLE u TBLPROPERTIES ('autocdc.compression' = 'gzip')")
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains(
+            "streaming table 'u': autocdc.compression must be one of zstd, lz4, snappy, got 'gzip'"
+        ),
+        "{error}"
+    );
+    assert!(
+        !dir.path().join("public/u").exists(),
+        "nothing written for u"
+    );
+}
+
 /// SCD 1 DML of few keys of a large table costs what it changes: each
 /// statement writes a file for its new rows and retires the stored rows of
 /// its keys with deletion vectors, leaving every other file as it was; a

@@ -8,6 +8,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
 use crate::table::commit::ChangeFeed;
 use crate::table::manifest::manifest_schema;
+use crate::table::writer::FileCompression;
 use crate::table::TableName;
 
 /// Where and how an update's rows are written: data only (the writer finds
@@ -24,6 +25,8 @@ pub struct WriteRequest {
     pub location: url::Url,
     /// Number of key buckets of the table.
     pub buckets: i32,
+    /// Codec of the files written.
+    pub compression: FileCompression,
     /// Key column positions in the fold output.
     pub key_indices: Vec<usize>,
     /// Whether change data files are written.
@@ -33,6 +36,9 @@ pub struct WriteRequest {
 impl fmt::Display for WriteRequest {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "target={}, buckets={}", self.target, self.buckets)?;
+        if self.compression != FileCompression::default() {
+            write!(f, ", compression={}", self.compression.name())?;
+        }
         if self.change_feed == ChangeFeed::FromAdds {
             // a first load: no change file
             write!(f, ", change_feed=from_adds")?;

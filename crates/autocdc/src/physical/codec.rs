@@ -41,6 +41,7 @@ use crate::fold::FoldSpec;
 use crate::logical::WriteRequest;
 use crate::table::commit::ChangeFeed;
 use crate::table::plain_files::{RowMask, StoredFilesExec};
+use crate::table::writer::FileCompression;
 use crate::table::TableName;
 
 /// Finds the object store rooted at a table's location.
@@ -117,6 +118,8 @@ enum Node {
         flow: String,
         location: Url,
         buckets: i32,
+        #[serde(default)]
+        compression: FileCompression,
         key_indices: Vec<usize>,
         change_feed: ChangeFeed,
         #[serde(default)]
@@ -227,6 +230,7 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                 flow,
                 location,
                 buckets,
+                compression,
                 key_indices,
                 change_feed,
                 per_partition,
@@ -237,6 +241,7 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                     flow,
                     location,
                     buckets,
+                    compression,
                     key_indices,
                     change_feed,
                 };
@@ -290,6 +295,7 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
                 flow: request.flow.clone(),
                 location: request.location.clone(),
                 buckets: request.buckets,
+                compression: request.compression,
                 key_indices: request.key_indices.clone(),
                 change_feed: request.change_feed,
                 per_partition: exec.is_per_partition(),

@@ -289,6 +289,7 @@ impl ExecutionPlan for CdcWriteExec {
                 Box::pin(rows),
                 &request.key_indices,
                 request.buckets,
+                request.compression,
                 writers,
                 request.change_feed,
             )

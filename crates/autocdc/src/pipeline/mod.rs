@@ -897,6 +897,7 @@ pub(crate) fn write_request(
         flow: flow.to_string(),
         location: delta.table_url().clone(),
         buckets: table.meta().buckets,
+        compression: table.meta().compression,
         key_indices,
         change_feed,
     }

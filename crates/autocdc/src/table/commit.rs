@@ -36,7 +36,7 @@ use super::properties::checkpoint_app_id;
 use super::reject_sink::{write_pending, RejectSink};
 use super::stage::{Replacement, UpdateStage};
 use super::superseded::Superseded;
-use super::writer::{group_by_bucket, BucketWriter, FileRows};
+use super::writer::{group_by_bucket, BucketWriter, FileCompression, FileRows};
 use super::{delta_err, ScdTable, TableName};
 use crate::error::CdcError;
 use crate::fold::columns::{change_type_name, Kind, CHANGE_INSERT, KIND_COL};
@@ -586,6 +586,7 @@ pub async fn write_rows(
     mut input: SendableRecordBatchStream,
     key_indices: &[usize],
     bucket_count: i32,
+    compression: FileCompression,
     writers: usize,
     change_feed: ChangeFeed,
 ) -> Result<WrittenFiles> {
@@ -602,6 +603,7 @@ pub async fn write_rows(
             Arc::clone(&schema),
             Arc::clone(&change_schema),
             key_indices.to_vec(),
+            compression,
             rows,
         )));
     }
@@ -745,13 +747,17 @@ async fn write_routed(
     schema: SchemaRef,
     change_schema: SchemaRef,
     key_indices: Vec<usize>,
+    compression: FileCompression,
     mut rows: tokio::sync::mpsc::Receiver<RoutedRows>,
 ) -> Result<(Vec<Add>, Vec<Add>, Vec<Add>)> {
     let mut visible = BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible)
-        .with_key_filters(&key_indices);
+        .with_key_filters(&key_indices)
+        .with_compression(compression);
     let mut hidden = BucketWriter::new(Arc::clone(&store), schema, FileRows::Hidden)
-        .with_key_filters(&key_indices);
-    let mut changes = BucketWriter::new(store, change_schema, FileRows::Changes);
+        .with_key_filters(&key_indices)
+        .with_compression(compression);
+    let mut changes =
+        BucketWriter::new(store, change_schema, FileRows::Changes).with_compression(compression);
     while let Some((kind, batch, buckets)) = rows.recv().await {
         match kind {
             FileRows::Visible => visible.write(&batch, &buckets).await?,

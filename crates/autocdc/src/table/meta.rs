@@ -16,8 +16,9 @@ use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::DEFAULT_BUCKETS;
 use crate::table::properties::{
-    BUCKETS_PROPERTY, FLOW_KEY_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
+    BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
 };
+use crate::table::writer::FileCompression;
 
 /// Default tombstone retention: two days.
 pub const DEFAULT_TOMBSTONE_GC_SECS: i64 = 172_800;
@@ -55,6 +56,8 @@ pub struct TableMeta {
     pub properties: HashMap<String, String>,
     /// Number of key buckets.
     pub buckets: i32,
+    /// Codec of the files updates write (`autocdc.compression`).
+    pub compression: FileCompression,
     /// Tombstone retention (`pipelines.cdc.tombstoneGCThresholdInSeconds`).
     pub tombstone_retention_secs: i64,
 }
@@ -128,6 +131,11 @@ impl TableMeta {
                 .get(BUCKETS_PROPERTY)
                 .and_then(|b| b.parse().ok())
                 .unwrap_or(DEFAULT_BUCKETS),
+            compression: match configuration.get(COMPRESSION_PROPERTY) {
+                Some(value) => FileCompression::parse(value)
+                    .ok_or_else(|| DataFusionError::Plan(compression_error(value)))?,
+                None => FileCompression::default(),
+            },
             tombstone_retention_secs: configuration
                 .get(TOMBSTONE_GC_PROPERTY)
                 .and_then(|s| s.parse().ok())
@@ -148,6 +156,15 @@ impl TableMeta {
             declared: self.decl.declared_columns,
         }
     }
+}
+
+/// What is wrong with a value of `autocdc.compression` that names no codec.
+pub fn compression_error(value: &str) -> String {
+    let names: Vec<&str> = FileCompression::ALL.iter().map(|c| c.name()).collect();
+    format!(
+        "{COMPRESSION_PROPERTY} must be one of {}, got '{value}'",
+        names.join(", ")
+    )
 }
 
 /// A change of a table's metadata, made by the commit that carries it.

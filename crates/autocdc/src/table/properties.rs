@@ -11,6 +11,7 @@
 //! | `autocdc.snapshot_watermark`                   | the greatest snapshot version applied        |
 //! | `autocdc.snapshot.<flow>.last_version`         | a snapshot flow's last processed version     |
 //! | `autocdc.buckets`                              | the number of key buckets                    |
+//! | `autocdc.compression`                          | the codec of data and change files           |
 //! | `pipelines.cdc.tombstoneGCThresholdInSeconds`  | tombstone retention                          |
 //! | `delta.enableChangeDataFeed`                   | Delta: the table writes a change data feed   |
 //! | `delta.enableDeletionVectors`                  | Delta: writers may add deletion vectors      |
@@ -46,6 +47,10 @@ pub fn last_version_property(flow: &str) -> String {
 
 /// Number of key buckets.
 pub const BUCKETS_PROPERTY: &str = "autocdc.buckets";
+
+/// The codec of data and change files: `zstd` (default), `lz4`, `snappy`
+/// ([`super::writer::FileCompression`]).
+pub const COMPRESSION_PROPERTY: &str = "autocdc.compression";
 
 /// Tombstone retention in seconds.
 pub const TOMBSTONE_GC_PROPERTY: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";

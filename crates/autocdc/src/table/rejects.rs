@@ -157,6 +157,7 @@ pub(crate) async fn deliver(
         Box::pin(stream),
         &spread,
         meta.buckets,
+        meta.compression,
         1,
         ChangeFeed::FromAdds,
     )

@@ -357,6 +357,7 @@ async fn change_files(
         Box::pin(RecordBatchStreamAdapter::new(schema, counted)),
         &key_indices,
         table.meta().buckets,
+        table.meta().compression,
         state.config().target_partitions(),
         ChangeFeed::Files,
     )

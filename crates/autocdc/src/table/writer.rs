@@ -98,6 +98,65 @@ impl FileRows {
     }
 }
 
+/// How data and change files are compressed: the table property
+/// [`COMPRESSION_PROPERTY`](super::properties::COMPRESSION_PROPERTY).
+///
+/// zstd gives the smallest files; LZ4 (Parquet `LZ4_RAW`) files are about
+/// half as large again but decode several times faster and open no codec
+/// contexts, which is most of a small update's and a scan's work
+/// (`benches/README.md`); Snappy is the codec every Parquet reader knows.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum FileCompression {
+    /// zstd, level 1.
+    #[default]
+    Zstd,
+    /// LZ4 in Parquet's `LZ4_RAW` framing.
+    Lz4,
+    /// Snappy.
+    Snappy,
+}
+
+impl FileCompression {
+    /// Every codec, as the property names them.
+    pub const ALL: [Self; 3] = [Self::Zstd, Self::Lz4, Self::Snappy];
+
+    /// The codec the property value `value` names (any case).
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(value.trim()))
+    }
+
+    /// The property value naming this codec.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Zstd => "zstd",
+            Self::Lz4 => "lz4",
+            Self::Snappy => "snappy",
+        }
+    }
+
+    fn parquet(self) -> Compression {
+        match self {
+            Self::Zstd => Compression::ZSTD(ZstdLevel::default()),
+            Self::Lz4 => Compression::LZ4_RAW,
+            Self::Snappy => Compression::SNAPPY,
+        }
+    }
+}
+
 fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
@@ -213,6 +272,7 @@ pub struct BucketWriter {
     /// Key columns each row group is sorted by (data files; none: rows are
     /// written in the order they come).
     sort_keys: Vec<usize>,
+    compression: FileCompression,
     open: BTreeMap<i32, OpenFile>,
     adds: Vec<Add>,
 }
@@ -273,6 +333,7 @@ impl BucketWriter {
             schema,
             bloom_columns: Vec::new(),
             sort_keys: Vec::new(),
+            compression: FileCompression::default(),
             open: BTreeMap::new(),
             adds: Vec::new(),
         }
@@ -296,6 +357,12 @@ impl BucketWriter {
         self
     }
 
+    /// Compress the files with `compression` (default: zstd).
+    pub fn with_compression(mut self, compression: FileCompression) -> Self {
+        self.compression = compression;
+        self
+    }
+
     /// Folder of the files inside the table.
     fn folder(&self) -> &'static str {
         match self.rows {
@@ -313,7 +380,7 @@ impl BucketWriter {
     /// files too (10 M events, SCD 1: 14.5 s → 9.8 s, 181 → 132 MB).
     fn properties(&self) -> WriterProperties {
         let mut builder = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_compression(self.compression.parquet())
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
             .set_data_page_row_count_limit(PAGE_ROWS)
@@ -346,9 +413,10 @@ impl BucketWriter {
             let part = RecordBatch::try_new(Arc::clone(&self.schema), part.columns().to_vec())?;
             if !self.open.contains_key(&bucket) {
                 let path = Path::from(format!(
-                    "{}{BUCKET_COL}={bucket}/part-{}.zstd.parquet",
+                    "{}{BUCKET_COL}={bucket}/part-{}.{}.parquet",
                     self.folder(),
-                    uuid::Uuid::new_v4()
+                    uuid::Uuid::new_v4(),
+                    self.compression.name()
                 ));
                 let writer = AsyncArrowWriter::try_new(
                     BufWriter::with_capacity(
@@ -453,6 +521,80 @@ mod tests {
     use super::*;
     use arrow::array::{AsArray, Int64Array};
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    /// Each codec the table property names compresses every column of data
+    /// and change files, names the files, and reads back the rows written.
+    #[tokio::test]
+    async fn files_are_compressed_with_the_tables_codec() -> Result<()> {
+        use deltalake_core::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use object_store::memory::InMemory;
+
+        assert_eq!(FileCompression::parse("LZ4"), Some(FileCompression::Lz4));
+        assert_eq!(
+            FileCompression::parse(" snappy "),
+            Some(FileCompression::Snappy)
+        );
+        assert_eq!(FileCompression::parse("gzip"), None);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..1_000)),
+                Arc::new(arrow::array::StringArray::from_iter(
+                    (0..1_000).map(|i| (i % 3 != 0).then(|| format!("name {i}"))),
+                )),
+            ],
+        )?;
+        let buckets = Int32Array::from_iter_values((0..1_000).map(|i| i % 2));
+        for (compression, parquet) in [
+            (
+                FileCompression::default(),
+                Compression::ZSTD(ZstdLevel::default()),
+            ),
+            (FileCompression::Lz4, Compression::LZ4_RAW),
+            (FileCompression::Snappy, Compression::SNAPPY),
+        ] {
+            let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            let mut adds = Vec::new();
+            for rows in [FileRows::Visible, FileRows::Changes] {
+                let mut writer = BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), rows)
+                    .with_key_filters(&[0])
+                    .with_compression(compression);
+                writer.write(&batch, &buckets).await?;
+                adds.extend(writer.finish().await?);
+            }
+            assert_eq!(adds.len(), 4, "{compression:?}: two buckets, two kinds");
+            let mut ids = Vec::new();
+            for add in adds {
+                let suffix = format!(".{}.parquet", compression.name());
+                assert!(add.path.ends_with(&suffix), "{}", add.path);
+                let bytes = store
+                    .get(&Path::from(add.path.as_str()))
+                    .await?
+                    .bytes()
+                    .await?;
+                let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
+                for group in builder.metadata().row_groups() {
+                    for column in group.columns() {
+                        assert_eq!(column.compression(), parquet, "{}", add.path);
+                    }
+                }
+                for b in builder.build()? {
+                    ids.extend(b?.column(0).as_primitive::<Int64Type>().values().to_vec());
+                }
+            }
+            ids.sort_unstable();
+            let twice: Vec<i64> = (0..1_000).flat_map(|i| [i, i]).collect();
+            assert_eq!(
+                ids, twice,
+                "{compression:?}: every row in data and change files"
+            );
+        }
+        Ok(())
+    }
 
     /// Data files hold every row once, each row group sorted by key, in
     /// pages of at most `PAGE_ROWS` rows; change files keep the rows' order.
