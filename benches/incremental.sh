@@ -8,9 +8,11 @@
 # deletion vector (their superseded rows marked, nothing rewritten), old files
 # removed (rewritten), out of the table's total.
 #
-#   benches/incremental.sh [--events N] [--keys K] [--change C] [--reps R] [--no-build]
+#   benches/incremental.sh [--events N] [--keys K] [--change C] [--reps R]
+#                          [--compression zstd|lz4|snappy] [--no-build]
 #
-# Defaults: 10 000 000 events, 2 000 000 keys, 100 000 changed events, 3 reps.
+# Defaults: 10 000 000 events, 2 000 000 keys, 100 000 changed events, 3 reps,
+# the target's default codec ('autocdc.compression').
 # Environment: AUTOCDC_BENCH_DIR (scratch, default /tmp/autocdc-compare),
 # CARGO_TARGET_DIR.
 set -euo pipefail
@@ -20,6 +22,7 @@ EVENTS=10000000
 KEYS=2000000
 CHANGE=100000
 REPS=3
+COMPRESSION=
 BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -27,8 +30,9 @@ while [ $# -gt 0 ]; do
         --keys) KEYS=$2; shift ;;
         --change) CHANGE=$2; shift ;;
         --reps) REPS=$2; shift ;;
+        --compression) COMPRESSION=$2; shift ;;
         --no-build) BUILD=0 ;;
-        -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -58,7 +62,11 @@ if [ ! -f "$DATA/load.parquet" ] || [ ! -f "$DATA/change.parquet" ]; then
         i1, i2, s1, s2, d1 FROM raw) TO '$DATA/change.parquet' STORED AS PARQUET" >/dev/null
 fi
 
-flow="CREATE STREAMING TABLE t;
+properties=""
+if [ -n "$COMPRESSION" ]; then
+    properties=" TBLPROPERTIES ('autocdc.compression' = '$COMPRESSION')"
+fi
+flow="CREATE STREAMING TABLE t$properties;
 CREATE FLOW f AS AUTO CDC INTO t FROM events KEYS (id)
   APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 1"
 

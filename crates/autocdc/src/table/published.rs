@@ -64,7 +64,7 @@ use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::ObjectStore;
 use roaring::RoaringTreemap;
@@ -74,6 +74,9 @@ use super::properties::{CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY};
 use super::writer::FileRows;
 use super::{commit_builder, delta_err, streaming_protocol, table_builder, takes_deletion_vectors};
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
+
+/// Deletion vectors and files read at once while publishing a version.
+const CONCURRENT_READS: usize = 16;
 
 /// Folder of our bookkeeping inside a table's folder.
 pub const STATE_FOLDER: &str = "_autocdc";
@@ -369,31 +372,43 @@ async fn commit(
     let state_store = state.object_store();
     let published_store = published.object_store();
     let mut removed = Vec::new();
-    let mut added: Vec<(Add, RoaringTreemap)> = Vec::new();
+    let mut adds = Vec::new();
     for (path, add) in files {
         let target = published_path(&path);
         let view = current.get(&target);
         if let Some(view) = view {
             removed.push(view.remove_action(true));
         }
-        let Some(add) = add else { continue };
-        let Some((hidden, rows)) = hidden_of(&state_store, &published_store, &add, view).await?
-        else {
-            continue;
-        };
-        added.push((
-            Add {
-                path: target,
-                partition_values: Default::default(),
-                size: add.size,
-                modification_time: add.modification_time,
-                data_change: true,
-                stats: Some(format!("{{\"numRecords\":{rows}}}")),
-                ..Default::default()
-            },
-            hidden,
-        ));
+        if let Some(add) = add {
+            adds.push((target, add, view.cloned()));
+        }
     }
+    // what each added file hides: its vectors are read concurrently (one
+    // request each; on an object store, latency rather than bytes)
+    let mut added: Vec<(Add, RoaringTreemap)> = futures::stream::iter(adds)
+        .map(|(target, add, view)| {
+            let (state_store, published_store) =
+                (Arc::clone(&state_store), Arc::clone(&published_store));
+            async move {
+                let hidden = hidden_of(&state_store, &published_store, &add, view.as_ref()).await?;
+                Ok::<_, DataFusionError>(hidden.map(|(hidden, rows)| {
+                    let add = Add {
+                        path: target,
+                        partition_values: Default::default(),
+                        size: add.size,
+                        modification_time: add.modification_time,
+                        data_change: true,
+                        stats: Some(format!("{{\"numRecords\":{rows}}}")),
+                        ..Default::default()
+                    };
+                    (add, hidden)
+                }))
+            }
+        })
+        .buffered(CONCURRENT_READS)
+        .try_filter_map(|added| futures::future::ready(Ok(added)))
+        .try_collect()
+        .await?;
     // Without change files, Delta readers derive a version's changes from
     // its files: right for a version that only adds files (an update of a
     // target without rows) or only removes them (a full refresh); a version
