@@ -24,6 +24,14 @@ async fn rows(s: &CdcSession, sql: &str) -> Vec<String> {
     lines(&batches)
 }
 
+/// `id`, `v` and `_change_type` of target `t`'s changes from `version` on.
+async fn changes_since(s: &CdcSession, version: u64) -> Vec<String> {
+    let query = format!(
+        "SELECT id, v, _change_type FROM table_changes('t', {version}) ORDER BY id, _change_type"
+    );
+    rows(s, &query).await
+}
+
 fn lines(batches: &[RecordBatch]) -> Vec<String> {
     let table = pretty_format_batches(batches).unwrap().to_string();
     table
@@ -669,11 +677,7 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
         ["| 199 | changed | 0 |"]
     );
     assert_eq!(
-        rows(
-            &s,
-            "SELECT id, v, _change_type FROM table_changes('t', 2) ORDER BY id, _change_type"
-        )
-        .await,
+        changes_since(&s, 2).await,
         [
             "| 7 | changed | update_postimage |",
             "| 7 | v | update_preimage |",
@@ -813,11 +817,7 @@ async fn a_tables_compression_property_sets_the_codec_of_its_files() {
         ["| 201 | changed | new |"]
     );
     assert_eq!(
-        rows(
-            &s,
-            "SELECT id, v, _change_type FROM table_changes('t', 2) ORDER BY id, _change_type"
-        )
-        .await,
+        changes_since(&s, 2).await,
         [
             "| 7 | changed | update_postimage |",
             "| 7 | v | update_preimage |",
