@@ -44,8 +44,8 @@ fn configuration(node: &Arc<dyn ExecutionPlan>) -> String {
     } else if let Some(exec) = node.downcast_ref::<CdcWriteExec>() {
         let r = exec.request();
         format!(
-            "{} {} {} {} {:?} {:?}",
-            r.target, r.flow, r.location, r.buckets, r.key_indices, r.change_feed
+            "{} {} {} {} {:?} {:?} {:?}",
+            r.target, r.flow, r.location, r.buckets, r.compression, r.key_indices, r.change_feed
         )
     } else {
         unreachable!("only our nodes")
@@ -300,7 +300,7 @@ async fn shipped_updates_equal_local_ones() -> Result<()> {
         "CREATE TABLE snap (id INT, a TEXT) AS VALUES (1, 'x'), (2, 'y'), (3, 'z')",
         "CREATE STREAMING TABLE s1 TBLPROPERTIES ('autocdc.buckets' = '16')",
         "CREATE FLOW s1 AS AUTO CDC INTO s1 FROM ev KEYS (id) APPLY AS DELETE WHEN op = 'D' APPLY AS TRUNCATE WHEN op = 'T' SEQUENCE BY seq COLUMNS * EXCEPT (op)",
-        "CREATE STREAMING TABLE s2 TBLPROPERTIES ('autocdc.buckets' = '16')",
+        "CREATE STREAMING TABLE s2 TBLPROPERTIES ('autocdc.buckets' = '16', 'autocdc.compression' = 'lz4')",
         "CREATE FLOW s2 AS AUTO CDC INTO s2 FROM ev KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 2",
         "CREATE STREAMING TABLE sn TBLPROPERTIES ('autocdc.buckets' = '3')",
         "CREATE FLOW sn AS AUTO CDC INTO sn FROM SNAPSHOT (SELECT * FROM snap) KEYS (id) STORED AS SCD TYPE 2",

@@ -95,12 +95,41 @@ fn published_path(state_path: &str) -> String {
 pub struct PublishedLocation {
     url: url::Url,
     store: Arc<dyn ObjectStore>,
+    /// The published table as [`publish`] last loaded it (shared by the
+    /// clones of this location): the next publish reads only the commits
+    /// made since, instead of the whole log again.
+    last: Arc<tokio::sync::Mutex<Option<DeltaTable>>>,
 }
 
 impl PublishedLocation {
     /// The table at `url`, on `store`.
     pub fn new(url: url::Url, store: Arc<dyn ObjectStore>) -> Self {
-        Self { url, store }
+        Self {
+            url,
+            store,
+            last: Arc::default(),
+        }
+    }
+
+    /// The published table at its latest version, brought up to date from
+    /// the last one loaded here when there is one (`NotATable`: not
+    /// created yet).
+    async fn latest(&self) -> std::result::Result<DeltaTable, DeltaTableError> {
+        let mut last = self.last.lock().await;
+        if let Some(table) = last.as_mut() {
+            match table.update_incremental(None).await {
+                Ok(()) => return Ok(table.clone()),
+                // (its log was cleaned up since, say): load it afresh
+                Err(_) => *last = None,
+            }
+        }
+        let table = self
+            .builder()
+            .map_err(|e| DeltaTableError::Generic(e.to_string()))?
+            .load()
+            .await?;
+        *last = Some(table.clone());
+        Ok(table)
     }
 
     /// A builder of the published table.
@@ -131,7 +160,7 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
     // a retry finds the work done by a concurrent publisher
     let mut attempts = 0;
     loop {
-        let table = match published.builder()?.load().await {
+        let table = match published.latest().await {
             Ok(table) => table,
             Err(DeltaTableError::NotATable(_)) => {
                 if user_schema.fields().count() == 0 {
@@ -166,6 +195,8 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
         // one published commit per state version: the published table's
         // versions are the state store's
         match commit(state, &table, seen + 1, &user_schema).await {
+            // the last version published: nothing to load again
+            Ok(version) if seen + 1 >= state_version => return Ok(version.or(last)),
             Ok(version) => {
                 last = version;
                 attempts = 0;
