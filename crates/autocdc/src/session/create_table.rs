@@ -9,13 +9,12 @@ use crate::spec::resolve::storage_type;
 use crate::sql::CreateStreamingTable;
 use crate::table::bucket::{bucket_field, DEFAULT_BUCKETS};
 use crate::table::delta_err;
-use crate::table::meta::{compression_error, TableDecl};
+use crate::table::meta::{parse_compression, TableDecl};
 use crate::table::properties::{
     BUCKETS_PROPERTY, CHANGE_DATA_FEED_PROPERTY, COMPRESSION_PROPERTY, DELETION_VECTORS_PROPERTY,
     TABLE_KEY,
 };
 use crate::table::rejects::{rejects_table_name, takes_rejects, REJECTS_COLUMNS, REJECTS_PROPERTY};
-use crate::table::writer::FileCompression;
 
 use super::CdcSession;
 
@@ -73,13 +72,8 @@ impl CdcSession {
             None => DEFAULT_BUCKETS,
         };
         if let Some((_, v)) = c.properties.iter().find(|(k, _)| k == COMPRESSION_PROPERTY) {
-            if FileCompression::parse(v).is_none() {
-                return Err(DataFusionError::Plan(format!(
-                    "streaming table '{}': {}",
-                    c.name,
-                    compression_error(v)
-                )));
-            }
+            parse_compression(v)
+                .map_err(|e| DataFusionError::Plan(format!("streaming table '{}': {e}", c.name)))?;
         }
         // per-column sequencing: the properties are read now, the groups
         // checked against the columns when a flow plans

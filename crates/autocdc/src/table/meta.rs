@@ -132,8 +132,7 @@ impl TableMeta {
                 .and_then(|b| b.parse().ok())
                 .unwrap_or(DEFAULT_BUCKETS),
             compression: match configuration.get(COMPRESSION_PROPERTY) {
-                Some(value) => FileCompression::parse(value)
-                    .ok_or_else(|| DataFusionError::Plan(compression_error(value)))?,
+                Some(value) => parse_compression(value).map_err(DataFusionError::Plan)?,
                 None => FileCompression::default(),
             },
             tombstone_retention_secs: configuration
@@ -158,13 +157,16 @@ impl TableMeta {
     }
 }
 
-/// What is wrong with a value of `autocdc.compression` that names no codec.
-pub fn compression_error(value: &str) -> String {
-    let names: Vec<&str> = FileCompression::ALL.iter().map(|c| c.name()).collect();
-    format!(
-        "{COMPRESSION_PROPERTY} must be one of {}, got '{value}'",
-        names.join(", ")
-    )
+/// The codec a value of `autocdc.compression` names, or what is wrong
+/// with it.
+pub fn parse_compression(value: &str) -> std::result::Result<FileCompression, String> {
+    FileCompression::parse(value).ok_or_else(|| {
+        let names: Vec<&str> = FileCompression::ALL.iter().map(|c| c.name()).collect();
+        format!(
+            "{COMPRESSION_PROPERTY} must be one of {}, got '{value}'",
+            names.join(", ")
+        )
+    })
 }
 
 /// A change of a table's metadata, made by the commit that carries it.
