@@ -10,15 +10,140 @@
 //! `DELETE` of 100 rows, a `MERGE` updating 100 rows, an `UPDATE` of one
 //! row, and the 100-row `UPDATE` again with
 //! `autocdc.deletion_vector_max_fraction = 0` (a rewrite of the table).
-//! Prints each median and its ratio to the refresh.
+//! Prints each median, its ratio to the refresh, and the object-store
+//! requests of the statement's last round (gets — one per range read —,
+//! lists, puts, others: copies, renames, deletes).
+//!
+//! ```text
+//! cargo bench -p datafusion-autocdc --bench dml -- KEYS --latency-ms 20
+//! ```
+//! puts the warehouse behind `object_store`'s `ThrottledStore`: every get,
+//! list and put waits that long first, as on a remote object store, so the
+//! medians show what the requests cost there.
 
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::error::Result;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
+use futures::stream::BoxStream;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::throttle::{ThrottleConfig, ThrottledStore};
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+};
+
+/// Requests of one kind seen by a [`CountingStore`].
+#[derive(Debug, Default)]
+struct Requests {
+    gets: AtomicUsize,
+    lists: AtomicUsize,
+    puts: AtomicUsize,
+    others: AtomicUsize,
+}
+
+impl Requests {
+    /// The counts so far, then zero.
+    fn take(&self) -> [usize; 4] {
+        [&self.gets, &self.lists, &self.puts, &self.others].map(|c| c.swap(0, Ordering::SeqCst))
+    }
+}
+
+/// An object store counting the requests it passes on. `get_ranges` is left
+/// to the trait's default, so each coalesced range counts as one get, as on
+/// a remote store.
+#[derive(Debug)]
+struct CountingStore {
+    inner: Arc<dyn ObjectStore>,
+    requests: Arc<Requests>,
+}
+
+impl fmt::Display for CountingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CountingStore({})", self.inner)
+    }
+}
+
+fn count(counter: &AtomicUsize) {
+    counter.fetch_add(1, Ordering::SeqCst);
+}
+
+#[async_trait]
+impl ObjectStore for CountingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        count(&self.requests.puts);
+        self.inner.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        count(&self.requests.puts);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        count(&self.requests.gets);
+        self.inner.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        count(&self.requests.others);
+        self.inner.delete_stream(locations)
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        count(&self.requests.lists);
+        self.inner.list(prefix)
+    }
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        count(&self.requests.lists);
+        self.inner.list_with_offset(prefix, offset)
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        count(&self.requests.lists);
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        count(&self.requests.others);
+        self.inner.copy_opts(from, to, options).await
+    }
+    async fn rename_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: RenameOptions,
+    ) -> object_store::Result<()> {
+        count(&self.requests.others);
+        self.inner.rename_opts(from, to, options).await
+    }
+}
 
 /// Events for the keys `ids`, values tagged `tag`, at sequence `seq`.
 fn events(ids: impl Iterator<Item = i64>, tag: &str, seq: i64) -> Result<RecordBatch> {
@@ -35,29 +160,68 @@ fn events(ids: impl Iterator<Item = i64>, tag: &str, seq: i64) -> Result<RecordB
     )?)
 }
 
-async fn run(session: &CdcSession, sql: &str) -> Result<f64> {
+/// One run of a statement: its time and its requests.
+type Run = (f64, [usize; 4]);
+
+async fn run(session: &CdcSession, requests: &Requests, sql: &str) -> Result<Run> {
+    requests.take();
     let start = Instant::now();
     session.sql(sql).await?.collect().await?;
-    Ok(start.elapsed().as_secs_f64())
+    Ok((start.elapsed().as_secs_f64(), requests.take()))
 }
 
-fn median(mut times: Vec<f64>) -> f64 {
+/// The median time of `runs` and the requests of the last.
+fn median(runs: Vec<Run>) -> Run {
+    let requests = runs.last().map_or([0; 4], |r| r.1);
+    let mut times: Vec<f64> = runs.iter().map(|r| r.0).collect();
     times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    (times[times.len() / 2], requests)
+}
+
+/// `KEYS` (the first number among the arguments) and `--latency-ms N`.
+fn arguments() -> (i64, u64) {
+    let args: Vec<String> = std::env::args().collect();
+    let latency = args
+        .iter()
+        .position(|a| a == "--latency-ms")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(0);
+    let keys = args
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || args[i - 1] != "--latency-ms")
+        .find_map(|(_, a)| a.parse().ok())
+        .unwrap_or(2_000_000);
+    (keys, latency)
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let keys: i64 = std::env::args()
-        .filter_map(|a| a.parse().ok())
-        .next()
-        .unwrap_or(2_000_000);
-    let session = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    let (keys, latency_ms) = arguments();
+    let wait = Duration::from_millis(latency_ms);
+    let throttled = ThrottledStore::new(
+        InMemory::new(),
+        ThrottleConfig {
+            wait_get_per_call: wait,
+            wait_list_per_call: wait,
+            wait_list_with_delimiter_per_call: wait,
+            wait_put_per_call: wait,
+            wait_delete_per_call: wait,
+            ..ThrottleConfig::default()
+        },
+    );
+    let requests = Arc::new(Requests::default());
+    let store = Arc::new(CountingStore {
+        inner: Arc::new(throttled),
+        requests: requests.clone(),
+    });
+    let session = CdcSession::open(AutoCdcConfig::in_memory_on(store)).await?;
     let ctx = session.context();
     ctx.register_batch("feed", events(0..keys, "v", 1)?)?;
     session.sql("CREATE STREAMING TABLE t").await?;
-    let load = run(
+    let (load, _) = run(
         &session,
+        &requests,
         "CREATE FLOW f AS AUTO CDC INTO t FROM feed KEYS (id) SEQUENCE BY seq",
     )
     .await?;
@@ -73,7 +237,7 @@ async fn main() -> Result<()> {
     for round in 0..3 {
         ctx.deregister_table("feed")?;
         ctx.register_batch("feed", events(hundred(round, 0), "r", 2 + round)?)?;
-        refreshes.push(run(&session, "REFRESH STREAMING TABLE t").await?);
+        refreshes.push(run(&session, &requests, "REFRESH STREAMING TABLE t").await?);
         let list = |part| {
             hundred(round, part)
                 .map(|k| k.to_string())
@@ -83,6 +247,7 @@ async fn main() -> Result<()> {
         updates.push(
             run(
                 &session,
+                &requests,
                 &format!("UPDATE t SET v = 'u' WHERE id IN ({})", list(1)),
             )
             .await?,
@@ -90,6 +255,7 @@ async fn main() -> Result<()> {
         deletes.push(
             run(
                 &session,
+                &requests,
                 &format!("DELETE FROM t WHERE id IN ({})", list(2)),
             )
             .await?,
@@ -99,31 +265,51 @@ async fn main() -> Result<()> {
         merges.push(
             run(
                 &session,
+                &requests,
                 "MERGE INTO t USING changes c ON t.id = c.id \
                  WHEN MATCHED THEN UPDATE SET v = c.v",
             )
             .await?,
         );
         let key = (round * 104_729 + 5) % keys;
-        one_row.push(run(&session, &format!("UPDATE t SET v = 'o' WHERE id = {key}")).await?);
+        one_row.push(
+            run(
+                &session,
+                &requests,
+                &format!("UPDATE t SET v = 'o' WHERE id = {key}"),
+            )
+            .await?,
+        );
         // the same statement rewriting the table (what it did before
         // deletion vectors)
-        run(&session, "SET autocdc.deletion_vector_max_fraction = 0").await?;
+        run(
+            &session,
+            &requests,
+            "SET autocdc.deletion_vector_max_fraction = 0",
+        )
+        .await?;
         let sql = format!("UPDATE t SET v = 'w' WHERE id IN ({})", list(3));
-        rewrites.push(run(&session, &sql).await?);
-        run(&session, "SET autocdc.deletion_vector_max_fraction = 0.1").await?;
+        rewrites.push(run(&session, &requests, &sql).await?);
+        run(
+            &session,
+            &requests,
+            "SET autocdc.deletion_vector_max_fraction = 0.1",
+        )
+        .await?;
     }
-    let refresh = median(refreshes);
+    let (refresh, refresh_requests) = median(refreshes);
     for (label, time) in [
-        ("REFRESH of 100 changed keys", refresh),
+        ("REFRESH of 100 changed keys", (refresh, refresh_requests)),
         ("UPDATE of 100 rows", median(updates)),
         ("DELETE of 100 rows", median(deletes)),
         ("MERGE of 100 rows", median(merges)),
         ("UPDATE of one row", median(one_row)),
         ("UPDATE of 100 rows, rewriting the table", median(rewrites)),
     ] {
+        let (time, [gets, lists, puts, others]) = time;
         println!(
-            "{label:<40} {keys:>10} keys {time:>8.3} s {:>6.2}x the refresh",
+            "{label:<40} {keys:>10} keys {time:>8.3} s {:>6.2}x the refresh \
+             requests: {gets:>4} get {lists:>3} list {puts:>3} put {others:>3} other",
             time / refresh
         );
     }

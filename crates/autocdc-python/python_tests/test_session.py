@@ -168,6 +168,19 @@ class Flows(unittest.TestCase):
             [{"id": 1, "price": 15}, {"id": 3, "price": 30}],
         )
 
+    def test_a_callback_calling_its_session_is_an_error(self) -> None:
+        def next_snapshot_and_version(latest):
+            self.s.sql("SELECT 1")
+            return None
+
+        self.s.create_streaming_table("prices")
+        with self.assertRaisesRegex(
+            Exception, "cannot be called from inside one of its own callbacks"
+        ):
+            self.s.create_auto_cdc_from_snapshot_flow(
+                target="prices", source=next_snapshot_and_version, keys=["id"],
+            )
+
     def test_snapshot_versions_that_are_not_integers(self) -> None:
         import datetime as dt
 

@@ -10,7 +10,7 @@ use datafusion::prelude::DataFrame;
 use datafusion_autocdc::api::{RestoreTo, UpdateMetrics};
 use datafusion_autocdc::table::TableName;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -78,6 +78,14 @@ impl PyCdcSession {
         F: Future<Output = datafusion::error::Result<T>> + Send,
         T: Send,
     {
+        // a callback of this session's (`next_snapshot_and_version`) runs
+        // inside its runtime, which cannot be entered again
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(PyRuntimeError::new_err(
+                "a CdcSession cannot be called from inside one of its own callbacks \
+                 (next_snapshot_and_version): return the snapshot and let the flow run",
+            ));
+        }
         let session = Arc::clone(&self.session);
         let runtime = Arc::clone(&self.runtime);
         py.detach(move || runtime.block_on(work(session)))

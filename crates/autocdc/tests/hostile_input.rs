@@ -1575,7 +1575,15 @@ async fn malformed_create_streaming_table() {
             ("CREATE STREAMING TABLE u (id NOT_A_TYPE)", "NOT_A_TYPE"),
             (
                 "CREATE STREAMING TABLE u TBLPROPERTIES ('autocdc.buckets' = 'many')",
-                "streaming table 'u': autocdc.buckets must be a positive integer, got 'many'",
+                "streaming table 'u': autocdc.buckets must be an integer from 1 to 65536, got 'many'",
+            ),
+            (
+                "CREATE STREAMING TABLE u TBLPROPERTIES ('autocdc.buckets' = '2147483647')",
+                "streaming table 'u': autocdc.buckets must be an integer from 1 to 65536, got '2147483647'",
+            ),
+            (
+                "CREATE STREAMING TABLE u TBLPROPERTIES ('pipelines.cdc.tombstoneGCThresholdInSeconds' = '2 days')",
+                "streaming table 'u': pipelines.cdc.tombstoneGCThresholdInSeconds must be a whole number of seconds, 0 or more, got '2 days'",
             ),
             (
                 "CREATE STREAMING TABLE u (__cdc_kind INT)",

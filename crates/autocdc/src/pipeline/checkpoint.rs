@@ -23,10 +23,15 @@ pub enum SourceCheckpoint {
         files: BTreeSet<String>,
     },
     /// The streams of a source query ([`super::streams`]): what each
-    /// streaming table has been read up to, by its name in the query.
+    /// streaming table has been read up to, and the files each folder has
+    /// had read, by its name in the query.
     Streams {
-        /// By table name as written.
+        /// Streaming tables, by name as written.
         tables: BTreeMap<String, StreamCheckpoint>,
+        /// Folders (listing tables), by name as written: the object store
+        /// locations read so far.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        folders: BTreeMap<String, BTreeSet<String>>,
     },
 }
 
@@ -37,4 +42,32 @@ pub struct StreamCheckpoint {
     pub table_id: String,
     /// Last version read.
     pub version: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_checkpoints_read_before_folders_had_files_still_read() {
+        let old = r#"{"kind":"streams","tables":{"t":{"table_id":"x","version":3}}}"#;
+        let parsed: SourceCheckpoint = serde_json::from_str(old).expect("parses");
+        let SourceCheckpoint::Streams { tables, folders } = &parsed else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(tables["t"].version, 3);
+        assert!(folders.is_empty());
+        // (and written as before while no folder is streamed)
+        assert_eq!(serde_json::to_string(&parsed).expect("writes"), old);
+
+        let with_folder = SourceCheckpoint::Streams {
+            tables: BTreeMap::new(),
+            folders: [("landing".to_string(), ["a/f1.parquet".to_string()].into())].into(),
+        };
+        let json = serde_json::to_string(&with_folder).expect("writes");
+        assert_eq!(
+            serde_json::from_str::<SourceCheckpoint>(&json).expect("parses"),
+            with_folder
+        );
+    }
 }

@@ -338,6 +338,13 @@ pub async fn plan_update(
                 if flow.apply_as_truncates.is_some() {
                     newer = newer.or(col(KIND_COL).eq(lit(Kind::Truncate as i8)));
                 }
+                // a NULL sequence or key is an error (or a reject) however
+                // old the event: the fold or the rejects see it
+                newer = newer.or(col(SEQ_COL).is_null());
+                for &k in &resolved.layout.key_indices {
+                    let key = Column::new_unqualified(&resolved.layout.target_columns[k]);
+                    newer = newer.or(Expr::Column(key).is_null());
+                }
                 events = LogicalPlanBuilder::from(events).filter(newer)?.build()?;
             }
             let truncates = flow.apply_as_truncates.is_some();

@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, DataFusionError, Result, TableReference};
+use datafusion::datasource::empty::EmptyTable;
 use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
@@ -208,34 +209,20 @@ pub async fn plan_changes(
                 unreadable: None,
             });
         }
-        let files = list_files(state, listing).await?;
         let read = match previous {
             Some(SourceCheckpoint::Files { files }) => files,
             _ => BTreeSet::new(),
         };
-        let new: Vec<&(String, ListingTableUrl, i64)> = files
-            .iter()
-            .filter(|(location, _, _)| !read.contains(location))
-            .collect();
-        let newest_input_ms = new.iter().map(|(_, _, modified)| *modified).max();
-        // the files are named explicitly, also for a whole read: the
-        // session's listing cache may miss files written since it was filled
-        let plan = if new.is_empty() {
-            empty_with(provider.schema())?
-        } else {
-            let config = ListingTableConfig::new_with_multi_paths(
-                new.iter().map(|(_, url, _)| url.clone()).collect(),
-            )
-            .with_listing_options(listing.options().clone())
-            // every column nullable: the table's schema was inferred from
-            // one file, and a newer file may hold NULLs where it had none
-            .with_schema(all_nullable(provider.schema().as_ref()));
-            let table: Arc<dyn TableProvider> = Arc::new(ListingTable::try_new(config)?);
-            LogicalPlanBuilder::scan(reference.table(), provider_as_source(table), None)?.build()?
+        let new = new_files(state, listing, &read).await?;
+        let plan = match new.newest_ms {
+            None => empty_with(provider.schema())?,
+            Some(_) => {
+                LogicalPlanBuilder::scan(reference.table(), provider_as_source(new.provider), None)?
+                    .build()?
+            }
         };
-        let checkpoint = SourceCheckpoint::Files {
-            files: files.into_iter().map(|(location, _, _)| location).collect(),
-        };
+        let checkpoint = SourceCheckpoint::Files { files: new.read };
+        let newest_input_ms = new.newest_ms;
         return Ok(SourceRead {
             plan,
             checkpoint: Some((key, encode(&checkpoint)?)),
@@ -363,6 +350,51 @@ fn empty_with(schema: arrow::datatypes::SchemaRef) -> Result<LogicalPlan> {
             schema: Arc::new(schema),
         },
     ))
+}
+
+/// The files of a folder (a listing table) not read yet.
+pub(super) struct NewFiles {
+    /// A scan of the new files alone (no rows when there are none).
+    pub(super) provider: Arc<dyn TableProvider>,
+    /// Every file read once this update is done: those read before and
+    /// the new ones (the checkpoint to commit).
+    pub(super) read: BTreeSet<String>,
+    /// The newest new file's modification time (ms; `None`: nothing new).
+    pub(super) newest_ms: Option<i64>,
+}
+
+/// The files of `listing` that are not in `read`, as a table of their own.
+/// Every column of it is nullable: the folder's schema was inferred from
+/// one file, and a newer file may hold NULLs where that one had none.
+pub(super) async fn new_files(
+    state: &SessionState,
+    listing: &ListingTable,
+    read: &BTreeSet<String>,
+) -> Result<NewFiles> {
+    let files = list_files(state, listing).await?;
+    let new: Vec<&(String, ListingTableUrl, i64)> = files
+        .iter()
+        .filter(|(location, _, _)| !read.contains(location))
+        .collect();
+    let newest_ms = new.iter().map(|(_, _, modified)| *modified).max();
+    let schema = all_nullable(listing.schema().as_ref());
+    // the files are named explicitly, also for a whole read: the session's
+    // listing cache may miss files written since it was filled
+    let provider: Arc<dyn TableProvider> = if new.is_empty() {
+        Arc::new(EmptyTable::new(schema))
+    } else {
+        let config = ListingTableConfig::new_with_multi_paths(
+            new.iter().map(|(_, url, _)| url.clone()).collect(),
+        )
+        .with_listing_options(listing.options().clone())
+        .with_schema(schema);
+        Arc::new(ListingTable::try_new(config)?)
+    };
+    Ok(NewFiles {
+        provider,
+        read: files.into_iter().map(|(location, _, _)| location).collect(),
+        newest_ms,
+    })
 }
 
 /// The data files of `listing`: location, URL, modification time (ms).

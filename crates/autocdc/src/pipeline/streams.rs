@@ -9,14 +9,27 @@
 //!                  plan ◄── replace each stream by (that SQL) AS <alias>
 //! ```
 //!
+//! A stream of a file folder (a listing table, `CREATE EXTERNAL TABLE …
+//! LOCATION 'folder/'`) reads the files not read yet, as a flow's `FROM`
+//! does:
+//!
+//! ```text
+//!  STREAM landing ─► (SELECT * FROM landing AS __cdc_stream_files_0) AS landing
+//!                    planned, then that scan's source replaced by the new files
+//! ```
+//!
 //! What each stream has read is checkpointed per table, with the update's
-//! data ([`SourceCheckpoint::Streams`]); a stream of a table that is not a
-//! streaming table reads it whole.
+//! data ([`SourceCheckpoint::Streams`]); a stream of anything else (a plain
+//! table, a view) reads it whole.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
+use datafusion::catalog::TableProvider;
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DataFusionError, Result, TableReference};
+use datafusion::datasource::listing::ListingTable;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
@@ -34,6 +47,7 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlanBuilder};
 
 use super::checkpoint::{SourceCheckpoint, StreamCheckpoint};
+use super::source;
 use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::changes::changes_provider;
 use crate::table::ScdTable;
@@ -243,8 +257,8 @@ fn replace_streams(
 }
 
 /// Check that `flow`, an append flow, reads only incremental sources: its
-/// query has streams, each of a streaming table (anything else would be
-/// appended again at every run).
+/// query has streams, each of a streaming table or a file folder (anything
+/// else would be appended again at every run).
 pub(crate) async fn check_append_sources(state: &SessionState, flow: &FlowSpec) -> Result<()> {
     let FlowSource::Query(query) = &flow.source else {
         return Err(DataFusionError::Plan(format!(
@@ -255,7 +269,7 @@ pub(crate) async fn check_append_sources(state: &SessionState, flow: &FlowSpec) 
     let (_, found) = parse(query, &flow.dialect)?;
     if found.is_empty() {
         return Err(DataFusionError::Plan(format!(
-            "append flow '{}': its query reads no stream, so every run would append the same rows again; read a streaming table as STREAM t",
+            "append flow '{}': its query reads no stream, so every run would append the same rows again; read a streaming table or a file folder as STREAM t",
             flow.name
         )));
     }
@@ -265,14 +279,29 @@ pub(crate) async fn check_append_sources(state: &SessionState, flow: &FlowSpec) 
             Ok(schema) => schema.table(reference.table()).await?,
             Err(_) => None,
         };
-        if provider.is_none_or(|p| p.downcast_ref::<ScdTable>().is_none()) {
+        let incremental = provider
+            .as_ref()
+            .is_some_and(|p| p.downcast_ref::<ScdTable>().is_some())
+            || folder(provider.as_ref(), stream)
+                .map_err(|e| in_flow(&flow.name, e))?
+                .is_some();
+        if !incremental {
             return Err(DataFusionError::Plan(format!(
-                "append flow '{}': STREAM {} does not read a streaming table, so every run would append its rows again",
+                "append flow '{}': STREAM {} reads neither a streaming table nor a file folder, so every run would append its rows again",
                 flow.name, stream.table
             )));
         }
     }
     Ok(())
+}
+
+/// `e`, said of append flow `flow`.
+fn in_flow(flow: &str, e: DataFusionError) -> DataFusionError {
+    let message = match e {
+        DataFusionError::Plan(message) | DataFusionError::NotImplemented(message) => message,
+        e => e.to_string(),
+    };
+    DataFusionError::Plan(format!("append flow '{flow}': {message}"))
 }
 
 /// Plan `query` (a flow's source query, in `dialect`) with each stream of a
@@ -292,18 +321,37 @@ pub(super) async fn plan_query(
     let quote = dialect(dialect_name)?
         .identifier_quote_style("c")
         .unwrap_or('"');
-    let read_before = match previous {
-        Some(SourceCheckpoint::Streams { tables }) => tables,
-        _ => BTreeMap::new(),
+    let (read_before, folders_before) = match previous {
+        Some(SourceCheckpoint::Streams { tables, folders }) => (tables, folders),
+        _ => (BTreeMap::new(), BTreeMap::new()),
     };
     let mut read_now = BTreeMap::new();
+    let mut folders_now = BTreeMap::new();
     let mut replace = BTreeMap::new();
+    // the new files of each folder, by the alias of its scan
+    let mut new_files: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
     for stream in &found {
         let reference = TableReference::parse_str(&stream.table);
         let provider = match state.schema_for_ref(reference.clone()) {
             Ok(schema) => schema.table(reference.table()).await?,
             Err(_) => None,
         };
+        if let Some(listing) = folder(provider.as_ref(), stream)? {
+            if replace.contains_key(&stream.table) {
+                continue;
+            }
+            let empty = BTreeSet::new();
+            let read = folders_before.get(&stream.table).unwrap_or(&empty);
+            let new = source::new_files(state, listing, read).await?;
+            let alias = format!("{FILES_SCAN_PREFIX}{}", new_files.len());
+            replace.insert(
+                stream.table.clone(),
+                format!("SELECT * FROM {} AS {alias}", stream.table),
+            );
+            new_files.insert(alias, new.provider);
+            folders_now.insert(stream.table.clone(), new.read);
+            continue;
+        }
         let Some(table) = provider.as_ref().and_then(|p| p.downcast_ref::<ScdTable>()) else {
             if stream.read == StreamRead::ChangeFeed {
                 return Err(DataFusionError::Plan(format!(
@@ -372,7 +420,78 @@ pub(super) async fn plan_query(
     }
     replace_streams(&mut statement, &replace, dialect_name)?;
     let plan = state.statement_to_plan(statement).await?;
-    Ok(Some((plan, SourceCheckpoint::Streams { tables: read_now })))
+    let plan = scan_new_files(plan, new_files)?;
+    let checkpoint = SourceCheckpoint::Streams {
+        tables: read_now,
+        folders: folders_now,
+    };
+    Ok(Some((plan, checkpoint)))
+}
+
+/// Alias of the scan a folder's stream becomes, before its source is
+/// replaced by the folder's new files (then a number).
+const FILES_SCAN_PREFIX: &str = "__cdc_stream_files_";
+
+/// The folder (a listing table) `provider` is, if it is one that a stream
+/// reads by its new files; an error for a stream of a folder that cannot be
+/// read that way.
+fn folder<'a>(
+    provider: Option<&'a Arc<dyn TableProvider>>,
+    stream: &Stream,
+) -> Result<Option<&'a ListingTable>> {
+    let Some(listing) = provider.and_then(|p| p.downcast_ref::<ListingTable>()) else {
+        return Ok(None);
+    };
+    if stream.read == StreamRead::ChangeFeed {
+        // (the caller's error for anything that is not a streaming table)
+        return Ok(None);
+    }
+    if !listing.options().table_partition_cols.is_empty() {
+        return Err(DataFusionError::NotImplemented(format!(
+            "{}: '{}' is a partitioned folder, which a stream cannot read by its new files yet; \
+             read it without STREAM in an AUTO CDC flow's FROM",
+            stream.read.describe(&stream.table),
+            stream.table
+        )));
+    }
+    Ok(Some(listing))
+}
+
+/// `plan` with the scan under each alias of `new_files` reading that
+/// provider (a folder's new files) instead of the whole folder; the schemas
+/// above it recomputed (the new files' columns are all nullable).
+fn scan_new_files(
+    plan: LogicalPlan,
+    mut new_files: BTreeMap<String, Arc<dyn TableProvider>>,
+) -> Result<LogicalPlan> {
+    if new_files.is_empty() {
+        return Ok(plan);
+    }
+    let plan = plan
+        .transform_up_with_subqueries(|node| {
+            if let LogicalPlan::SubqueryAlias(alias) = &node {
+                if let (Some(provider), LogicalPlan::TableScan(scan)) =
+                    (new_files.remove(alias.alias.table()), alias.input.as_ref())
+                {
+                    let scan = LogicalPlanBuilder::scan(
+                        scan.table_name.clone(),
+                        provider_as_source(provider),
+                        None,
+                    )?
+                    .alias(alias.alias.clone())?
+                    .build()?;
+                    return Ok(Transformed::yes(scan));
+                }
+            }
+            Ok(Transformed::yes(node.recompute_schema()?))
+        })?
+        .data;
+    match new_files.keys().next() {
+        None => Ok(plan),
+        Some(alias) => Err(DataFusionError::Internal(format!(
+            "the scan of a stream's new files ({alias}) is not in the planned query"
+        ))),
+    }
 }
 
 /// The versions of `table` from `from` on that updated or deleted rows

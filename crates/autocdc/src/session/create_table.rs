@@ -8,13 +8,14 @@ use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
 use crate::spec::resolve::storage_type;
 use crate::sql::CreateStreamingTable;
 use crate::table::bucket::{bucket_field, DEFAULT_BUCKETS};
-use crate::table::delta_err;
-use crate::table::meta::{parse_compression, TableDecl};
+use crate::table::commit::{Edit, EditKind, MetadataChange};
+use crate::table::meta::{parse_buckets, parse_compression, parse_tombstone_retention, TableDecl};
 use crate::table::properties::{
     BUCKETS_PROPERTY, CHANGE_DATA_FEED_PROPERTY, COMPRESSION_PROPERTY, DELETION_VECTORS_PROPERTY,
-    TABLE_KEY,
+    TABLE_KEY, TOMBSTONE_GC_PROPERTY,
 };
 use crate::table::rejects::{rejects_table_name, takes_rejects, REJECTS_COLUMNS, REJECTS_PROPERTY};
+use crate::table::{delta_err, ScdTable};
 
 use super::CdcSession;
 
@@ -23,6 +24,9 @@ impl CdcSession {
         if self.warehouse.exists(&c.name).await? {
             if c.or_refresh || c.if_not_exists {
                 let table = self.table(&c.name).await?;
+                if c.or_refresh {
+                    self.redeclare(&table, &c).await?;
+                }
                 if takes_rejects(&table.meta().properties) {
                     self.create_rejects_table(&c).await?;
                 }
@@ -40,40 +44,21 @@ impl CdcSession {
                 c.name
             )));
         }
-        let mut fields = Vec::with_capacity(c.columns.len() + 1);
-        if !c.columns.is_empty() {
-            let state = self.dialect_state(&c.dialect);
-            let select = c
-                .columns
-                .iter()
-                .enumerate()
-                .map(|(i, (_, ty))| format!("CAST(NULL AS {ty}) AS c{i}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let plan = state
-                .create_logical_plan(&format!("SELECT {select}"))
-                .await?;
-            for ((name, _), field) in c.columns.iter().zip(plan.schema().fields()) {
-                if name.starts_with(INTERNAL_PREFIX) {
-                    return Err(DataFusionError::Plan(format!(
-                        "streaming table '{}': column '{name}' uses the reserved prefix {INTERNAL_PREFIX}",
-                        c.name
-                    )));
-                }
-                fields.push(Field::new(name, storage_type(field.data_type()), true));
-            }
-        }
+        let mut fields = self.declared_fields(&c).await?;
         fields.push(Field::new(KIND_COL, DataType::Int8, false));
         fields.push(bucket_field());
-        let buckets = match c.properties.iter().find(|(k, _)| k == BUCKETS_PROPERTY) {
-            Some((_, v)) => v.parse::<i32>().ok().filter(|b| *b > 0).ok_or_else(|| {
-                DataFusionError::Plan(format!("streaming table '{}': {BUCKETS_PROPERTY} must be a positive integer, got '{v}'", c.name))
-            })?,
+        let invalid =
+            |e: String| DataFusionError::Plan(format!("streaming table '{}': {e}", c.name));
+        let property = |name: &str| c.properties.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+        let buckets = match property(BUCKETS_PROPERTY) {
+            Some(v) => parse_buckets(v).map_err(invalid)?,
             None => DEFAULT_BUCKETS,
         };
-        if let Some((_, v)) = c.properties.iter().find(|(k, _)| k == COMPRESSION_PROPERTY) {
-            parse_compression(v)
-                .map_err(|e| DataFusionError::Plan(format!("streaming table '{}': {e}", c.name)))?;
+        if let Some(v) = property(COMPRESSION_PROPERTY) {
+            parse_compression(v).map_err(invalid)?;
+        }
+        if let Some(v) = property(TOMBSTONE_GC_PROPERTY) {
+            parse_tombstone_retention(v).map_err(invalid)?;
         }
         // per-column sequencing: the properties are read now, the groups
         // checked against the columns when a flow plans
@@ -120,6 +105,112 @@ impl CdcSession {
         }
         self.attach(c.name).await?;
         Ok(())
+    }
+
+    /// The columns `c` declares, as stored (none when it declares none).
+    async fn declared_fields(&self, c: &CreateStreamingTable) -> Result<Vec<Field>> {
+        if c.columns.is_empty() {
+            return Ok(Vec::new());
+        }
+        let state = self.dialect_state(&c.dialect);
+        let select = c
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, (_, ty))| format!("CAST(NULL AS {ty}) AS c{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let plan = state
+            .create_logical_plan(&format!("SELECT {select}"))
+            .await?;
+        let mut fields = Vec::with_capacity(c.columns.len() + 2);
+        for ((name, _), field) in c.columns.iter().zip(plan.schema().fields()) {
+            if name.starts_with(INTERNAL_PREFIX) {
+                return Err(DataFusionError::Plan(format!(
+                    "streaming table '{}': column '{name}' uses the reserved prefix {INTERNAL_PREFIX}",
+                    c.name
+                )));
+            }
+            fields.push(Field::new(name, storage_type(field.data_type()), true));
+        }
+        Ok(fields)
+    }
+
+    /// `CREATE OR REFRESH` of an existing table: the definition's
+    /// expectations become the table's (a commit of its declaration, read
+    /// by the next update); the columns and properties it states must be
+    /// the table's own, which it keeps (stored rows are laid out by them).
+    async fn redeclare(&self, table: &ScdTable, c: &CreateStreamingTable) -> Result<()> {
+        let meta = table.meta();
+        let refuse = |what: String| {
+            DataFusionError::Plan(format!(
+                "CREATE OR REFRESH STREAMING TABLE {}: {what}; nothing was changed",
+                c.name
+            ))
+        };
+        let declared = self.declared_fields(c).await?;
+        let stored = meta.user_schema.fields();
+        let same_columns = declared.len() == stored.len()
+            && declared
+                .iter()
+                .zip(stored.iter())
+                .all(|(d, s)| d.name() == s.name() && d.data_type() == s.data_type());
+        let keeps_columns = declared.is_empty() || (meta.decl.declared_columns && same_columns);
+        if !keeps_columns {
+            let list = |fields: &mut dyn Iterator<Item = &Field>| {
+                fields
+                    .map(|f| format!("{} {}", f.name(), f.data_type()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(refuse(format!(
+                "it declares the columns ({}), and the table has ({}); a table keeps its \
+                 columns: DROP it and create it again to change them",
+                list(&mut declared.iter()),
+                list(&mut stored.iter().map(|f| f.as_ref()))
+            )));
+        }
+        for (name, value) in &c.properties {
+            let same = if name == BUCKETS_PROPERTY {
+                parse_buckets(value).is_ok_and(|b| b == meta.buckets)
+            } else {
+                meta.properties.get(name) == Some(value)
+            };
+            if !same {
+                return Err(refuse(format!(
+                    "it sets {name} = '{value}', and the table has {}; a table keeps its \
+                     properties",
+                    match meta.properties.get(name) {
+                        Some(stored) => format!("'{stored}'"),
+                        None => "none".to_string(),
+                    }
+                )));
+            }
+        }
+        if c.expectations == meta.decl.expectations {
+            return Ok(());
+        }
+        if let Some(flow) = meta.flows.values().find(|f| f.source.is_snapshot()) {
+            if !c.expectations.is_empty() {
+                return Err(refuse(format!(
+                    "its expectations would apply to snapshot flow '{}', and a snapshot flow \
+                     takes none",
+                    flow.name
+                )));
+            }
+        }
+        let decl = TableDecl {
+            declared_columns: meta.decl.declared_columns,
+            expectations: c.expectations.clone(),
+        };
+        Edit::new(EditKind::SetProperties)
+            .metadata(MetadataChange::Set(
+                TABLE_KEY.to_string(),
+                serde_json::to_string(&decl).map_err(delta_err)?,
+            ))
+            .commit(table)
+            .await?;
+        table.refresh().await
     }
 
     /// `<t>__rejects` of a target with rejects on, unless it exists.

@@ -226,9 +226,9 @@ fn declared_columns(
             "COLUMNS",
             format!(
                 "the flow's columns ({}) do not match the columns declared for the target ({}); \
-                 a declared target keeps its columns: declare them again with \
-                 CREATE OR REFRESH STREAMING TABLE and run REFRESH ... FULL, or let the \
-                 target take its flows' columns by declaring none",
+                 a declared target keeps its columns: drop it and create it again with \
+                 the flow's columns, or let the target take its flows' columns by \
+                 declaring none",
                 flow_columns.join(", "),
                 existing_names
                     .iter()

@@ -13,9 +13,6 @@ use arrow::array::{Array, ArrayRef, AsArray, Int32Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Decimal128Type, Field, Int64Type};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
-use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
-};
 
 use super::properties::BUCKETS_PROPERTY;
 
@@ -110,48 +107,6 @@ pub fn bucket_array(keys: &[ArrayRef], rows: usize, buckets: i32) -> Result<Int3
         .into_iter()
         .map(|h| (h % buckets as u64) as i32)
         .collect())
-}
-
-/// `__cdc_bucket(buckets, k1, k2, ...)`: the bucket of a key, as a scalar
-/// function for plans (used to find the buckets an update touches).
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct BucketUdf {
-    signature: Signature,
-    buckets: i32,
-}
-
-impl BucketUdf {
-    /// The function for a table with `buckets` buckets.
-    pub fn new(buckets: i32) -> Self {
-        Self {
-            signature: Signature::variadic_any(Volatility::Immutable),
-            buckets,
-        }
-    }
-}
-
-impl ScalarUDFImpl for BucketUdf {
-    fn name(&self) -> &str {
-        BUCKET_COL
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Int32)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let rows = args.number_rows;
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        Ok(ColumnarValue::Array(Arc::new(bucket_array(
-            &arrays,
-            rows,
-            self.buckets,
-        )?)))
-    }
 }
 
 /// The bucket column's field.

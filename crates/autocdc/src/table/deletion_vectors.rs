@@ -116,6 +116,15 @@ pub async fn read_vector(
                 .map_err(|_| dv_error(format!("negative size in '{path}'")))?;
             // size prefix, magic + bitmap, CRC
             let bytes = store.get_range(&path, offset..offset + 4 + size + 4).await?;
+            // (a store clamps a range to the object's end: a short read is
+            // a truncated file)
+            if bytes.len() as u64 != 4 + size + 4 {
+                return Err(dv_error(format!(
+                    "'{path}' at {offset}: {} bytes where the descriptor says {}: the file is truncated",
+                    bytes.len(),
+                    4 + size + 4
+                )));
+            }
             let stated = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as u64;
             if stated != size {
                 return Err(dv_error(format!(
@@ -443,16 +452,25 @@ fn rows_to_probe(
             .map(|o| o.page_locations());
         let index = column_index.get(g).and_then(|columns| columns.get(leaf));
         let runs: Vec<Range<usize>> = match (pages, index) {
-            (Some(pages), Some(index)) if !pages.is_empty() => (0..pages.len())
-                .filter(|&p| values.page_may_hold(index, p, admitted))
-                .map(|p| {
-                    let start = pages[p].first_row_index.max(0) as usize;
-                    let end = pages
-                        .get(p + 1)
-                        .map_or(rows, |next| next.first_row_index.max(0) as usize);
-                    start..end.min(rows)
-                })
-                .collect(),
+            // (pages in row order, as every writer puts them; a damaged
+            // offset index reads the whole row group)
+            (Some(pages), Some(index))
+                if !pages.is_empty()
+                    && pages
+                        .windows(2)
+                        .all(|w| w[0].first_row_index <= w[1].first_row_index) =>
+            {
+                (0..pages.len())
+                    .filter(|&p| values.page_may_hold(index, p, admitted))
+                    .map(|p| {
+                        let start = pages[p].first_row_index.max(0) as usize;
+                        let end = pages
+                            .get(p + 1)
+                            .map_or(rows, |next| next.first_row_index.max(0) as usize);
+                        start..end.min(rows)
+                    })
+                    .collect()
+            }
             _ => std::iter::once(0..rows).collect(),
         };
         for run in runs.into_iter().filter(|r| !r.is_empty()) {
@@ -624,6 +642,22 @@ mod tests {
         let err = read_vector(&store, &descriptor).await.unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
         descriptor.size_in_bytes += 1;
+        assert!(read_vector(&store, &descriptor).await.is_err());
+        descriptor.size_in_bytes -= 1;
+        // a truncated file: the store returns the bytes it has
+        let bytes = store.get(&path).await?.bytes().await?;
+        for keep in [3, 6, bytes.len() - 1] {
+            store
+                .put(&path, PutPayload::from(bytes.slice(..keep)))
+                .await?;
+            let err = read_vector(&store, &descriptor).await.unwrap_err();
+            assert!(
+                err.to_string().contains("the file is truncated"),
+                "{keep}: {err}"
+            );
+        }
+        // (cut before the vector starts: the store refuses the range)
+        store.put(&path, PutPayload::from(bytes.slice(..0))).await?;
         assert!(read_vector(&store, &descriptor).await.is_err());
         Ok(())
     }

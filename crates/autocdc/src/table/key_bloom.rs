@@ -155,7 +155,9 @@ impl KeyValues {
         page: usize,
         keys: &[usize],
     ) -> bool {
-        if matches!(index, ColumnIndexMetaData::NONE) {
+        // (no index, or one that does not describe this page: a foreign
+        // or damaged file, read as if unindexed)
+        if matches!(index, ColumnIndexMetaData::NONE) || page as u64 >= index.num_pages() {
             return true;
         }
         if index.is_null_page(page) {

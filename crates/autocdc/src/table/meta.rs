@@ -127,18 +127,18 @@ impl TableMeta {
             system_start_at_type,
             update_list: delta_schema.field_with_name(UPDATE_LIST_COL).is_ok(),
             flows,
-            buckets: configuration
-                .get(BUCKETS_PROPERTY)
-                .and_then(|b| b.parse().ok())
-                .unwrap_or(DEFAULT_BUCKETS),
+            buckets: match configuration.get(BUCKETS_PROPERTY) {
+                Some(value) => parse_buckets(value).map_err(DataFusionError::Plan)?,
+                None => DEFAULT_BUCKETS,
+            },
             compression: match configuration.get(COMPRESSION_PROPERTY) {
                 Some(value) => parse_compression(value).map_err(DataFusionError::Plan)?,
                 None => FileCompression::default(),
             },
-            tombstone_retention_secs: configuration
-                .get(TOMBSTONE_GC_PROPERTY)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(DEFAULT_TOMBSTONE_GC_SECS),
+            tombstone_retention_secs: match configuration.get(TOMBSTONE_GC_PROPERTY) {
+                Some(value) => parse_tombstone_retention(value).map_err(DataFusionError::Plan)?,
+                None => DEFAULT_TOMBSTONE_GC_SECS,
+            },
             properties: configuration.clone(),
         })
     }
@@ -167,6 +167,40 @@ pub fn parse_compression(value: &str) -> std::result::Result<FileCompression, St
             names.join(", ")
         )
     })
+}
+
+/// Most buckets a table may have: each is at least one file per update
+/// that touches it.
+pub const MAX_BUCKETS: i32 = 65_536;
+
+/// The bucket count a value of `autocdc.buckets` names, or what is wrong
+/// with it. (A stored row stays in its bucket: a value that cannot be read
+/// is an error, never a default, or updates would miss stored rows.)
+pub fn parse_buckets(value: &str) -> std::result::Result<i32, String> {
+    value
+        .trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|b| (1..=MAX_BUCKETS).contains(b))
+        .ok_or_else(|| {
+            format!("{BUCKETS_PROPERTY} must be an integer from 1 to {MAX_BUCKETS}, got '{value}'")
+        })
+}
+
+/// The tombstone retention a value of
+/// `pipelines.cdc.tombstoneGCThresholdInSeconds` names, or what is wrong
+/// with it.
+pub fn parse_tombstone_retention(value: &str) -> std::result::Result<i64, String> {
+    value
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|s| *s >= 0)
+        .ok_or_else(|| {
+            format!(
+                "{TOMBSTONE_GC_PROPERTY} must be a whole number of seconds, 0 or more, got '{value}'"
+            )
+        })
 }
 
 /// A change of a table's metadata, made by the commit that carries it.

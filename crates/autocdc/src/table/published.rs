@@ -318,10 +318,12 @@ async fn hidden_rows(store: &Arc<dyn ObjectStore>, add: &Add) -> Result<(Roaring
     while let Some(batch) = stream.try_next().await? {
         let kinds = batch
             .column_by_name(KIND_COL)
+            .and_then(|c| c.as_primitive_opt::<Int8Type>())
             .ok_or_else(|| {
-                DataFusionError::Execution(format!("state file '{path}' has no {KIND_COL}"))
-            })?
-            .as_primitive::<Int8Type>();
+                DataFusionError::Execution(format!(
+                    "state file '{path}' has no {KIND_COL} column of 8-bit integers"
+                ))
+            })?;
         // positions come in increasing order: appended, not inserted
         let visible = Kind::Upsert as i8;
         for (i, kind) in kinds.values().iter().enumerate() {

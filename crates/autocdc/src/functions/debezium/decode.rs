@@ -87,6 +87,8 @@ pub(crate) const OP_COL: &str = "_op";
 pub(crate) const SEQ_COL: &str = "_seq";
 /// Name of the struct column holding the event's `before` row.
 pub(crate) const BEFORE_COL: &str = "_before";
+/// Most events in one decoded batch.
+const MAX_BATCH_ROWS: usize = 1 << 20;
 
 /// A line [`DebeziumLayout::decode_lenient`] left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,7 +233,9 @@ impl DebeziumLayout {
         lines: impl Iterator<Item = (usize, &'a [u8])>,
         batch_rows: usize,
     ) -> Result<Vec<RecordBatch>> {
-        let batch_rows = batch_rows.max(1);
+        // (at most a million lines a batch, whatever batch size the session
+        // asks for: buffers are sized by it)
+        let batch_rows = batch_rows.clamp(1, MAX_BATCH_ROWS);
         let mut lines = lines.peekable();
         let Some(&(first_no, first)) = lines.peek() else {
             return Ok(vec![]);

@@ -82,6 +82,14 @@ pub async fn merge(
     };
     let flow = keyed_flow(&table, "MERGE")?;
     let key_index = key_positions(&table, &flow)?;
+    if key_index.is_empty() {
+        // (an append flow's table: rows without keys, so nothing to match)
+        return Err(refuse(format!(
+            "the table has no keys (flow '{}' appends rows), and MERGE matches rows by key; \
+             use INSERT, UPDATE or DELETE",
+            flow.name
+        )));
+    }
     // the columns clauses read and write: the user columns (SCD 2: and the
     // business interval; a version is identified by its key and start)
     let (user, identity) = match &history {
@@ -244,7 +252,13 @@ pub async fn merge(
                 continue;
             }
             let n = clauses.value(row) as usize;
-            match &merge.clauses[n].action {
+            let Some(clause) = merge.clauses.get(n) else {
+                return Err(DataFusionError::Internal(format!(
+                    "MERGE INTO {name}: clause {n} chosen, of {}",
+                    merge.clauses.len()
+                )));
+            };
+            match &clause.action {
                 MergeAction::Update(_) => {
                     let set = values
                         .iter()
