@@ -19,7 +19,8 @@
 //! ```
 //! puts the warehouse behind `object_store`'s `ThrottledStore`: every get,
 //! list and put waits that long first, as on a remote object store, so the
-//! medians show what the requests cost there.
+//! medians show what the requests cost there. With `DML_TRACE=1` every
+//! request is printed (to stderr) after the statement that makes it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,6 +72,11 @@ impl fmt::Display for CountingStore {
     }
 }
 
+/// Whether to print every request (`DML_TRACE=1`), each statement first.
+fn tracing() -> bool {
+    std::env::var_os("DML_TRACE").is_some()
+}
+
 fn count(counter: &AtomicUsize) {
     counter.fetch_add(1, Ordering::SeqCst);
 }
@@ -84,6 +90,9 @@ impl ObjectStore for CountingStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         count(&self.requests.puts);
+        if tracing() {
+            eprintln!("PUT {location}");
+        }
         self.inner.put_opts(location, payload, opts).await
     }
     async fn put_multipart_opts(
@@ -100,6 +109,9 @@ impl ObjectStore for CountingStore {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         count(&self.requests.gets);
+        if tracing() {
+            eprintln!("GET {location} {:?} head={}", options.range, options.head);
+        }
         self.inner.get_opts(location, options).await
     }
     fn delete_stream(
@@ -111,6 +123,9 @@ impl ObjectStore for CountingStore {
     }
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         count(&self.requests.lists);
+        if tracing() {
+            eprintln!("LIST {prefix:?}");
+        }
         self.inner.list(prefix)
     }
     fn list_with_offset(
@@ -119,6 +134,9 @@ impl ObjectStore for CountingStore {
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         count(&self.requests.lists);
+        if tracing() {
+            eprintln!("LISTOFF {prefix:?} {offset}");
+        }
         self.inner.list_with_offset(prefix, offset)
     }
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
@@ -165,6 +183,9 @@ type Run = (f64, [usize; 4]);
 
 async fn run(session: &CdcSession, requests: &Requests, sql: &str) -> Result<Run> {
     requests.take();
+    if tracing() {
+        eprintln!("=== {}", &sql[..sql.len().min(60)]);
+    }
     let start = Instant::now();
     session.sql(sql).await?.collect().await?;
     Ok((start.elapsed().as_secs_f64(), requests.take()))

@@ -475,15 +475,19 @@ impl BucketWriter {
 
     async fn close(&mut self, bucket: i32, mut file: OpenFile) -> Result<()> {
         file.write_held(&self.sort_keys).await?;
-        file.writer.close().await?;
-        let meta = self.store.head(&file.path).await.map_err(io_err)?;
+        file.writer.finish().await?;
+        // (the writer counted the bytes it uploaded: no request to ask the
+        // store the size)
+        let size = file.writer.bytes_written();
         self.adds.push(Add {
             path: file.path.to_string(),
             partition_values: [(BUCKET_COL.to_string(), Some(bucket.to_string()))]
                 .into_iter()
                 .collect(),
-            size: meta.size as i64,
-            modification_time: meta.last_modified.timestamp_millis(),
+            size: i64::try_from(size).map_err(|_| {
+                DataFusionError::Internal(format!("file '{}' of {size} bytes", file.path))
+            })?,
+            modification_time: chrono::Utc::now().timestamp_millis(),
             data_change: true,
             stats: Some(format!("{{\"numRecords\":{}}}", file.rows)),
             tags: self
@@ -576,6 +580,12 @@ mod tests {
                     .await?
                     .bytes()
                     .await?;
+                assert_eq!(
+                    add.size,
+                    bytes.len() as i64,
+                    "{}: the size uploaded",
+                    add.path
+                );
                 let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
                 for group in builder.metadata().row_groups() {
                     for column in group.columns() {
