@@ -4,10 +4,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
+use datafusion::logical_expr::{
+    DmlStatement, LogicalPlan, TableScan, UserDefinedLogicalNode, WriteOp,
+};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
@@ -19,6 +24,7 @@ use crate::logical::{
     AutoCdcNode, CdcCommitNode, CdcWriteNode, ExpectationsNode, RejectsNode, SnapshotDiffNode,
     StagedEventsNode,
 };
+use crate::table::ScdTable;
 
 /// Plans `AutoCdcNode`, `SnapshotDiffNode`, `CdcWriteNode` and `CdcCommitNode`.
 #[derive(Debug, Default)]
@@ -145,8 +151,60 @@ impl QueryPlanner for CdcQueryPlanner {
         logical_plan: &LogicalPlan,
         session_state: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let logical_plan = without_target_scans(logical_plan.clone())?;
         DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CdcExtensionPlanner)])
-            .create_physical_plan(logical_plan, session_state)
+            .create_physical_plan(&logical_plan, session_state)
             .await
     }
+}
+
+/// `plan` with the target scan of each `UPDATE` and `DELETE` of a streaming
+/// table made a scan of no rows (same columns, filters and assignments).
+///
+/// DataFusion plans such a statement's input — the target's scan under its
+/// `WHERE` and `SET` — before it asks the target's provider for the
+/// statement's plan, which does not use it: [`ScdTable`]'s hooks take the
+/// filters and assignments and find the rows by key. Planning a streaming
+/// table's scan reads the metadata of every data file (deltalake reads the
+/// deletion vectors and footers of all of them), a cost that grew with the
+/// table, not with the statement.
+fn without_target_scans(plan: LogicalPlan) -> Result<LogicalPlan> {
+    Ok(plan
+        .transform_down(|node| {
+            let LogicalPlan::Dml(dml) = &node else {
+                return Ok(Transformed::no(node));
+            };
+            let streaming = source_as_provider(&dml.target)
+                .is_ok_and(|p| p.downcast_ref::<ScdTable>().is_some());
+            if !matches!(dml.op, WriteOp::Update | WriteOp::Delete) || !streaming {
+                return Ok(Transformed::no(node));
+            }
+            let input = Arc::unwrap_or_clone(Arc::clone(&dml.input))
+                .transform_down(|input| match input {
+                    LogicalPlan::TableScan(scan) if scan.table_name == dml.table_name => {
+                        let empty = EmptyTable::new(scan.source.schema());
+                        let scan = TableScan {
+                            source: provider_as_source(Arc::new(empty)),
+                            ..scan
+                        };
+                        Ok(Transformed::new(
+                            LogicalPlan::TableScan(scan),
+                            true,
+                            TreeNodeRecursion::Stop,
+                        ))
+                    }
+                    other => Ok(Transformed::no(other)),
+                })?
+                .data;
+            let dml = DmlStatement {
+                input: Arc::new(input),
+                ..dml.clone()
+            };
+            Ok(Transformed::new(
+                LogicalPlan::Dml(dml),
+                true,
+                TreeNodeRecursion::Jump,
+            ))
+        })?
+        .data)
 }
