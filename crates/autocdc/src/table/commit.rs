@@ -249,7 +249,7 @@ pub async fn commit_written(
             target: request.target.to_string(),
             cause: e.to_string(),
         })?;
-    request.table.refresh().await?;
+    request.table.committed(commit.snapshot()).await?;
     request.table.publish().await?;
     Ok(CommitOutcome {
         version: commit.version() as i64,
@@ -497,7 +497,7 @@ impl Edit {
             .build(Some(snapshot), log_store, self.kind.operation())
             .await
             .map_err(delta_err)?;
-        table.refresh().await?;
+        table.committed(commit.snapshot()).await?;
         if publish {
             table.publish().await?;
         }

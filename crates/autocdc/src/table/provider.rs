@@ -19,6 +19,7 @@ use datafusion::logical_expr::{
     cast, col, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType,
 };
 use datafusion::physical_plan::ExecutionPlan;
+use deltalake_core::table::state::DeltaTableState;
 use deltalake_core::DeltaTable;
 
 use super::delta_err;
@@ -241,6 +242,18 @@ impl ScdTable {
     pub async fn refresh(&self) -> Result<()> {
         let mut table = self.delta();
         table.update_state().await.map_err(delta_err)?;
+        self.set(table).await
+    }
+
+    /// Take `state`, the table's state after a commit made here (deltalake
+    /// brought it up to the commit it made: no need to read the log again).
+    pub async fn committed(&self, state: DeltaTableState) -> Result<()> {
+        let mut table = self.delta();
+        table.state = Some(state);
+        self.set(table).await
+    }
+
+    async fn set(&self, table: DeltaTable) -> Result<()> {
         let loaded = Self::loaded(table).await?;
         *self
             .loaded

@@ -99,6 +99,10 @@ pub struct PublishedLocation {
     /// clones of this location): the next publish reads only the commits
     /// made since, instead of the whole log again.
     last: Arc<tokio::sync::Mutex<Option<DeltaTable>>>,
+    /// The last state version published from here, and the published
+    /// version that published it: while the published table is still at
+    /// that version, [`publish`] need not read its log for it.
+    published: Arc<std::sync::Mutex<Option<(u64, i64)>>>,
 }
 
 impl PublishedLocation {
@@ -108,6 +112,7 @@ impl PublishedLocation {
             url,
             store,
             last: Arc::default(),
+            published: Arc::default(),
         }
     }
 
@@ -130,6 +135,22 @@ impl PublishedLocation {
             .await?;
         *last = Some(table.clone());
         Ok(table)
+    }
+
+    /// The state version published from here by published version `at`,
+    /// if that is the last publish made here.
+    fn last_published(&self, at: u64) -> Option<i64> {
+        let published = self.published.lock().ok()?;
+        published
+            .filter(|(version, _)| *version == at)
+            .map(|(_, seen)| seen)
+    }
+
+    /// Published version `version` published state version `seen`.
+    fn remember(&self, version: u64, seen: i64) {
+        if let Ok(mut published) = self.published.lock() {
+            *published = Some((version, seen));
+        }
     }
 
     /// A builder of the published table.
@@ -182,19 +203,27 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
             }
             Err(e) => return Err(delta_err(e)),
         };
-        let seen = table
-            .snapshot()
-            .map_err(delta_err)?
-            .transaction_version(table.log_store().as_ref(), STATE_APP_ID)
-            .await
-            .map_err(delta_err)?
-            .unwrap_or(0);
+        let cached = table.version().and_then(|at| published.last_published(at));
+        let seen = match cached {
+            Some(seen) => seen,
+            None => table
+                .snapshot()
+                .map_err(delta_err)?
+                .transaction_version(table.log_store().as_ref(), STATE_APP_ID)
+                .await
+                .map_err(delta_err)?
+                .unwrap_or(0),
+        };
         if seen >= state_version {
             return Ok(last);
         }
         // one published commit per state version: the published table's
         // versions are the state store's
-        match commit(state, &table, seen + 1, &user_schema).await {
+        let outcome = commit(state, &table, seen + 1, &user_schema).await;
+        if let Ok(Some(version)) = &outcome {
+            published.remember(*version, seen + 1);
+        }
+        match outcome {
             // the last version published: nothing to load again
             Ok(version) if seen + 1 >= state_version => return Ok(version.or(last)),
             Ok(version) => {
