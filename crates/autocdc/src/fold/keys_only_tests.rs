@@ -128,6 +128,7 @@ fn spec(stored_as: ScdType, layout: EventLayout, partial: Option<PartialUpdates>
         indexed_fold: false,
         indexed_fold_max_bytes: 0,
         visible_only: false,
+        late_through: None,
     }
 }
 

@@ -13,6 +13,7 @@ pub mod errors;
 pub mod event_index;
 pub mod index_sorted;
 pub mod kernel;
+pub mod late;
 pub mod pairs;
 pub mod partial;
 pub mod per_column;
@@ -117,6 +118,10 @@ pub struct FoldSpec {
     /// query's relation), never for one a target stores.
     #[serde(default)]
     pub visible_only: bool,
+    /// The target's snapshot watermark (text of the sequence's type): new
+    /// events at or below it are late ([`late`]). `None`: no snapshot yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_through: Option<String>,
 }
 
 impl FoldSpec {

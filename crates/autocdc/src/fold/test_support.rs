@@ -123,6 +123,7 @@ pub fn spec(stored_as: ScdType, tracked: Vec<usize>, partial: Option<PartialUpda
         indexed_fold: false,
         indexed_fold_max_bytes: 0,
         visible_only: false,
+        late_through: None,
     }
 }
 

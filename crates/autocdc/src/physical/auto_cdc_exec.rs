@@ -55,6 +55,7 @@ use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
 use crate::fold::columns::{Origin, KIND_COL, SEQ_COL};
+use crate::fold::late::LateEvents;
 use crate::fold::{
     FoldCounts, FoldEngine, FoldKernel, FoldSpec, IndexSortedFold, IndexedScd1Fold,
     IndexedScd2Fold, Kind, ScdType,
@@ -224,7 +225,11 @@ impl DisplayAs for AutoCdcExec {
                     keys.join(", "),
                     self.spec.stored_as,
                     self.engine().name()
-                )
+                )?;
+                match &self.spec.late_through {
+                    Some(through) => write!(f, ", late_through={through}"),
+                    None => Ok(()),
+                }
             }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.spec.flow)?;
@@ -405,6 +410,24 @@ impl Counters {
     }
 }
 
+/// `input` without the events late against the target's snapshot
+/// watermark ([`LateEvents`]), counted as input rows and as late.
+fn without_late_events(
+    input: SendableRecordBatchStream,
+    late: LateEvents,
+    counters: &Counters,
+) -> SendableRecordBatchStream {
+    let (input_rows, late_rows) = (counters.input_rows.clone(), counters.late.clone());
+    let schema = input.schema();
+    let events = input.map(move |batch| {
+        let (kept, dropped) = late.drop_late(&batch?)?;
+        input_rows.add(dropped);
+        late_rows.add(dropped);
+        Ok(kept)
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, events))
+}
+
 impl FoldState {
     /// Next output batch, or `None` at the end.
     async fn next(&mut self) -> Result<Option<RecordBatch>> {
@@ -542,6 +565,13 @@ impl ExecutionPlan for AutoCdcExec {
         let truncates = Arc::clone(&self.truncates);
         let cell = Arc::clone(&self.truncate_sequences);
         let counters = Counters::new(&self.metrics, partition);
+        let input = match &self.spec.late_through {
+            Some(through) => {
+                let late = LateEvents::try_new(&self.spec.layout, &input.schema(), through)?;
+                without_late_events(input, late, &counters)
+            }
+            None => input,
+        };
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let schema = Arc::clone(&self.schema);
         let state = async move {

@@ -207,6 +207,7 @@ pub(crate) fn fold_spec(
         indexed_fold: options.indexed_fold,
         indexed_fold_max_bytes: options.indexed_fold_max_bytes,
         visible_only: false,
+        late_through: None,
     }
 }
 
@@ -305,6 +306,8 @@ pub async fn plan_update(
     let rejecting = matches!(source, UpdateSource::Changes) && takes_rejects(&meta.properties);
     // `truncates`: whether the update has truncate events (snapshots never
     // truncate, nor flows without APPLY AS TRUNCATE)
+    // the snapshot watermark new events are late against (`fold::late`)
+    let mut late_through = None;
     let (mut resolved, events, truncates, new_wins_ties) = match source {
         UpdateSource::Changes | UpdateSource::Dml(_) => {
             let dml = matches!(source, UpdateSource::Dml(_));
@@ -326,26 +329,16 @@ pub async fn plan_update(
                 events = with_origin(events, Origin::Dml)?;
             }
             // change events not newer than the last snapshot are older than
-            // an authoritative state and dropped (what DML writes is not)
+            // an authoritative state: late (what DML writes is not; the fold
+            // takes them out, `fold::late`)
             if let Some(watermark) = meta
                 .properties
                 .get(SNAPSHOT_WATERMARK_PROPERTY)
                 .filter(|_| !dml)
             {
-                let watermark =
-                    ScalarValue::try_from_string(watermark.clone(), &resolved.sequence_type)?;
-                let mut newer = col(SEQ_COL).gt(lit(watermark));
-                if flow.apply_as_truncates.is_some() {
-                    newer = newer.or(col(KIND_COL).eq(lit(Kind::Truncate as i8)));
-                }
-                // a NULL sequence or key is an error (or a reject) however
-                // old the event: the fold or the rejects see it
-                newer = newer.or(col(SEQ_COL).is_null());
-                for &k in &resolved.layout.key_indices {
-                    let key = Column::new_unqualified(&resolved.layout.target_columns[k]);
-                    newer = newer.or(Expr::Column(key).is_null());
-                }
-                events = LogicalPlanBuilder::from(events).filter(newer)?.build()?;
+                // (refused now rather than when the fold runs)
+                ScalarValue::try_from_string(watermark.clone(), &resolved.sequence_type)?;
+                late_through = Some(watermark.clone());
             }
             let truncates = flow.apply_as_truncates.is_some();
             (resolved, events, truncates, false)
@@ -699,7 +692,8 @@ pub async fn plan_update(
         )
     };
 
-    let fold_spec = fold_spec(state, flow, &resolved, new_wins_ties);
+    let mut fold_spec = fold_spec(state, flow, &resolved, new_wins_ties);
+    fold_spec.late_through = late_through;
     let fold = AutoCdcNode::try_new(fold_spec, event_plan, truncate_plan)?;
     let fold = LogicalPlan::Extension(Extension {
         node: Arc::new(fold),

@@ -32,6 +32,7 @@ fn events(seed: u64, count: usize) -> Vec<Ev> {
 fn query_spec(tracked: Vec<usize>) -> FoldSpec {
     FoldSpec {
         visible_only: true,
+        late_through: None,
         ..spec(ScdType::Type2, tracked, None)
     }
 }
