@@ -22,26 +22,24 @@
 //! medians show what the requests cost there. With `DML_TRACE=1` every
 //! request is printed (to stderr) after the statement that makes it.
 
-use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::error::Result;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
-use futures::stream::BoxStream;
 use object_store::memory::InMemory;
-use object_store::path::Path;
 use object_store::throttle::{ThrottleConfig, ThrottledStore};
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-};
 
-/// Requests of one kind seen by a [`CountingStore`].
+// (what the tests use; the trace prints its requests' fields)
+#[allow(dead_code)]
+#[path = "../crates/autocdc/tests/common/observed_store.rs"]
+mod observed_store;
+use observed_store::{ObservedStore, Observer, Request};
+
+/// Counts the requests of each kind (and prints them with `DML_TRACE=1`).
 #[derive(Debug, Default)]
 struct Requests {
     gets: AtomicUsize,
@@ -57,110 +55,25 @@ impl Requests {
     }
 }
 
-/// An object store counting the requests it passes on. `get_ranges` is left
-/// to the trait's default, so each coalesced range counts as one get, as on
-/// a remote store.
-#[derive(Debug)]
-struct CountingStore {
-    inner: Arc<dyn ObjectStore>,
-    requests: Arc<Requests>,
-}
-
-impl fmt::Display for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CountingStore({})", self.inner)
+impl Observer for Requests {
+    fn request(&self, request: Request<'_>) -> object_store::Result<()> {
+        if tracing() {
+            eprintln!("{request:?}");
+        }
+        let counter = match request {
+            Request::Get { .. } => &self.gets,
+            Request::List { .. } => &self.lists,
+            Request::Put { .. } => &self.puts,
+            Request::Other => &self.others,
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 }
 
 /// Whether to print every request (`DML_TRACE=1`), each statement first.
 fn tracing() -> bool {
     std::env::var_os("DML_TRACE").is_some()
-}
-
-fn count(counter: &AtomicUsize) {
-    counter.fetch_add(1, Ordering::SeqCst);
-}
-
-#[async_trait]
-impl ObjectStore for CountingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        count(&self.requests.puts);
-        if tracing() {
-            eprintln!("PUT {location}");
-        }
-        self.inner.put_opts(location, payload, opts).await
-    }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        count(&self.requests.puts);
-        self.inner.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        count(&self.requests.gets);
-        if tracing() {
-            eprintln!("GET {location} {:?} head={}", options.range, options.head);
-        }
-        self.inner.get_opts(location, options).await
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        count(&self.requests.others);
-        self.inner.delete_stream(locations)
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        count(&self.requests.lists);
-        if tracing() {
-            eprintln!("LIST {prefix:?}");
-        }
-        self.inner.list(prefix)
-    }
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        count(&self.requests.lists);
-        if tracing() {
-            eprintln!("LISTOFF {prefix:?} {offset}");
-        }
-        self.inner.list_with_offset(prefix, offset)
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        count(&self.requests.lists);
-        self.inner.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        count(&self.requests.others);
-        self.inner.copy_opts(from, to, options).await
-    }
-    async fn rename_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: RenameOptions,
-    ) -> object_store::Result<()> {
-        count(&self.requests.others);
-        self.inner.rename_opts(from, to, options).await
-    }
 }
 
 /// Events for the keys `ids`, values tagged `tag`, at sequence `seq`.
@@ -231,18 +144,15 @@ async fn main() -> Result<()> {
             ..ThrottleConfig::default()
         },
     );
-    let requests = Arc::new(Requests::default());
-    let store = Arc::new(CountingStore {
-        inner: Arc::new(throttled),
-        requests: requests.clone(),
-    });
-    let session = CdcSession::open(AutoCdcConfig::in_memory_on(store)).await?;
+    let store = Arc::new(ObservedStore::new(Arc::new(throttled), Requests::default()));
+    let session = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    let requests = store.observer();
     let ctx = session.context();
     ctx.register_batch("feed", events(0..keys, "v", 1)?)?;
     session.sql("CREATE STREAMING TABLE t").await?;
     let (load, _) = run(
         &session,
-        &requests,
+        requests,
         "CREATE FLOW f AS AUTO CDC INTO t FROM feed KEYS (id) SEQUENCE BY seq",
     )
     .await?;
@@ -258,7 +168,7 @@ async fn main() -> Result<()> {
     for round in 0..3 {
         ctx.deregister_table("feed")?;
         ctx.register_batch("feed", events(hundred(round, 0), "r", 2 + round)?)?;
-        refreshes.push(run(&session, &requests, "REFRESH STREAMING TABLE t").await?);
+        refreshes.push(run(&session, requests, "REFRESH STREAMING TABLE t").await?);
         let list = |part| {
             hundred(round, part)
                 .map(|k| k.to_string())
@@ -268,7 +178,7 @@ async fn main() -> Result<()> {
         updates.push(
             run(
                 &session,
-                &requests,
+                requests,
                 &format!("UPDATE t SET v = 'u' WHERE id IN ({})", list(1)),
             )
             .await?,
@@ -276,7 +186,7 @@ async fn main() -> Result<()> {
         deletes.push(
             run(
                 &session,
-                &requests,
+                requests,
                 &format!("DELETE FROM t WHERE id IN ({})", list(2)),
             )
             .await?,
@@ -286,7 +196,7 @@ async fn main() -> Result<()> {
         merges.push(
             run(
                 &session,
-                &requests,
+                requests,
                 "MERGE INTO t USING changes c ON t.id = c.id \
                  WHEN MATCHED THEN UPDATE SET v = c.v",
             )
@@ -296,7 +206,7 @@ async fn main() -> Result<()> {
         one_row.push(
             run(
                 &session,
-                &requests,
+                requests,
                 &format!("UPDATE t SET v = 'o' WHERE id = {key}"),
             )
             .await?,
@@ -305,15 +215,15 @@ async fn main() -> Result<()> {
         // deletion vectors)
         run(
             &session,
-            &requests,
+            requests,
             "SET autocdc.deletion_vector_max_fraction = 0",
         )
         .await?;
         let sql = format!("UPDATE t SET v = 'w' WHERE id IN ({})", list(3));
-        rewrites.push(run(&session, &requests, &sql).await?);
+        rewrites.push(run(&session, requests, &sql).await?);
         run(
             &session,
-            &requests,
+            requests,
             "SET autocdc.deletion_vector_max_fraction = 0.1",
         )
         .await?;

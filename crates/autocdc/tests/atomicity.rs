@@ -10,22 +10,18 @@
 //! deltalake (its rows and its change data feed): the calls of both stores
 //! (the state store and the published table) are counted.
 
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
-use futures::stream::{BoxStream, StreamExt};
 use object_store::memory::InMemory;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::ObjectStore;
 
-/// How an armed [`FaultyStore`] misbehaves at its `n`-th call.
+mod common;
+use common::observed_store::{ObservedStore, Observer, Request};
+
+/// How armed [`Faults`] misbehave at the `n`-th call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     /// That call fails; later calls succeed.
@@ -34,26 +30,17 @@ enum Fault {
     Crash,
 }
 
-/// An object store (over a shared in-memory store) whose `n`-th call of any
-/// kind — get, list, put, copy, delete — fails, or after which every call
-/// fails.
-#[derive(Debug)]
-struct FaultyStore {
-    inner: Arc<InMemory>,
+/// Makes the `n`-th call of any kind — get, list, put, copy, delete — to an
+/// [`ObservedStore`] (over a shared in-memory store) fail, or every call
+/// from it on.
+#[derive(Debug, Default)]
+struct Faults {
     calls: AtomicUsize,
     fail_at: AtomicUsize,
     crash: AtomicBool,
 }
 
-impl FaultyStore {
-    fn new(inner: Arc<InMemory>) -> Self {
-        Self {
-            inner,
-            calls: AtomicUsize::new(0),
-            fail_at: AtomicUsize::new(0),
-            crash: AtomicBool::new(false),
-        }
-    }
+impl Faults {
     /// Misbehave at the `n`-th call from now (0: never).
     fn arm(&self, n: usize, fault: Fault) {
         self.calls.store(0, Ordering::SeqCst);
@@ -64,7 +51,10 @@ impl FaultyStore {
         let at = self.fail_at.load(Ordering::SeqCst);
         at > 0 && self.calls.load(Ordering::SeqCst) >= at
     }
-    fn call(&self) -> object_store::Result<()> {
+}
+
+impl Observer for Faults {
+    fn request(&self, _: Request<'_>) -> object_store::Result<()> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         let at = self.fail_at.load(Ordering::SeqCst);
         let crashed = self.crash.load(Ordering::SeqCst) && at > 0 && n >= at;
@@ -75,72 +65,6 @@ impl FaultyStore {
             });
         }
         Ok(())
-    }
-    fn failing_stream<T: Send + 'static>(
-        &self,
-        ok: BoxStream<'static, object_store::Result<T>>,
-    ) -> BoxStream<'static, object_store::Result<T>> {
-        match self.call() {
-            Ok(()) => ok,
-            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
-        }
-    }
-}
-
-impl fmt::Display for FaultyStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FaultyStore")
-    }
-}
-
-#[async_trait]
-impl ObjectStore for FaultyStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.call()?;
-        self.inner.put_opts(location, payload, opts).await
-    }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.call()?;
-        self.inner.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.call()?;
-        self.inner.get_opts(location, options).await
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.failing_stream(self.inner.delete_stream(locations))
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.failing_stream(self.inner.list(prefix))
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.call()?;
-        self.inner.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.call()?;
-        self.inner.copy_opts(from, to, options).await
     }
 }
 
@@ -352,14 +276,14 @@ async fn check(stored_as: &str, fault: Fault) {
 
     for n in 1.. {
         let memory = Arc::new(InMemory::new());
-        let store = Arc::new(FaultyStore::new(Arc::clone(&memory)));
+        let store = Arc::new(ObservedStore::new(memory.clone(), Faults::default()));
         let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
             .await
             .unwrap();
         setup(&s, stored_as).await;
-        store.arm(n, fault);
+        store.observer().arm(n, fault);
         let failed = second_update(&s, stored_as).await.is_err();
-        let fired = store.fired();
+        let fired = store.observer().fired();
         drop(s);
         // a new process on the same warehouse: readers see the previous or
         // the next state, never a mix; running the update again finishes it

@@ -3,90 +3,35 @@
 //! warehouse sits on a store that records every read.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use datafusion::error::Result;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
-use futures::stream::BoxStream;
 use object_store::memory::InMemory;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
 
-/// An in-memory store recording the objects it is asked to read, with
-/// whether the read was of a range.
+mod common;
+use common::observed_store::{ObservedStore, Observer, Request};
+
+/// Records the objects read, with whether the read was of a range.
 #[derive(Debug, Default)]
-struct RecordingStore {
-    inner: InMemory,
-    reads: Mutex<Vec<(String, bool)>>,
-}
+struct Reads(Mutex<Vec<(String, bool)>>);
 
-impl RecordingStore {
+impl Reads {
     /// The reads so far, then none.
     fn take(&self) -> Vec<(String, bool)> {
-        self.reads
+        self.0
             .lock()
             .map(|mut r| std::mem::take(&mut *r))
             .unwrap_or_default()
     }
 }
 
-impl fmt::Display for RecordingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RecordingStore")
-    }
-}
-
-#[async_trait]
-impl ObjectStore for RecordingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        if let Ok(mut reads) = self.reads.lock() {
-            reads.push((location.to_string(), options.range.is_some()));
+impl Observer for Reads {
+    fn request(&self, request: Request<'_>) -> object_store::Result<()> {
+        if let (Request::Get { location, ranged }, Ok(mut reads)) = (request, self.0.lock()) {
+            reads.push((location.to_string(), ranged));
         }
-        self.inner.get_opts(location, options).await
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        Ok(())
     }
 }
 
@@ -104,7 +49,10 @@ fn buckets_read(reads: &[(String, bool)]) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dml_statement_naming_its_keys_reads_only_their_buckets() -> Result<()> {
-    let store = Arc::new(RecordingStore::default());
+    let store = Arc::new(ObservedStore::new(
+        Arc::new(InMemory::new()),
+        Reads::default(),
+    ));
     let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
     s.sql(
         "CREATE TABLE src AS SELECT value AS id, 'v' || CAST(value AS TEXT) AS v, 1 AS seq \
@@ -127,9 +75,9 @@ async fn a_dml_statement_naming_its_keys_reads_only_their_buckets() -> Result<()
         ("UPDATE t SET v = 'x' WHERE id = 1234", "UPDATE"),
         ("DELETE FROM t WHERE id IN (1500)", "DELETE"),
     ] {
-        store.take();
+        store.observer().take();
         s.sql(statement).await?.collect().await?;
-        let reads = store.take();
+        let reads = store.observer().take();
         let buckets = buckets_read(&reads);
         assert_eq!(
             buckets.len(),

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests (each test file uses some).
 #![allow(dead_code)]
 
+pub mod observed_store;
+
 use proptest::sample::Index;
 
 /// Shuffle `events` deterministically by `order` (xorshift), then split them
