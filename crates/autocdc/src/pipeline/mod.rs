@@ -124,6 +124,7 @@ pub mod append;
 pub mod checkpoint;
 pub mod dependencies;
 pub mod dml;
+mod folders;
 pub mod source;
 pub(crate) mod streams;
 

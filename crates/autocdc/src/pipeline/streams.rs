@@ -47,7 +47,7 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlanBuilder};
 
 use super::checkpoint::{SourceCheckpoint, StreamCheckpoint};
-use super::source;
+use super::folders;
 use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::changes::changes_provider;
 use crate::table::ScdTable;
@@ -342,7 +342,7 @@ pub(super) async fn plan_query(
             }
             let empty = BTreeSet::new();
             let read = folders_before.get(&stream.table).unwrap_or(&empty);
-            let new = source::new_files(state, listing, read).await?;
+            let new = folders::new_files(state, listing, read).await?;
             let alias = format!("{FILES_SCAN_PREFIX}{}", new_files.len());
             replace.insert(
                 stream.table.clone(),
