@@ -83,20 +83,14 @@ impl LateEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fold::test_support::layout;
     use arrow::array::{Int64Array, Int8Array, StringArray};
     use arrow::datatypes::{DataType, Field};
     use std::sync::Arc;
 
     #[test]
     fn only_new_key_events_at_or_below_the_watermark_are_late() -> Result<()> {
-        let layout = EventLayout {
-            target_columns: vec!["id".into(), "v".into()],
-            key_indices: vec![0],
-            system_seq: false,
-            update_list: false,
-            sequence_groups: Vec::new(),
-            group_sequences: false,
-        };
+        let layout = layout(false);
         let schema = Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, true),
             Field::new("v", DataType::Utf8, true),

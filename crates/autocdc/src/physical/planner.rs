@@ -151,11 +151,26 @@ impl QueryPlanner for CdcQueryPlanner {
         logical_plan: &LogicalPlan,
         session_state: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let planner =
+            DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CdcExtensionPlanner)]);
+        if !updates_or_deletes(logical_plan)? {
+            return planner
+                .create_physical_plan(logical_plan, session_state)
+                .await;
+        }
         let logical_plan = without_target_scans(logical_plan.clone())?;
-        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CdcExtensionPlanner)])
+        planner
             .create_physical_plan(&logical_plan, session_state)
             .await
     }
+}
+
+/// Whether `plan` holds an `UPDATE` or a `DELETE` (itself, or under an
+/// `EXPLAIN`): only those are rewritten by [`without_target_scans`].
+fn updates_or_deletes(plan: &LogicalPlan) -> Result<bool> {
+    plan.exists(|node| {
+        Ok(matches!(node, LogicalPlan::Dml(dml) if matches!(dml.op, WriteOp::Update | WriteOp::Delete)))
+    })
 }
 
 /// `plan` with the target scan of each `UPDATE` and `DELETE` of a streaming

@@ -305,10 +305,10 @@ pub async fn plan_update(
     // a target with rejects on takes the failing events of its flows (not
     // of DML, nor of snapshots) out of their updates
     let rejecting = matches!(source, UpdateSource::Changes) && takes_rejects(&meta.properties);
-    // `truncates`: whether the update has truncate events (snapshots never
-    // truncate, nor flows without APPLY AS TRUNCATE)
     // the snapshot watermark new events are late against (`fold::late`)
     let mut late_through = None;
+    // `truncates`: whether the update has truncate events (snapshots never
+    // truncate, nor flows without APPLY AS TRUNCATE)
     let (mut resolved, events, truncates, new_wins_ties) = match source {
         UpdateSource::Changes | UpdateSource::Dml(_) => {
             let dml = matches!(source, UpdateSource::Dml(_));

@@ -157,17 +157,11 @@ impl CdcSession {
                 .all(|(d, s)| d.name() == s.name() && d.data_type() == s.data_type());
         let keeps_columns = declared.is_empty() || (meta.decl.declared_columns && same_columns);
         if !keeps_columns {
-            let list = |fields: &mut dyn Iterator<Item = &Field>| {
-                fields
-                    .map(|f| format!("{} {}", f.name(), f.data_type()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
             return Err(refuse(format!(
                 "it declares the columns ({}), and the table has ({}); a table keeps its \
                  columns: DROP it and create it again to change them",
-                list(&mut declared.iter()),
-                list(&mut stored.iter().map(|f| f.as_ref()))
+                describe(declared.iter()),
+                describe(stored.iter().map(|f| f.as_ref()))
             )));
         }
         for (name, value) in &c.properties {
@@ -231,4 +225,12 @@ impl CdcSession {
         };
         Box::pin(self.create_table(rejects)).await
     }
+}
+
+/// `name type, …` of `fields`.
+fn describe<'a>(fields: impl Iterator<Item = &'a Field>) -> String {
+    fields
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
