@@ -42,7 +42,7 @@ use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlan, LogicalPlanBui
 use super::checkpoint::SourceCheckpoint;
 use super::folders::new_files;
 use super::streams::{self, changing_versions, not_append_only, CHANGES_SCAN};
-use crate::functions::debezium::{list_event_files, DebeziumTable};
+use crate::functions::debezium::{list_event_files, DebeziumTable, FlowUse};
 use crate::spec::resolve::plan_source;
 use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::changes::changes_provider;
@@ -260,8 +260,13 @@ async fn debezium_changes(
     // a target with rejects on takes malformed events as rejects
     let unreadable =
         takes_rejects(&target.properties).then(|| Arc::new(UnreadableLines::default()));
-    let table =
-        DebeziumTable::open(path, store, new, &old, Some(&flow.keys), unreadable.clone()).await?;
+    let reader = FlowUse {
+        name: &flow.name,
+        keys: &flow.keys,
+        stored_as: flow.stored_as_scd_type,
+    };
+    let table = DebeziumTable::open(path, store, new, &old, Some(&reader), unreadable.clone())
+        .await?;
     let plan =
         LogicalPlanBuilder::scan("debezium", provider_as_source(Arc::new(table)), None)?.build()?;
     let checkpoint = SourceCheckpoint::Files {

@@ -81,6 +81,8 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::known_columns::KnownColumns;
+
 /// Name of the column holding the event's `op` (`c`, `u`, `d`, `r`, `t`).
 pub(crate) const OP_COL: &str = "_op";
 /// Name of the column holding the event's position in its source's log.
@@ -122,6 +124,11 @@ pub(crate) struct DebeziumLayout {
     wrapped_raw: SchemaRef,
     /// Raw JSON schema of payload-only lines.
     bare_raw: SchemaRef,
+    /// The row columns, to find events with others.
+    known: KnownColumns,
+    /// Why a truncate event (`op` `t`) cannot be read, when it cannot
+    /// (a flow whose target keeps history).
+    truncates_refused: Option<Arc<str>>,
 }
 
 /// One row column: its output type and how it is read from JSON.
@@ -179,6 +186,13 @@ impl DebeziumLayout {
     /// `_before` (Struct of the row columns, nullable).
     pub(crate) fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
+    }
+
+    /// This layout, but a truncate event fails its file (or is an
+    /// unreadable line, see [`Self::decode_lenient`]) for `reason`.
+    pub(crate) fn refusing_truncates(mut self, reason: impl Into<Arc<str>>) -> Self {
+        self.truncates_refused = Some(reason.into());
+        self
     }
 
     /// How the events are ordered, i.e. what `_seq` holds.
@@ -250,6 +264,7 @@ impl DebeziumLayout {
         let mut pending: Vec<(usize, &[u8])> = Vec::with_capacity(batch_rows);
         let mut out = vec![];
         for (no, line) in lines {
+            self.check_columns(file, no, line)?;
             feed_line(&mut decoder, file, no, line)?;
             pending.push((no, line));
             if pending.len() == batch_rows {
@@ -261,6 +276,25 @@ impl DebeziumLayout {
             self.flush(&mut decoder, raw, wrapped, file, &pending, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// Error when the event at `line` has a row column the layout lacks:
+    /// decoding would leave its values out.
+    fn check_columns(&self, file: &str, no: usize, line: &[u8]) -> Result<()> {
+        let Some(column) = self.known.unknown(line) else {
+            return Ok(());
+        };
+        let columns: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
+        Err(line_error(
+            file,
+            no,
+            format!(
+                "the event has column '{column}', which is not among the columns \
+                 ({}) of the samples of the files' first and last events; decoding \
+                 it would lose the column's values",
+                columns.join(", ")
+            ),
+        ))
     }
 
     fn raw_decoder(
@@ -337,7 +371,7 @@ impl DebeziumLayout {
         } else {
             StructArray::from(raw)
         };
-        let ops = classify_ops(&payload, file, lines)?;
+        let ops = classify_ops(&payload, file, lines, self.truncates_refused.as_deref())?;
         if ops.kept.is_empty() {
             return Ok(None);
         }
@@ -522,7 +556,12 @@ struct Ops {
 }
 
 /// Check every `op` and choose the rows to keep (no tombstones, no `m`).
-fn classify_ops(payload: &StructArray, file: &str, lines: &[usize]) -> Result<Ops> {
+fn classify_ops(
+    payload: &StructArray,
+    file: &str,
+    lines: &[usize],
+    truncates_refused: Option<&str>,
+) -> Result<Ops> {
     let op = field(payload, "op")?;
     let op = op
         .as_any()
@@ -546,7 +585,10 @@ fn classify_ops(payload: &StructArray, file: &str, lines: &[usize]) -> Result<Op
             "u" => b'u',
             "d" => b'd',
             "r" => b'r',
-            "t" => b't',
+            "t" => match truncates_refused {
+                None => b't',
+                Some(reason) => return Err(line_error(file, *no, reason)),
+            },
             "m" => {
                 ops.keep.push(false);
                 continue;
@@ -983,10 +1025,13 @@ impl DebeziumLayout {
             // only to catch payload-only events among enveloped ones
             Field::new("op", DataType::Utf8, true),
         ]);
+        let known = KnownColumns::new(columns.iter().map(|c| c.name.as_str()));
         Self {
             columns,
             sequence,
             coerce_primitive,
+            known,
+            truncates_refused: None,
             schema: Arc::new(Schema::new(fields)),
             wrapped_raw: Arc::new(wrapped),
             bare_raw: Arc::new(Schema::new(payload)),

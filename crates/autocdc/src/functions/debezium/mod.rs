@@ -20,8 +20,9 @@
 
 pub(crate) mod decode;
 mod exec;
+mod known_columns;
 mod moved_keys;
 mod table;
 
 pub use table::DebeziumFunction;
-pub(crate) use table::{list_event_files, DebeziumTable};
+pub(crate) use table::{list_event_files, DebeziumTable, FlowUse};

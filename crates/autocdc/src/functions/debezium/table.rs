@@ -10,18 +10,24 @@ use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::decode::DebeziumLayout;
 use super::exec::DebeziumExec;
 use super::moved_keys::MovedKeys;
+use crate::fold::ScdType;
 use crate::table::reject_sink::UnreadableLines;
 
 /// How much of each of the first files the layout is inferred from.
 const SAMPLE_BYTES: u64 = 1 << 20;
-/// How many files the layout is inferred from.
+/// How many files the layout is inferred from the heads of.
 const SAMPLE_FILES: usize = 4;
+/// How much of the end of every file to scan the layout is also inferred
+/// from.
+const TAIL_BYTES: u64 = 256 << 10;
+/// How many samples are read at once.
+const SAMPLE_READS: usize = 8;
 
 /// The event files under `path` (a file, or a folder: its `*.json` and
 /// `*.jsonl` files at any depth), sorted by location, with the store that
@@ -52,6 +58,19 @@ pub(crate) async fn list_event_files(
     Ok((store, files))
 }
 
+/// The flow a Debezium source is read for.
+#[derive(Debug)]
+pub(crate) struct FlowUse<'a> {
+    pub name: &'a str,
+    /// Its KEYS: a primary-key change also yields the DELETE of the old key
+    /// ([`super::moved_keys`]).
+    pub keys: &'a [String],
+    /// What its target is stored as: but for SCD TYPE 1, a truncate event
+    /// fails the update (or is a reject) instead of reading as an event
+    /// with NULL keys.
+    pub stored_as: ScdType,
+}
+
 /// Debezium change events in JSON files, one row per event (see
 /// [`super::decode`]).
 #[derive(Debug)]
@@ -64,10 +83,11 @@ pub(crate) struct DebeziumTable {
 }
 
 impl DebeziumTable {
-    /// The events of `files`, laid out as their first files say
-    /// (`sample`: files to infer from when `files` is empty, e.g. a flow's
-    /// files already read). With `keys`, primary-key changes also yield
-    /// the DELETE of the old key ([`super::moved_keys`]). With
+    /// The events of `files`, laid out as samples of them say: the first
+    /// events of the first files and the last events of every file (a
+    /// column added to the source table shows in the events after it;
+    /// `sample`: files to infer from when `files` is empty, e.g. a flow's
+    /// files already read). For a `flow`, see [`FlowUse`]. With
     /// `unreadable`, malformed events are left out of the layout's samples
     /// and of the scan and kept there (for the rejects of a flow whose
     /// target takes them) instead of failing it.
@@ -76,42 +96,48 @@ impl DebeziumTable {
         store: Arc<dyn ObjectStore>,
         files: Vec<ObjectMeta>,
         sample: &[ObjectMeta],
-        keys: Option<&[String]>,
+        flow: Option<&FlowUse<'_>>,
         unreadable: Option<Arc<UnreadableLines>>,
     ) -> Result<Self> {
         let from = if files.is_empty() { sample } else { &files };
         if from.is_empty() {
             return plan_err!("debezium('{path}'): no event files (*.json, *.jsonl) there");
         }
-        let mut samples = Vec::new();
-        for meta in from.iter().take(SAMPLE_FILES) {
-            let end = meta.size.min(SAMPLE_BYTES);
-            let bytes = store
-                .get_range(&meta.location, 0..end)
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            // whole lines only
-            let bytes = match (end < meta.size, bytes.iter().rposition(|&b| b == b'\n')) {
-                (true, Some(last)) => bytes.slice(..last + 1),
-                _ => bytes,
-            };
-            let bytes: Vec<u8> = match unreadable {
-                // (the scan reports them; the layout ignores them)
-                Some(_) => json_objects_only(&bytes),
-                None => bytes.to_vec(),
-            };
-            samples.push((meta.location.to_string(), bytes));
-        }
+        // the head of the first files, and the tail of every file to scan:
+        // a column added to the source shows in the events after it
+        let heads = from.iter().take(SAMPLE_FILES).map(|meta| (meta, Sample::Head));
+        let tails = files
+            .iter()
+            .enumerate()
+            .filter(|(i, meta)| *i >= SAMPLE_FILES || meta.size > SAMPLE_BYTES)
+            .map(|(_, meta)| (meta, Sample::Tail));
+        let parts: Vec<(ObjectMeta, Sample)> =
+            heads.chain(tails).map(|(meta, part)| (meta.clone(), part)).collect();
+        let objects_only = unreadable.is_some();
+        let samples: Vec<(String, Vec<u8>)> = futures::stream::iter(parts)
+            .map(|(meta, part)| read_sample(Arc::clone(&store), meta, part, objects_only))
+            .buffered(SAMPLE_READS)
+            .try_collect()
+            .await?;
         let refs: Vec<(&str, &[u8])> = samples
             .iter()
             .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
             .collect();
-        let layout =
+        let mut layout =
             DebeziumLayout::infer(&refs).map_err(|e| e.context(format!("debezium('{path}')")))?;
-        let moved = match keys {
-            Some(keys) => Some(Arc::new(MovedKeys::try_new(&layout.schema(), keys)?)),
+        let moved = match flow {
+            Some(flow) => Some(Arc::new(MovedKeys::try_new(&layout.schema(), flow.keys)?)),
             None => None,
         };
+        if let Some(FlowUse {
+            name, stored_as, ..
+        }) = flow.filter(|f| f.stored_as != ScdType::Type1)
+        {
+            layout = layout.refusing_truncates(format!(
+                "a truncate event (op 't'), which flow '{name}' cannot apply: its target \
+                 is STORED AS {stored_as}, and a TRUNCATE applies to SCD TYPE 1 targets only"
+            ));
+        }
         Ok(Self {
             store,
             files,
@@ -120,6 +146,51 @@ impl DebeziumTable {
             unreadable,
         })
     }
+}
+
+/// Which part of a file a layout sample is.
+#[derive(Debug, Clone, Copy)]
+enum Sample {
+    /// Its first [`SAMPLE_BYTES`].
+    Head,
+    /// Its last [`TAIL_BYTES`].
+    Tail,
+}
+
+/// The whole lines of one part of `meta` (`objects_only`: only the lines
+/// that are JSON objects, see [`json_objects_only`]).
+async fn read_sample(
+    store: Arc<dyn ObjectStore>,
+    meta: ObjectMeta,
+    part: Sample,
+    objects_only: bool,
+) -> Result<(String, Vec<u8>)> {
+    let range = match part {
+        Sample::Head => 0..meta.size.min(SAMPLE_BYTES),
+        Sample::Tail => meta.size.saturating_sub(TAIL_BYTES)..meta.size,
+    };
+    let bytes = store
+        .get_range(&meta.location, range.clone())
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    // whole lines only: drop a line cut at either end
+    let end = match (range.end < meta.size, bytes.iter().rposition(|&b| b == b'\n')) {
+        (true, Some(last)) => last + 1,
+        (true, None) => 0,
+        (false, _) => bytes.len(),
+    };
+    let start = match (range.start > 0, bytes[..end].iter().position(|&b| b == b'\n')) {
+        (true, Some(first)) => first + 1,
+        (true, None) => end,
+        (false, _) => 0,
+    };
+    let bytes = &bytes[start..end];
+    let bytes = match objects_only {
+        // (the scan reports them; the layout ignores them)
+        true => json_objects_only(bytes),
+        false => bytes.to_vec(),
+    };
+    Ok((meta.location.to_string(), bytes))
 }
 
 /// The lines of `bytes` that are JSON objects (or tombstones).

@@ -1,0 +1,244 @@
+//! Does an event name a row column its source's layout does not have?
+//!
+//! A source's layout is inferred from samples of its files
+//! ([`super::table`]); `arrow::json` leaves out any field its schema does
+//! not name. A column added to the source table after the samples would
+//! therefore vanish from the events without a word. [`KnownColumns::unknown`]
+//! finds such a column in one event line before it is decoded, without
+//! parsing the line: it looks for the `"before"` and `"after"` keys and
+//! reads only the key names of their objects, skipping the values.
+//!
+//! | the line's `before` / `after`          | result                    |
+//! |----------------------------------------|---------------------------|
+//! | absent, `null`, not an object          | no unknown column         |
+//! | an object whose keys are all columns   | no unknown column         |
+//! | an object with another key             | that key                  |
+//! | malformed JSON                         | no unknown column (the decoder reports the line) |
+//!
+//! Debezium writes `before` first in the payload, so the first `"before"`
+//! and `"after"` keys of a line are the payload's: the Connect schema that
+//! may precede the payload names them only as values (`"field":"after"`),
+//! which the search skips. Columns usually come in the layout's order; the
+//! lookup tries the next expected column first.
+
+use std::borrow::Cow;
+
+use memchr::memmem::Finder;
+
+/// The row columns of a layout, to check event lines against.
+#[derive(Debug, Clone)]
+pub(crate) struct KnownColumns {
+    columns: Vec<Box<[u8]>>,
+    before: Finder<'static>,
+    after: Finder<'static>,
+}
+
+impl KnownColumns {
+    pub(crate) fn new<'a>(columns: impl IntoIterator<Item = &'a str>) -> Self {
+        Self {
+            columns: columns
+                .into_iter()
+                .map(|c| c.as_bytes().to_vec().into_boxed_slice())
+                .collect(),
+            before: Finder::new(b"\"before\"").into_owned(),
+            after: Finder::new(b"\"after\"").into_owned(),
+        }
+    }
+
+    /// The first key of the line's `before` or `after` object that is not
+    /// a row column, if any (see the module docs).
+    pub(crate) fn unknown<'l>(&self, line: &'l [u8]) -> Option<Cow<'l, str>> {
+        for finder in [&self.before, &self.after] {
+            let Some(object) = object_after_key(line, finder) else {
+                continue;
+            };
+            if let Some(key) = self.unknown_in(&line[object..]) {
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    /// The first unknown key of the object starting at `object[0] == b'{'`.
+    fn unknown_in<'l>(&self, object: &'l [u8]) -> Option<Cow<'l, str>> {
+        let mut at = 1;
+        let mut expected = 0;
+        loop {
+            at = skip_space(object, at);
+            match object.get(at)? {
+                b'}' => return None,
+                b'"' => {}
+                _ => return None,
+            }
+            let end = string_end(object, at)?;
+            let raw = &object[at..end];
+            let name = &raw[1..raw.len() - 1];
+            match self.position(name, expected) {
+                Some(i) => expected = i + 1,
+                None => return Some(key_text(raw)),
+            }
+            at = skip_space(object, end);
+            if object.get(at) != Some(&b':') {
+                return None;
+            }
+            at = value_end(object, skip_space(object, at + 1))?;
+            at = skip_space(object, at);
+            match object.get(at)? {
+                b',' => at += 1,
+                _ => return None,
+            }
+        }
+    }
+
+    /// The index of the column named `name` (raw JSON string contents),
+    /// trying `expected` first.
+    fn position(&self, name: &[u8], expected: usize) -> Option<usize> {
+        if self.columns.get(expected).is_some_and(|c| **c == *name) {
+            return Some(expected);
+        }
+        if let Some(i) = self.columns.iter().position(|c| **c == *name) {
+            return Some(i);
+        }
+        // an escaped name: compare its decoded text
+        if name.contains(&b'\\') {
+            let quoted = [b"\"", name, b"\""].concat();
+            let text: String = serde_json::from_slice(&quoted).ok()?;
+            return self.columns.iter().position(|c| **c == *text.as_bytes());
+        }
+        None
+    }
+}
+
+/// Where the object value of the first `"key"` (a key, not a value) of
+/// `line` starts, if that value is an object.
+fn object_after_key(line: &[u8], finder: &Finder<'_>) -> Option<usize> {
+    let mut from = 0;
+    while let Some(found) = finder.find(&line[from..]) {
+        let end = from + found + finder.needle().len();
+        let colon = skip_space(line, end);
+        if line.get(colon) == Some(&b':') {
+            let value = skip_space(line, colon + 1);
+            return (line.get(value) == Some(&b'{')).then_some(value);
+        }
+        from = end;
+    }
+    None
+}
+
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(|b| b.is_ascii_whitespace()) {
+        at += 1;
+    }
+    at
+}
+
+/// The index just past the string starting at `bytes[at] == b'"'`.
+fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + 1;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', bytes.get(i..)?)?;
+        match bytes[i] {
+            b'\\' => i += 2,
+            _ => return Some(i + 1),
+        }
+    }
+}
+
+/// The index just past the JSON value starting at `at`.
+fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at)? {
+        b'"' => string_end(bytes, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            loop {
+                match bytes.get(i)? {
+                    b'"' => {
+                        i = string_end(bytes, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            let rest = bytes.get(at..)?;
+            let len = rest
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())
+                .unwrap_or(rest.len());
+            Some(at + len)
+        }
+    }
+}
+
+/// A raw JSON string (quotes included) as text.
+fn key_text(raw: &[u8]) -> Cow<'_, str> {
+    match serde_json::from_slice::<String>(raw) {
+        Ok(text) => Cow::Owned(text),
+        Err(_) => String::from_utf8_lossy(&raw[1..raw.len() - 1]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn columns() -> KnownColumns {
+        KnownColumns::new(["id", "name", "a\"b"])
+    }
+
+    fn unknown(line: &str) -> Option<String> {
+        columns().unknown(line.as_bytes()).map(|k| k.into_owned())
+    }
+
+    #[test]
+    fn known_columns_in_any_order_and_spacing() {
+        assert_eq!(unknown(r#"{"before":null,"after":{"id":1,"name":"x"},"op":"c"}"#), None);
+        assert_eq!(unknown(r#"{"before": {"name": "x", "id": 1}, "after": null}"#), None);
+        assert_eq!(unknown(r#"{"after":{"a\"b":[1,{"z":2}],"id":{"nested":"}"}}}"#), None);
+        assert_eq!(unknown(r#"{"op":"t","source":{"lsn":1}}"#), None);
+    }
+
+    #[test]
+    fn a_column_the_layout_lacks() {
+        assert_eq!(
+            unknown(r#"{"before":null,"after":{"id":1,"name":"x","added":true},"op":"c"}"#),
+            Some("added".into())
+        );
+        assert_eq!(
+            unknown(r#"{"before":{"id":1,"gone\u0041":2},"after":null,"op":"d"}"#),
+            Some("goneA".into())
+        );
+    }
+
+    #[test]
+    fn the_schema_names_before_and_after_only_as_values() {
+        let line = concat!(
+            r#"{"schema":{"fields":[{"field":"before"},{"field":"after"}]},"#,
+            r#""payload":{"before":null,"after":{"id":1,"new":2}}}"#
+        );
+        assert_eq!(unknown(line), Some("new".into()));
+    }
+
+    #[test]
+    fn values_that_look_like_keys_are_skipped() {
+        let line = r#"{"before":null,"after":{"name":"\"after\":{\"x\":1}","id":"a,b}"}}"#;
+        assert_eq!(unknown(line), None);
+    }
+
+    #[test]
+    fn malformed_lines_are_left_to_the_decoder() {
+        assert_eq!(unknown(r#"{"after":{"id":1,"#), None);
+        assert_eq!(unknown(r#"{"after":{"id" 1}}"#), None);
+        assert_eq!(unknown(r#"{"after":{"id":"1"#), None);
+    }
+}
