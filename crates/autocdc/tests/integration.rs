@@ -2517,3 +2517,59 @@ async fn debezium_columns_added_after_the_first_files() {
         .to_string();
     assert!(err.contains("column 'tmp'"), "{err}");
 }
+
+/// An update whose events fail (a duplicate key in a snapshot) fails once:
+/// the operators that read the update's staged events after the failure get
+/// its error instead of running the events' plan a second time (which made
+/// DataFusion's repartition panic on worker threads: "partition not used
+/// yet").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_update_runs_its_events_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+    let previous = std::sync::Arc::new(std::panic::take_hook());
+    let chained = std::sync::Arc::clone(&previous);
+    std::panic::set_hook(Box::new(move |info| {
+        if info.to_string().contains("partition not used yet") {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+        }
+        chained(info);
+    }));
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
+        .await
+        .unwrap();
+    exec(
+        &s,
+        "CREATE TABLE snaps (v BIGINT, id INT, name TEXT) AS VALUES (10, 1, 'a'), (10, 2, 'b')",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t \
+         FROM SNAPSHOT (SELECT id, name FROM snaps WHERE v = (SELECT v FROM current_snapshot_version())) \
+         WITH VERSION (SELECT min(v) AS v FROM snaps WHERE v > (SELECT coalesce(max(v), 0) FROM last_snapshot_version())) \
+         KEYS (id) STORED AS SCD TYPE 2",
+    )
+    .await;
+    exec(&s, "INSERT INTO snaps VALUES (40, 1, 'x'), (40, 1, 'y')").await;
+    for _ in 0..3 {
+        let err = match s.sql("REFRESH STREAMING TABLE t").await {
+            Err(e) => e.to_string(),
+            Ok(df) => df.collect().await.unwrap_err().to_string(),
+        };
+        assert!(
+            err.contains("flow 'f': duplicate key (id=1) in the snapshot at version 40"),
+            "{err}"
+        );
+    }
+    let _ = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| previous(info)));
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        rows(&s, "SELECT id, name FROM t ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
+}

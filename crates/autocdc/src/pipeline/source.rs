@@ -265,8 +265,8 @@ async fn debezium_changes(
         keys: &flow.keys,
         stored_as: flow.stored_as_scd_type,
     };
-    let table = DebeziumTable::open(path, store, new, &old, Some(&reader), unreadable.clone())
-        .await?;
+    let table =
+        DebeziumTable::open(path, store, new, &old, Some(&reader), unreadable.clone()).await?;
     let plan =
         LogicalPlanBuilder::scan("debezium", provider_as_source(Arc::new(table)), None)?.build()?;
     let checkpoint = SourceCheckpoint::Files {

@@ -91,7 +91,9 @@ pub struct UpdateStage {
     config: StageConfig,
     /// The events' plan, bound by the operator that reads them.
     source: Mutex<Option<Arc<dyn ExecutionPlan>>>,
-    staged: OnceCell<Arc<Staged>>,
+    /// What the stage's one run gave (an error too: the events' plan runs
+    /// once, and its operators cannot run a partition twice).
+    staged: OnceCell<std::result::Result<Arc<Staged>, Arc<DataFusionError>>>,
 }
 
 impl fmt::Debug for UpdateStage {
@@ -156,17 +158,22 @@ impl UpdateStage {
     }
 
     /// The staged events and the choice, running the stage if no operator
-    /// has yet (concurrent callers wait for the one that runs it).
+    /// has yet (concurrent callers wait for the one that runs it; when the
+    /// run failed, they get its error).
     pub async fn staged(&self, context: &Arc<TaskContext>) -> Result<Arc<Staged>> {
         self.staged
-            .get_or_try_init(|| async { self.run(context).await.map(Arc::new) })
+            .get_or_init(|| async { self.run(context).await.map(Arc::new).map_err(Arc::new) })
             .await
-            .cloned()
+            .clone()
+            .map_err(DataFusionError::Shared)
     }
 
     /// What the update replaces, once the stage ran.
     pub fn replacement(&self) -> Option<&Replacement> {
-        self.staged.get().map(|s| &s.replacement)
+        match self.staged.get() {
+            Some(Ok(staged)) => Some(&staged.replacement),
+            _ => None,
+        }
     }
 
     async fn run(&self, context: &Arc<TaskContext>) -> Result<Staged> {

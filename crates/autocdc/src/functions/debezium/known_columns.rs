@@ -202,9 +202,18 @@ mod tests {
 
     #[test]
     fn known_columns_in_any_order_and_spacing() {
-        assert_eq!(unknown(r#"{"before":null,"after":{"id":1,"name":"x"},"op":"c"}"#), None);
-        assert_eq!(unknown(r#"{"before": {"name": "x", "id": 1}, "after": null}"#), None);
-        assert_eq!(unknown(r#"{"after":{"a\"b":[1,{"z":2}],"id":{"nested":"}"}}}"#), None);
+        assert_eq!(
+            unknown(r#"{"before":null,"after":{"id":1,"name":"x"},"op":"c"}"#),
+            None
+        );
+        assert_eq!(
+            unknown(r#"{"before": {"name": "x", "id": 1}, "after": null}"#),
+            None
+        );
+        assert_eq!(
+            unknown(r#"{"after":{"a\"b":[1,{"z":2}],"id":{"nested":"}"}}}"#),
+            None
+        );
         assert_eq!(unknown(r#"{"op":"t","source":{"lsn":1}}"#), None);
     }
 

@@ -105,14 +105,19 @@ impl DebeziumTable {
         }
         // the head of the first files, and the tail of every file to scan:
         // a column added to the source shows in the events after it
-        let heads = from.iter().take(SAMPLE_FILES).map(|meta| (meta, Sample::Head));
+        let heads = from
+            .iter()
+            .take(SAMPLE_FILES)
+            .map(|meta| (meta, Sample::Head));
         let tails = files
             .iter()
             .enumerate()
             .filter(|(i, meta)| *i >= SAMPLE_FILES || meta.size > SAMPLE_BYTES)
             .map(|(_, meta)| (meta, Sample::Tail));
-        let parts: Vec<(ObjectMeta, Sample)> =
-            heads.chain(tails).map(|(meta, part)| (meta.clone(), part)).collect();
+        let parts: Vec<(ObjectMeta, Sample)> = heads
+            .chain(tails)
+            .map(|(meta, part)| (meta.clone(), part))
+            .collect();
         let objects_only = unreadable.is_some();
         let samples: Vec<(String, Vec<u8>)> = futures::stream::iter(parts)
             .map(|(meta, part)| read_sample(Arc::clone(&store), meta, part, objects_only))
@@ -174,12 +179,18 @@ async fn read_sample(
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?;
     // whole lines only: drop a line cut at either end
-    let end = match (range.end < meta.size, bytes.iter().rposition(|&b| b == b'\n')) {
+    let end = match (
+        range.end < meta.size,
+        bytes.iter().rposition(|&b| b == b'\n'),
+    ) {
         (true, Some(last)) => last + 1,
         (true, None) => 0,
         (false, _) => bytes.len(),
     };
-    let start = match (range.start > 0, bytes[..end].iter().position(|&b| b == b'\n')) {
+    let start = match (
+        range.start > 0,
+        bytes[..end].iter().position(|&b| b == b'\n'),
+    ) {
         (true, Some(first)) => first + 1,
         (true, None) => end,
         (false, _) => 0,
