@@ -1,7 +1,8 @@
-//! Events older than the target's snapshot watermark (SPEC §2.3, §3): once
-//! a snapshot at version `v` was applied, a change event whose sequence is
-//! at or below `v` is older than an authoritative state. It is late: taken
-//! out before any kernel sees it, and counted as an input row and as late.
+//! Events older than a watermark of the target: once a snapshot at version
+//! `v` was applied (SPEC §2.3, §3), or a TRUNCATE at `t` of an earlier update
+//! of an SCD 1 target (§2.3), a change event whose sequence is at or below
+//! `v` (`t`) is older than an authoritative state. It is late: taken out
+//! before any kernel sees it, and counted as an input row and as late.
 //!
 //! | event of the update                             | late  |
 //! |-------------------------------------------------|-------|
@@ -10,8 +11,11 @@
 //! | NULL sequence or NULL key column                 | no: the kernel (or the rejects) reports it |
 //! | TRUNCATE                                         | no: it applies after the snapshot's keys as ever |
 //! | stored row, event written by DML                 | no    |
+//!
+//! A TRUNCATE of the update itself makes no event late: the events before
+//! it apply, then it removes their keys (the kernels' rule).
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Int8Type, Schema};
 use arrow::row::{RowConverter, Rows, SortField};
@@ -27,13 +31,16 @@ pub struct LateEvents {
     origin: usize,
     keys: Vec<usize>,
     converter: RowConverter,
-    /// The watermark, in the row format of the sequence.
+    /// The watermark candidates, in the row format of the sequence; the
+    /// watermark is the greatest.
     through: Rows,
+    /// Which of `through` is the watermark.
+    greatest: usize,
 }
 
 impl LateEvents {
     /// Late events of `schema` (laid out as `layout`): those at or below
-    /// `through`, the watermark as text of the sequence's type.
+    /// `through`, the snapshot watermark as text of the sequence's type.
     pub fn try_new(layout: &EventLayout, schema: &Schema, through: &str) -> Result<Self> {
         let seq_type = schema.field(layout.seq()).data_type();
         let value = ScalarValue::try_from_string(through.to_string(), seq_type).map_err(|e| {
@@ -41,8 +48,22 @@ impl LateEvents {
                 "the snapshot watermark '{through}' is not a {seq_type} sequence: {e}"
             ))
         })?;
+        Self::at_or_below(layout, schema, &value.to_array()?)
+    }
+
+    /// Late events of `schema` (laid out as `layout`): those at or below the
+    /// greatest of `sequences` (the stored TRUNCATE sequences; not empty).
+    pub fn at_or_below(
+        layout: &EventLayout,
+        schema: &Schema,
+        sequences: &ArrayRef,
+    ) -> Result<Self> {
+        let seq_type = schema.field(layout.seq()).data_type();
         let converter = RowConverter::new(vec![SortField::new(seq_type.clone())])?;
-        let through = converter.convert_columns(&[value.to_array()?])?;
+        let through = converter.convert_columns(std::slice::from_ref(sequences))?;
+        let greatest = (0..through.num_rows())
+            .max_by(|a, b| through.row(*a).cmp(&through.row(*b)))
+            .ok_or_else(|| DataFusionError::Internal("a watermark of no sequence".into()))?;
         Ok(Self {
             seq: layout.seq(),
             kind: layout.kind(),
@@ -50,6 +71,7 @@ impl LateEvents {
             keys: layout.key_indices.clone(),
             converter,
             through,
+            greatest,
         })
     }
 
@@ -60,7 +82,7 @@ impl LateEvents {
         let origins = batch.column(self.origin).as_primitive::<Int8Type>();
         let keys: Vec<_> = self.keys.iter().map(|&k| batch.column(k)).collect();
         let rows = self.converter.convert_columns(std::slice::from_ref(seq))?;
-        let through = self.through.row(0);
+        let through = self.through.row(self.greatest);
         let mut late = 0;
         let kept: BooleanArray = (0..batch.num_rows())
             .map(|i| {

@@ -410,8 +410,8 @@ impl Counters {
     }
 }
 
-/// `input` without the events late against the target's snapshot
-/// watermark ([`LateEvents`]), counted as input rows and as late.
+/// `input` without the events late against a watermark of the target
+/// ([`LateEvents`]), counted as input rows and as late.
 fn without_late_events(
     input: SendableRecordBatchStream,
     late: LateEvents,
@@ -589,6 +589,14 @@ impl ExecutionPlan for AutoCdcExec {
                 .as_ref()
                 .map_err(|e| DataFusionError::Shared(Arc::clone(e)))?
                 .clone();
+            // events at or below an earlier update's TRUNCATE are late
+            let input = match (&seqs.stored, fold_spec.stored_as) {
+                (Some(stored), ScdType::Type1) => {
+                    let late = LateEvents::at_or_below(&fold_spec.layout, &input.schema(), stored)?;
+                    without_late_events(input, late, &counters)
+                }
+                _ => input,
+            };
             // a sorted kernel (from the start or after a fall-back) knows
             // the truncate watermark before its first event
             let watermark = seqs.clone();
