@@ -48,44 +48,52 @@ impl KnownColumns {
     /// The first key of the line's `before` or `after` object that is not
     /// a row column, if any (see the module docs).
     pub(crate) fn unknown<'l>(&self, line: &'l [u8]) -> Option<Cow<'l, str>> {
+        // (`after` is searched for after `before`'s object, where it is)
+        let mut from = 0;
         for finder in [&self.before, &self.after] {
-            let Some(object) = object_after_key(line, finder) else {
+            let found = object_after_key(line, from, finder)
+                .or_else(|| object_after_key(line, 0, finder).filter(|_| from > 0));
+            let Some(object) = found else {
                 continue;
             };
-            if let Some(key) = self.unknown_in(&line[object..]) {
-                return Some(key);
+            match self.unknown_in(&line[object..]) {
+                Ok(end) => from = object + end,
+                Err(Some(key)) => return Some(key),
+                Err(None) => return None,
             }
         }
         None
     }
 
-    /// The first unknown key of the object starting at `object[0] == b'{'`.
-    fn unknown_in<'l>(&self, object: &'l [u8]) -> Option<Cow<'l, str>> {
+    /// The end of the object starting at `object[0] == b'{'` when all its
+    /// keys are columns; else its first unknown key (`None`: malformed).
+    fn unknown_in<'l>(&self, object: &'l [u8]) -> Result<usize, Option<Cow<'l, str>>> {
         let mut at = 1;
         let mut expected = 0;
         loop {
             at = skip_space(object, at);
-            match object.get(at)? {
-                b'}' => return None,
-                b'"' => {}
-                _ => return None,
+            match object.get(at) {
+                Some(b'}') => return Ok(at + 1),
+                Some(b'"') => {}
+                _ => return Err(None),
             }
-            let end = string_end(object, at)?;
+            let end = string_end(object, at).ok_or(None)?;
             let raw = &object[at..end];
             let name = &raw[1..raw.len() - 1];
             match self.position(name, expected) {
                 Some(i) => expected = i + 1,
-                None => return Some(key_text(raw)),
+                None => return Err(Some(key_text(raw))),
             }
             at = skip_space(object, end);
             if object.get(at) != Some(&b':') {
-                return None;
+                return Err(None);
             }
-            at = value_end(object, skip_space(object, at + 1))?;
+            at = value_end(object, skip_space(object, at + 1)).ok_or(None)?;
             at = skip_space(object, at);
-            match object.get(at)? {
-                b',' => at += 1,
-                _ => return None,
+            match object.get(at) {
+                Some(b',') => at += 1,
+                Some(b'}') => return Ok(at + 1),
+                _ => return Err(None),
             }
         }
     }
@@ -110,9 +118,8 @@ impl KnownColumns {
 }
 
 /// Where the object value of the first `"key"` (a key, not a value) of
-/// `line` starts, if that value is an object.
-fn object_after_key(line: &[u8], finder: &Finder<'_>) -> Option<usize> {
-    let mut from = 0;
+/// `line` from `from` on starts, if that value is an object.
+fn object_after_key(line: &[u8], mut from: usize, finder: &Finder<'_>) -> Option<usize> {
     while let Some(found) = finder.find(&line[from..]) {
         let end = from + found + finder.needle().len();
         let colon = skip_space(line, end);
@@ -169,13 +176,11 @@ fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
                 i += 1;
             }
         }
+        // a number, true, false or null: up to the next separator (spaces
+        // before it are skipped after the value anyway)
         _ => {
             let rest = bytes.get(at..)?;
-            let len = rest
-                .iter()
-                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())
-                .unwrap_or(rest.len());
-            Some(at + len)
+            Some(at + memchr::memchr3(b',', b'}', b']', rest).unwrap_or(rest.len()))
         }
     }
 }
@@ -215,6 +220,10 @@ mod tests {
             None
         );
         assert_eq!(unknown(r#"{"op":"t","source":{"lsn":1}}"#), None);
+        assert_eq!(
+            unknown(r#"{"after":{"id":1 , "name":null },"before":{"id":1}}"#),
+            None
+        );
     }
 
     #[test]
@@ -226,6 +235,11 @@ mod tests {
         assert_eq!(
             unknown(r#"{"before":{"id":1,"gone\u0041":2},"after":null,"op":"d"}"#),
             Some("goneA".into())
+        );
+        // `after` before `before`
+        assert_eq!(
+            unknown(r#"{"after":{"id":1,"x":2},"before":{"id":1}}"#),
+            Some("x".into())
         );
     }
 
