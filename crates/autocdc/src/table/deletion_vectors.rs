@@ -50,6 +50,9 @@ use crate::fold::rows::row_converter;
 /// Magic number of the `RoaringBitmapArray` format.
 const MAGIC: u32 = 1_681_511_377;
 
+/// Vectors of one file at most this far apart are read with one request.
+const COALESCE_GAP: u64 = 1 << 20;
+
 /// Length of a z85-encoded UUID in a `u` descriptor.
 const ENCODED_UUID_LEN: usize = 20;
 
@@ -99,47 +102,107 @@ pub async fn read_vector(
     store: &Arc<dyn ObjectStore>,
     descriptor: &DeletionVectorDescriptor,
 ) -> Result<RoaringTreemap> {
-    match descriptor.storage_type {
-        StorageType::Inline => {
-            let bytes = z85::decode(&descriptor.path_or_inline_dv)
-                .map_err(|e| dv_error(format!("inline vector: {e}")))?;
-            decode(&bytes)
-        }
-        StorageType::AbsolutePath => Err(DataFusionError::NotImplemented(format!(
-            "deletion vector at an absolute path ('{}'): only vectors stored in the table are supported",
-            descriptor.path_or_inline_dv
-        ))),
-        StorageType::UuidRelativePath => {
-            let path = relative_file(descriptor)?;
-            let offset = descriptor.offset.unwrap_or(1).max(0) as u64;
-            let size = u64::try_from(descriptor.size_in_bytes)
-                .map_err(|_| dv_error(format!("negative size in '{path}'")))?;
-            // size prefix, magic + bitmap, CRC
-            let bytes = store.get_range(&path, offset..offset + 4 + size + 4).await?;
-            // (a store clamps a range to the object's end: a short read is
-            // a truncated file)
-            if bytes.len() as u64 != 4 + size + 4 {
-                return Err(dv_error(format!(
-                    "'{path}' at {offset}: {} bytes where the descriptor says {}: the file is truncated",
-                    bytes.len(),
-                    4 + size + 4
-                )));
+    let mut vectors = read_vectors(store, std::slice::from_ref(descriptor)).await?;
+    vectors
+        .pop()
+        .ok_or_else(|| DataFusionError::Internal("a deletion vector was not read".into()))
+}
+
+/// The rows each of `descriptors` marks as deleted, in order, read from the
+/// table's `store`. The vectors of one file (an update writes all of its
+/// vectors to one) are read together: a file costs one request, not one per
+/// vector.
+pub async fn read_vectors(
+    store: &Arc<dyn ObjectStore>,
+    descriptors: &[DeletionVectorDescriptor],
+) -> Result<Vec<RoaringTreemap>> {
+    let mut vectors: Vec<Option<RoaringTreemap>> = vec![None; descriptors.len()];
+    // stored ones: (index, range) per file
+    let mut by_file: Vec<(Path, Vec<(usize, Range<u64>)>)> = Vec::new();
+    for (i, descriptor) in descriptors.iter().enumerate() {
+        match descriptor.storage_type {
+            StorageType::Inline => {
+                let bytes = z85::decode(&descriptor.path_or_inline_dv)
+                    .map_err(|e| dv_error(format!("inline vector: {e}")))?;
+                vectors[i] = Some(decode(&bytes)?);
             }
-            let stated = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as u64;
-            if stated != size {
-                return Err(dv_error(format!(
-                    "'{path}' at {offset}: size {stated}, descriptor says {size}"
-                )));
+            StorageType::AbsolutePath => {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "deletion vector at an absolute path ('{}'): only vectors stored in the table are supported",
+                    descriptor.path_or_inline_dv
+                )))
             }
-            let body = &bytes[4..4 + size as usize];
-            let tail = &bytes[4 + size as usize..];
-            let checksum = u32::from_be_bytes([tail[0], tail[1], tail[2], tail[3]]);
-            if crc32().checksum(body) != checksum {
-                return Err(dv_error(format!("'{path}' at {offset}: checksum mismatch")));
+            StorageType::UuidRelativePath => {
+                let path = relative_file(descriptor)?;
+                let offset = descriptor.offset.unwrap_or(1).max(0) as u64;
+                let size = u64::try_from(descriptor.size_in_bytes)
+                    .map_err(|_| dv_error(format!("negative size in '{path}'")))?;
+                // size prefix, magic + bitmap, CRC
+                let range = offset..offset + 4 + size + 4;
+                match by_file.iter_mut().find(|(p, _)| *p == path) {
+                    Some((_, ranges)) => ranges.push((i, range)),
+                    None => by_file.push((path, vec![(i, range)])),
+                }
             }
-            decode(body)
         }
     }
+    for (path, mut wanted) in by_file {
+        // one read per run of vectors less than COALESCE_GAP apart (their
+        // bytes sliced here: a truncated file reads short, never panics)
+        wanted.sort_by_key(|(_, r)| r.start);
+        let mut at = 0;
+        while at < wanted.len() {
+            let start = wanted[at].1.start;
+            let (mut end, mut next) = (wanted[at].1.end, at + 1);
+            while next < wanted.len() && wanted[next].1.start <= end.saturating_add(COALESCE_GAP) {
+                end = end.max(wanted[next].1.end);
+                next += 1;
+            }
+            let bytes = store.get_range(&path, start..end).await?;
+            for (i, range) in &wanted[at..next] {
+                let from = usize::try_from(range.start - start).unwrap_or(usize::MAX);
+                let to = usize::try_from(range.end - start).unwrap_or(usize::MAX);
+                let read = bytes
+                    .get(from.min(bytes.len())..to.min(bytes.len()))
+                    .unwrap_or(&[]);
+                vectors[*i] = Some(stored_vector(&path, range.clone(), read)?);
+            }
+            at = next;
+        }
+    }
+    vectors
+        .into_iter()
+        .map(|v| {
+            v.ok_or_else(|| DataFusionError::Internal("a deletion vector was not read".into()))
+        })
+        .collect()
+}
+
+/// Check and decode the vector stored at `range` of `path` (`bytes`).
+fn stored_vector(path: &Path, range: Range<u64>, bytes: &[u8]) -> Result<RoaringTreemap> {
+    let (offset, expected) = (range.start, range.end - range.start);
+    // (a store clamps a range to the object's end: a short read is a
+    // truncated file)
+    if bytes.len() as u64 != expected {
+        return Err(dv_error(format!(
+            "'{path}' at {offset}: {} bytes where the descriptor says {expected}: the file is truncated",
+            bytes.len(),
+        )));
+    }
+    let size = expected - 8;
+    let stated = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as u64;
+    if stated != size {
+        return Err(dv_error(format!(
+            "'{path}' at {offset}: size {stated}, descriptor says {size}"
+        )));
+    }
+    let body = &bytes[4..4 + size as usize];
+    let tail = &bytes[4 + size as usize..];
+    let checksum = u32::from_be_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    if crc32().checksum(body) != checksum {
+        return Err(dv_error(format!("'{path}' at {offset}: checksum mismatch")));
+    }
+    decode(body)
 }
 
 /// Write `vectors` into one new deletion vector file at the table root;
@@ -626,6 +689,36 @@ mod tests {
         assert_eq!(descriptors[0].path_or_inline_dv.len(), ENCODED_UUID_LEN);
         assert_eq!(read_vector(&store, &descriptors[0]).await?, a);
         assert_eq!(read_vector(&store, &descriptors[1]).await?, b);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn vectors_are_read_together_and_a_short_file_is_an_error() -> Result<()> {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let a: RoaringTreemap = [1u64, 2, 3].into_iter().collect();
+        let b: RoaringTreemap = (0..1900u64).map(|i| i * 7).collect();
+        let c: RoaringTreemap = [9u64].into_iter().collect();
+        let first = write_vectors(&store, &[a.clone(), b.clone()]).await?;
+        let other = write_vectors(&store, &[c.clone()]).await?;
+        // any order, two files, a vector twice
+        let wanted = [&first[1], &other[0], &first[0], &first[1]].map(Clone::clone);
+        assert_eq!(read_vectors(&store, &wanted).await?, [b.clone(), c, a.clone(), b]);
+        // the first file cut inside its second vector: that one is an error
+        let path = relative_file(&first[0])?;
+        let bytes = store.get(&path).await?.bytes().await?;
+        store
+            .put(&path, PutPayload::from(bytes.slice(..bytes.len() - 10)))
+            .await?;
+        let err = read_vectors(&store, &first).await.unwrap_err();
+        assert!(err.to_string().contains("the file is truncated"), "{err}");
+        // cut before the second vector starts
+        let end_of_first = (first[0].offset.unwrap_or(1) + 8 + first[0].size_in_bytes) as usize;
+        store
+            .put(&path, PutPayload::from(bytes.slice(..end_of_first)))
+            .await?;
+        let err = read_vectors(&store, &first).await.unwrap_err();
+        assert!(err.to_string().contains("the file is truncated"), "{err}");
+        assert_eq!(read_vectors(&store, &first[..1]).await?, [a]);
         Ok(())
     }
 

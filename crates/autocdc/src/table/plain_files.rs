@@ -65,13 +65,13 @@ use datafusion::physical_plan::{
     PlanProperties,
 };
 use deltalake_core::kernel::{DeletionVectorDescriptor, LogicalFileView};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use object_store::path::Path;
 use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 use url::Url;
 
-use super::deletion_vectors::read_vector;
+use super::deletion_vectors::read_vectors;
 
 /// Name of the column carrying a row's file index between the scan and
 /// [`StoredFilesExec`] (never seen above it).
@@ -249,26 +249,22 @@ impl PlainFilesTable {
     }
 
     /// The masks of the files `kept` (by file index; `None` for the others
-    /// and files read whole), reading their deletion vectors, `concurrency`
-    /// at once.
-    async fn masks(&self, kept: &[usize], concurrency: usize) -> Result<Vec<Option<RowMask>>> {
-        let read = futures::stream::iter(kept.iter().copied())
-            .map(|i| async move {
-                let mask = match &self.files[i].rows {
-                    FileRows::All => None,
-                    FileRows::Masked(mask) => Some(mask.clone()),
-                    FileRows::Vector(descriptor) => Some(RowMask::Deleted(
-                        read_vector(&self.store, descriptor).await?,
-                    )),
-                };
-                Ok::<_, DataFusionError>((i, mask))
-            })
-            .buffer_unordered(concurrency.max(1))
-            .try_collect::<Vec<_>>()
-            .await?;
+    /// and files read whole), reading their deletion vectors together (the
+    /// vectors of one file with one request).
+    async fn masks(&self, kept: &[usize]) -> Result<Vec<Option<RowMask>>> {
         let mut masks = vec![None; self.files.len()];
-        for (i, mask) in read {
-            masks[i] = mask;
+        let mut vectors = Vec::new();
+        for &i in kept {
+            match &self.files[i].rows {
+                FileRows::All => {}
+                FileRows::Masked(mask) => masks[i] = Some(mask.clone()),
+                FileRows::Vector(descriptor) => vectors.push((i, descriptor.clone())),
+            }
+        }
+        let descriptors: Vec<_> = vectors.iter().map(|(_, d)| d.clone()).collect();
+        let read = read_vectors(&self.store, &descriptors).await?;
+        for ((i, _), deleted) in vectors.into_iter().zip(read) {
+            masks[i] = Some(RowMask::Deleted(deleted));
         }
         Ok(masks)
     }
@@ -401,9 +397,7 @@ impl TableProvider for PlainFilesTable {
             .with_projection_indices(Some(columns))?
             .build();
         let scan = DataSourceExec::from_data_source(config);
-        let masks = self
-            .masks(&kept, state.config().target_partitions())
-            .await?;
+        let masks = self.masks(&kept).await?;
         Ok(Arc::new(StoredFilesExec::try_new(Arc::new(masks), scan)?))
     }
 }

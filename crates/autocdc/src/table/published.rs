@@ -57,7 +57,8 @@ use arrow::datatypes::{Int8Type, Schema};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::{
-    Action, Add, AddCDCFile, CommitInfo, LogicalFileView, MetadataExt, StructType, Transaction,
+    Action, Add, AddCDCFile, CommitInfo, DeletionVectorDescriptor, LogicalFileView, MetadataExt,
+    StructType, Transaction,
 };
 use deltalake_core::logstore::get_actions;
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
@@ -69,7 +70,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 
-use super::deletion_vectors::{object_reader, read_vector, write_vectors};
+use super::deletion_vectors::{object_reader, read_vectors, write_vectors};
 use super::properties::{CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY};
 use super::writer::FileRows;
 use super::{commit_builder, delta_err, streaming_protocol, table_builder, takes_deletion_vectors};
@@ -383,21 +384,17 @@ fn num_records(add: &Add) -> Option<u64> {
 /// store retired (the state's vector only ever grows).
 async fn hidden_of(
     state_store: &Arc<dyn ObjectStore>,
-    published_store: &Arc<dyn ObjectStore>,
     add: &Add,
+    vectors: Vectors,
     published: Option<&LogicalFileView>,
 ) -> Result<Option<(RoaringTreemap, u64)>> {
-    let retired = match &add.deletion_vector {
-        Some(descriptor) => Some(read_vector(state_store, descriptor).await?),
-        None => None,
-    };
     let (hidden, rows) = match (FileRows::of(add), num_records(add)) {
         (Some(FileRows::Hidden), _) => return Ok(None),
-        (Some(FileRows::Visible), Some(rows)) => (retired.unwrap_or_default(), rows),
-        _ => match (retired, published) {
+        (Some(FileRows::Visible), Some(rows)) => (vectors.retired.unwrap_or_default(), rows),
+        _ => match (vectors.retired, published) {
             (Some(mut retired), Some(view)) => {
-                if let Some(old) = view.deletion_vector_descriptor() {
-                    retired |= read_vector(published_store, &old).await?;
+                if let Some(old) = vectors.old {
+                    retired |= old;
                 }
                 match view.num_records() {
                     Some(rows) => (retired, rows as u64),
@@ -413,6 +410,28 @@ async fn hidden_of(
         },
     };
     Ok((hidden.len() < rows).then_some((hidden, rows)))
+}
+
+/// The deletion vectors [`hidden_of`] needs for one added file, read
+/// beforehand with those of the other files.
+struct Vectors {
+    /// The state store's vector of the file.
+    retired: Option<RoaringTreemap>,
+    /// The published vector of the file ([`old_vector`]).
+    old: Option<RoaringTreemap>,
+}
+
+/// The published vector [`hidden_of`] adds to an untagged file's retired
+/// rows: that of its published version, when the state retired rows of it.
+fn old_vector(add: &Add, published: Option<&LogicalFileView>) -> Option<DeletionVectorDescriptor> {
+    match (FileRows::of(add), num_records(add)) {
+        (Some(FileRows::Hidden), _) | (Some(FileRows::Visible), Some(_)) => None,
+        _ => add
+            .deletion_vector
+            .as_ref()
+            .and(published)
+            .and_then(LogicalFileView::deletion_vector_descriptor),
+    }
 }
 
 /// Commit the effect of the state version `version` on the published table.
@@ -445,14 +464,33 @@ async fn commit(
             adds.push((target, add, view.cloned()));
         }
     }
-    // what each added file hides: its vectors are read concurrently (one
-    // request each; on an object store, latency rather than bytes)
-    let mut added: Vec<(Add, RoaringTreemap)> = futures::stream::iter(adds)
+    // what each added file hides: the state's vectors of the files read
+    // together (one request per vector file), then the rest concurrently
+    // (a hidden file is not published: its vector is not needed)
+    let vector = |add: &Add| match FileRows::of(add) {
+        Some(FileRows::Hidden) => None,
+        _ => add.deletion_vector.clone(),
+    };
+    let descriptors: Vec<_> = adds.iter().filter_map(|(_, add, _)| vector(add)).collect();
+    let mut vectors = read_vectors(&state_store, &descriptors).await?.into_iter();
+    let olds: Vec<_> = adds
+        .iter()
+        .filter_map(|(_, add, view)| old_vector(add, view.as_ref()))
+        .collect();
+    let mut old_vectors = read_vectors(&published_store, &olds).await?.into_iter();
+    let adds: Vec<_> = adds
+        .into_iter()
         .map(|(target, add, view)| {
-            let (state_store, published_store) =
-                (Arc::clone(&state_store), Arc::clone(&published_store));
+            let retired = vector(&add).and_then(|_| vectors.next());
+            let old = old_vector(&add, view.as_ref()).and_then(|_| old_vectors.next());
+            (target, add, view, Vectors { retired, old })
+        })
+        .collect();
+    let mut added: Vec<(Add, RoaringTreemap)> = futures::stream::iter(adds)
+        .map(|(target, add, view, vectors)| {
+            let state_store = Arc::clone(&state_store);
             async move {
-                let hidden = hidden_of(&state_store, &published_store, &add, view.as_ref()).await?;
+                let hidden = hidden_of(&state_store, &add, vectors, view.as_ref()).await?;
                 Ok::<_, DataFusionError>(hidden.map(|(hidden, rows)| {
                     let add = Add {
                         path: target,

@@ -32,8 +32,9 @@ use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::{Action, Add, LogicalFileView};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
+use roaring::RoaringTreemap;
 
-use super::deletion_vectors::{read_vector, superseded_rows, write_vectors, KeySet};
+use super::deletion_vectors::{read_vectors, superseded_rows, write_vectors, KeySet};
 use super::plain_files::{PlainFilesTable, RowMask, TableLocation};
 use super::stored_rows::{StoredRowsTable, SupersededFile};
 
@@ -63,11 +64,28 @@ impl Superseded {
         views: Vec<LogicalFileView>,
         concurrency: usize,
     ) -> Result<Self> {
-        let files: Vec<SupersededFile> = futures::stream::iter(views)
+        // the files' deletion vectors first, read together (an update
+        // writes the vectors of all the files it retires rows of to one file)
+        let descriptors: Vec<_> = views
+            .iter()
+            .filter_map(|v| v.deletion_vector_descriptor())
+            .collect();
+        let mut vectors = read_vectors(store, &descriptors).await?.into_iter();
+        let probes: Vec<(LogicalFileView, Option<RoaringTreemap>)> = views
+            .into_iter()
             .map(|view| {
+                let deleted = match view.deletion_vector_descriptor() {
+                    Some(_) => vectors.next(),
+                    None => None,
+                };
+                (view, deleted)
+            })
+            .collect();
+        let files: Vec<SupersededFile> = futures::stream::iter(probes)
+            .map(|(view, deleted)| {
                 // (a task per file: decoding and probing keys is CPU work)
                 let (store, keys) = (Arc::clone(store), Arc::clone(&keys));
-                SpawnedTask::spawn(async move { probe(&store, &keys, view).await }).join()
+                SpawnedTask::spawn(async move { probe(&store, &keys, view, deleted).await }).join()
             })
             .buffer_unordered(concurrency.max(1))
             .map(|joined| joined.map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?)
@@ -187,23 +205,20 @@ fn vector_id(view: &LogicalFileView) -> Option<(String, Option<i32>)> {
         .map(|d| (d.path_or_inline_dv, d.offset))
 }
 
-/// The live rows of `view` whose key is in `keys`; `None` when it has none.
+/// The live rows of `view` (`deleted`: the rows its deletion vector marks)
+/// whose key is in `keys`; `None` when it has none.
 async fn probe(
     store: &Arc<dyn ObjectStore>,
     keys: &KeySet,
     view: LogicalFileView,
+    deleted: Option<RoaringTreemap>,
 ) -> Result<Option<SupersededFile>> {
     let path = view.object_store_path();
     let (mut rows, metadata) =
         superseded_rows(store, &path, view.size().max(0) as u64, keys).await?;
-    let deleted = match view.deletion_vector_descriptor() {
-        Some(descriptor) => {
-            let deleted = read_vector(store, &descriptor).await?;
-            rows -= &deleted;
-            Some(deleted)
-        }
-        None => None,
-    };
+    if let Some(deleted) = &deleted {
+        rows -= deleted;
+    }
     Ok((!rows.is_empty()).then_some(SupersededFile {
         view,
         metadata,
