@@ -2573,3 +2573,81 @@ async fn a_failed_update_runs_its_events_once() {
         ["| 1 | a |", "| 2 | b |"]
     );
 }
+
+/// With rejects on, a partition's events are checked for conflicts in
+/// memory; in a pool too small for them they are sorted (spilling) and
+/// checked as they come: the same rows reach the target and the rejects.
+#[tokio::test]
+async fn rejects_are_found_within_a_bounded_pool() {
+    let mut results = Vec::new();
+    for limit in ["256M", "12M"] {
+        let config = datafusion::prelude::SessionConfig::new()
+            .with_target_partitions(2)
+            .with_batch_size(1024);
+        let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
+            .await
+            .unwrap();
+        exec(
+            &s,
+            &format!("SET datafusion.runtime.memory_limit = '{limit}'"),
+        )
+        .await;
+        exec(&s, "SET autocdc.indexed_fold_max_bytes = 1").await;
+        if limit == "12M" {
+            exec(
+                &s,
+                "SET datafusion.execution.sort_spill_reservation_bytes = 0",
+            )
+            .await;
+        }
+        exec(&s, "CREATE TABLE src (id BIGINT, seq BIGINT, v VARCHAR)").await;
+        exec(
+            &s,
+            "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.rejects' = 'true')",
+        )
+        .await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        )
+        .await;
+        // 200 k events over 50 k keys; keys divisible by 1000 also get an
+        // event at sequence 2 that conflicts with theirs
+        exec(
+            &s,
+            "INSERT INTO src SELECT value % 50000, value / 50000, \
+             concat('v', CAST(value AS VARCHAR), repeat('x', 40)) FROM generate_series(0, 199999) \
+             UNION ALL SELECT value * 1000, 2, 'other' FROM generate_series(0, 49)",
+        )
+        .await;
+        let analyzed = rows(&s, "EXPLAIN ANALYZE REFRESH STREAMING TABLE t")
+            .await
+            .join("\n");
+        let rejects = operator_line(&analyzed, "RejectsExec");
+        let fallbacks = match limit {
+            "12M" => {
+                rejects.contains("num_sort_fallbacks=") && !rejects.contains("num_sort_fallbacks=0")
+            }
+            _ => rejects.contains("num_sort_fallbacks=0"),
+        };
+        assert!(fallbacks, "{limit}: {rejects}");
+        results.push((
+            rows(
+                &s,
+                "SELECT count(*), sum(id), count(*) FILTER (WHERE v = 'other'), max(seq) FROM t",
+            )
+            .await,
+            rows(
+                &s,
+                "SELECT count(*), count(DISTINCT key), min(reason) FROM t__rejects",
+            )
+            .await,
+        ));
+    }
+
+    assert_eq!(results[0], results[1], "{results:?}");
+    assert_eq!(
+        results[0].1,
+        ["| 100 | 50 | conflicting events (same key and sequence, different values) |"]
+    );
+}

@@ -9,6 +9,7 @@ pub(crate) mod one_shot;
 mod planner;
 mod rejects_exec;
 mod snapshot_diff_exec;
+mod sorted_conflicts;
 mod staged_events_exec;
 mod target_rows_exec;
 mod write_exec;

@@ -28,6 +28,7 @@
 //! |-------------|-------------------------|---------------------------------------------|
 //! | NULL checks | batch, as it arrives    | one null mask per key column and the sequence |
 //! | conflicts   | partition, at its end   | the events buffered (under the memory pool), one row encoding of the key and sequence and of the values per batch, one hash table of (key, sequence) |
+//! | conflicts, past the pool | identity, as it completes | the events sorted by key and sequence (DataFusion's sort, spilling; every partition then sorts), checked in order ([`super::sorted_conflicts`]) |
 //!
 //! Over truncate events (`RejectsExec: flow=f, truncates`) only the NULL
 //! sequence check applies (their keys are ignored), batch by batch.
@@ -38,6 +39,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -51,16 +53,22 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{
+    EquivalenceProperties, LexOrdering, PhysicalExpr, PhysicalSortExpr,
+};
 use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
 use datafusion::physical_plan::{Distribution, InputDistributionRequirements};
 use futures::{Stream, StreamExt};
+
+use super::one_shot::{sort_retained_and_rest, sort_share};
+use super::sorted_conflicts::{Checked, SortedConflicts};
 
 use crate::fold::columns::{
     Kind, Origin, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL, SYSTEM_SEQ_COL,
@@ -77,6 +85,10 @@ pub struct RejectsExec {
     input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// Set by the first partition whose events the pool cannot hold: the
+    /// others then sort theirs too, instead of holding memory the sorts
+    /// need.
+    sorting: Arc<AtomicBool>,
 }
 
 impl RejectsExec {
@@ -98,8 +110,14 @@ impl RejectsExec {
         } else {
             input.pipeline_behavior()
         };
+        // (checking conflicts, a partition whose events the pool cannot
+        // hold sorts them: no order is kept)
+        let equivalence = match conflicts {
+            true => EquivalenceProperties::new(input.schema()),
+            false => input.equivalence_properties().clone(),
+        };
         let properties = Arc::new(PlanProperties::new(
-            input.equivalence_properties().clone(),
+            equivalence,
             input.output_partitioning().clone(),
             emission,
             input.boundedness(),
@@ -110,6 +128,7 @@ impl RejectsExec {
             input,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
+            sorting: Arc::new(AtomicBool::new(false)),
         })
     }
 }
@@ -167,7 +186,7 @@ impl ExecutionPlan for RejectsExec {
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        vec![!self.conflicts]
     }
 
     fn apply_expressions(
@@ -218,24 +237,35 @@ impl ExecutionPlan for RejectsExec {
         values.push(kind);
         let origin = schema.index_of(ORIGIN_COL).ok();
         let reservation = MemoryConsumer::new(format!("RejectsExec[{partition}]"))
+            .with_can_spill(true)
             .register(context.memory_pool());
-        let input = self.input.execute(partition, context)?;
+        let input = self.input.execute(partition, Arc::clone(&context))?;
+        let checks = NullChecks {
+            kind,
+            seq,
+            keys,
+            origin,
+            sink: Arc::clone(&self.sink),
+            rejected: MetricBuilder::new(&self.metrics).counter("rejected_rows", partition),
+        };
         Ok(Box::pin(RejectsStream {
             input,
             kind,
-            seq,
             schema,
-            keys,
             group,
             values,
             origin,
+            checks,
             conflicts: self.conflicts,
-            sink: Arc::clone(&self.sink),
             buffered: Vec::new(),
             reservation,
             output: None,
-            rejected: MetricBuilder::new(&self.metrics).counter("rejected_rows", partition),
+            sorted: None,
+            context,
+            partitions: self.properties.output_partitioning().partition_count(),
+            sorting: Arc::clone(&self.sorting),
             output_rows: MetricBuilder::new(&self.metrics).output_rows(partition),
+            fallbacks: MetricBuilder::new(&self.metrics).counter("num_sort_fallbacks", partition),
         }))
     }
 
@@ -249,25 +279,43 @@ struct RejectsStream {
     input: SendableRecordBatchStream,
     schema: SchemaRef,
     kind: usize,
-    seq: usize,
-    /// The key columns, by name and index.
-    keys: Vec<(String, usize)>,
     /// The key and sequence columns: an event's identity.
     group: Vec<usize>,
     /// The target columns and the kind: what equal events agree on.
     values: Vec<usize>,
     /// The origin column, when stored events come along.
     origin: Option<usize>,
+    checks: NullChecks,
     /// Whether conflicts are checked (else each batch passes on at once).
     conflicts: bool,
-    sink: Arc<RejectSink>,
     /// The partition's events so far, less those failing the NULL checks.
     buffered: Vec<RecordBatch>,
     reservation: MemoryReservation,
     /// The events to emit, once the input is done.
     output: Option<std::vec::IntoIter<RecordBatch>>,
-    rejected: Count,
+    /// Once the pool refused to hold the events: all of them sorted by
+    /// identity (spilling), checked as they come.
+    sorted: Option<(SendableRecordBatchStream, SortedConflicts)>,
+    context: Arc<TaskContext>,
+    /// The operator's partitions (which share the pool's room for sorts).
+    partitions: usize,
+    /// Whether a partition sorts (see [`RejectsExec`]).
+    sorting: Arc<AtomicBool>,
     output_rows: Count,
+    fallbacks: Count,
+}
+
+/// The NULL checks of each batch (see the module docs).
+#[derive(Clone)]
+struct NullChecks {
+    kind: usize,
+    seq: usize,
+    /// The key columns, by name and index.
+    keys: Vec<(String, usize)>,
+    /// The origin column, when stored events come along.
+    origin: Option<usize>,
+    sink: Arc<RejectSink>,
+    rejected: Count,
 }
 
 /// What one (key, sequence) of a partition's events looks like.
@@ -291,7 +339,7 @@ fn null_anywhere(array: &dyn Array) -> Result<BooleanArray> {
     Ok(nulls)
 }
 
-impl RejectsStream {
+impl NullChecks {
     /// Where `batch`'s rows have `origin` (an input without an origin
     /// column holds new events only).
     fn of_origin(&self, batch: &RecordBatch, origin: Origin) -> Result<BooleanArray> {
@@ -339,22 +387,94 @@ impl RejectsStream {
         self.rejected.add(count);
         Ok(filter_record_batch(&batch, &not(&rejected)?)?)
     }
+}
 
-    /// Keep `batch` (NULL checks done) until the input ends.
-    fn buffer(&mut self, batch: RecordBatch) -> Result<()> {
+impl RejectsStream {
+    /// Keep `batch` (NULL checks done) until the input ends; `false` when
+    /// the pool refused to hold it (it is kept all the same, for the sort).
+    fn buffer(&mut self, batch: RecordBatch) -> bool {
         if batch.num_rows() == 0 {
-            return Ok(());
+            return true;
         }
-        self.reservation
-            .try_grow(batch.get_array_memory_size())
-            .map_err(|e| {
-                e.context(format!(
-                    "flow '{}': checking the update's events for conflicts (rejects on); nothing was committed",
-                    self.sink.flow()
-                ))
-            })?;
+        let held = !self.sorting.load(Ordering::Relaxed)
+            && self
+                .reservation
+                .try_grow(batch.get_array_memory_size())
+                .is_ok();
         self.buffered.push(batch);
+        held
+    }
+
+    /// The pool cannot hold the partition's events: sort them all by
+    /// identity (spilling as the pool requires) and check them as they come
+    /// ([`SortedConflicts`]).
+    fn fall_back_to_sort(&mut self) -> Result<()> {
+        let ordering = LexOrdering::new(self.group.iter().map(|&c| {
+            PhysicalSortExpr::new_default(Arc::new(PhysicalColumn::new(
+                self.schema.field(c).name(),
+                c,
+            )))
+        }))
+        .ok_or_else(|| DataFusionError::Internal("RejectsExec: no identity to sort by".into()))?;
+        let checks = self.checks.clone();
+        let rest = std::mem::replace(
+            &mut self.input,
+            Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                futures::stream::empty(),
+            )),
+        );
+        let rest: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            rest.map(move |batch| checks.divert(batch?)),
+        ));
+        let empty = self.reservation.new_empty();
+        let reservation = std::mem::replace(&mut self.reservation, empty);
+        // the sort holds the events from here: this partition keeps no more
+        // than its share of the pool for it (the fold above sorts too)
+        let share = sort_share(&self.context, self.partitions);
+        if share > 0 && reservation.size() > share {
+            reservation.shrink(reservation.size() - share);
+        }
+        let sorted = sort_retained_and_rest(
+            std::mem::take(&mut self.buffered),
+            rest,
+            ordering,
+            Arc::clone(&self.context),
+            reservation,
+            share,
+        )?;
+        let check = SortedConflicts::try_new(
+            Arc::clone(&self.schema),
+            self.group.clone(),
+            self.values.clone(),
+            self.kind,
+            self.origin,
+        )?;
+        self.fallbacks.add(1);
+        self.sorting.store(true, Ordering::Relaxed);
+        self.sorted = Some((sorted, check));
         Ok(())
+    }
+
+    /// `checked` less its conflicting events (those go to the sink).
+    fn without_checked_conflicts(&self, checked: Checked) -> Result<RecordBatch> {
+        let Checked { batch, conflicting } = checked;
+        let count = conflicting.true_count();
+        if count > 0 {
+            self.checks.sink.reject(
+                &batch,
+                &conflicting,
+                "conflicting events (same key and sequence, different values)",
+            )?;
+            self.checks.rejected.add(count);
+        }
+        let batch = match count {
+            0 => batch,
+            _ => filter_record_batch(&batch, &not(&conflicting)?)?,
+        };
+        self.output_rows.add(batch.num_rows());
+        Ok(batch)
     }
 
     /// The buffered events less every event of a conflict (those go to
@@ -386,8 +506,8 @@ impl RejectsStream {
             .iter()
             .map(|b| {
                 Ok((
-                    self.of_origin(b, Origin::New)?,
-                    self.of_origin(b, Origin::Stored)?,
+                    self.checks.of_origin(b, Origin::New)?,
+                    self.checks.of_origin(b, Origin::Stored)?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -453,12 +573,12 @@ impl RejectsStream {
                 out.push(batch.clone());
                 continue;
             }
-            self.sink.reject(
+            self.checks.sink.reject(
                 batch,
                 &conflicting,
                 "conflicting events (same key and sequence, different values)",
             )?;
-            self.rejected.add(count);
+            self.checks.rejected.add(count);
             out.push(filter_record_batch(batch, &not(&conflicting)?)?);
         }
         Ok(out)
@@ -479,18 +599,42 @@ impl Stream for RejectsStream {
                 }
                 return Poll::Ready(next.map(Ok));
             }
+            if let Some((sorted, check)) = &mut self.sorted {
+                let checked = match ready!(sorted.poll_next_unpin(cx)) {
+                    Some(Ok(batch)) => check.push(batch),
+                    Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                    None => {
+                        let last = check.finish();
+                        self.sorted = None;
+                        self.output = Some(Vec::new().into_iter());
+                        last
+                    }
+                };
+                match checked {
+                    Ok(Some(checked)) => {
+                        return Poll::Ready(Some(self.without_checked_conflicts(checked)))
+                    }
+                    Ok(None) => continue,
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                }
+            }
             match ready!(self.input.poll_next_unpin(cx)) {
                 Some(Ok(batch)) if !self.conflicts => {
-                    let out = self.divert(batch);
+                    let out = self.checks.divert(batch);
                     if let Ok(batch) = &out {
                         self.output_rows.add(batch.num_rows());
                     }
                     return Poll::Ready(Some(out));
                 }
                 Some(Ok(batch)) => {
-                    let kept = self.divert(batch).and_then(|b| self.buffer(b));
-                    if let Err(e) = kept {
-                        return Poll::Ready(Some(Err(e)));
+                    let held = match self.checks.divert(batch) {
+                        Ok(batch) => self.buffer(batch),
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    };
+                    if !held {
+                        if let Err(e) = self.fall_back_to_sort() {
+                            return Poll::Ready(Some(Err(e)));
+                        }
                     }
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),

@@ -137,6 +137,9 @@ impl CdcSession {
         for flow in Self::flows_to_run(&table, full) {
             // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
             let planning = if analyze {
+                // (an update run here delivers its rejects as REFRESH does:
+                // an interrupted update's first, then its own)
+                self.deliver_rejects(&table).await?;
                 Planning::Run
             } else {
                 Planning::Explain
@@ -151,6 +154,9 @@ impl CdcSession {
                 )?
                 .build()?;
             batches.extend(DataFrame::new(state.clone(), explained).collect().await?);
+            if analyze {
+                self.deliver_rejects(&table).await?;
+            }
         }
         if batches.is_empty() {
             return Err(DataFusionError::Plan(format!(

@@ -702,7 +702,10 @@ mod tests {
         let other = write_vectors(&store, &[c.clone()]).await?;
         // any order, two files, a vector twice
         let wanted = [&first[1], &other[0], &first[0], &first[1]].map(Clone::clone);
-        assert_eq!(read_vectors(&store, &wanted).await?, [b.clone(), c, a.clone(), b]);
+        assert_eq!(
+            read_vectors(&store, &wanted).await?,
+            [b.clone(), c, a.clone(), b]
+        );
         // the first file cut inside its second vector: that one is an error
         let path = relative_file(&first[0])?;
         let bytes = store.get(&path).await?.bytes().await?;
