@@ -118,7 +118,7 @@ pub async fn read_vectors(
 ) -> Result<Vec<RoaringTreemap>> {
     let mut vectors: Vec<Option<RoaringTreemap>> = vec![None; descriptors.len()];
     // stored ones: (index, range) per file
-    let mut by_file: Vec<(Path, Vec<(usize, Range<u64>)>)> = Vec::new();
+    let mut by_file: Vec<(Path, Vec<Wanted>)> = Vec::new();
     for (i, descriptor) in descriptors.iter().enumerate() {
         match descriptor.storage_type {
             StorageType::Inline => {
@@ -177,6 +177,9 @@ pub async fn read_vectors(
         })
         .collect()
 }
+
+/// A vector to read: its index among the descriptors, its bytes in its file.
+type Wanted = (usize, Range<u64>);
 
 /// Check and decode the vector stored at `range` of `path` (`bytes`).
 fn stored_vector(path: &Path, range: Range<u64>, bytes: &[u8]) -> Result<RoaringTreemap> {
@@ -699,7 +702,7 @@ mod tests {
         let b: RoaringTreemap = (0..1900u64).map(|i| i * 7).collect();
         let c: RoaringTreemap = [9u64].into_iter().collect();
         let first = write_vectors(&store, &[a.clone(), b.clone()]).await?;
-        let other = write_vectors(&store, &[c.clone()]).await?;
+        let other = write_vectors(&store, std::slice::from_ref(&c)).await?;
         // any order, two files, a vector twice
         let wanted = [&first[1], &other[0], &first[0], &first[1]].map(Clone::clone);
         assert_eq!(
