@@ -24,6 +24,17 @@ async fn rows(s: &CdcSession, sql: &str) -> Vec<String> {
     lines(&batches)
 }
 
+/// The error `sql` fails with, when it is planned or when it runs.
+async fn error_of(s: &CdcSession, sql: &str) -> String {
+    match s.sql(sql).await {
+        Err(e) => e.to_string(),
+        Ok(df) => match df.collect().await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{sql}: no error"),
+        },
+    }
+}
+
 /// `id`, `v` and `_change_type` of target `t`'s changes from `version` on.
 async fn changes_since(s: &CdcSession, version: u64) -> Vec<String> {
     let query = format!(
@@ -2369,20 +2380,11 @@ async fn malformed_debezium_events_fail_or_are_rejects() {
         .unwrap();
     let path = format!("{}/", cdc.to_str().unwrap());
     exec(&s, "CREATE STREAMING TABLE strict").await;
-    let err = match s
-        .sql(&format!(
-            "CREATE FLOW f AS AUTO CDC INTO strict FROM debezium('{path}') KEYS (id)"
-        ))
-        .await
-    {
-        Err(e) => e.to_string(),
-        Ok(df) => df
-            .collect()
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default(),
-    };
+    let err = error_of(
+        &s,
+        &format!("CREATE FLOW f AS AUTO CDC INTO strict FROM debezium('{path}') KEYS (id)"),
+    )
+    .await;
     assert!(err.contains("part-0.json' line 2"), "{err}");
     assert_eq!(rows(&s, "SELECT count(*) FROM strict").await, ["| 0 |"]);
 
@@ -2487,34 +2489,18 @@ async fn debezium_columns_added_after_the_first_files() {
     std::fs::write(middle.join("part-0.json"), lines.join("\n") + "\n").unwrap();
     exec(&s, "CREATE STREAMING TABLE m").await;
     let path = format!("{}/", middle.to_str().unwrap());
-    let err = match s
-        .sql(&format!(
-            "CREATE FLOW g AS AUTO CDC INTO m FROM debezium('{path}') KEYS (id)"
-        ))
-        .await
-    {
-        Err(e) => e.to_string(),
-        Ok(df) => df
-            .collect()
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default(),
-    };
+    let err = error_of(
+        &s,
+        &format!("CREATE FLOW g AS AUTO CDC INTO m FROM debezium('{path}') KEYS (id)"),
+    )
+    .await;
     assert!(
         err.contains("part-0.json' line 12001: the event has column 'tmp'")
             && err.contains("(id, name)"),
         "{err}"
     );
     assert_eq!(rows(&s, "SELECT count(*) FROM m").await, ["| 0 |"]);
-    let err = s
-        .sql(&format!("SELECT count(*) FROM debezium('{path}')"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = error_of(&s, &format!("SELECT count(*) FROM debezium('{path}')")).await;
     assert!(err.contains("column 'tmp'"), "{err}");
 }
 
@@ -2556,10 +2542,7 @@ async fn a_failed_update_runs_its_events_once() {
     .await;
     exec(&s, "INSERT INTO snaps VALUES (40, 1, 'x'), (40, 1, 'y')").await;
     for _ in 0..3 {
-        let err = match s.sql("REFRESH STREAMING TABLE t").await {
-            Err(e) => e.to_string(),
-            Ok(df) => df.collect().await.unwrap_err().to_string(),
-        };
+        let err = error_of(&s, "REFRESH STREAMING TABLE t").await;
         assert!(
             err.contains("flow 'f': duplicate key (id=1) in the snapshot at version 40"),
             "{err}"

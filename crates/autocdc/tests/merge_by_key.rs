@@ -19,9 +19,17 @@ async fn text(s: &CdcSession, sql: &str) -> String {
     pretty_format_batches(&batches).unwrap().to_string()
 }
 
+/// The source of the MERGE: matched: 3 updated, 7 deleted; not matched: 50
+/// (a tombstone) and 900 inserted; 8 untouched by a condition.
+const SOURCE: &str = "(VALUES (3, 'x'), (7, 'del'), (50, 'back'), (900, 'new'), (8, 'keep'))";
+
+/// The same without 8: the statement changes every key of its source (the
+/// stored rows found to match the source are those it replaces).
+const EVERY_KEY_CHANGED: &str = "(VALUES (3, 'x'), (7, 'del'), (50, 'back'), (900, 'new'))";
+
 /// The target and its change feed after the script, with deletion vectors
-/// on or off; and the plan of the MERGE run.
-async fn run(deletion_vectors: bool) -> (Vec<String>, String) {
+/// on or off, merging `source`; and the plan of the MERGE run.
+async fn run(deletion_vectors: bool, source: &str) -> (Vec<String>, String) {
     let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
     exec(
         &s,
@@ -45,15 +53,14 @@ async fn run(deletion_vectors: bool) -> (Vec<String>, String) {
          APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS (id, v)",
     )
     .await;
-    // matched: 3 updated, 7 deleted; not matched: 50 (a tombstone) and 900
-    // inserted, 8 untouched by a condition
     let plan = text(
         &s,
-        "EXPLAIN ANALYZE MERGE INTO t USING (VALUES (3, 'x'), (7, 'del'), (50, 'back'), \
-         (900, 'new'), (8, 'keep')) AS s(id, v) ON t.id = s.id \
-         WHEN MATCHED AND s.v = 'del' THEN DELETE \
-         WHEN MATCHED AND s.v <> 'keep' THEN UPDATE SET v = s.v \
-         WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)",
+        &format!(
+            "EXPLAIN ANALYZE MERGE INTO t USING {source} AS s(id, v) ON t.id = s.id \
+             WHEN MATCHED AND s.v = 'del' THEN DELETE \
+             WHEN MATCHED AND s.v <> 'keep' THEN UPDATE SET v = s.v \
+             WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)"
+        ),
     )
     .await;
     let out = vec![
@@ -69,9 +76,9 @@ async fn run(deletion_vectors: bool) -> (Vec<String>, String) {
 
 #[tokio::test]
 async fn a_small_merge_equals_the_rewrite() {
-    let (by_key, plan) = run(true).await;
+    let (by_key, plan) = run(true, SOURCE).await;
     assert!(plan.contains("rewrite=0"), "{plan}");
-    let (rewritten, plan) = run(false).await;
+    let (rewritten, plan) = run(false, SOURCE).await;
     assert!(plan.contains("rewrite=1"), "{plan}");
     assert_eq!(by_key, rewritten);
     assert!(by_key[0].contains("| 3   | x    |"), "{}", by_key[0]);
@@ -79,4 +86,16 @@ async fn a_small_merge_equals_the_rewrite() {
     assert!(by_key[0].contains("| 900 | new  |"), "{}", by_key[0]);
     assert!(!by_key[0].contains("| 7   |"), "{}", by_key[0]);
     assert!(by_key[0].contains("| 8   | v8   |"), "{}", by_key[0]);
+}
+
+#[tokio::test]
+async fn a_merge_changing_every_source_key_equals_the_rewrite() {
+    let (by_key, plan) = run(true, EVERY_KEY_CHANGED).await;
+    assert!(plan.contains("rewrite=0"), "{plan}");
+    let (rewritten, plan) = run(false, EVERY_KEY_CHANGED).await;
+    assert!(plan.contains("rewrite=1"), "{plan}");
+    assert_eq!(by_key, rewritten);
+    assert!(by_key[0].contains("| 3   | x    |"), "{}", by_key[0]);
+    assert!(by_key[0].contains("| 8   | v8   |"), "{}", by_key[0]);
+    assert!(!by_key[0].contains("| 7   |"), "{}", by_key[0]);
 }

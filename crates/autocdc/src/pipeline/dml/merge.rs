@@ -17,9 +17,13 @@
 //! columns of their buckets' files probed, the rows read by position) and
 //! the steps after the match read only those; the statement then writes the
 //! new rows of those keys and retires the found ones with deletion vectors,
-//! so its cost follows the keys, not the table.
+//! so its cost follows the keys, not the table. When the ON clause equates
+//! the keys with the source, the source's keys are found before the match
+//! and the match reads only their rows; when the statement then changes
+//! exactly those keys, the rows found are the ones it replaces (not found
+//! twice).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -195,9 +199,13 @@ pub async fn merge(
     let mut plan = state.create_logical_plan(&sql).await?;
     // (SCD 1: matched against the stored rows of the source's keys only,
     // when the ON clause equates every key with the source and they are few)
+    let mut probed = None;
     if history.is_none() {
-        if let Some(rows) = source_key_rows(state, &table, merge, &keys, &user).await? {
+        if let Some((rows, source_keys)) =
+            source_key_rows(state, &table, merge, &keys, &user).await?
+        {
             plan = with_target_rows(plan, &table, rows)?;
+            probed = Some(source_keys);
         }
     }
     let rows = collect(state.create_physical_plan(&plan).await?, state.task_ctx()).await?;
@@ -407,6 +415,22 @@ pub async fn merge(
             counted(Some(plan), affected)
         }
         None => {
+            // the statement changes the source's keys exactly (the usual
+            // MERGE): their stored rows, found for the match, are those
+            // it replaces
+            let key_types: Vec<DataType> = key_index
+                .iter()
+                .map(|&i| user.field(i).data_type().clone())
+                .collect();
+            let changed = updates
+                .iter()
+                .map(|(k, _)| k)
+                .chain(&deletes)
+                .chain(inserted_keys.keys());
+            let reuse = match probed {
+                Some(probed) if probed.are(changed, &key_types)? => Some(probed.found),
+                _ => None,
+            };
             let statement = apply_scd1(
                 state,
                 Arc::clone(&table),
@@ -414,6 +438,7 @@ pub async fn merge(
                 user,
                 tables,
                 counts,
+                reuse,
                 refuse,
                 describe,
             )
@@ -505,7 +530,7 @@ async fn source_key_rows(
     merge: &MergeStatement,
     keys: &[String],
     user: &SchemaRef,
-) -> Result<Option<LogicalPlan>> {
+) -> Result<Option<(LogicalPlan, SourceKeys)>> {
     let Some(budget) = deletion_vector_budget(state, table).await? else {
         return Ok(None);
     };
@@ -556,11 +581,58 @@ async fn source_key_rows(
             Err(_) => return Ok(None),
         }
     }
+    let mut source_keys = HashSet::with_capacity(count);
+    for batch in &typed {
+        for row in 0..batch.num_rows() {
+            source_keys.insert(
+                batch
+                    .columns()
+                    .iter()
+                    .map(|c| ScalarValue::try_from_array(c, row))
+                    .collect::<Result<Vec<_>>>()?,
+            );
+        }
+    }
     let found = find_keys(table, state, typed).await?;
     let plan = found_scan(table, state, &found)?
         .filter(column(KIND_COL).eq(lit(Kind::Upsert as i8)))?
         .build()?;
-    Ok(Some(plan))
+    let found = SourceKeys {
+        keys: source_keys,
+        found: Arc::new(found),
+    };
+    Ok(Some((plan, found)))
+}
+
+/// The keys of a MERGE's source (as the target's key types) and their
+/// stored rows, found to match the source against.
+struct SourceKeys {
+    keys: HashSet<Vec<ScalarValue>>,
+    found: Arc<Superseded>,
+}
+
+impl SourceKeys {
+    /// Whether `keys` (the keys a statement changes, of `types`) are these
+    /// keys, every one.
+    fn are<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a Vec<ScalarValue>>,
+        types: &[DataType],
+    ) -> Result<bool> {
+        let mut seen = HashSet::with_capacity(self.keys.len());
+        for key in keys {
+            let typed = key
+                .iter()
+                .zip(types)
+                .map(|(v, t)| v.cast_to(t))
+                .collect::<Result<Vec<_>>>()?;
+            if !self.keys.contains(&typed) {
+                return Ok(false);
+            }
+            seen.insert(typed);
+        }
+        Ok(seen.len() == self.keys.len())
+    }
 }
 
 /// `plan` (a MERGE's match) with its scan of `table` replaced by `rows`
@@ -729,6 +801,7 @@ async fn apply_scd1(
     user: SchemaRef,
     actions: Actions,
     (upserted, deleted): (u64, u64),
+    probed: Option<Arc<Superseded>>,
     refuse: impl Fn(String) -> DataFusionError,
     describe: impl Fn(&[ScalarValue]) -> String,
 ) -> Result<Statement> {
@@ -760,12 +833,17 @@ async fn apply_scd1(
         )?
         .build()?;
     // the stored rows of the statement's keys: when they are few, found by
-    // key (read by position, retired with deletion vectors); else the table
-    let found = match deletion_vector_budget(state, &table).await? {
-        Some(budget) => {
+    // key (read by position, retired with deletion vectors), or found
+    // already (`probed`); else the table
+    let found = match (probed, deletion_vector_budget(state, &table).await?) {
+        (Some(found), _) => {
+            let rows = read_found(&table, state, &found).await?;
+            Some((found, rows))
+        }
+        (None, Some(budget)) => {
             found_rows(state, &table, &affected_keys, &keys, &key_names, budget).await?
         }
-        None => None,
+        (None, None) => None,
     };
     let stored = || -> Result<LogicalPlanBuilder> {
         match &found {
