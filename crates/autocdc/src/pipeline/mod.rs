@@ -908,13 +908,7 @@ pub(crate) fn write_request(
 /// The run number of the next run of `flow` into `table` (its checkpoint
 /// moves to it with the run's commit).
 pub(crate) async fn next_run(table: &ScdTable, flow: &str) -> Result<i64> {
-    let delta = table.delta();
-    let last = delta
-        .snapshot()
-        .map_err(delta_err)?
-        .transaction_version(delta.log_store().as_ref(), checkpoint_app_id(flow))
-        .await
-        .map_err(delta_err)?;
+    let last = table.last_run(&checkpoint_app_id(flow)).await?;
     Ok(last.unwrap_or(0) + 1)
 }
 

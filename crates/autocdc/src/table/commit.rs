@@ -231,10 +231,9 @@ pub async fn commit_written(
             &metadata,
         )?));
     }
-    actions.push(Action::Txn(Transaction::new(
-        checkpoint_app_id(&request.flow.name),
-        request.run,
-    )));
+    let run = (checkpoint_app_id(&request.flow.name), request.run);
+    actions.push(Action::Txn(Transaction::new(run.0.clone(), run.1)));
+    let built_on = snapshot.version();
     let operation = DeltaOperation::Write {
         mode: SaveMode::Overwrite,
         partition_by: None,
@@ -250,6 +249,9 @@ pub async fn commit_written(
             cause: e.to_string(),
         })?;
     request.table.committed(commit.snapshot()).await?;
+    request
+        .table
+        .committed_runs(built_on, commit.version(), std::slice::from_ref(&run));
     request.table.publish().await?;
     Ok(CommitOutcome {
         version: commit.version() as i64,
@@ -492,12 +494,14 @@ impl Edit {
                 &self.metadata,
             )?));
         }
+        let built_on = snapshot.version();
         let commit = super::commit_builder()
             .with_actions(actions)
             .build(Some(snapshot), log_store, self.kind.operation())
             .await
             .map_err(delta_err)?;
         table.committed(commit.snapshot()).await?;
+        table.committed_runs(built_on, commit.version(), &[]);
         if publish {
             table.publish().await?;
         }

@@ -14,6 +14,7 @@ pub mod deletion_vectors;
 pub mod event;
 mod files;
 mod key_bloom;
+mod known_runs;
 pub mod manifest;
 pub mod meta;
 pub mod plain_files;

@@ -23,6 +23,7 @@ use deltalake_core::table::state::DeltaTableState;
 use deltalake_core::DeltaTable;
 
 use super::delta_err;
+use super::known_runs::KnownRuns;
 use super::meta::TableMeta;
 use super::published::{publish, PublishedLocation};
 use super::warehouse::{TableName, Warehouse};
@@ -81,6 +82,9 @@ pub struct ScdTable {
     /// Where its published table lives (`None`: an old version of the
     /// table, or a table of the earlier layout without one).
     published: Option<PublishedLocation>,
+    /// The flows' last runs at the loaded version, once looked up or
+    /// committed here.
+    runs: KnownRuns,
 }
 
 impl ScdTable {
@@ -104,6 +108,7 @@ impl ScdTable {
             loaded: RwLock::new(loaded),
             this: Weak::new(),
             dml: None,
+            runs: KnownRuns::default(),
         };
         // what an interrupted update committed but did not publish; the
         // state is safe either way, and a table that cannot be published now
@@ -172,6 +177,7 @@ impl ScdTable {
             this: Weak::new(),
             dml: None,
             published: None,
+            runs: KnownRuns::default(),
         })
     }
 
@@ -243,6 +249,30 @@ impl ScdTable {
         let mut table = self.delta();
         table.update_state().await.map_err(delta_err)?;
         self.set(table).await
+    }
+
+    /// The last run of the flow whose checkpoint application id is
+    /// `app_id` (its `txn` version) at the loaded version; the log is
+    /// replayed for it only when no lookup or commit here told it.
+    pub async fn last_run(&self, app_id: &str) -> Result<Option<i64>> {
+        let delta = self.delta();
+        let snapshot = delta.snapshot().map_err(delta_err)?;
+        let version = snapshot.version();
+        if let Some(run) = self.runs.get(version, app_id) {
+            return Ok(run);
+        }
+        let run = snapshot
+            .transaction_version(delta.log_store().as_ref(), app_id)
+            .await
+            .map_err(delta_err)?;
+        self.runs.found(version, app_id, run);
+        Ok(run)
+    }
+
+    /// A commit made here on version `built_on` landed at `landed`, with
+    /// the flow runs `runs` (application id, run).
+    pub fn committed_runs(&self, built_on: u64, landed: u64, runs: &[(String, i64)]) {
+        self.runs.committed(built_on, landed, runs);
     }
 
     /// Take `state`, the table's state after a commit made here (deltalake
