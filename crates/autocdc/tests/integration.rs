@@ -244,30 +244,37 @@ async fn explain_refresh_shows_the_operators() {
     );
 }
 
+/// A session of two partitions and batches of 1024 rows in a memory pool of
+/// `limit`; in a tight one (12M) sorts reserve nothing for their merge.
+async fn bounded_session(limit: &str) -> CdcSession {
+    let config = datafusion::prelude::SessionConfig::new()
+        .with_target_partitions(2)
+        .with_batch_size(1024);
+    let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
+        .await
+        .unwrap();
+    exec(
+        &s,
+        &format!("SET datafusion.runtime.memory_limit = '{limit}'"),
+    )
+    .await;
+    if limit == "12M" {
+        exec(
+            &s,
+            "SET datafusion.execution.sort_spill_reservation_bytes = 0",
+        )
+        .await;
+    }
+    s
+}
+
 /// In a bounded pool far smaller than the events, both partitions' indexed
 /// folds fall back to sorting, each sort in its own share of the pool: the
 /// update completes with the same rows in a comfortable and in a tight pool.
 #[tokio::test]
 async fn both_partitions_fall_back_within_a_bounded_pool() {
     for limit in ["64M", "12M"] {
-        let config = datafusion::prelude::SessionConfig::new()
-            .with_target_partitions(2)
-            .with_batch_size(1024);
-        let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
-            .await
-            .unwrap();
-        exec(
-            &s,
-            &format!("SET datafusion.runtime.memory_limit = '{limit}'"),
-        )
-        .await;
-        if limit == "12M" {
-            exec(
-                &s,
-                "SET datafusion.execution.sort_spill_reservation_bytes = 0",
-            )
-            .await;
-        }
+        let s = bounded_session(limit).await;
         // 200 k events over 50 k keys, in descending sequence order per key
         // (the latest event of key k has seq 3 and value 'v{k}-3')
         exec(
@@ -2564,25 +2571,8 @@ async fn a_failed_update_runs_its_events_once() {
 async fn rejects_are_found_within_a_bounded_pool() {
     let mut results = Vec::new();
     for limit in ["256M", "12M"] {
-        let config = datafusion::prelude::SessionConfig::new()
-            .with_target_partitions(2)
-            .with_batch_size(1024);
-        let s = CdcSession::open(AutoCdcConfig::in_memory().with_session_config(config))
-            .await
-            .unwrap();
-        exec(
-            &s,
-            &format!("SET datafusion.runtime.memory_limit = '{limit}'"),
-        )
-        .await;
+        let s = bounded_session(limit).await;
         exec(&s, "SET autocdc.indexed_fold_max_bytes = 1").await;
-        if limit == "12M" {
-            exec(
-                &s,
-                "SET datafusion.execution.sort_spill_reservation_bytes = 0",
-            )
-            .await;
-        }
         exec(&s, "CREATE TABLE src (id BIGINT, seq BIGINT, v VARCHAR)").await;
         exec(
             &s,
