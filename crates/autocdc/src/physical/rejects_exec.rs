@@ -75,6 +75,9 @@ use crate::fold::columns::{
 };
 use crate::table::reject_sink::RejectSink;
 
+/// Why the events of a conflict are rejected.
+const CONFLICT: &str = "conflicting events (same key and sequence, different values)";
+
 /// Rejects a flow's failing events (see the module docs).
 #[derive(Debug)]
 pub struct RejectsExec {
@@ -250,11 +253,9 @@ impl ExecutionPlan for RejectsExec {
         };
         Ok(Box::pin(RejectsStream {
             input,
-            kind,
             schema,
             group,
             values,
-            origin,
             checks,
             conflicts: self.conflicts,
             buffered: Vec::new(),
@@ -278,13 +279,11 @@ impl ExecutionPlan for RejectsExec {
 struct RejectsStream {
     input: SendableRecordBatchStream,
     schema: SchemaRef,
-    kind: usize,
     /// The key and sequence columns: an event's identity.
     group: Vec<usize>,
     /// The target columns and the kind: what equal events agree on.
     values: Vec<usize>,
-    /// The origin column, when stored events come along.
-    origin: Option<usize>,
+    /// The NULL checks, and the kind and origin columns.
     checks: NullChecks,
     /// Whether conflicts are checked (else each batch passes on at once).
     conflicts: bool,
@@ -448,8 +447,8 @@ impl RejectsStream {
             Arc::clone(&self.schema),
             self.group.clone(),
             self.values.clone(),
-            self.kind,
-            self.origin,
+            self.checks.kind,
+            self.checks.origin,
         )?;
         self.fallbacks.add(1);
         self.sorting.store(true, Ordering::Relaxed);
@@ -462,11 +461,7 @@ impl RejectsStream {
         let Checked { batch, conflicting } = checked;
         let count = conflicting.true_count();
         if count > 0 {
-            self.checks.sink.reject(
-                &batch,
-                &conflicting,
-                "conflicting events (same key and sequence, different values)",
-            )?;
+            self.checks.sink.reject(&batch, &conflicting, CONFLICT)?;
             self.checks.rejected.add(count);
         }
         let batch = match count {
@@ -517,11 +512,11 @@ impl RejectsStream {
             .iter()
             .zip(&origins)
             .map(|(b, (new, stored))| {
-                if self.origin.is_none() {
+                if self.checks.origin.is_none() {
                     return Ok(new.clone());
                 }
                 let kinds = b
-                    .column(self.kind)
+                    .column(self.checks.kind)
                     .as_primitive_opt::<Int8Type>()
                     .ok_or_else(|| DataFusionError::Internal(format!("{KIND_COL} is not Int8")))?;
                 let event = BooleanArray::from_unary(kinds, |k| {
@@ -573,11 +568,7 @@ impl RejectsStream {
                 out.push(batch.clone());
                 continue;
             }
-            self.checks.sink.reject(
-                batch,
-                &conflicting,
-                "conflicting events (same key and sequence, different values)",
-            )?;
+            self.checks.sink.reject(batch, &conflicting, CONFLICT)?;
             self.checks.rejected.add(count);
             out.push(filter_record_batch(batch, &not(&conflicting)?)?);
         }
