@@ -33,6 +33,7 @@ use deltalake_core::kernel::{DeletionVectorDescriptor, StorageType};
 use deltalake_core::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection,
 };
+use deltalake_core::parquet::arrow::async_reader::AsyncFileReader;
 #[allow(deprecated)]
 use deltalake_core::parquet::arrow::async_reader::ParquetObjectReader;
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
@@ -43,6 +44,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use roaring::RoaringTreemap;
 
+use super::file_tail::TailReader;
 use super::key_bloom::KeyValues;
 
 use crate::fold::rows::row_converter;
@@ -391,12 +393,20 @@ pub async fn superseded_rows(
     size: u64,
     keys: &KeySet,
 ) -> Result<(RoaringTreemap, ArrowReaderMetadata)> {
-    let mut reader = object_reader(store, path, size);
+    // (footer, metadata, page index, filters and, in a small file, the key
+    // pages: one request)
+    let mut reader = TailReader::new(store, path, size);
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await?;
     let leaves = key_leaves(metadata.metadata(), keys);
-    let groups =
-        row_groups_to_probe(store, path, metadata.metadata(), leaves.as_deref(), keys).await?;
+    let groups = row_groups_to_probe(
+        &mut reader,
+        path,
+        metadata.metadata(),
+        leaves.as_deref(),
+        keys,
+    )
+    .await?;
     let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
     let mut marks = RoaringTreemap::new();
     if groups.is_empty() {
@@ -584,7 +594,7 @@ type ProbedGroup = (usize, Option<Vec<usize>>);
 /// every row group are read in one request. `leaves` are the key columns'
 /// leaves ([`key_leaves`]).
 async fn row_groups_to_probe(
-    store: &Arc<dyn ObjectStore>,
+    reader: &mut TailReader,
     path: &Path,
     metadata: &ParquetMetaData,
     leaves: Option<&[usize]>,
@@ -629,10 +639,7 @@ async fn row_groups_to_probe(
         }
     }
     let ranges: Vec<Range<u64>> = wanted.iter().map(|(_, _, r)| r.clone()).collect();
-    let bytes = store
-        .get_ranges(path, &ranges)
-        .await
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let bytes = reader.get_byte_ranges(ranges).await?;
     let mut filters: Vec<Vec<Option<Sbbf>>> = (0..count)
         .map(|_| leaves.iter().map(|_| None).collect())
         .collect();
@@ -853,7 +860,7 @@ mod tests {
             let builder =
                 ParquetRecordBatchStreamBuilder::new(object_reader(&store, path, *size)).await?;
             let groups: Vec<usize> = row_groups_to_probe(
-                &store,
+                &mut TailReader::new(&store, path, *size),
                 path,
                 builder.metadata(),
                 key_leaves(builder.metadata(), &set).as_deref(),
@@ -1006,7 +1013,7 @@ mod tests {
         let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![50, 17_500]);
         let groups = row_groups_to_probe(
-            &store,
+            &mut TailReader::new(&store, &path, size),
             &path,
             metadata.metadata(),
             key_leaves(metadata.metadata(), &set).as_deref(),

@@ -12,6 +12,7 @@ pub(crate) mod changes;
 pub mod commit;
 pub mod deletion_vectors;
 pub mod event;
+mod file_tail;
 mod files;
 mod key_bloom;
 mod known_runs;

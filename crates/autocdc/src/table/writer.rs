@@ -33,7 +33,7 @@ use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::Add;
 use deltalake_core::parquet::arrow::async_writer::AsyncArrowWriter;
 use deltalake_core::parquet::basic::{Compression, ZstdLevel};
-use deltalake_core::parquet::file::properties::WriterProperties;
+use deltalake_core::parquet::file::properties::{BloomFilterPosition, WriterProperties};
 use deltalake_core::parquet::schema::types::ColumnPath;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
@@ -384,7 +384,8 @@ impl BucketWriter {
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
             .set_data_page_row_count_limit(PAGE_ROWS)
-            .set_dictionary_enabled(false);
+            .set_dictionary_enabled(false)
+            .set_bloom_filter_position(BloomFilterPosition::End);
         for name in &self.bloom_columns {
             let column = ColumnPath::from(name.as_str());
             builder = builder

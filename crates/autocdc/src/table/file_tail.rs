@@ -1,0 +1,334 @@
+//! Reading a Parquet data file's tail with one request.
+//!
+//! The end of a data file holds what every reader of it needs before any
+//! row: the footer, the metadata, the page index and, as our writer places
+//! them, the bloom filters. Read one by one, as a Parquet reader asks for
+//! them, each is a request: probing a small file for keys cost five (footer
+//! length, metadata, page index, bloom filters, key pages). On an object
+//! store a request costs far more than the bytes it brings, so a
+//! [`TailReader`] brings the last [`TAIL_BYTES`] of the file (all of a
+//! smaller file) with the first request that falls there, keeps them, and
+//! serves from memory every later request inside them:
+//!
+//! | request | served by |
+//! |---|---|
+//! | inside the tail held | memory |
+//! | ending in the last `TAIL_BYTES`, no tail held yet | one request from its start (or the tail's, if lower) to the end of the file, then memory |
+//! | anything else | the store (several ranges: coalesced by the store) |
+//!
+//! A small file is then one request whatever is read of it; a large one
+//! needs one for its footer, metadata, page index and (most) filters, and
+//! one per run of pages it reads.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
+#[allow(deprecated)]
+use deltalake_core::parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
+use deltalake_core::parquet::errors::Result;
+use deltalake_core::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use object_store::path::Path;
+use object_store::ObjectStore;
+
+/// Bytes read at once from the end of a file: a footer, metadata and page
+/// index of many row groups, and bloom filters of small ones; all of a file
+/// as small as the files of a small update.
+pub(crate) const TAIL_BYTES: u64 = 256 * 1024;
+
+/// A Parquet reader of one file that reads its tail once (module docs).
+#[allow(deprecated)]
+pub(crate) struct TailReader {
+    inner: ParquetObjectReader,
+    size: u64,
+    /// Offset of the first byte held, and the bytes from it to the end.
+    tail: Option<(u64, Bytes)>,
+}
+
+#[allow(deprecated)]
+impl TailReader {
+    /// A reader of the file `path` of `size` bytes in `store`.
+    pub(crate) fn new(store: &Arc<dyn ObjectStore>, path: &Path, size: u64) -> Self {
+        Self {
+            inner: ParquetObjectReader::new(Arc::clone(store), path.clone()).with_file_size(size),
+            size,
+            tail: None,
+        }
+    }
+
+    /// `range`, from the tail held, if it holds all of it.
+    fn held(&self, range: &Range<u64>) -> Option<Bytes> {
+        let (start, bytes) = self.tail.as_ref()?;
+        if range.start < *start || range.end > self.size || range.start > range.end {
+            return None;
+        }
+        let from = usize::try_from(range.start - start).ok()?;
+        let to = usize::try_from(range.end - start).ok()?;
+        (to <= bytes.len()).then(|| bytes.slice(from..to))
+    }
+
+    /// Where the tail to read for `range` starts, when `range` ends in the
+    /// file's last [`TAIL_BYTES`] and no tail is held yet.
+    fn tail_start(&self, range: &Range<u64>) -> Option<u64> {
+        let zone = self.size.saturating_sub(TAIL_BYTES);
+        (self.tail.is_none() && range.end > zone && range.end <= self.size)
+            .then(|| range.start.min(zone))
+    }
+}
+
+#[allow(deprecated)]
+impl AsyncFileReader for TailReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
+        async move {
+            if let Some(bytes) = self.held(&range) {
+                return Ok(bytes);
+            }
+            if let Some(start) = self.tail_start(&range) {
+                let bytes = self.inner.get_bytes(start..self.size).await?;
+                self.tail = Some((start, bytes));
+                if let Some(bytes) = self.held(&range) {
+                    return Ok(bytes);
+                }
+            }
+            self.inner.get_bytes(range).await
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
+        async move {
+            let held: Vec<Option<Bytes>> = ranges.iter().map(|r| self.held(r)).collect();
+            let missing: Vec<Range<u64>> = ranges
+                .iter()
+                .zip(&held)
+                .filter(|(_, held)| held.is_none())
+                .map(|(r, _)| r.clone())
+                .collect();
+            if missing.is_empty() {
+                return Ok(held.into_iter().flatten().collect());
+            }
+            let mut fetched = self.inner.get_byte_ranges(missing).await?.into_iter();
+            held.into_iter()
+                .map(|held| match held {
+                    Some(bytes) => Ok(bytes),
+                    None => fetched.next().ok_or_else(|| {
+                        deltalake_core::parquet::errors::ParquetError::General(
+                            "the store returned fewer ranges than asked".into(),
+                        )
+                    }),
+                })
+                .collect()
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
+        async move {
+            let mut reader = ParquetMetaDataReader::new();
+            if let Some(options) = options {
+                reader = reader
+                    .with_metadata_options(Some(options.metadata_options().clone()))
+                    .with_column_index_policy(options.column_index_policy())
+                    .with_offset_index_policy(options.offset_index_policy());
+            }
+            // (every fetch goes through `get_bytes`: the first brings the tail)
+            let size = self.size;
+            Ok(Arc::new(reader.load_and_finish(self, size).await?))
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderMetadata;
+    use deltalake_core::parquet::arrow::{ArrowWriter, ParquetRecordBatchStreamBuilder};
+    use deltalake_core::parquet::file::metadata::PageIndexPolicy;
+    use deltalake_core::parquet::file::properties::WriterProperties;
+    use futures::TryStreamExt;
+    use object_store::memory::InMemory;
+    use object_store::{GetOptions, GetResult, ObjectStoreExt, PutPayload};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the reads of the store it wraps.
+    #[derive(Debug)]
+    struct Counted {
+        inner: InMemory,
+        gets: AtomicUsize,
+    }
+
+    impl std::fmt::Display for Counted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Counted")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Counted {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            self.inner.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// A file of `rows` ids in row groups of `group` rows, in `store`.
+    async fn file(store: &Arc<dyn ObjectStore>, rows: i64, group: usize) -> (Path, u64) {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .expect("batch");
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(group))
+            .build();
+        let mut buffer = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new(&mut buffer, schema, Some(properties)).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        let (path, size) = (Path::from("f.parquet"), buffer.len() as u64);
+        store
+            .put(&path, PutPayload::from(buffer))
+            .await
+            .expect("put");
+        (path, size)
+    }
+
+    async fn read_all(reader: TailReader) -> i64 {
+        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let mut reader = reader;
+        let metadata = ArrowReaderMetadata::load_async(&mut reader, options)
+            .await
+            .expect("metadata");
+        let batches: Vec<RecordBatch> =
+            ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata)
+                .build()
+                .expect("stream")
+                .try_collect()
+                .await
+                .expect("rows");
+        batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .map(|a| a.values().to_vec())
+                    .unwrap_or_default()
+            })
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn a_small_file_is_one_request_and_a_large_one_reads_its_tail_once() {
+        let counted = Arc::new(Counted {
+            inner: InMemory::new(),
+            gets: AtomicUsize::new(0),
+        });
+        let store: Arc<dyn ObjectStore> = Arc::clone(&counted) as _;
+        // small: metadata, page index and every page in one request
+        let (path, size) = file(&store, 1000, 100).await;
+        assert!(size < TAIL_BYTES);
+        assert_eq!(
+            read_all(TailReader::new(&store, &path, size)).await,
+            499_500
+        );
+        assert_eq!(counted.gets.swap(0, Ordering::SeqCst), 1);
+        // large: the tail once (footer, metadata, page index), then pages
+        let (path, size) = file(&store, 200_000, 100_000).await;
+        assert!(size > TAIL_BYTES);
+        let mut reader = TailReader::new(&store, &path, size);
+        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let metadata = ArrowReaderMetadata::load_async(&mut reader, options)
+            .await
+            .expect("metadata");
+        assert!(metadata.metadata().offset_index().is_some());
+        assert_eq!(counted.gets.swap(0, Ordering::SeqCst), 1);
+        // a range straddling the start of the tail held is read from the store
+        let start = size - TAIL_BYTES;
+        let bytes = reader
+            .get_bytes(start - 10..start + 10)
+            .await
+            .expect("bytes");
+        let whole = store
+            .get(&path)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("bytes");
+        assert_eq!(
+            bytes,
+            whole.slice((start - 10) as usize..(start + 10) as usize)
+        );
+        // ranges inside it are not
+        counted.gets.swap(0, Ordering::SeqCst);
+        let ranges = reader
+            .get_byte_ranges(vec![size - 8..size, start..start + 4])
+            .await
+            .expect("ranges");
+        assert_eq!(ranges[0], whole.slice((size - 8) as usize..size as usize));
+        assert_eq!(ranges[1], whole.slice(start as usize..start as usize + 4));
+        assert_eq!(counted.gets.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            read_all(TailReader::new(&store, &path, size)).await,
+            199_999 * 200_000 / 2
+        );
+    }
+}
