@@ -1,6 +1,7 @@
 //! A DML statement that names its rows by key reads only the files of
-//! those keys' buckets: its cost follows the change, not the table. The
-//! warehouse sits on a store that records every read.
+//! those keys' buckets, each small one with one request: its cost follows
+//! the change, not the table. The warehouse sits on a store that records
+//! every read.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -83,6 +84,17 @@ async fn a_dml_statement_naming_its_keys_reads_only_their_buckets() -> Result<()
             buckets.len(),
             1,
             "{label} read the data files of {buckets:?}"
+        );
+        // (a small file is probed and its rows read from one request)
+        let mut per_file = std::collections::BTreeMap::<&str, usize>::new();
+        for (path, _) in &reads {
+            if path.contains("__cdc_bucket=") && !path.contains("_change_data") {
+                *per_file.entry(path.as_str()).or_default() += 1;
+            }
+        }
+        assert!(
+            !per_file.is_empty() && per_file.values().all(|n| *n == 1),
+            "{label} read data files more than once: {per_file:?}"
         );
         let whole_vectors: Vec<&String> = reads
             .iter()

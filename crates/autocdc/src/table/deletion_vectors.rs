@@ -44,7 +44,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use roaring::RoaringTreemap;
 
-use super::file_tail::TailReader;
+use super::file_tail::{Tail, TailReader};
 use super::key_bloom::KeyValues;
 
 use crate::fold::rows::row_converter;
@@ -393,6 +393,28 @@ pub async fn superseded_rows(
     size: u64,
     keys: &KeySet,
 ) -> Result<(RoaringTreemap, ArrowReaderMetadata)> {
+    let probed = probe_file(store, path, size, keys).await?;
+    Ok((probed.rows, probed.metadata))
+}
+
+/// A data file probed for keys ([`probe_file`]).
+pub(crate) struct ProbedFile {
+    /// Positions of the rows whose key is one of the keys.
+    pub(crate) rows: RoaringTreemap,
+    /// The file's Parquet metadata, page index included when it has one.
+    pub(crate) metadata: ArrowReaderMetadata,
+    /// The end of the file, as read to probe it: all of a small file.
+    pub(crate) tail: Option<Tail>,
+}
+
+/// [`superseded_rows`], with the file's tail as read to probe it, for a
+/// reader of its rows.
+pub(crate) async fn probe_file(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    size: u64,
+    keys: &KeySet,
+) -> Result<ProbedFile> {
     // (footer, metadata, page index, filters and, in a small file, the key
     // pages: one request)
     let mut reader = TailReader::new(store, path, size);
@@ -407,16 +429,22 @@ pub async fn superseded_rows(
         keys,
     )
     .await?;
+    let tail = reader.held();
     let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
     let mut marks = RoaringTreemap::new();
+    let probed = |rows| ProbedFile {
+        rows,
+        metadata,
+        tail,
+    };
     if groups.is_empty() {
-        return Ok((marks, metadata));
+        return Ok(probed(marks));
     }
     // (first row, rows) of each run of rows to read, in the file's row order
     let first_leaf = leaves.as_ref().and_then(|leaves| leaves.first().copied());
     let (spans, selection) = rows_to_probe(builder.metadata(), &groups, first_leaf, keys);
     if spans.is_empty() {
-        return Ok((marks, metadata));
+        return Ok(probed(marks));
     }
     let mask = ProjectionMask::columns(
         builder.parquet_schema(),
@@ -472,7 +500,7 @@ pub async fn superseded_rows(
             left -= n as u64;
         }
     }
-    Ok((marks, metadata))
+    Ok(probed(marks))
 }
 
 /// The runs of rows of the row groups `groups` to probe for `keys`, as

@@ -18,7 +18,9 @@
 //!
 //! A small file is then one request whatever is read of it; a large one
 //! needs one for its footer, metadata, page index and (most) filters, and
-//! one per run of pages it reads.
+//! one per run of pages it reads. A reader can hand what it holds to the
+//! next reader of the same file ([`TailReader::held`], [`TailReader::with`]):
+//! a small file probed for keys is not read again for its rows.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -39,13 +41,31 @@ use object_store::ObjectStore;
 /// as small as the files of a small update.
 pub(crate) const TAIL_BYTES: u64 = 256 * 1024;
 
+/// The last bytes of a file, from `start` to its end.
+#[derive(Debug, Clone)]
+pub(crate) struct Tail {
+    start: u64,
+    bytes: Bytes,
+}
+
+impl Tail {
+    /// Whether these are all of the file's bytes.
+    pub(crate) fn is_whole_file(&self) -> bool {
+        self.start == 0
+    }
+
+    /// Bytes held.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
 /// A Parquet reader of one file that reads its tail once (module docs).
 #[allow(deprecated)]
 pub(crate) struct TailReader {
     inner: ParquetObjectReader,
     size: u64,
-    /// Offset of the first byte held, and the bytes from it to the end.
-    tail: Option<(u64, Bytes)>,
+    tail: Option<Tail>,
 }
 
 #[allow(deprecated)]
@@ -59,9 +79,20 @@ impl TailReader {
         }
     }
 
+    /// This reader, holding `tail` (another reader's of the same file).
+    pub(crate) fn with(mut self, tail: Option<Tail>) -> Self {
+        self.tail = tail;
+        self
+    }
+
+    /// The tail this reader holds, if it has read it.
+    pub(crate) fn held(&self) -> Option<Tail> {
+        self.tail.clone()
+    }
+
     /// `range`, from the tail held, if it holds all of it.
-    fn held(&self, range: &Range<u64>) -> Option<Bytes> {
-        let (start, bytes) = self.tail.as_ref()?;
+    fn slice(&self, range: &Range<u64>) -> Option<Bytes> {
+        let Tail { start, bytes } = self.tail.as_ref()?;
         if range.start < *start || range.end > self.size || range.start > range.end {
             return None;
         }
@@ -83,13 +114,13 @@ impl TailReader {
 impl AsyncFileReader for TailReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
         async move {
-            if let Some(bytes) = self.held(&range) {
+            if let Some(bytes) = self.slice(&range) {
                 return Ok(bytes);
             }
             if let Some(start) = self.tail_start(&range) {
                 let bytes = self.inner.get_bytes(start..self.size).await?;
-                self.tail = Some((start, bytes));
-                if let Some(bytes) = self.held(&range) {
+                self.tail = Some(Tail { start, bytes });
+                if let Some(bytes) = self.slice(&range) {
                     return Ok(bytes);
                 }
             }
@@ -100,7 +131,7 @@ impl AsyncFileReader for TailReader {
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
         async move {
-            let held: Vec<Option<Bytes>> = ranges.iter().map(|r| self.held(r)).collect();
+            let held: Vec<Option<Bytes>> = ranges.iter().map(|r| self.slice(r)).collect();
             let missing: Vec<Range<u64>> = ranges
                 .iter()
                 .zip(&held)
@@ -300,6 +331,7 @@ mod tests {
             .expect("metadata");
         assert!(metadata.metadata().offset_index().is_some());
         assert_eq!(counted.gets.swap(0, Ordering::SeqCst), 1);
+        assert!(reader.held().is_some_and(|t| !t.is_whole_file()));
         // a range straddling the start of the tail held is read from the store
         let start = size - TAIL_BYTES;
         let bytes = reader

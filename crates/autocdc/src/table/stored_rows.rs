@@ -46,7 +46,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 
-use super::deletion_vectors::object_reader;
+use super::file_tail::{Tail, TailReader};
 
 /// One data file holding stored rows of an update's keys (found by
 /// [`Superseded`](super::superseded::Superseded)'s probe).
@@ -55,6 +55,8 @@ pub(super) struct SupersededFile {
     pub(super) view: LogicalFileView,
     /// The file's Parquet metadata, loaded by the probe.
     pub(super) metadata: ArrowReaderMetadata,
+    /// All of the file, when the probe read it whole.
+    pub(super) tail: Option<Tail>,
     /// Rows deleted by the file's vector before this update.
     pub(super) deleted: Option<RoaringTreemap>,
     /// Live rows whose key is one of the update's.
@@ -288,7 +290,8 @@ async fn read_rows(
     batch_size: usize,
 ) -> Result<impl futures::Stream<Item = Result<RecordBatch>>> {
     let path = file.view.object_store_path();
-    let reader = object_reader(&store, &path, file.view.size().max(0) as u64);
+    let reader =
+        TailReader::new(&store, &path, file.view.size().max(0) as u64).with(file.tail.clone());
     // (the probe's metadata: the page index lets the reader skip pages
     // holding none of the rows)
     let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.metadata.clone());

@@ -34,9 +34,14 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 
-use super::deletion_vectors::{read_vectors, superseded_rows, write_vectors, KeySet};
+use super::deletion_vectors::{probe_file, read_vectors, write_vectors, KeySet, ProbedFile};
+use super::file_tail::Tail;
 use super::plain_files::{PlainFilesTable, RowMask, TableLocation};
 use super::stored_rows::{StoredRowsTable, SupersededFile};
+
+/// Bytes of small files an update keeps from probing them to read their
+/// rows, at most (past them, files are read again).
+const HELD_BYTES: usize = 32 << 20;
 
 /// The stored rows of an update's keys, by data file: what the fold reads
 /// ([`Self::provider`]) and what the commit retires ([`Self::retire`]).
@@ -81,6 +86,7 @@ impl Superseded {
                 (view, deleted)
             })
             .collect();
+        let mut held = 0usize;
         let files: Vec<SupersededFile> = futures::stream::iter(probes)
             .map(|(view, deleted)| {
                 // (a task per file: decoding and probing keys is CPU work)
@@ -90,6 +96,16 @@ impl Superseded {
             .buffer_unordered(concurrency.max(1))
             .map(|joined| joined.map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?)
             .try_filter_map(|file| futures::future::ready(Ok(file)))
+            .map_ok(|mut file| {
+                // (files held whole for the read of their rows: a bounded amount)
+                if let Some(tail) = &file.tail {
+                    held += tail.len();
+                    if held > HELD_BYTES {
+                        file.tail = None;
+                    }
+                }
+                file
+            })
             .try_collect()
             .await?;
         Ok(Self { keys, files })
@@ -214,14 +230,19 @@ async fn probe(
     deleted: Option<RoaringTreemap>,
 ) -> Result<Option<SupersededFile>> {
     let path = view.object_store_path();
-    let (mut rows, metadata) =
-        superseded_rows(store, &path, view.size().max(0) as u64, keys).await?;
+    let ProbedFile {
+        mut rows,
+        metadata,
+        tail,
+    } = probe_file(store, &path, view.size().max(0) as u64, keys).await?;
     if let Some(deleted) = &deleted {
         rows -= deleted;
     }
     Ok((!rows.is_empty()).then_some(SupersededFile {
         view,
         metadata,
+        // (a small file read whole: its rows are read from memory)
+        tail: tail.filter(Tail::is_whole_file),
         deleted,
         rows,
     }))
