@@ -1175,7 +1175,7 @@ async fn commits_write_delta_checkpoints() {
 #[tokio::test]
 async fn rows_found_before_another_commit_are_not_retired() {
     use datafusion_autocdc::table::deletion_vectors::KeySet;
-    use datafusion_autocdc::table::superseded::Superseded;
+    use datafusion_autocdc::table::superseded::{Probing, Superseded};
     use futures::TryStreamExt;
 
     let dir = tempfile::tempdir().unwrap();
@@ -1202,7 +1202,8 @@ async fn rows_found_before_another_commit_are_not_retired() {
     let keys = std::sync::Arc::new(KeySet::try_new(vec!["id".into()], &[key]).unwrap());
     let store = t.delta().object_store();
     let planned = files(t.delta()).await;
-    let found = Superseded::find(&store, keys, planned.clone(), 2)
+    let probing = Probing::of(&s.context().state());
+    let found = Superseded::find(&store, keys, planned.clone(), &probing)
         .await
         .unwrap();
     // (retiring it against the table as planned is fine: a remove and an add)

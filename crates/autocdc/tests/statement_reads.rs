@@ -115,3 +115,73 @@ async fn a_dml_statement_naming_its_keys_reads_only_their_buckets() -> Result<()
     assert!(text.contains("| 1999 | 1 |"), "{text}");
     Ok(())
 }
+
+/// What a probe needs of a data file (metadata, page index, key bloom
+/// filters) stays in the session's file metadata cache: once probed, a file
+/// whose filters rule a later statement's keys out is not read again, and a
+/// session whose cache holds nothing (limit 0) reads it every time.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_whose_filters_rule_the_keys_out_are_not_read_again() -> Result<()> {
+    for (cache_limit, reads_it_again) in [(None, false), (Some("0"), true)] {
+        let store = Arc::new(ObservedStore::new(
+            Arc::new(InMemory::new()),
+            Reads::default(),
+        ));
+        let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+        let run = |sql: String| {
+            let s = &s;
+            async move { s.sql(&sql).await?.collect().await }
+        };
+        if let Some(limit) = cache_limit {
+            run(format!(
+                "SET datafusion.runtime.metadata_cache_limit = '{limit}'"
+            ))
+            .await?;
+        }
+        run(
+            "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq \
+             FROM generate_series(1, 2000)"
+                .into(),
+        )
+        .await?;
+        run("CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.buckets' = '1')".into()).await?;
+        run("CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq".into()).await?;
+        // the data files each statement reads
+        let data_files_read = |sql: &'static str| {
+            let (run, store) = (&run, &store);
+            async move {
+                store.observer().take();
+                run(sql.into()).await?;
+                let read: BTreeSet<String> = store
+                    .observer()
+                    .take()
+                    .into_iter()
+                    .map(|(path, _)| path)
+                    .filter(|p| p.contains("__cdc_bucket=") && !p.contains("_change_data"))
+                    .collect();
+                Ok::<_, datafusion::error::DataFusionError>(read)
+            }
+        };
+        // the first load's file, then a new file holding key 1234 only
+        let first = data_files_read("UPDATE t SET v = 'x' WHERE id = 1234").await?;
+        assert_eq!(first.len(), 1, "{first:?}");
+        // both probed (the new one for the first time)
+        let second = data_files_read("UPDATE t SET v = 'y' WHERE id = 77").await?;
+        let new: Vec<&String> = second.difference(&first).collect();
+        assert_eq!(new.len(), 1, "{second:?}");
+        // the new file again only without a cache
+        let third = data_files_read("UPDATE t SET v = 'z' WHERE id = 78").await?;
+        assert!(third.is_superset(&first), "{third:?}");
+        assert_eq!(third.contains(new[0]), reads_it_again, "{third:?}");
+        let rows = s
+            .sql("SELECT v, count(*) AS n FROM t WHERE v <> 'v' GROUP BY v ORDER BY v")
+            .await?
+            .collect()
+            .await?;
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&rows)?.to_string();
+        for v in ["x", "y", "z"] {
+            assert!(text.contains(&format!("| {v} | 1 |")), "{text}");
+        }
+    }
+    Ok(())
+}

@@ -69,7 +69,7 @@ use crate::table::properties::{
 use crate::table::reject_sink::RejectSink;
 use crate::table::rejects::takes_rejects;
 use crate::table::stage::{find_in_buckets, Replacement, StageConfig, UpdateStage};
-use crate::table::superseded::Superseded;
+use crate::table::superseded::{Probing, Superseded};
 use crate::table::{delta_err, ScdTable};
 
 /// A sequence value as table-property text (read back with
@@ -460,7 +460,7 @@ pub async fn plan_update(
                     rewrite_all: widened,
                     deletion_vector_keys: deletion_vector_budget(state, &table).await?,
                     compaction_limit: options.deletion_vector_max_files_per_bucket,
-                    probe_concurrency: state.config().target_partitions(),
+                    probing: Probing::of(state),
                 })))
             }
             false => None,
@@ -882,7 +882,7 @@ pub(crate) async fn find_superseded(
     keys: Arc<KeySet>,
     touched: &[i32],
 ) -> Result<Superseded> {
-    find_in_buckets(table, keys, touched, state.config().target_partitions()).await
+    find_in_buckets(table, keys, touched, &Probing::of(state)).await
 }
 
 /// Where and how a run of `flow` writes into `table`: rows bucketed by the

@@ -34,8 +34,6 @@ use deltalake_core::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection,
 };
 use deltalake_core::parquet::arrow::async_reader::AsyncFileReader;
-#[allow(deprecated)]
-use deltalake_core::parquet::arrow::async_reader::ParquetObjectReader;
 use deltalake_core::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use deltalake_core::parquet::bloom_filter::Sbbf;
 use deltalake_core::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
@@ -44,8 +42,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use roaring::RoaringTreemap;
 
-use super::file_tail::{Tail, TailReader};
+use super::file_tail::{Tail, TailReader, TAIL_BYTES};
 use super::key_bloom::KeyValues;
+use super::probe_index::{CachedIndex, ProbeIndex};
 
 use crate::fold::rows::row_converter;
 
@@ -368,18 +367,6 @@ fn hash_rows<'a>(
     Ok(create_hashes(columns, state, buffer)?)
 }
 
-/// An async Parquet reader of `path` in `store`. (`ParquetObjectReader` is
-/// deprecated in favour of engine-specific readers; DataFusion's own Parquet
-/// reader wraps it the same way, and this read is a plain sequential scan.)
-#[allow(deprecated)]
-pub(crate) fn object_reader(
-    store: &Arc<dyn ObjectStore>,
-    path: &Path,
-    size: u64,
-) -> ParquetObjectReader {
-    ParquetObjectReader::new(Arc::clone(store), path.clone()).with_file_size(size)
-}
-
 /// Positions of the rows of the Parquet data file `path` (`size` bytes) whose
 /// key is in `keys`, in the file's physical row order (deleted rows
 /// included).
@@ -393,7 +380,7 @@ pub async fn superseded_rows(
     size: u64,
     keys: &KeySet,
 ) -> Result<(RoaringTreemap, ArrowReaderMetadata)> {
-    let probed = probe_file(store, path, size, keys).await?;
+    let probed = probe_file(store, path, size, keys, None).await?;
     Ok((probed.rows, probed.metadata))
 }
 
@@ -403,49 +390,82 @@ pub(crate) struct ProbedFile {
     pub(crate) rows: RoaringTreemap,
     /// The file's Parquet metadata, page index included when it has one.
     pub(crate) metadata: ArrowReaderMetadata,
-    /// The end of the file, as read to probe it: all of a small file.
+    /// The end of the file, as read to probe it: all of a small file whose
+    /// pages were read.
     pub(crate) tail: Option<Tail>,
 }
 
 /// [`superseded_rows`], with the file's tail as read to probe it, for a
-/// reader of its rows.
+/// reader of its rows. `cached`: the file's entry in the session's cache of
+/// what probes need ([`super::probe_index`]), used and filled.
 pub(crate) async fn probe_file(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     size: u64,
     keys: &KeySet,
+    cached: Option<&CachedIndex<'_>>,
 ) -> Result<ProbedFile> {
     // (footer, metadata, page index, filters and, in a small file, the key
-    // pages: one request)
+    // pages: one request; none but the pages when cached)
     let mut reader = TailReader::new(store, path, size);
-    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-    let metadata = ArrowReaderMetadata::load_async(&mut reader, options).await?;
-    let leaves = key_leaves(metadata.metadata(), keys);
-    let groups = row_groups_to_probe(
-        &mut reader,
-        path,
-        metadata.metadata(),
-        leaves.as_deref(),
-        keys,
-    )
-    .await?;
-    let tail = reader.held();
-    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
-    let mut marks = RoaringTreemap::new();
-    let probed = |rows| ProbedFile {
-        rows,
-        metadata,
-        tail,
+    let (metadata, filters) = match cached.and_then(CachedIndex::get) {
+        Some(index) => (
+            index.metadata,
+            index.filters.filter(|f| f.names == keys.names),
+        ),
+        None => {
+            let options =
+                ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+            (
+                ArrowReaderMetadata::load_async(&mut reader, options).await?,
+                None,
+            )
+        }
     };
-    if groups.is_empty() {
-        return Ok(probed(marks));
-    }
+    let leaves = key_leaves(metadata.metadata(), keys);
+    let filters = match filters {
+        Some(filters) => Some(filters),
+        None => {
+            let filters = read_key_filters(
+                &mut reader,
+                path,
+                metadata.metadata(),
+                leaves.as_deref(),
+                keys,
+            )
+            .await?
+            .map(Arc::new);
+            if let Some(cached) = cached {
+                cached.put(ProbeIndex {
+                    metadata: metadata.clone(),
+                    filters: filters.clone(),
+                });
+            }
+            filters
+        }
+    };
+    let groups = row_groups_to_probe(
+        metadata.metadata().num_row_groups(),
+        filters.as_deref().map(|f| &f.filters),
+        keys,
+    );
     // (first row, rows) of each run of rows to read, in the file's row order
     let first_leaf = leaves.as_ref().and_then(|leaves| leaves.first().copied());
-    let (spans, selection) = rows_to_probe(builder.metadata(), &groups, first_leaf, keys);
+    let (spans, selection) = rows_to_probe(metadata.metadata(), &groups, first_leaf, keys);
+    let mut marks = RoaringTreemap::new();
     if spans.is_empty() {
-        return Ok(probed(marks));
+        return Ok(ProbedFile {
+            rows: marks,
+            metadata,
+            tail: None,
+        });
     }
+    if size <= TAIL_BYTES {
+        // (a small file, whole: its key pages, and its rows if they are wanted)
+        reader.get_bytes(0..size).await?;
+    }
+    let tail = reader.held();
+    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone());
     let mask = ProjectionMask::columns(
         builder.parquet_schema(),
         keys.names.iter().map(String::as_str),
@@ -500,7 +520,11 @@ pub(crate) async fn probe_file(
             left -= n as u64;
         }
     }
-    Ok(probed(marks))
+    Ok(ProbedFile {
+        rows: marks,
+        metadata,
+        tail,
+    })
 }
 
 /// The runs of rows of the row groups `groups` to probe for `keys`, as
@@ -615,26 +639,27 @@ fn key_leaves(metadata: &ParquetMetaData, keys: &KeySet) -> Option<Vec<usize>> {
 /// its bloom filters admit (`None`: any key).
 type ProbedGroup = (usize, Option<Vec<usize>>);
 
-/// The row groups of the file `path` (its metadata: `metadata`) that may
-/// hold one of `keys`: those whose key columns' bloom filters admit a key
-/// ([`super::key_bloom`]), with the keys they admit; all of them, for any
-/// key, when the keys are many or the file has no filters. The filters of
-/// every row group are read in one request. `leaves` are the key columns'
-/// leaves ([`key_leaves`]).
-async fn row_groups_to_probe(
+/// The bloom filters of a file's key columns that a probe checks.
+pub(crate) struct KeyFilters {
+    /// The key columns, in the order of `filters`' inner vectors.
+    pub(crate) names: Vec<String>,
+    /// By row group and key column (`None`: no filter to check).
+    pub(crate) filters: Vec<Vec<Option<Sbbf>>>,
+}
+
+/// The key filters of the file `path` (its metadata: `metadata`; `leaves`:
+/// its key columns' leaves, [`key_leaves`]) worth checking for `keys`, read
+/// in one request; `None` when none is: the keys are many, or the columns
+/// unknown or of types the filters cannot check.
+async fn read_key_filters(
     reader: &mut TailReader,
     path: &Path,
     metadata: &ParquetMetaData,
     leaves: Option<&[usize]>,
     keys: &KeySet,
-) -> Result<Vec<ProbedGroup>> {
-    let count = metadata.num_row_groups();
-    let every_group = || (0..count).map(|g| (g, None)).collect();
-    let Some(values) = &keys.values else {
-        return Ok(every_group());
-    };
-    let Some(leaves) = leaves else {
-        return Ok(every_group());
+) -> Result<Option<KeyFilters>> {
+    let (Some(values), Some(leaves)) = (&keys.values, leaves) else {
+        return Ok(None);
     };
     let schema = metadata.file_metadata().schema_descr();
     let checkable: Vec<bool> = leaves
@@ -643,8 +668,9 @@ async fn row_groups_to_probe(
         .map(|(c, &leaf)| values.checkable(c, schema.column(leaf).physical_type()))
         .collect();
     if !checkable.contains(&true) {
-        return Ok(every_group());
+        return Ok(None);
     }
+    let count = metadata.num_row_groups();
     // (row group, key column, bytes of its filter) of every filter to check
     let mut wanted: Vec<(usize, usize, Range<u64>)> = Vec::new();
     for group in 0..count {
@@ -674,14 +700,32 @@ async fn row_groups_to_probe(
     for ((group, c, _), bytes) in wanted.iter().zip(bytes) {
         filters[*group][*c] = Some(Sbbf::from_bytes(&bytes)?);
     }
-    Ok(filters
+    Ok(Some(KeyFilters {
+        names: keys.names.clone(),
+        filters,
+    }))
+}
+
+/// The row groups, of `count`, that may hold one of `keys`: those whose
+/// key filters ([`read_key_filters`]) admit a key ([`super::key_bloom`]),
+/// with the keys they admit; all of them, for any key, when the keys are
+/// many or there are no filters to check.
+fn row_groups_to_probe(
+    count: usize,
+    filters: Option<&Vec<Vec<Option<Sbbf>>>>,
+    keys: &KeySet,
+) -> Vec<ProbedGroup> {
+    let (Some(values), Some(filters)) = (&keys.values, filters) else {
+        return (0..count).map(|g| (g, None)).collect();
+    };
+    filters
         .iter()
         .enumerate()
         .filter_map(|(group, filters)| {
             let admitted = values.admitted(filters);
             (!admitted.is_empty()).then_some((group, Some(admitted)))
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]
@@ -690,6 +734,25 @@ mod tests {
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use object_store::memory::InMemory;
+
+    /// The row groups of the file `path` that a probe for `keys` reads.
+    async fn probed_groups(
+        store: &Arc<dyn ObjectStore>,
+        path: &Path,
+        size: u64,
+        metadata: &ParquetMetaData,
+        keys: &KeySet,
+    ) -> Result<Vec<ProbedGroup>> {
+        let leaves = key_leaves(metadata, keys);
+        let mut reader = TailReader::new(store, path, size);
+        let filters =
+            read_key_filters(&mut reader, path, metadata, leaves.as_deref(), keys).await?;
+        Ok(row_groups_to_probe(
+            metadata.num_row_groups(),
+            filters.as_ref().map(|f| &f.filters),
+            keys,
+        ))
+    }
 
     /// The first key column's leaf in the file `metadata` describes.
     fn first_leaf(metadata: &ArrowReaderMetadata, keys: &KeySet) -> Option<usize> {
@@ -886,18 +949,12 @@ mod tests {
             let (marks, _) = superseded_rows(&store, path, *size, &set).await?;
             assert_eq!(marks.iter().collect::<Vec<_>>(), vec![1_500, 1_999, 17_000]);
             let builder =
-                ParquetRecordBatchStreamBuilder::new(object_reader(&store, path, *size)).await?;
-            let groups: Vec<usize> = row_groups_to_probe(
-                &mut TailReader::new(&store, path, *size),
-                path,
-                builder.metadata(),
-                key_leaves(builder.metadata(), &set).as_deref(),
-                &set,
-            )
-            .await?
-            .into_iter()
-            .map(|(g, _)| g)
-            .collect();
+                ParquetRecordBatchStreamBuilder::new(TailReader::new(&store, path, *size)).await?;
+            let groups: Vec<usize> = probed_groups(&store, path, *size, builder.metadata(), &set)
+                .await?
+                .into_iter()
+                .map(|(g, _)| g)
+                .collect();
             if path.as_ref() == "wide.parquet" {
                 // groups 1 and 17, and at most a few false positives of 20
                 assert!(groups.contains(&1) && groups.contains(&17), "{groups:?}");
@@ -1040,14 +1097,7 @@ mod tests {
         let set = KeySet::try_new(vec!["id".into()], &[keys])?;
         let (marks, metadata) = superseded_rows(&store, &path, size, &set).await?;
         assert_eq!(marks.iter().collect::<Vec<_>>(), vec![50, 17_500]);
-        let groups = row_groups_to_probe(
-            &mut TailReader::new(&store, &path, size),
-            &path,
-            metadata.metadata(),
-            key_leaves(metadata.metadata(), &set).as_deref(),
-            &set,
-        )
-        .await?;
+        let groups = probed_groups(&store, &path, size, metadata.metadata(), &set).await?;
         assert_eq!(groups, vec![(0, Some(vec![0])), (1, Some(vec![1]))]);
         let (spans, _) = rows_to_probe(
             metadata.metadata(),

@@ -61,6 +61,9 @@ impl Tail {
 }
 
 /// A Parquet reader of one file that reads its tail once (module docs).
+///
+/// It wraps `ParquetObjectReader`, deprecated in favour of engine-specific
+/// readers: DataFusion's own Parquet reader wraps it the same way.
 #[allow(deprecated)]
 pub(crate) struct TailReader {
     inner: ParquetObjectReader,

@@ -19,6 +19,7 @@ mod known_runs;
 pub mod manifest;
 pub mod meta;
 pub mod plain_files;
+mod probe_index;
 pub mod properties;
 pub mod provider;
 pub mod published;

@@ -70,7 +70,8 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 
-use super::deletion_vectors::{object_reader, read_vectors, write_vectors};
+use super::deletion_vectors::{read_vectors, write_vectors};
+use super::file_tail::TailReader;
 use super::properties::{CHANGE_DATA_FEED_PROPERTY, DELETION_VECTORS_PROPERTY};
 use super::writer::FileRows;
 use super::{commit_builder, delta_err, streaming_protocol, table_builder, takes_deletion_vectors};
@@ -337,7 +338,8 @@ async fn state_changes(state: &DeltaTable, version: i64) -> Result<StateVersion>
 /// number of rows.
 async fn hidden_rows(store: &Arc<dyn ObjectStore>, add: &Add) -> Result<(RoaringTreemap, u64)> {
     let path = Path::from_url_path(&add.path).map_err(delta_err)?;
-    let reader = object_reader(store, &path, add.size.max(0) as u64);
+    // (a state file just written: small, read with one request)
+    let reader = TailReader::new(store, &path, add.size.max(0) as u64);
     let builder =
         ParquetRecordBatchStreamBuilder::new_with_options(reader, ArrowReaderOptions::new())
             .await?;

@@ -44,7 +44,7 @@ use tokio::sync::OnceCell;
 use super::bucket::{bucket_array, WATERMARK_BUCKET};
 use super::deletion_vectors::KeySet;
 use super::files::{bucket_of, data_files};
-use super::superseded::Superseded;
+use super::superseded::{Probing, Superseded};
 use super::ScdTable;
 use crate::fold::columns::{Kind, KIND_COL};
 
@@ -69,8 +69,8 @@ pub struct StageConfig {
     pub deletion_vector_keys: Option<usize>,
     /// `autocdc.deletion_vector_max_files_per_bucket` (0: never compact).
     pub compaction_limit: usize,
-    /// How many data files are probed at once.
-    pub probe_concurrency: usize,
+    /// How data files are probed for the update's keys.
+    pub probing: Probing,
 }
 
 /// The stored rows an update replaces.
@@ -295,20 +295,15 @@ impl UpdateStage {
             .filter(|b| !compacted.contains(b))
             .copied()
             .collect();
-        let superseded = find_in_buckets(
-            table,
-            Arc::new(keys),
-            &probed,
-            self.config.probe_concurrency,
-        )
-        .await
-        .map_err(|e| {
-            e.context(format!(
-                "flow '{}': finding the stored rows of the update's keys in '{}'",
-                self.config.flow,
-                table.name()
-            ))
-        })?;
+        let superseded = find_in_buckets(table, Arc::new(keys), &probed, &self.config.probing)
+            .await
+            .map_err(|e| {
+                e.context(format!(
+                    "flow '{}': finding the stored rows of the update's keys in '{}'",
+                    self.config.flow,
+                    table.name()
+                ))
+            })?;
         Ok(Replacement {
             touched: Some(touched),
             superseded: Some(Arc::new(superseded)),
@@ -370,13 +365,12 @@ pub fn read_all(
     }
 }
 
-/// The stored rows of `keys` in the data files of the buckets `buckets`
-/// (`concurrency` files probed at once).
+/// The stored rows of `keys` in the data files of the buckets `buckets`.
 pub(crate) async fn find_in_buckets(
     table: &ScdTable,
     keys: Arc<KeySet>,
     buckets: &[i32],
-    concurrency: usize,
+    probing: &Probing,
 ) -> Result<Superseded> {
     let delta = table.delta();
     let views = data_files(&delta)
@@ -384,7 +378,7 @@ pub(crate) async fn find_in_buckets(
         .into_iter()
         .filter(|v| bucket_of(v).is_some_and(|b| b != WATERMARK_BUCKET && buckets.contains(&b)))
         .collect();
-    Superseded::find(&delta.object_store(), keys, views, concurrency).await
+    Superseded::find(&delta.object_store(), keys, views, probing).await
 }
 
 /// The buckets among `touched` that an update using deletion vectors

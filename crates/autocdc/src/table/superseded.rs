@@ -28,6 +28,8 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, HashMap, Result};
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
+use datafusion::execution::session_state::SessionState;
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::{Action, Add, LogicalFileView};
 use futures::{StreamExt, TryStreamExt};
@@ -37,7 +39,36 @@ use roaring::RoaringTreemap;
 use super::deletion_vectors::{probe_file, read_vectors, write_vectors, KeySet, ProbedFile};
 use super::file_tail::Tail;
 use super::plain_files::{PlainFilesTable, RowMask, TableLocation};
+use super::probe_index::CachedIndex;
 use super::stored_rows::{StoredRowsTable, SupersededFile};
+
+/// How an update probes data files for its keys.
+#[derive(Clone)]
+pub struct Probing {
+    /// Files probed at once.
+    pub concurrency: usize,
+    /// The session's file metadata cache, where each file's metadata and key
+    /// filters stay between updates ([`super::probe_index`]).
+    pub cache: Arc<FileMetadataCache>,
+}
+
+impl Probing {
+    /// Probing in `state`'s session: a file per target partition at once.
+    pub fn of(state: &SessionState) -> Self {
+        Self {
+            concurrency: state.config().target_partitions(),
+            cache: state.runtime_env().cache_manager.get_file_metadata_cache(),
+        }
+    }
+}
+
+impl fmt::Debug for Probing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probing")
+            .field("concurrency", &self.concurrency)
+            .finish()
+    }
+}
 
 /// Bytes of small files an update keeps from probing them to read their
 /// rows, at most (past them, files are read again).
@@ -61,13 +92,13 @@ impl fmt::Debug for Superseded {
 }
 
 impl Superseded {
-    /// Probe the data files `views` (`concurrency` at once) for the live
-    /// rows whose key is in `keys`.
+    /// Probe the data files `views` for the live rows whose key is in
+    /// `keys`.
     pub async fn find(
         store: &Arc<dyn ObjectStore>,
         keys: Arc<KeySet>,
         views: Vec<LogicalFileView>,
-        concurrency: usize,
+        probing: &Probing,
     ) -> Result<Self> {
         // the files' deletion vectors first, read together (an update
         // writes the vectors of all the files it retires rows of to one file)
@@ -91,9 +122,13 @@ impl Superseded {
             .map(|(view, deleted)| {
                 // (a task per file: decoding and probing keys is CPU work)
                 let (store, keys) = (Arc::clone(store), Arc::clone(&keys));
-                SpawnedTask::spawn(async move { probe(&store, &keys, view, deleted).await }).join()
+                let cache = Arc::clone(&probing.cache);
+                SpawnedTask::spawn(async move {
+                    probe(&store, &keys, view, deleted, cache.as_ref()).await
+                })
+                .join()
             })
-            .buffer_unordered(concurrency.max(1))
+            .buffer_unordered(probing.concurrency.max(1))
             .map(|joined| joined.map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?)
             .try_filter_map(|file| futures::future::ready(Ok(file)))
             .map_ok(|mut file| {
@@ -228,13 +263,15 @@ async fn probe(
     keys: &KeySet,
     view: LogicalFileView,
     deleted: Option<RoaringTreemap>,
+    cache: &FileMetadataCache,
 ) -> Result<Option<SupersededFile>> {
     let path = view.object_store_path();
+    let cached = CachedIndex::new(cache, &view);
     let ProbedFile {
         mut rows,
         metadata,
         tail,
-    } = probe_file(store, &path, view.size().max(0) as u64, keys).await?;
+    } = probe_file(store, &path, view.size().max(0) as u64, keys, Some(&cached)).await?;
     if let Some(deleted) = &deleted {
         rows -= deleted;
     }
