@@ -54,7 +54,7 @@ use super::{AutoCdcExec, StoreResolver};
 use crate::fold::columns::KIND_COL;
 use crate::fold::{FoldCounts, Kind};
 use crate::logical::WriteRequest;
-use crate::table::commit::{write_rows, ChangeFeed, OutcomeSlot, Retired};
+use crate::table::commit::{write_rows, ChangeFeed, FileWriting, OutcomeSlot, Retired};
 use crate::table::manifest::{encode, manifest_schema};
 
 /// Writes an update's files and returns their manifest (see the module docs).
@@ -263,6 +263,10 @@ impl ExecutionPlan for CdcWriteExec {
         }
         // (the store of the table's location, as this task's process has it)
         let store = (self.stores)(&self.request.location, &context)?;
+        let index_cache = context
+            .runtime_env()
+            .cache_manager
+            .get_file_metadata_cache();
         let (rows, writers) = if self.per_partition {
             (self.input.execute(partition, context)?, 1)
         } else {
@@ -289,8 +293,11 @@ impl ExecutionPlan for CdcWriteExec {
                 Box::pin(rows),
                 &request.key_indices,
                 request.buckets,
-                request.compression,
-                writers,
+                FileWriting {
+                    compression: request.compression,
+                    tasks: writers,
+                    index_cache: Some(index_cache),
+                },
                 request.change_feed,
             )
             .await?;

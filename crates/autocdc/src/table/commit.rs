@@ -21,6 +21,7 @@ use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, Str
 use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion_common_runtime::SpawnedTask;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
@@ -575,6 +576,28 @@ pub enum ChangeFeed {
     FromAdds,
 }
 
+/// How [`write_rows`] writes its files.
+#[derive(Clone)]
+pub struct FileWriting {
+    /// The table's codec.
+    pub compression: FileCompression,
+    /// Writer tasks.
+    pub tasks: usize,
+    /// The session's file metadata cache, given what later probes need of
+    /// each data file written ([`super::probe_index`]); `None`: not kept.
+    pub index_cache: Option<Arc<FileMetadataCache>>,
+}
+
+impl std::fmt::Debug for FileWriting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWriting")
+            .field("compression", &self.compression)
+            .field("tasks", &self.tasks)
+            .field("index_cache", &self.index_cache.is_some())
+            .finish()
+    }
+}
+
 /// Write the rows of a new state into bucketed data files and its change data
 /// feed rows (kinds ≥ `CHANGE_INSERT`) into `_change_data/` files; returns
 /// both file lists (nothing is committed). Visible and hidden state rows go
@@ -582,22 +605,21 @@ pub enum ChangeFeed {
 /// watermark bucket.
 ///
 /// Encoding and compressing Parquet is most of the work, so it runs on
-/// `writers` tasks, each owning the files of the buckets `b` with
-/// `b % writers` equal to its number (one file series per bucket, as with a
+/// `writing.tasks` tasks, each owning the files of the buckets `b` with
+/// `b % tasks` equal to its number (one file series per bucket, as with a
 /// single writer); this task only computes buckets and routes rows.
 pub async fn write_rows(
     store: &Arc<dyn object_store::ObjectStore>,
     mut input: SendableRecordBatchStream,
     key_indices: &[usize],
     bucket_count: i32,
-    compression: FileCompression,
-    writers: usize,
+    writing: FileWriting,
     change_feed: ChangeFeed,
 ) -> Result<WrittenFiles> {
     let schema = input.schema();
     let change_schema = change_data_schema(&schema);
     let kind_index = schema.index_of(KIND_COL)?;
-    let writers = writers.max(1);
+    let writers = writing.tasks.max(1);
     let (mut routes, mut tasks) = (Vec::with_capacity(writers), Vec::with_capacity(writers));
     for _ in 0..writers {
         let (route, rows) = tokio::sync::mpsc::channel(2);
@@ -607,7 +629,7 @@ pub async fn write_rows(
             Arc::clone(&schema),
             Arc::clone(&change_schema),
             key_indices.to_vec(),
-            compression,
+            writing.clone(),
             rows,
         )));
     }
@@ -751,15 +773,22 @@ async fn write_routed(
     schema: SchemaRef,
     change_schema: SchemaRef,
     key_indices: Vec<usize>,
-    compression: FileCompression,
+    writing: FileWriting,
     mut rows: tokio::sync::mpsc::Receiver<RoutedRows>,
 ) -> Result<(Vec<Add>, Vec<Add>, Vec<Add>)> {
+    let FileWriting {
+        compression,
+        index_cache,
+        ..
+    } = writing;
     let mut visible = BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible)
         .with_key_filters(&key_indices)
-        .with_compression(compression);
+        .with_compression(compression)
+        .with_index_cache(index_cache.clone());
     let mut hidden = BucketWriter::new(Arc::clone(&store), schema, FileRows::Hidden)
         .with_key_filters(&key_indices)
-        .with_compression(compression);
+        .with_compression(compression)
+        .with_index_cache(index_cache);
     let mut changes =
         BucketWriter::new(store, change_schema, FileRows::Changes).with_compression(compression);
     while let Some((kind, batch, buckets)) = rows.recv().await {

@@ -445,7 +445,8 @@ pub(crate) async fn probe_file(
         }
     };
     let groups = row_groups_to_probe(
-        metadata.metadata().num_row_groups(),
+        metadata.metadata(),
+        leaves.as_deref(),
         filters.as_deref().map(|f| &f.filters),
         keys,
     );
@@ -628,8 +629,14 @@ fn rows_to_probe(
 /// The leaf column of each of `keys`' columns in a file (key columns are
 /// top-level columns of one leaf); `None` when one is missing.
 fn key_leaves(metadata: &ParquetMetaData, keys: &KeySet) -> Option<Vec<usize>> {
+    leaves_of(metadata, &keys.names)
+}
+
+/// The leaves of the columns `names` in the file `metadata` describes, if
+/// it has them all.
+pub(crate) fn leaves_of(metadata: &ParquetMetaData, names: &[String]) -> Option<Vec<usize>> {
     let schema = metadata.file_metadata().schema_descr();
-    keys.names
+    names
         .iter()
         .map(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n))
         .collect()
@@ -706,23 +713,44 @@ async fn read_key_filters(
     }))
 }
 
-/// The row groups, of `count`, that may hold one of `keys`: those whose
-/// key filters ([`read_key_filters`]) admit a key ([`super::key_bloom`]),
-/// with the keys they admit; all of them, for any key, when the keys are
-/// many or there are no filters to check.
+/// The row groups of the file `metadata` describes that may hold one of
+/// `keys`: those whose key filters (by row group and key column, read by
+/// [`read_key_filters`] or cached) admit a key ([`super::key_bloom`]), with
+/// the keys they admit; all of them, for any key, when the keys are many or
+/// there are no filters to check. A filter is checked only where its column
+/// is stored as the keys' type (`leaves`: the key columns' leaves).
 fn row_groups_to_probe(
-    count: usize,
+    metadata: &ParquetMetaData,
+    leaves: Option<&[usize]>,
     filters: Option<&Vec<Vec<Option<Sbbf>>>>,
     keys: &KeySet,
 ) -> Vec<ProbedGroup> {
-    let (Some(values), Some(filters)) = (&keys.values, filters) else {
-        return (0..count).map(|g| (g, None)).collect();
+    let every_group = || (0..metadata.num_row_groups()).map(|g| (g, None)).collect();
+    let (Some(values), Some(filters), Some(leaves)) = (&keys.values, filters, leaves) else {
+        return every_group();
     };
+    let schema = metadata.file_metadata().schema_descr();
+    let checkable: Vec<bool> = leaves
+        .iter()
+        .enumerate()
+        .map(|(c, &leaf)| values.checkable(c, schema.column(leaf).physical_type()))
+        .collect();
+    if filters.len() != metadata.num_row_groups() {
+        return every_group();
+    }
+    let mut usable: Vec<Option<&Sbbf>> = Vec::with_capacity(leaves.len());
     filters
         .iter()
         .enumerate()
         .filter_map(|(group, filters)| {
-            let admitted = values.admitted(filters);
+            usable.clear();
+            usable.extend((0..leaves.len()).map(|c| {
+                filters
+                    .get(c)
+                    .and_then(Option::as_ref)
+                    .filter(|_| checkable[c])
+            }));
+            let admitted = values.admitted(&usable);
             (!admitted.is_empty()).then_some((group, Some(admitted)))
         })
         .collect()
@@ -748,7 +776,8 @@ mod tests {
         let filters =
             read_key_filters(&mut reader, path, metadata, leaves.as_deref(), keys).await?;
         Ok(row_groups_to_probe(
-            metadata.num_row_groups(),
+            metadata,
+            leaves.as_deref(),
             filters.as_ref().map(|f| &f.filters),
             keys,
         ))

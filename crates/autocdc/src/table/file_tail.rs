@@ -20,8 +20,11 @@
 //! needs one for its footer, metadata, page index and (most) filters, and
 //! one per run of pages it reads. A reader can hand what it holds to the
 //! next reader of the same file ([`TailReader::held`], [`TailReader::with`]):
-//! a small file probed for keys is not read again for its rows.
+//! a small file probed for keys is not read again for its rows. A writer
+//! keeps the tail it wrote ([`TailCapture`]), so what a probe needs of a new
+//! file is known without reading it ([`super::probe_index`]).
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -29,6 +32,7 @@ use bytes::Bytes;
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
 #[allow(deprecated)]
 use deltalake_core::parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
+use deltalake_core::parquet::arrow::async_writer::AsyncFileWriter;
 use deltalake_core::parquet::errors::Result;
 use deltalake_core::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use futures::future::BoxFuture;
@@ -49,6 +53,21 @@ pub(crate) struct Tail {
 }
 
 impl Tail {
+    /// Size of the file these bytes end.
+    pub(crate) fn file_size(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
+
+    /// The bytes held, from [`Self::start`].
+    pub(crate) fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Offset in the file of the first byte held.
+    pub(crate) fn start(&self) -> u64 {
+        self.start
+    }
+
     /// Whether these are all of the file's bytes.
     pub(crate) fn is_whole_file(&self) -> bool {
         self.start == 0
@@ -176,6 +195,72 @@ impl AsyncFileReader for TailReader {
             Ok(Arc::new(reader.load_and_finish(self, size).await?))
         }
         .boxed()
+    }
+}
+
+/// A writer of a Parquet file that keeps the last [`TAIL_BYTES`] it wrote
+/// (copies: a slice would keep a whole row group's buffer alive).
+pub(crate) struct TailCapture<W> {
+    inner: W,
+    chunks: VecDeque<Bytes>,
+    held: usize,
+    written: u64,
+}
+
+impl<W> TailCapture<W> {
+    /// `inner`, its tail kept.
+    pub(crate) fn new(inner: W) -> Self {
+        Self {
+            inner,
+            chunks: VecDeque::new(),
+            held: 0,
+            written: 0,
+        }
+    }
+
+    fn keep(&mut self, bytes: &Bytes) {
+        let limit = TAIL_BYTES as usize;
+        self.written += bytes.len() as u64;
+        if bytes.len() >= limit {
+            self.chunks.clear();
+            self.chunks
+                .push_back(Bytes::copy_from_slice(&bytes[bytes.len() - limit..]));
+            self.held = limit;
+            return;
+        }
+        self.chunks.push_back(Bytes::copy_from_slice(bytes));
+        self.held += bytes.len();
+        while let Some(front) = self.chunks.front() {
+            if self.held - front.len() < limit {
+                break;
+            }
+            self.held -= front.len();
+            self.chunks.pop_front();
+        }
+    }
+
+    /// The end of what was written: at least its last [`TAIL_BYTES`] (all
+    /// of a smaller file).
+    pub(crate) fn tail(&self) -> Tail {
+        let mut bytes = Vec::with_capacity(self.held);
+        for chunk in &self.chunks {
+            bytes.extend_from_slice(chunk);
+        }
+        Tail {
+            start: self.written - self.held as u64,
+            bytes: Bytes::from(bytes),
+        }
+    }
+}
+
+impl<W: AsyncFileWriter> AsyncFileWriter for TailCapture<W> {
+    fn write(&mut self, bytes: Bytes) -> BoxFuture<'_, Result<()>> {
+        self.keep(&bytes);
+        self.inner.write(bytes)
+    }
+
+    fn complete(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.inner.complete()
     }
 }
 
@@ -365,5 +450,31 @@ mod tests {
             read_all(TailReader::new(&store, &path, size)).await,
             199_999 * 200_000 / 2
         );
+    }
+
+    #[tokio::test]
+    async fn a_writer_keeps_the_last_bytes_it_wrote() {
+        for rows in [1_000i64, 400_000] {
+            let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+            )
+            .expect("batch");
+            let mut writer = deltalake_core::parquet::arrow::AsyncArrowWriter::try_new(
+                TailCapture::new(Vec::<u8>::new()),
+                schema,
+                None,
+            )
+            .expect("writer");
+            writer.write(&batch).await.expect("write");
+            writer.finish().await.expect("finish");
+            let capture = writer.into_inner();
+            let (tail, file) = (capture.tail(), &capture.inner);
+            assert_eq!(tail.file_size(), file.len() as u64);
+            assert_eq!(tail.bytes().as_ref(), &file[tail.start() as usize..]);
+            assert_eq!(tail.is_whole_file(), file.len() as u64 <= TAIL_BYTES);
+            assert_eq!(tail.len() as u64, (file.len() as u64).min(TAIL_BYTES));
+        }
     }
 }

@@ -217,17 +217,17 @@ impl KeyValues {
 
     /// The keys (indices) a row group whose key columns have `filters` (in
     /// key column order; `None`: no filter) may hold.
-    pub(crate) fn admitted(&self, filters: &[Option<Sbbf>]) -> Vec<usize> {
+    pub(crate) fn admitted(&self, filters: &[Option<&Sbbf>]) -> Vec<usize> {
         (0..self.keys.len())
             .filter(|&k| Self::admits(&self.keys[k], filters))
             .collect()
     }
 
     /// Whether every filter of `filters` may hold its column's value of `key`.
-    fn admits(key: &[Value], filters: &[Option<Sbbf>]) -> bool {
+    fn admits(key: &[Value], filters: &[Option<&Sbbf>]) -> bool {
         key.iter()
             .zip(filters)
-            .all(|(value, filter)| filter.as_ref().is_none_or(|f| value.in_filter(f)))
+            .all(|(value, filter)| filter.is_none_or(|f| value.in_filter(f)))
     }
 }
 
@@ -286,10 +286,10 @@ mod tests {
             Arc::new(StringArray::from(vec!["beta", "gamma"])) as ArrayRef,
             Arc::new(StringViewArray::from(vec!["beta", "gamma"])),
         ] {
-            assert!(!keys(column).admitted(&[Some(strings.clone())]).is_empty());
+            assert!(!keys(column).admitted(&[Some(&strings)]).is_empty());
         }
         let absent = keys(Arc::new(StringArray::from(vec!["delta", "epsilon"])));
-        assert!(absent.admitted(&[Some(strings.clone())]).is_empty());
+        assert!(absent.admitted(&[Some(&strings)]).is_empty());
         assert!(
             !absent.admitted(&[None]).is_empty(),
             "no filter: may hold anything"
@@ -298,10 +298,10 @@ mod tests {
         let mut ints = Sbbf::new_with_ndv_fpp(100, 0.01).unwrap();
         ints.insert(&7i32);
         assert!(!keys(Arc::new(Int16Array::from(vec![3, 7])))
-            .admitted(&[Some(ints.clone())])
+            .admitted(&[Some(&ints)])
             .is_empty());
         assert!(keys(Arc::new(Int16Array::from(vec![3, 8])))
-            .admitted(&[Some(ints)])
+            .admitted(&[Some(&ints)])
             .is_empty());
     }
 

@@ -9,9 +9,13 @@
 //! request when its filters rule the keys out, and with one request for the
 //! pages of the keys otherwise:
 //!
+//! A writer caches the entry of each data file it writes from the tail it
+//! wrote ([`written_index`]): even a file's first probe reads nothing before
+//! its key pages.
+//!
 //! | cached entry for the file (path, size, modification time) | the probe |
 //! |---|---|
-//! | none | reads the tail (metadata, page index, filters) and caches it |
+//! | none (another process wrote it, or it was evicted) | reads the tail (metadata, page index, filters) and caches it |
 //! | with metadata, filters read | reads nothing more before the key pages |
 //! | with metadata, filters not read (the last update had too many keys to check them) | reads the filters, caches them |
 //!
@@ -31,7 +35,13 @@ use deltalake_core::kernel::LogicalFileView;
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use object_store::ObjectMeta;
 
-use super::deletion_vectors::KeyFilters;
+use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
+use deltalake_core::parquet::bloom_filter::Sbbf;
+use deltalake_core::parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
+use object_store::path::Path;
+
+use super::deletion_vectors::{leaves_of, KeyFilters};
+use super::file_tail::Tail;
 
 /// A data file's Parquet metadata and key filters, as cached.
 #[derive(Clone)]
@@ -73,11 +83,26 @@ pub(crate) struct CachedIndex<'a> {
 impl<'a> CachedIndex<'a> {
     /// The entry of the data file `view` in `cache`.
     pub(crate) fn new(cache: &'a FileMetadataCache, view: &LogicalFileView) -> Self {
+        Self::of_file(
+            cache,
+            view.object_store_path(),
+            view.size().max(0) as u64,
+            view.modification_time(),
+        )
+    }
+
+    /// The entry of the data file at `location` of `size` bytes, modified
+    /// at `modified` (milliseconds since the epoch, as in its `add`).
+    pub(crate) fn of_file(
+        cache: &'a FileMetadataCache,
+        location: Path,
+        size: u64,
+        modified: i64,
+    ) -> Self {
         let file = ObjectMeta {
-            location: view.object_store_path(),
-            last_modified: DateTime::from_timestamp_millis(view.modification_time())
-                .unwrap_or_default(),
-            size: view.size().max(0) as u64,
+            location,
+            last_modified: DateTime::from_timestamp_millis(modified).unwrap_or_default(),
+            size,
             e_tag: None,
             version: None,
         };
@@ -104,4 +129,45 @@ impl<'a> CachedIndex<'a> {
             CachedFileMetadataEntry::new(self.file.clone(), Arc::new(index)),
         );
     }
+}
+
+/// The index of a data file just written, from the `tail` its writer kept:
+/// its metadata and page index, and the filters of its key columns `keys`
+/// (the table's, in table order); `None` when the tail does not hold them
+/// all (no request is made).
+pub(crate) fn written_index(tail: &Tail, keys: &[String]) -> Option<ProbeIndex> {
+    let size = tail.file_size();
+    let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
+    reader.try_parse_sized(tail.bytes(), size).ok()?;
+    let metadata = Arc::new(reader.finish().ok()?);
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let metadata = ArrowReaderMetadata::try_new(metadata, options).ok()?;
+    let leaves = leaves_of(metadata.metadata(), keys)?;
+    let mut filters = Vec::with_capacity(metadata.metadata().num_row_groups());
+    for group in metadata.metadata().row_groups() {
+        let mut of_group = Vec::with_capacity(leaves.len());
+        for &leaf in &leaves {
+            let chunk = group.column(leaf);
+            let filter = match (chunk.bloom_filter_offset(), chunk.bloom_filter_length()) {
+                (Some(offset), Some(length)) => {
+                    let from = u64::try_from(offset).ok()?.checked_sub(tail.start())?;
+                    let to = from.checked_add(u64::try_from(length).ok()?)?;
+                    let bytes = tail
+                        .bytes()
+                        .get(usize::try_from(from).ok()?..usize::try_from(to).ok()?)?;
+                    Some(Sbbf::from_bytes(bytes).ok()?)
+                }
+                _ => None,
+            };
+            of_group.push(filter);
+        }
+        filters.push(of_group);
+    }
+    Some(ProbeIndex {
+        metadata,
+        filters: Some(Arc::new(KeyFilters {
+            names: keys.to_vec(),
+            filters,
+        })),
+    })
 }

@@ -49,7 +49,7 @@ use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
 use super::bucket::bucket_field;
-use super::commit::{write_rows, ChangeFeed, Edit, EditKind, MetadataChange};
+use super::commit::{write_rows, ChangeFeed, Edit, EditKind, FileWriting, MetadataChange};
 use super::event::{logged_commits, CommitEvent, Operation};
 use super::reject_sink::{pending_schema, PendingRejects, PENDING_COLUMNS};
 use super::{ScdTable, TableName};
@@ -157,8 +157,11 @@ pub(crate) async fn deliver(
         Box::pin(stream),
         &spread,
         meta.buckets,
-        meta.compression,
-        1,
+        FileWriting {
+            compression: meta.compression,
+            tasks: 1,
+            index_cache: None,
+        },
         ChangeFeed::FromAdds,
     )
     .await?;

@@ -59,7 +59,8 @@ use object_store::ObjectStoreExt;
 
 use super::bucket::BUCKET_COL;
 use super::commit::{
-    data_files, write_rows, ChangeFeed, Edit, EditKind, MetadataChange, Replaced, WrittenFiles,
+    data_files, write_rows, ChangeFeed, Edit, EditKind, FileWriting, MetadataChange, Replaced,
+    WrittenFiles,
 };
 use super::event::CommitEvent;
 use super::plain_files::{PlainFilesTable, TableLocation};
@@ -357,8 +358,11 @@ async fn change_files(
         Box::pin(RecordBatchStreamAdapter::new(schema, counted)),
         &key_indices,
         table.meta().buckets,
-        table.meta().compression,
-        state.config().target_partitions(),
+        FileWriting {
+            compression: table.meta().compression,
+            tasks: state.config().target_partitions(),
+            index_cache: Some(state.runtime_env().cache_manager.get_file_metadata_cache()),
+        },
         ChangeFeed::Files,
     )
     .await?;

@@ -30,6 +30,7 @@ use arrow::compute::{
 };
 use arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use deltalake_core::kernel::Add;
 use deltalake_core::parquet::arrow::async_writer::AsyncArrowWriter;
 use deltalake_core::parquet::basic::{Compression, ZstdLevel};
@@ -40,7 +41,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::bucket::BUCKET_COL;
+use super::file_tail::TailCapture;
 use super::key_bloom::{bloom_column, BLOOM_FPP};
+use super::probe_index::{written_index, CachedIndex};
 
 /// Rows per Parquet row group.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
@@ -163,7 +166,7 @@ fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError 
 
 struct OpenFile {
     path: Path,
-    writer: AsyncArrowWriter<BufWriter>,
+    writer: AsyncArrowWriter<TailCapture<BufWriter>>,
     rows: usize,
     /// Rows of the row group being gathered (sorted files only).
     pending: Vec<RecordBatch>,
@@ -273,6 +276,8 @@ pub struct BucketWriter {
     /// written in the order they come).
     sort_keys: Vec<usize>,
     compression: FileCompression,
+    /// Where what a probe needs of each data file goes, if anywhere.
+    index_cache: Option<Arc<FileMetadataCache>>,
     open: BTreeMap<i32, OpenFile>,
     adds: Vec<Add>,
 }
@@ -334,6 +339,7 @@ impl BucketWriter {
             bloom_columns: Vec::new(),
             sort_keys: Vec::new(),
             compression: FileCompression::default(),
+            index_cache: None,
             open: BTreeMap::new(),
             adds: Vec::new(),
         }
@@ -353,6 +359,16 @@ impl BucketWriter {
                 .filter(|f| bloom_column(f.data_type()))
                 .map(|f| f.name().clone())
                 .collect();
+        }
+        self
+    }
+
+    /// Put what a probe for keys needs of each data file written (its
+    /// metadata, page index and key filters) in `cache`, the session's file
+    /// metadata cache ([`super::probe_index`]).
+    pub fn with_index_cache(mut self, cache: Option<Arc<FileMetadataCache>>) -> Self {
+        if self.rows != FileRows::Changes {
+            self.index_cache = cache;
         }
         self
     }
@@ -420,11 +436,11 @@ impl BucketWriter {
                     self.compression.name()
                 ));
                 let writer = AsyncArrowWriter::try_new(
-                    BufWriter::with_capacity(
+                    TailCapture::new(BufWriter::with_capacity(
                         Arc::clone(&self.store),
                         path.clone(),
                         UPLOAD_BUFFER_BYTES,
-                    ),
+                    )),
                     Arc::clone(&self.schema),
                     Some(self.properties()),
                 )?;
@@ -480,6 +496,22 @@ impl BucketWriter {
         // (the writer counted the bytes it uploaded: no request to ask the
         // store the size)
         let size = file.writer.bytes_written();
+        let modified = chrono::Utc::now().timestamp_millis();
+        if let (Some(cache), false) = (&self.index_cache, self.sort_keys.is_empty()) {
+            // (what a probe of the file needs, from the tail just written)
+            let tail = file.writer.into_inner().tail();
+            // (in table order, as probes name them)
+            let mut positions = self.sort_keys.clone();
+            positions.sort_unstable();
+            let keys: Vec<String> = positions
+                .iter()
+                .map(|&i| self.schema.field(i).name().clone())
+                .collect();
+            if let Some(index) = written_index(&tail, &keys) {
+                CachedIndex::of_file(cache.as_ref(), file.path.clone(), size as u64, modified)
+                    .put(index);
+            }
+        }
         self.adds.push(Add {
             path: file.path.to_string(),
             partition_values: [(BUCKET_COL.to_string(), Some(bucket.to_string()))]
@@ -488,7 +520,7 @@ impl BucketWriter {
             size: i64::try_from(size).map_err(|_| {
                 DataFusionError::Internal(format!("file '{}' of {size} bytes", file.path))
             })?,
-            modification_time: chrono::Utc::now().timestamp_millis(),
+            modification_time: modified,
             data_change: true,
             stats: Some(format!("{{\"numRecords\":{}}}", file.rows)),
             tags: self
