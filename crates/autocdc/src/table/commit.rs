@@ -798,9 +798,6 @@ async fn write_routed(
             FileRows::Changes => changes.write(&batch, &buckets).await?,
         }
     }
-    Ok((
-        visible.finish().await?,
-        hidden.finish().await?,
-        changes.finish().await?,
-    ))
+    // (their uploads wait for the store together)
+    futures::try_join!(visible.finish(), hidden.finish(), changes.finish())
 }

@@ -44,7 +44,7 @@ use roaring::RoaringTreemap;
 
 use super::file_tail::{Tail, TailReader, TAIL_BYTES};
 use super::key_bloom::KeyValues;
-use super::probe_index::{CachedIndex, ProbeIndex};
+use super::probe_index::{leaves_of, CachedIndex, KeyFilters, ProbeIndex};
 
 use crate::fold::rows::row_converter;
 
@@ -632,27 +632,9 @@ fn key_leaves(metadata: &ParquetMetaData, keys: &KeySet) -> Option<Vec<usize>> {
     leaves_of(metadata, &keys.names)
 }
 
-/// The leaves of the columns `names` in the file `metadata` describes, if
-/// it has them all.
-pub(crate) fn leaves_of(metadata: &ParquetMetaData, names: &[String]) -> Option<Vec<usize>> {
-    let schema = metadata.file_metadata().schema_descr();
-    names
-        .iter()
-        .map(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n))
-        .collect()
-}
-
 /// A row group to probe and the keys (indices into the key set's values)
 /// its bloom filters admit (`None`: any key).
 type ProbedGroup = (usize, Option<Vec<usize>>);
-
-/// The bloom filters of a file's key columns that a probe checks.
-pub(crate) struct KeyFilters {
-    /// The key columns, in the order of `filters`' inner vectors.
-    pub(crate) names: Vec<String>,
-    /// By row group and key column (`None`: no filter to check).
-    pub(crate) filters: Vec<Vec<Option<Sbbf>>>,
-}
 
 /// The key filters of the file `path` (its metadata: `metadata`; `leaves`:
 /// its key columns' leaves, [`key_leaves`]) worth checking for `keys`, read

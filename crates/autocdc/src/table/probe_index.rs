@@ -37,11 +37,30 @@ use object_store::ObjectMeta;
 
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use deltalake_core::parquet::bloom_filter::Sbbf;
-use deltalake_core::parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
+use deltalake_core::parquet::file::metadata::{
+    PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader,
+};
 use object_store::path::Path;
 
-use super::deletion_vectors::{leaves_of, KeyFilters};
 use super::file_tail::Tail;
+
+/// The bloom filters of a file's key columns that a probe checks.
+pub(crate) struct KeyFilters {
+    /// The key columns, in the order of `filters`' inner vectors.
+    pub(crate) names: Vec<String>,
+    /// By row group and key column (`None`: no filter to check).
+    pub(crate) filters: Vec<Vec<Option<Sbbf>>>,
+}
+
+/// The leaves of the columns `names` in the file `metadata` describes, if
+/// it has them all.
+pub(crate) fn leaves_of(metadata: &ParquetMetaData, names: &[String]) -> Option<Vec<usize>> {
+    let schema = metadata.file_metadata().schema_descr();
+    names
+        .iter()
+        .map(|n| (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == *n))
+        .collect()
+}
 
 /// A data file's Parquet metadata and key filters, as cached.
 #[derive(Clone)]

@@ -490,18 +490,72 @@ impl BucketWriter {
         Ok(())
     }
 
-    async fn close(&mut self, bucket: i32, mut file: OpenFile) -> Result<()> {
-        file.write_held(&self.sort_keys).await?;
+    async fn close(&mut self, bucket: i32, file: OpenFile) -> Result<()> {
+        let add = self.closing().close(bucket, file).await?;
+        self.adds.push(add);
+        Ok(())
+    }
+
+    /// What closing a file needs of this writer.
+    fn closing(&self) -> Closing<'_> {
+        Closing {
+            schema: &self.schema,
+            rows: self.rows,
+            sort_keys: &self.sort_keys,
+            index_cache: self.index_cache.as_ref(),
+        }
+    }
+
+    /// Close every open file; returns the `Add` actions of all written files.
+    pub async fn finish(mut self) -> Result<Vec<Add>> {
+        let open = std::mem::take(&mut self.open);
+        // (the files' last uploads wait for the store together: one round
+        // trip, not one per bucket)
+        let closing = self.closing();
+        let closed =
+            futures::future::try_join_all(open.into_iter().map(|(b, f)| closing.close(b, f)))
+                .await?;
+        self.adds.extend(closed);
+        Ok(self.adds)
+    }
+
+    /// Delete files written but not committed.
+    pub async fn discard(store: &Arc<dyn ObjectStore>, adds: &[Add]) -> Result<()> {
+        for add in adds {
+            store
+                .delete(&Path::from(add.path.as_str()))
+                .await
+                .map_err(io_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// What closing a file needs of its [`BucketWriter`] (shared by the files
+/// closed together).
+#[derive(Clone, Copy)]
+struct Closing<'a> {
+    schema: &'a SchemaRef,
+    rows: FileRows,
+    sort_keys: &'a [usize],
+    index_cache: Option<&'a Arc<FileMetadataCache>>,
+}
+
+impl Closing<'_> {
+    /// Write the rest of `file`, the file of `bucket`, and upload it; its
+    /// `add`.
+    async fn close(&self, bucket: i32, mut file: OpenFile) -> Result<Add> {
+        file.write_held(self.sort_keys).await?;
         file.writer.finish().await?;
         // (the writer counted the bytes it uploaded: no request to ask the
         // store the size)
         let size = file.writer.bytes_written();
         let modified = chrono::Utc::now().timestamp_millis();
-        if let (Some(cache), false) = (&self.index_cache, self.sort_keys.is_empty()) {
+        if let (Some(cache), false) = (self.index_cache, self.sort_keys.is_empty()) {
             // (what a probe of the file needs, from the tail just written)
             let tail = file.writer.into_inner().tail();
             // (in table order, as probes name them)
-            let mut positions = self.sort_keys.clone();
+            let mut positions = self.sort_keys.to_vec();
             positions.sort_unstable();
             let keys: Vec<String> = positions
                 .iter()
@@ -512,7 +566,7 @@ impl BucketWriter {
                     .put(index);
             }
         }
-        self.adds.push(Add {
+        Ok(Add {
             path: file.path.to_string(),
             partition_values: [(BUCKET_COL.to_string(), Some(bucket.to_string()))]
                 .into_iter()
@@ -528,28 +582,7 @@ impl BucketWriter {
                 .tag()
                 .map(|tag| [(ROWS_TAG.to_string(), Some(tag.to_string()))].into()),
             ..Default::default()
-        });
-        Ok(())
-    }
-
-    /// Close every open file; returns the `Add` actions of all written files.
-    pub async fn finish(mut self) -> Result<Vec<Add>> {
-        let open = std::mem::take(&mut self.open);
-        for (bucket, file) in open {
-            self.close(bucket, file).await?;
-        }
-        Ok(self.adds)
-    }
-
-    /// Delete files written but not committed.
-    pub async fn discard(store: &Arc<dyn ObjectStore>, adds: &[Add]) -> Result<()> {
-        for add in adds {
-            store
-                .delete(&Path::from(add.path.as_str()))
-                .await
-                .map_err(io_err)?;
-        }
-        Ok(())
+        })
     }
 }
 
