@@ -42,6 +42,11 @@ use super::plain_files::{PlainFilesTable, RowMask, TableLocation};
 use super::probe_index::CachedIndex;
 use super::stored_rows::{StoredRowsTable, SupersededFile};
 
+/// Files probed at once, at least: a probe mostly waits for its one or two
+/// reads (on an object store, tens of milliseconds each), and holds at most
+/// a file's tail while it does.
+pub const PROBES_IN_FLIGHT: usize = 16;
+
 /// How an update probes data files for its keys.
 #[derive(Clone)]
 pub struct Probing {
@@ -53,10 +58,11 @@ pub struct Probing {
 }
 
 impl Probing {
-    /// Probing in `state`'s session: a file per target partition at once.
+    /// Probing in `state`'s session: a file per target partition at once,
+    /// and at least [`PROBES_IN_FLIGHT`].
     pub fn of(state: &SessionState) -> Self {
         Self {
-            concurrency: state.config().target_partitions(),
+            concurrency: state.config().target_partitions().max(PROBES_IN_FLIGHT),
             cache: state.runtime_env().cache_manager.get_file_metadata_cache(),
         }
     }
