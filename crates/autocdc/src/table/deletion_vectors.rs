@@ -650,12 +650,7 @@ async fn read_key_filters(
     let (Some(values), Some(leaves)) = (&keys.values, leaves) else {
         return Ok(None);
     };
-    let schema = metadata.file_metadata().schema_descr();
-    let checkable: Vec<bool> = leaves
-        .iter()
-        .enumerate()
-        .map(|(c, &leaf)| values.checkable(c, schema.column(leaf).physical_type()))
-        .collect();
+    let checkable = checkable_columns(metadata, leaves, values);
     if !checkable.contains(&true) {
         return Ok(None);
     }
@@ -695,6 +690,21 @@ async fn read_key_filters(
     }))
 }
 
+/// Whether each key column's filters can be checked for `values` in the file
+/// `metadata` describes (`leaves`: the key columns' leaves).
+fn checkable_columns(
+    metadata: &ParquetMetaData,
+    leaves: &[usize],
+    values: &KeyValues,
+) -> Vec<bool> {
+    let schema = metadata.file_metadata().schema_descr();
+    leaves
+        .iter()
+        .enumerate()
+        .map(|(c, &leaf)| values.checkable(c, schema.column(leaf).physical_type()))
+        .collect()
+}
+
 /// The row groups of the file `metadata` describes that may hold one of
 /// `keys`: those whose key filters (by row group and key column, read by
 /// [`read_key_filters`] or cached) admit a key ([`super::key_bloom`]), with
@@ -711,12 +721,7 @@ fn row_groups_to_probe(
     let (Some(values), Some(filters), Some(leaves)) = (&keys.values, filters, leaves) else {
         return every_group();
     };
-    let schema = metadata.file_metadata().schema_descr();
-    let checkable: Vec<bool> = leaves
-        .iter()
-        .enumerate()
-        .map(|(c, &leaf)| values.checkable(c, schema.column(leaf).physical_type()))
-        .collect();
+    let checkable = checkable_columns(metadata, leaves, values);
     if filters.len() != metadata.num_row_groups() {
         return every_group();
     }
