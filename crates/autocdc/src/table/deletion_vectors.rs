@@ -44,7 +44,7 @@ use roaring::RoaringTreemap;
 
 use super::file_tail::{Tail, TailReader, TAIL_BYTES};
 use super::key_bloom::KeyValues;
-use super::probe_index::{leaves_of, CachedIndex, KeyFilters, ProbeIndex};
+use super::probe_index::{filter_ranges, leaves_of, CachedIndex, KeyFilters, ProbeIndex};
 
 use crate::fold::rows::row_converter;
 
@@ -654,40 +654,20 @@ async fn read_key_filters(
     if !checkable.contains(&true) {
         return Ok(None);
     }
-    let count = metadata.num_row_groups();
-    // (row group, key column, bytes of its filter) of every filter to check
-    let mut wanted: Vec<(usize, usize, Range<u64>)> = Vec::new();
-    for group in 0..count {
-        for (c, (&leaf, &usable)) in leaves.iter().zip(&checkable).enumerate() {
-            let chunk = metadata.row_group(group).column(leaf);
-            // (a filter of unknown length, another writer's: not checked)
-            if let (true, Some(offset), Some(length)) = (
-                usable,
-                chunk.bloom_filter_offset(),
-                chunk.bloom_filter_length(),
-            ) {
-                let start = u64::try_from(offset).map_err(|_| {
-                    dv_error(format!("data file '{path}': bloom filter offset {offset}"))
-                })?;
-                let length = u64::try_from(length).map_err(|_| {
-                    dv_error(format!("data file '{path}': bloom filter length {length}"))
-                })?;
-                wanted.push((group, c, start..start + length));
-            }
-        }
-    }
-    let ranges: Vec<Range<u64>> = wanted.iter().map(|(_, _, r)| r.clone()).collect();
-    let bytes = reader.get_byte_ranges(ranges).await?;
-    let mut filters: Vec<Vec<Option<Sbbf>>> = (0..count)
-        .map(|_| leaves.iter().map(|_| None).collect())
-        .collect();
-    for ((group, c, _), bytes) in wanted.iter().zip(bytes) {
-        filters[*group][*c] = Some(Sbbf::from_bytes(&bytes)?);
-    }
-    Ok(Some(KeyFilters {
-        names: keys.names.clone(),
-        filters,
-    }))
+    let ranges = filter_ranges(metadata, leaves, &checkable).ok_or_else(|| {
+        dv_error(format!(
+            "data file '{path}': a bloom filter with a negative offset or length"
+        ))
+    })?;
+    let bytes = reader
+        .get_byte_ranges(ranges.iter().map(|(_, _, r)| r.clone()).collect())
+        .await?;
+    Ok(Some(KeyFilters::read(
+        keys.names.clone(),
+        metadata,
+        &ranges,
+        bytes,
+    )?))
 }
 
 /// Whether each key column's filters can be checked for `values` in the file

@@ -58,14 +58,19 @@ impl Tail {
         self.start + self.bytes.len() as u64
     }
 
-    /// The bytes held, from [`Self::start`].
+    /// The bytes held: the file's last.
     pub(crate) fn bytes(&self) -> &Bytes {
         &self.bytes
     }
 
-    /// Offset in the file of the first byte held.
-    pub(crate) fn start(&self) -> u64 {
-        self.start
+    /// The bytes of the file at `range`, if all are held.
+    pub(crate) fn slice(&self, range: &Range<u64>) -> Option<Bytes> {
+        if range.start < self.start || range.start > range.end {
+            return None;
+        }
+        let from = usize::try_from(range.start - self.start).ok()?;
+        let to = usize::try_from(range.end - self.start).ok()?;
+        (to <= self.bytes.len()).then(|| self.bytes.slice(from..to))
     }
 
     /// Whether these are all of the file's bytes.
@@ -114,13 +119,7 @@ impl TailReader {
 
     /// `range`, from the tail held, if it holds all of it.
     fn slice(&self, range: &Range<u64>) -> Option<Bytes> {
-        let Tail { start, bytes } = self.tail.as_ref()?;
-        if range.start < *start || range.end > self.size || range.start > range.end {
-            return None;
-        }
-        let from = usize::try_from(range.start - start).ok()?;
-        let to = usize::try_from(range.end - start).ok()?;
-        (to <= bytes.len()).then(|| bytes.slice(from..to))
+        self.tail.as_ref()?.slice(range)
     }
 
     /// Where the tail to read for `range` starts, when `range` ends in the
@@ -472,7 +471,7 @@ mod tests {
             let capture = writer.into_inner();
             let (tail, file) = (capture.tail(), &capture.inner);
             assert_eq!(tail.file_size(), file.len() as u64);
-            assert_eq!(tail.bytes().as_ref(), &file[tail.start() as usize..]);
+            assert_eq!(tail.bytes().as_ref(), &file[file.len() - tail.len()..]);
             assert_eq!(tail.is_whole_file(), file.len() as u64 <= TAIL_BYTES);
             assert_eq!(tail.len() as u64, (file.len() as u64).min(TAIL_BYTES));
         }

@@ -24,8 +24,10 @@
 //! out, beside DataFusion's own Parquet metadata.
 
 use std::any::Any;
+use std::ops::Range;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use chrono::DateTime;
 use datafusion::common::HashMap;
 use datafusion::execution::cache::cache_manager::{
@@ -37,6 +39,7 @@ use object_store::ObjectMeta;
 
 use deltalake_core::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use deltalake_core::parquet::bloom_filter::Sbbf;
+use deltalake_core::parquet::errors::Result as ParquetResult;
 use deltalake_core::parquet::file::metadata::{
     PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader,
 };
@@ -50,6 +53,28 @@ pub(crate) struct KeyFilters {
     pub(crate) names: Vec<String>,
     /// By row group and key column (`None`: no filter to check).
     pub(crate) filters: Vec<Vec<Option<Sbbf>>>,
+}
+
+impl KeyFilters {
+    /// The filters at `ranges` ([`filter_ranges`]) of the file `metadata`
+    /// describes, whose bytes are `bytes` (in the same order), for its key
+    /// columns `names`.
+    pub(crate) fn read(
+        names: Vec<String>,
+        metadata: &ParquetMetaData,
+        ranges: &[FilterRange],
+        bytes: Vec<Bytes>,
+    ) -> ParquetResult<Self> {
+        let mut filters: Vec<Vec<Option<Sbbf>>> = (0..metadata.num_row_groups())
+            .map(|_| names.iter().map(|_| None).collect())
+            .collect();
+        for ((group, c, _), bytes) in ranges.iter().zip(bytes) {
+            if let Some(slot) = filters.get_mut(*group).and_then(|g| g.get_mut(*c)) {
+                *slot = Some(Sbbf::from_bytes(&bytes)?);
+            }
+        }
+        Ok(Self { names, filters })
+    }
 }
 
 /// The leaves of the columns `names` in the file `metadata` describes, if
@@ -155,38 +180,52 @@ impl<'a> CachedIndex<'a> {
 /// (the table's, in table order); `None` when the tail does not hold them
 /// all (no request is made).
 pub(crate) fn written_index(tail: &Tail, keys: &[String]) -> Option<ProbeIndex> {
-    let size = tail.file_size();
     let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
-    reader.try_parse_sized(tail.bytes(), size).ok()?;
+    reader
+        .try_parse_sized(tail.bytes(), tail.file_size())
+        .ok()?;
     let metadata = Arc::new(reader.finish().ok()?);
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let metadata = ArrowReaderMetadata::try_new(metadata, options).ok()?;
     let leaves = leaves_of(metadata.metadata(), keys)?;
-    let mut filters = Vec::with_capacity(metadata.metadata().num_row_groups());
-    for group in metadata.metadata().row_groups() {
-        let mut of_group = Vec::with_capacity(leaves.len());
-        for &leaf in &leaves {
-            let chunk = group.column(leaf);
-            let filter = match (chunk.bloom_filter_offset(), chunk.bloom_filter_length()) {
-                (Some(offset), Some(length)) => {
-                    let from = u64::try_from(offset).ok()?.checked_sub(tail.start())?;
-                    let to = from.checked_add(u64::try_from(length).ok()?)?;
-                    let bytes = tail
-                        .bytes()
-                        .get(usize::try_from(from).ok()?..usize::try_from(to).ok()?)?;
-                    Some(Sbbf::from_bytes(bytes).ok()?)
-                }
-                _ => None,
-            };
-            of_group.push(filter);
-        }
-        filters.push(of_group);
-    }
+    let ranges = filter_ranges(metadata.metadata(), &leaves, &vec![true; leaves.len()])?;
+    let bytes: Vec<Bytes> = ranges
+        .iter()
+        .map(|(_, _, range)| tail.slice(range))
+        .collect::<Option<_>>()?;
+    let filters = KeyFilters::read(keys.to_vec(), metadata.metadata(), &ranges, bytes).ok()?;
     Some(ProbeIndex {
         metadata,
-        filters: Some(Arc::new(KeyFilters {
-            names: keys.to_vec(),
-            filters,
-        })),
+        filters: Some(Arc::new(filters)),
     })
+}
+
+/// Where a key filter of a file is: (row group, key column, its bytes).
+pub(crate) type FilterRange = (usize, usize, Range<u64>);
+
+/// Where the filters of the key columns `leaves` that `wanted` marks are in
+/// the file `metadata` describes, in every row group that records their
+/// length (another writer's filter of unknown length is not checked);
+/// `None` when one's offset or length is negative.
+pub(crate) fn filter_ranges(
+    metadata: &ParquetMetaData,
+    leaves: &[usize],
+    wanted: &[bool],
+) -> Option<Vec<FilterRange>> {
+    let mut ranges = Vec::new();
+    for (group, row_group) in metadata.row_groups().iter().enumerate() {
+        for (c, (&leaf, &wanted)) in leaves.iter().zip(wanted).enumerate() {
+            let chunk = row_group.column(leaf);
+            if let (true, Some(offset), Some(length)) = (
+                wanted,
+                chunk.bloom_filter_offset(),
+                chunk.bloom_filter_length(),
+            ) {
+                let start = u64::try_from(offset).ok()?;
+                let length = u64::try_from(length).ok()?;
+                ranges.push((group, c, start..start.checked_add(length)?));
+            }
+        }
+    }
+    Some(ranges)
 }

@@ -278,6 +278,8 @@ pub struct BucketWriter {
     compression: FileCompression,
     /// Where what a probe needs of each data file goes, if anywhere.
     index_cache: Option<Arc<FileMetadataCache>>,
+    /// The key columns in table order, as probes name them.
+    key_names: Vec<String>,
     open: BTreeMap<i32, OpenFile>,
     adds: Vec<Add>,
 }
@@ -340,6 +342,7 @@ impl BucketWriter {
             sort_keys: Vec::new(),
             compression: FileCompression::default(),
             index_cache: None,
+            key_names: Vec::new(),
             open: BTreeMap::new(),
             adds: Vec::new(),
         }
@@ -353,6 +356,12 @@ impl BucketWriter {
     pub fn with_key_filters(mut self, key_indices: &[usize]) -> Self {
         if self.rows != FileRows::Changes {
             self.sort_keys = key_indices.to_vec();
+            let mut positions = key_indices.to_vec();
+            positions.sort_unstable();
+            self.key_names = positions
+                .iter()
+                .map(|&i| self.schema.field(i).name().clone())
+                .collect();
             self.bloom_columns = key_indices
                 .iter()
                 .map(|&i| self.schema.field(i))
@@ -499,9 +508,9 @@ impl BucketWriter {
     /// What closing a file needs of this writer.
     fn closing(&self) -> Closing<'_> {
         Closing {
-            schema: &self.schema,
             rows: self.rows,
             sort_keys: &self.sort_keys,
+            key_names: &self.key_names,
             index_cache: self.index_cache.as_ref(),
         }
     }
@@ -535,9 +544,9 @@ impl BucketWriter {
 /// closed together).
 #[derive(Clone, Copy)]
 struct Closing<'a> {
-    schema: &'a SchemaRef,
     rows: FileRows,
     sort_keys: &'a [usize],
+    key_names: &'a [String],
     index_cache: Option<&'a Arc<FileMetadataCache>>,
 }
 
@@ -551,17 +560,10 @@ impl Closing<'_> {
         // store the size)
         let size = file.writer.bytes_written();
         let modified = chrono::Utc::now().timestamp_millis();
-        if let (Some(cache), false) = (self.index_cache, self.sort_keys.is_empty()) {
+        if let (Some(cache), false) = (self.index_cache, self.key_names.is_empty()) {
             // (what a probe of the file needs, from the tail just written)
             let tail = file.writer.into_inner().tail();
-            // (in table order, as probes name them)
-            let mut positions = self.sort_keys.to_vec();
-            positions.sort_unstable();
-            let keys: Vec<String> = positions
-                .iter()
-                .map(|&i| self.schema.field(i).name().clone())
-                .collect();
-            if let Some(index) = written_index(&tail, &keys) {
+            if let Some(index) = written_index(&tail, self.key_names) {
                 CachedIndex::of_file(cache.as_ref(), file.path.clone(), size as u64, modified)
                     .put(index);
             }
