@@ -191,3 +191,69 @@ async fn files_whose_filters_rule_the_keys_out_are_not_read_again() -> Result<()
     }
     Ok(())
 }
+
+/// The Delta commit files and deletion vectors a session wrote or read are
+/// read again from memory (`table/log_cache.rs`): a one-row statement after
+/// others reads neither, and a new session reads each commit file of the
+/// logs it opens at most once (deltalake reads each twice to bring a table
+/// up to date).
+#[tokio::test(flavor = "multi_thread")]
+async fn log_files_and_deletion_vectors_are_read_at_most_once() -> Result<()> {
+    let store = Arc::new(ObservedStore::new(
+        Arc::new(InMemory::new()),
+        Reads::default(),
+    ));
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    for sql in [
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 2000)",
+        "CREATE STREAMING TABLE t",
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        "UPDATE t SET v = 'w' WHERE id <= 200",
+    ] {
+        s.sql(sql).await?.collect().await?;
+    }
+    let is_log_or_vector = |path: &str| {
+        (path.contains("_delta_log/") && path.ends_with(".json"))
+            || path.contains("deletion_vector_")
+    };
+    store.observer().take();
+    s.sql("UPDATE t SET v = 'x' WHERE id = 1234")
+        .await?
+        .collect()
+        .await?;
+    let again: Vec<String> = store
+        .observer()
+        .take()
+        .into_iter()
+        .map(|(path, _)| path)
+        .filter(|p| is_log_or_vector(p))
+        .collect();
+    assert!(again.is_empty(), "read again: {again:?}");
+
+    // a new session on the same store: each commit file once
+    store.observer().take();
+    let other = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    let rows = other
+        .sql("SELECT count(*) AS n, sum(CASE WHEN v = 'x' THEN 1 ELSE 0 END) AS x FROM t")
+        .await?
+        .collect()
+        .await?;
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(&rows)?.to_string();
+    assert!(text.contains("| 2000 | 1 |"), "{text}");
+    other
+        .sql("UPDATE t SET v = 'y' WHERE id = 77")
+        .await?
+        .collect()
+        .await?;
+    let mut commits = std::collections::BTreeMap::<String, usize>::new();
+    for (path, _) in store.observer().take() {
+        if path.contains("_delta_log/") && path.ends_with(".json") {
+            *commits.entry(path).or_default() += 1;
+        }
+    }
+    assert!(
+        !commits.is_empty() && commits.values().all(|n| *n == 1),
+        "commit files read more than once: {commits:?}"
+    );
+    Ok(())
+}

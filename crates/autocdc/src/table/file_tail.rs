@@ -265,6 +265,7 @@ impl<W: AsyncFileWriter> AsyncFileWriter for TailCapture<W> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::counted_store::Counted;
     use super::*;
     use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
@@ -273,76 +274,7 @@ mod tests {
     use deltalake_core::parquet::file::metadata::PageIndexPolicy;
     use deltalake_core::parquet::file::properties::WriterProperties;
     use futures::TryStreamExt;
-    use object_store::memory::InMemory;
-    use object_store::{GetOptions, GetResult, ObjectStoreExt, PutPayload};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// Counts the reads of the store it wraps.
-    #[derive(Debug)]
-    struct Counted {
-        inner: InMemory,
-        gets: AtomicUsize,
-    }
-
-    impl std::fmt::Display for Counted {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "Counted")
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl ObjectStore for Counted {
-        async fn put_opts(
-            &self,
-            location: &Path,
-            payload: PutPayload,
-            opts: object_store::PutOptions,
-        ) -> object_store::Result<object_store::PutResult> {
-            self.inner.put_opts(location, payload, opts).await
-        }
-        async fn put_multipart_opts(
-            &self,
-            location: &Path,
-            opts: object_store::PutMultipartOptions,
-        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-            self.inner.put_multipart_opts(location, opts).await
-        }
-        async fn get_opts(
-            &self,
-            location: &Path,
-            options: GetOptions,
-        ) -> object_store::Result<GetResult> {
-            self.gets.fetch_add(1, Ordering::SeqCst);
-            self.inner.get_opts(location, options).await
-        }
-        fn delete_stream(
-            &self,
-            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
-        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-            self.inner.delete_stream(locations)
-        }
-        fn list(
-            &self,
-            prefix: Option<&Path>,
-        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
-        {
-            self.inner.list(prefix)
-        }
-        async fn list_with_delimiter(
-            &self,
-            prefix: Option<&Path>,
-        ) -> object_store::Result<object_store::ListResult> {
-            self.inner.list_with_delimiter(prefix).await
-        }
-        async fn copy_opts(
-            &self,
-            from: &Path,
-            to: &Path,
-            options: object_store::CopyOptions,
-        ) -> object_store::Result<()> {
-            self.inner.copy_opts(from, to, options).await
-        }
-    }
+    use object_store::{ObjectStoreExt, PutPayload};
 
     /// A file of `rows` ids in row groups of `group` rows, in `store`.
     async fn file(store: &Arc<dyn ObjectStore>, rows: i64, group: usize) -> (Path, u64) {
@@ -395,10 +327,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_small_file_is_one_request_and_a_large_one_reads_its_tail_once() {
-        let counted = Arc::new(Counted {
-            inner: InMemory::new(),
-            gets: AtomicUsize::new(0),
-        });
+        let counted = Arc::new(Counted::default());
         let store: Arc<dyn ObjectStore> = Arc::clone(&counted) as _;
         // small: metadata, page index and every page in one request
         let (path, size) = file(&store, 1000, 100).await;
@@ -407,7 +336,7 @@ mod tests {
             read_all(TailReader::new(&store, &path, size)).await,
             499_500
         );
-        assert_eq!(counted.gets.swap(0, Ordering::SeqCst), 1);
+        assert_eq!(counted.take_gets(), 1);
         // large: the tail once (footer, metadata, page index), then pages
         let (path, size) = file(&store, 200_000, 100_000).await;
         assert!(size > TAIL_BYTES);
@@ -417,7 +346,7 @@ mod tests {
             .await
             .expect("metadata");
         assert!(metadata.metadata().offset_index().is_some());
-        assert_eq!(counted.gets.swap(0, Ordering::SeqCst), 1);
+        assert_eq!(counted.take_gets(), 1);
         assert!(reader.held().is_some_and(|t| !t.is_whole_file()));
         // a range straddling the start of the tail held is read from the store
         let start = size - TAIL_BYTES;
@@ -437,14 +366,14 @@ mod tests {
             whole.slice((start - 10) as usize..(start + 10) as usize)
         );
         // ranges inside it are not
-        counted.gets.swap(0, Ordering::SeqCst);
+        counted.take_gets();
         let ranges = reader
             .get_byte_ranges(vec![size - 8..size, start..start + 4])
             .await
             .expect("ranges");
         assert_eq!(ranges[0], whole.slice((size - 8) as usize..size as usize));
         assert_eq!(ranges[1], whole.slice(start as usize..start as usize + 4));
-        assert_eq!(counted.gets.load(Ordering::SeqCst), 0);
+        assert_eq!(counted.gets(), 0);
         assert_eq!(
             read_all(TailReader::new(&store, &path, size)).await,
             199_999 * 200_000 / 2

@@ -10,12 +10,15 @@
 pub mod bucket;
 pub(crate) mod changes;
 pub mod commit;
+#[cfg(test)]
+mod counted_store;
 pub mod deletion_vectors;
 pub mod event;
 mod file_tail;
 mod files;
 mod key_bloom;
 mod known_runs;
+mod log_cache;
 pub mod manifest;
 pub mod meta;
 pub mod plain_files;

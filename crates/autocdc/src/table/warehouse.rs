@@ -3,7 +3,8 @@
 //!
 //! deltalake builds a fresh, empty store for every `memory://` URL it parses,
 //! so the warehouse owns a single store and hands it to every table through
-//! `with_storage_backend`.
+//! `with_storage_backend`. That store keeps the Delta commit files and
+//! deletion vectors it wrote or read ([`LogCachingStore`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
 use super::bucket::BUCKET_COL;
+use super::log_cache::LogCachingStore;
 use super::published::{PublishedLocation, STATE_FOLDER, STATE_TABLE};
 use super::{delta_err, streaming_protocol};
 
@@ -104,7 +106,7 @@ impl Warehouse {
             return Ok(Self {
                 root: Url::parse("memory:///")
                     .map_err(|e| DataFusionError::External(Box::new(e)))?,
-                store: Arc::new(InMemory::new()),
+                store: Arc::new(LogCachingStore::new(Arc::new(InMemory::new()))),
             });
         }
         let path = match location.strip_prefix("file://") {
@@ -133,7 +135,7 @@ impl Warehouse {
         })?;
         Ok(Self {
             root,
-            store: Arc::new(LocalFileSystem::new()),
+            store: Arc::new(LogCachingStore::new(Arc::new(LocalFileSystem::new()))),
         })
     }
 
@@ -142,7 +144,7 @@ impl Warehouse {
     pub fn in_memory_on(store: Arc<dyn ObjectStore>) -> Result<Self> {
         Ok(Self {
             root: Url::parse("memory:///").map_err(|e| DataFusionError::External(Box::new(e)))?,
-            store,
+            store: Arc::new(LogCachingStore::new(store)),
         })
     }
 
