@@ -4,6 +4,7 @@ mod adaptive;
 mod auto_cdc_exec;
 mod codec;
 pub mod commit_exec;
+mod conflict_rule;
 mod expectations_exec;
 pub(crate) mod one_shot;
 mod planner;

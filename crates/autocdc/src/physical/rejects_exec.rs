@@ -67,6 +67,7 @@ use datafusion::physical_plan::{
 use datafusion::physical_plan::{Distribution, InputDistributionRequirements};
 use futures::{Stream, StreamExt};
 
+use super::conflict_rule::{counted, of_origin, Identity};
 use super::one_shot::{sort_retained_and_rest, sort_share};
 use super::sorted_conflicts::{Checked, SortedConflicts};
 
@@ -317,16 +318,6 @@ struct NullChecks {
     rejected: Count,
 }
 
-/// What one (key, sequence) of a partition's events looks like.
-struct Identity<'a> {
-    /// The values of its first event.
-    first: &'a [u8],
-    /// Whether another event of it differs.
-    conflict: bool,
-    /// The values of its stored event, if any.
-    stored: Option<&'a [u8]>,
-}
-
 /// Where `array` is NULL or, for a STRUCT, holds a NULL field at any depth.
 fn null_anywhere(array: &dyn Array) -> Result<BooleanArray> {
     let mut nulls = is_null(array)?;
@@ -339,20 +330,9 @@ fn null_anywhere(array: &dyn Array) -> Result<BooleanArray> {
 }
 
 impl NullChecks {
-    /// Where `batch`'s rows have `origin` (an input without an origin
-    /// column holds new events only).
+    /// Where `batch`'s rows have `origin`.
     fn of_origin(&self, batch: &RecordBatch, origin: Origin) -> Result<BooleanArray> {
-        let Some(index) = self.origin else {
-            return Ok(BooleanArray::from(vec![
-                origin == Origin::New;
-                batch.num_rows()
-            ]));
-        };
-        let origins = batch
-            .column(index)
-            .as_primitive_opt::<Int8Type>()
-            .ok_or_else(|| DataFusionError::Internal(format!("{ORIGIN_COL} is not Int8")))?;
-        Ok(BooleanArray::from_unary(origins, |o| o == origin as i8))
+        of_origin(batch, self.origin, origin)
     }
 
     /// Take the new events failing the NULL checks out of `batch`.
@@ -497,68 +477,44 @@ impl RejectsStream {
         let groups = encode(&self.group)?;
         let values = encode(&self.values)?;
         // each batch's new and stored events, once
+        let origin = self.checks.origin;
         let origins = batches
             .iter()
             .map(|b| {
                 Ok((
-                    self.checks.of_origin(b, Origin::New)?,
-                    self.checks.of_origin(b, Origin::Stored)?,
+                    of_origin(b, origin, Origin::New)?,
+                    of_origin(b, origin, Origin::Stored)?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        // the events that count: new ones, and stored upserts and deletes
-        // (not DML's events nor erasure marks)
         let counted = batches
             .iter()
             .zip(&origins)
-            .map(|(b, (new, stored))| {
-                if self.checks.origin.is_none() {
-                    return Ok(new.clone());
-                }
-                let kinds = b
-                    .column(self.checks.kind)
-                    .as_primitive_opt::<Int8Type>()
-                    .ok_or_else(|| DataFusionError::Internal(format!("{KIND_COL} is not Int8")))?;
-                let event = BooleanArray::from_unary(kinds, |k| {
-                    k == Kind::Upsert as i8 || k == Kind::Delete as i8
-                });
-                Ok(or(new, &and(stored, &event)?)?)
-            })
+            .map(|(b, (new, stored))| counted(b, self.checks.kind, new, stored))
             .collect::<Result<Vec<_>>>()?;
-        // per (key, sequence): the values of its first event, whether
-        // another event of it differs, and the values of its stored event
         let mut seen: HashMap<&[u8], Identity<'_>> = HashMap::new();
         for (((g, v), counted), (_, stored)) in
             groups.iter().zip(&values).zip(&counted).zip(&origins)
         {
             for i in counted.values().set_indices() {
-                let values = v.row(i).data();
-                let entry = seen.entry(g.row(i).data()).or_insert(Identity {
-                    first: values,
-                    conflict: false,
-                    stored: None,
-                });
-                entry.conflict |= entry.first != values;
-                if stored.value(i) {
-                    entry.stored = Some(values);
-                }
+                seen.entry(g.row(i).data())
+                    .or_default()
+                    .count(v.row(i).data(), stored.value(i));
             }
         }
-        if !seen.values().any(|id| id.conflict) {
+        if !seen.values().any(Identity::conflicts) {
             return Ok(batches);
         }
         let mut out = Vec::with_capacity(batches.len());
         for ((batch, (g, v)), (new, _)) in
             batches.iter().zip(groups.iter().zip(&values)).zip(&origins)
         {
-            // a conflict with a stored event rejects the new events that
-            // differ from it (equal ones are replays); one among new events
-            // only rejects them all
             let conflicting: BooleanArray = (0..g.num_rows())
                 .map(|i| {
-                    Some(seen.get(g.row(i).data()).is_some_and(|id| {
-                        id.conflict && id.stored.is_none_or(|s| s != v.row(i).data())
-                    }))
+                    Some(
+                        seen.get(g.row(i).data())
+                            .is_some_and(|id| id.rejects(v.row(i).data())),
+                    )
                 })
                 .collect();
             // stored events stay: only new ones are rejected

@@ -4,25 +4,19 @@
 //!
 //! Events of one identity (key, sequence and, bitemporal, system sequence)
 //! are adjacent; the last identity of a batch may go on in the next, so its
-//! rows are carried over. Per identity, as `RejectsExec` decides over a hash
-//! table (SPEC §2.2):
-//!
-//! | the identity's counted events (new ones; stored upserts and deletes) | new events rejected |
-//! |-----------------------------------------------------------------------|---------------------|
-//! | all equal (kind and target columns)                                   | none                |
-//! | not all equal, no stored event                                        | every new one       |
-//! | not all equal, a stored event                                         | the new ones that differ from it (equal ones are replays) |
-//!
-//! Stored events are never rejected; DML events and erasure marks are not
-//! counted. The kernel is I/O-free: batches in, checked batches out.
+//! rows are carried over. Each identity's events are judged by SPEC §2.2's
+//! rule as `RejectsExec` judges them over a hash table
+//! ([`super::conflict_rule`]). The kernel is I/O-free: batches in, checked
+//! batches out.
 
-use arrow::array::{AsArray, BooleanArray, RecordBatch};
+use arrow::array::{BooleanArray, RecordBatch};
 use arrow::compute::concat_batches;
-use arrow::datatypes::{Int8Type, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, Rows, SortField};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::Result;
 
-use crate::fold::columns::{Kind, Origin};
+use super::conflict_rule::{counted, of_origin, Identity};
+use crate::fold::columns::Origin;
 
 /// Rows whose identities are complete, and which of them to reject.
 pub(crate) struct Checked {
@@ -118,27 +112,9 @@ impl SortedConflicts {
         let n = batch.num_rows();
         let groups = self.encode(&self.group_rows, &self.group, &batch)?;
         let values = self.encode(&self.value_rows, &self.values, &batch)?;
-        let origins = match self.origin {
-            Some(index) => Some(
-                batch
-                    .column(index)
-                    .as_primitive_opt::<Int8Type>()
-                    .ok_or_else(|| DataFusionError::Internal("the origin is not Int8".into()))?,
-            ),
-            None => None,
-        };
-        let kinds = batch
-            .column(self.kind)
-            .as_primitive_opt::<Int8Type>()
-            .ok_or_else(|| DataFusionError::Internal("the kind is not Int8".into()))?;
-        let is_new = |i: usize| origins.is_none_or(|o| o.value(i) == Origin::New as i8);
-        let is_stored = |i: usize| origins.is_some_and(|o| o.value(i) == Origin::Stored as i8);
-        let counted = |i: usize| {
-            is_new(i)
-                || (is_stored(i)
-                    && (kinds.value(i) == Kind::Upsert as i8
-                        || kinds.value(i) == Kind::Delete as i8))
-        };
+        let new = of_origin(&batch, self.origin, Origin::New)?;
+        let stored = of_origin(&batch, self.origin, Origin::Stored)?;
+        let counted = counted(&batch, self.kind, &new, &stored)?;
         let mut conflicting = vec![false; n];
         let mut start = 0;
         while start < n {
@@ -146,20 +122,13 @@ impl SortedConflicts {
             while end < n && groups.row(end) == groups.row(start) {
                 end += 1;
             }
-            let (mut first, mut conflict, mut stored) = (None, false, None);
-            for i in (start..end).filter(|&i| counted(i)) {
-                let v = values.row(i);
-                match first {
-                    None => first = Some(v),
-                    Some(f) => conflict |= f != v,
-                }
-                if is_stored(i) {
-                    stored = Some(v);
-                }
+            let mut identity = Identity::default();
+            for i in (start..end).filter(|&i| counted.value(i)) {
+                identity.count(values.row(i).data(), stored.value(i));
             }
-            if conflict {
+            if identity.conflicts() {
                 for (i, flag) in conflicting.iter_mut().enumerate().take(end).skip(start) {
-                    *flag = is_new(i) && stored.is_none_or(|s| s != values.row(i));
+                    *flag = new.value(i) && identity.rejects(values.row(i).data());
                 }
             }
             start = end;
@@ -174,6 +143,8 @@ impl SortedConflicts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fold::columns::Kind;
+    use arrow::array::AsArray;
     use arrow::array::{Int64Array, Int8Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
