@@ -36,6 +36,16 @@ impl Observer for Reads {
     }
 }
 
+/// A session on an in-memory warehouse whose reads are recorded.
+async fn observed_session() -> Result<(Arc<ObservedStore<Reads>>, CdcSession)> {
+    let store = Arc::new(ObservedStore::new(
+        Arc::new(InMemory::new()),
+        Reads::default(),
+    ));
+    let session = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    Ok((store, session))
+}
+
 /// The buckets whose data files `reads` read.
 fn buckets_read(reads: &[(String, bool)]) -> BTreeSet<String> {
     reads
@@ -50,11 +60,7 @@ fn buckets_read(reads: &[(String, bool)]) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dml_statement_naming_its_keys_reads_only_their_buckets() -> Result<()> {
-    let store = Arc::new(ObservedStore::new(
-        Arc::new(InMemory::new()),
-        Reads::default(),
-    ));
-    let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    let (store, s) = observed_session().await?;
     s.sql(
         "CREATE TABLE src AS SELECT value AS id, 'v' || CAST(value AS TEXT) AS v, 1 AS seq \
          FROM generate_series(1, 2000)",
@@ -124,11 +130,7 @@ async fn a_dml_statement_naming_its_keys_reads_only_their_buckets() -> Result<()
 #[tokio::test(flavor = "multi_thread")]
 async fn files_whose_filters_rule_the_keys_out_are_not_read_again() -> Result<()> {
     for (cache_limit, cached) in [(None, true), (Some("0"), false)] {
-        let store = Arc::new(ObservedStore::new(
-            Arc::new(InMemory::new()),
-            Reads::default(),
-        ));
-        let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+        let (store, s) = observed_session().await?;
         let run = |sql: String| {
             let s = &s;
             async move { s.sql(&sql).await?.collect().await }
@@ -199,11 +201,7 @@ async fn files_whose_filters_rule_the_keys_out_are_not_read_again() -> Result<()
 /// up to date).
 #[tokio::test(flavor = "multi_thread")]
 async fn log_files_and_deletion_vectors_are_read_at_most_once() -> Result<()> {
-    let store = Arc::new(ObservedStore::new(
-        Arc::new(InMemory::new()),
-        Reads::default(),
-    ));
-    let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    let (store, s) = observed_session().await?;
     for sql in [
         "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 2000)",
         "CREATE STREAMING TABLE t",
