@@ -233,3 +233,44 @@ async fn explain_refresh_of_a_snapshot_flow_prints_the_tree_it_runs() {
         "{run}"
     );
 }
+
+/// An update whose events are more than the stage holds streams them: the
+/// partitions share the run (`streamed=1`), every event is folded once and
+/// the target holds exactly the update's rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_over_the_stage_budget_streams_every_event_once() {
+    let s = session().await;
+    for sql in [
+        "SET datafusion.execution.target_partitions = 2",
+        "CREATE TABLE src AS SELECT value AS id, 'a' AS v, 1 AS seq FROM range(1000)",
+        "CREATE STREAMING TABLE t",
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        // (the pool refuses to hold the events: the stage streams them,
+        // and the fold sorts them, spilling)
+        "SET datafusion.runtime.memory_limit = '8M'",
+        "SET datafusion.execution.sort_spill_reservation_bytes = 1048576",
+        "CREATE OR REPLACE TABLE src AS SELECT value % 1000 AS id, \
+         'c' || CAST(value AS TEXT) AS v, value + 2 AS seq FROM range(300000)",
+    ] {
+        exec(&s, sql).await;
+    }
+    let large = explained_then_run(&s, "streamed update").await;
+    assert_eq!(metric(&large, "StagedEventsExec", "streamed"), 1, "{large}");
+    let staged = large
+        .lines()
+        .find(|l| l.trim_start().starts_with("StagedEventsExec"))
+        .unwrap_or_default();
+    assert!(staged.contains("output_rows=300.0 K"), "{staged}");
+    let rows = s
+        .sql("SELECT count(*) AS n, min(v) AS lo, max(v) AS hi FROM t")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&rows)
+        .unwrap()
+        .to_string();
+    // each key's last event: value 299000 + id
+    assert!(text.contains("| 1000 | c299000 | c299999 |"), "{text}");
+}

@@ -13,9 +13,9 @@
 //!
 //! The `events` operator binds its input to the stage; whichever operator
 //! of the update asks first runs the stage. Its partitions share the staged
-//! batches; a large update's run goes on in partition 0 (the pulled batches
-//! first). Its metrics say what the stage did: `staged_rows`,
-//! `staged_bytes` and `streamed` (1: over the budget).
+//! batches, or a large update's run (the pulled batches first), each taking
+//! the next batch when it wants one. Its metrics say what the stage did:
+//! `staged_rows`, `staged_bytes` and `streamed` (1: over the budget).
 
 use std::fmt;
 use std::sync::Arc;
@@ -164,17 +164,13 @@ impl ExecutionPlan for StagedEventsExec {
                         futures::stream::iter(batches.into_iter().map(Ok)),
                     ))
                 }
-                // a large update: the run goes on in the first partition;
-                // its truncates read the input again
+                // a large update: the partitions share the rest of the
+                // run; its truncates read the input again
                 None => match role {
                     StagedRole::Truncates => read_all(input, &context)?,
-                    StagedRole::Events if partition == 0 => staged
-                        .take_rest(stage.flow())?
+                    StagedRole::Events => staged
+                        .take_rest(stage.flow(), partition)?
                         .ok_or_else(|| DataFusionError::Internal("no staged run".into()))?,
-                    StagedRole::Events => Box::pin(RecordBatchStreamAdapter::new(
-                        input.schema(),
-                        futures::stream::empty(),
-                    )),
                 },
             };
             Ok::<_, DataFusionError>(events)

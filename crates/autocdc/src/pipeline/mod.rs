@@ -797,7 +797,7 @@ async fn run_stage(
     let staged = stage.staged(&state.task_ctx()).await?;
     let Some(batches) = staged.batches(0, 1) else {
         // (the running stream and what it pulled are let go)
-        drop(staged.take_rest(stage.flow())?);
+        staged.let_go_of_rest();
         return Ok((staged.replacement.clone(), None));
     };
     // declared nullable: a plan may say a column holds no NULL while its

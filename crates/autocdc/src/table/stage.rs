@@ -27,11 +27,12 @@
 //! `APPLY AS TRUNCATE` reads it again for the truncate events, which the
 //! fold needs before any key).
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::Int8Type;
+use arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::common::{DataFusionError, HashMap, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -132,8 +133,62 @@ enum StagedEvents {
         batches: Vec<RecordBatch>,
         _reservation: MemoryReservation,
     },
-    /// The batches pulled, then the rest of the same run: readable once.
-    Large(Mutex<Option<SendableRecordBatchStream>>),
+    /// The batches pulled, then the rest of the same run.
+    Large(SharedRun),
+}
+
+/// A large update's run, read once and shared by the partitions that pass
+/// it on: each takes the next batch when it wants one, so what the plan
+/// does above the stage (projections, the repartition by key) runs in every
+/// partition, not in one.
+struct SharedRun {
+    schema: SchemaRef,
+    run: Arc<tokio::sync::Mutex<Option<SendableRecordBatchStream>>>,
+    /// The partitions that took their share.
+    taken: Mutex<HashSet<usize>>,
+}
+
+impl SharedRun {
+    fn new(run: SendableRecordBatchStream) -> Self {
+        Self {
+            schema: run.schema(),
+            run: Arc::new(tokio::sync::Mutex::new(Some(run))),
+            taken: Mutex::default(),
+        }
+    }
+
+    /// Partition `partition`'s share: the batches it takes, until the run
+    /// ends (`None`: it took it already).
+    fn share(&self, partition: usize) -> Option<SendableRecordBatchStream> {
+        let first = self
+            .taken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(partition);
+        if !first {
+            return None;
+        }
+        let batches = futures::stream::unfold(Arc::clone(&self.run), |run| async move {
+            let mut guard = run.lock().await;
+            let next = match guard.as_mut() {
+                Some(stream) => stream.next().await,
+                None => None,
+            };
+            drop(guard);
+            next.map(|batch| (batch, run))
+        });
+        Some(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            batches,
+        )))
+    }
+
+    /// Stop the run (and what it pulled) where it is.
+    fn let_go(&self) {
+        if let Ok(mut run) = self.run.try_lock() {
+            *run = None;
+        }
+    }
 }
 
 impl UpdateStage {
@@ -222,7 +277,7 @@ impl UpdateStage {
                     replacement: Replacement::default(),
                     rows,
                     bytes,
-                    events: StagedEvents::Large(Mutex::new(Some(Box::pin(rest)))),
+                    events: StagedEvents::Large(SharedRun::new(Box::pin(rest))),
                 });
             }
             let kinds = batch.column(kind).as_primitive::<Int8Type>();
@@ -334,21 +389,28 @@ impl Staged {
         }
     }
 
-    /// The rest of a large update's run (the pulled batches first), taken
-    /// once.
-    pub fn take_rest(&self, flow: &str) -> Result<Option<SendableRecordBatchStream>> {
+    /// Partition `partition`'s share of a large update's run (the pulled
+    /// batches first): the batches it takes while the partitions that read
+    /// the run take theirs (`None`: not a large update).
+    pub fn take_rest(
+        &self,
+        flow: &str,
+        partition: usize,
+    ) -> Result<Option<SendableRecordBatchStream>> {
         match &self.events {
             StagedEvents::Small { .. } => Ok(None),
-            StagedEvents::Large(rest) => rest
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-                .map(Some)
-                .ok_or_else(|| {
-                    DataFusionError::Execution(format!(
-                        "flow '{flow}': the update's events were already read (a run is read once)"
-                    ))
-                }),
+            StagedEvents::Large(run) => run.share(partition).map(Some).ok_or_else(|| {
+                DataFusionError::Execution(format!(
+                    "flow '{flow}': the update's events were already read (a run is read once)"
+                ))
+            }),
+        }
+    }
+
+    /// Stop a large update's run where it is: its events are not needed.
+    pub fn let_go_of_rest(&self) {
+        if let StagedEvents::Large(run) = &self.events {
+            run.let_go();
         }
     }
 }
@@ -428,7 +490,53 @@ fn compaction_choice(mut files: Vec<(i32, usize)>, touched: usize, limit: usize)
 
 #[cfg(test)]
 mod tests {
-    use super::compaction_choice;
+    use super::{compaction_choice, SharedRun};
+    use arrow::array::{AsArray, Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use futures::StreamExt;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn the_partitions_sharing_a_run_take_each_batch_once() {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let batches: Vec<datafusion::common::Result<RecordBatch>> = (0..100)
+            .map(|n| {
+                RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![Arc::new(Int64Array::from(vec![n]))],
+                )
+                .map_err(Into::into)
+            })
+            .collect();
+        let run = SharedRun::new(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter(batches),
+        )));
+        let (Some(mut first), Some(mut second)) = (run.share(0), run.share(1)) else {
+            panic!("no share");
+        };
+        assert!(run.share(1).is_none(), "a partition took its share twice");
+        // the two take turns, then drain what is left
+        let mut taken = Vec::new();
+        let mut per_partition = [0, 0];
+        loop {
+            let (a, b) = (first.next().await, second.next().await);
+            if a.is_none() && b.is_none() {
+                break;
+            }
+            for (p, batch) in [a, b].into_iter().enumerate() {
+                if let Some(batch) = batch {
+                    let batch = batch.expect("batch");
+                    taken.push(batch.column(0).as_primitive::<Int64Type>().value(0));
+                    per_partition[p] += 1;
+                }
+            }
+        }
+        taken.sort_unstable();
+        assert_eq!(taken, (0..100).collect::<Vec<i64>>());
+        assert_eq!(per_partition, [50, 50]);
+    }
 
     #[test]
     fn compaction_takes_the_fullest_touched_buckets_past_half_the_limit() {
