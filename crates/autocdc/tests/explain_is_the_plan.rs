@@ -111,7 +111,7 @@ async fn explained_then_run(s: &CdcSession, case: &str) -> String {
     );
     // (what TargetRowsExec chose shows beneath it once it ran)
     assert!(
-        analysed.contains("StoredRowsExec") || analysed.contains("DeltaScanExec"),
+        analysed.contains("StoredRowsExec") || analysed.contains("StoredFilesExec"),
         "{case}: no chosen scan in\n{analysed}"
     );
     for op in [
@@ -235,8 +235,9 @@ async fn explain_refresh_of_a_snapshot_flow_prints_the_tree_it_runs() {
 }
 
 /// An update whose events are more than the stage holds streams them: the
-/// partitions share the run (`streamed=1`), every event is folded once and
-/// the target holds exactly the update's rows.
+/// partitions share the run (`streamed=1`), the stored rows are read whole
+/// in both partitions, every event is folded once and the target holds
+/// exactly the update's rows.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_update_over_the_stage_budget_streams_every_event_once() {
     let s = session().await;
@@ -261,6 +262,16 @@ async fn an_update_over_the_stage_budget_streams_every_event_once() {
         .find(|l| l.trim_start().starts_with("StagedEventsExec"))
         .unwrap_or_default();
     assert!(staged.contains("output_rows=300.0 K"), "{staged}");
+    // every stored row is read, whole files spread over both partitions
+    assert_eq!(metric(&large, "TargetRowsExec", "read_all"), 1, "{large}");
+    let scan = large
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("DataSourceExec: file_groups={2 groups")
+        })
+        .is_some();
+    assert!(scan && large.contains("StoredFilesExec"), "{large}");
     let rows = s
         .sql("SELECT count(*) AS n, min(v) AS lo, max(v) AS hi FROM t")
         .await

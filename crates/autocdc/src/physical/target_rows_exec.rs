@@ -6,8 +6,10 @@
 //! stage (running it if no other operator has), then scans what it chose —
 //! every stored row, the rows of the touched buckets, or the probed rows of
 //! the update's keys plus the buckets it compacts — with the projection and
-//! filters pushed into it. Bucket filters prune whole files (the bucket is
-//! the state store's partition column). Its metrics: `touched_buckets`
+//! filters pushed into it. Whole files are read as plain Parquet scans with
+//! their deletion vectors applied (`StoredFilesExec`), spread over the
+//! partitions; bucket filters prune whole files (the bucket is the state
+//! store's partition column). Its metrics: `touched_buckets`
 //! (0 when all are read), `superseded_rows`, `compacted_buckets`, `read_all`;
 //! once it ran, the scan it chose is its child (`EXPLAIN ANALYZE` shows it
 //! beneath it, with its metrics; `EXPLAIN` shows no child).
@@ -158,6 +160,8 @@ impl TargetRowsExec {
             .with_runtime_env(context.runtime_env())
             .build();
         let raw = table.raw_provider();
+        // whole files: plain scans, spread over the partitions
+        let files = || table.plain_files();
         let in_buckets = |buckets: &[i32]| {
             let mut filters = filters.to_vec();
             filters.push(col(BUCKET_COL).in_list(buckets.iter().map(|b| lit(*b)).collect(), false));
@@ -176,7 +180,8 @@ impl TargetRowsExec {
                 if replacement.compacted.is_empty() {
                     return Ok(rows);
                 }
-                let whole = raw
+                let whole = files()
+                    .await?
                     .scan(
                         &state,
                         projection,
@@ -187,10 +192,12 @@ impl TargetRowsExec {
                 UnionExec::try_new(vec![rows, whole])
             }
             (None, Some(touched)) => {
-                raw.scan(&state, projection, &in_buckets(touched), None)
+                files()
+                    .await?
+                    .scan(&state, projection, &in_buckets(touched), None)
                     .await
             }
-            (None, None) => raw.scan(&state, projection, filters, None).await,
+            (None, None) => files().await?.scan(&state, projection, filters, None).await,
         }
     }
 }

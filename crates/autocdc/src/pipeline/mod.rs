@@ -62,7 +62,7 @@ use crate::table::bucket::{bucket_field, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::commit::{data_files, ChangeFeed, CommitRequest, MetadataChange, Replaces};
 use crate::table::deletion_vectors::KeySet;
 use crate::table::event::Operation;
-use crate::table::plain_files::{PlainFilesTable, TableLocation};
+use crate::table::plain_files::TableLocation;
 use crate::table::properties::{
     checkpoint_app_id, last_version_property, FLOW_KEY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
 };
@@ -282,7 +282,7 @@ pub async fn plan_update(
     let bitemporal = flow.stored_as_scd_type == ScdType::Bitemporal;
     let plain_reads = crate::config::autocdc_options(state.config()).plain_parquet_reads;
     let stored_provider = if plain_reads {
-        Arc::new(plain_files(&table).await?) as Arc<dyn datafusion::catalog::TableProvider>
+        Arc::new(table.plain_files().await?) as Arc<dyn datafusion::catalog::TableProvider>
     } else {
         table.raw_provider()
     };
@@ -858,21 +858,6 @@ fn fitted_rows(
         (None, Some(touched)) => in_buckets(touched),
         (None, None) => raw_target(),
     }
-}
-
-/// The stored rows of `table` as plain Parquet scans
-/// (`autocdc.plain_parquet_reads`).
-pub(crate) async fn plain_files(table: &ScdTable) -> Result<PlainFilesTable> {
-    let delta = table.delta();
-    PlainFilesTable::with_vectors(
-        TableLocation {
-            url: delta.table_url(),
-            store: delta.object_store(),
-            schema: table.raw_provider().schema(),
-            partition_columns: &table.partition_columns()?,
-        },
-        data_files(&delta).await?,
-    )
 }
 
 /// The stored rows of `keys` in the data files of the buckets `touched`.

@@ -23,8 +23,10 @@ use deltalake_core::table::state::DeltaTableState;
 use deltalake_core::DeltaTable;
 
 use super::delta_err;
+use super::files::data_files;
 use super::known_runs::KnownRuns;
 use super::meta::TableMeta;
+use super::plain_files::{PlainFilesTable, TableLocation};
 use super::published::{publish, PublishedLocation};
 use super::warehouse::{TableName, Warehouse};
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL};
@@ -331,6 +333,24 @@ impl ScdTable {
     /// Metadata at the loaded version.
     pub fn meta(&self) -> TableMeta {
         self.read().meta
+    }
+
+    /// The raw stored rows as plain Parquet scans of the data files, their
+    /// deletion vectors applied by us ([`PlainFilesTable`]): whole files
+    /// spread over the session's partitions (delta-rs' scan reads files
+    /// with deletion vectors in one partition), and a plan that can travel
+    /// (`autocdc.plain_parquet_reads`).
+    pub(crate) async fn plain_files(&self) -> Result<PlainFilesTable> {
+        let delta = self.delta();
+        PlainFilesTable::with_vectors(
+            TableLocation {
+                url: delta.table_url(),
+                store: delta.object_store(),
+                schema: self.raw_provider().schema(),
+                partition_columns: &self.partition_columns()?,
+            },
+            data_files(&delta).await?,
+        )
     }
 
     /// Provider over the raw stored rows (all rows, `__cdc_*` columns included).

@@ -75,7 +75,7 @@ use crate::fold::columns::{
 };
 use crate::fold::count;
 use crate::physical::{CdcCommitExec, CdcWriteExec};
-use crate::pipeline::{deletion_vector_budget, find_superseded, plain_files, write_request};
+use crate::pipeline::{deletion_vector_budget, find_superseded, write_request};
 use crate::spec::resolve::written_at_value;
 use crate::spec::sequence_groups;
 use crate::spec::{FlowSpec, ScdType};
@@ -440,7 +440,7 @@ async fn find_matching(
         .collect();
     // (plain Parquet scans of the data files: planned without reading more
     // of the Delta log than the file list)
-    let stored = Arc::new(plain_files(table).await?);
+    let stored = Arc::new(table.plain_files().await?);
     let plan =
         LogicalPlanBuilder::scan(table.name().table.clone(), provider_as_source(stored), None)?
             .filter(hit.clone())?
