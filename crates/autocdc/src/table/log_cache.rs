@@ -18,7 +18,7 @@
 //! |---|---|---|
 //! | put, succeeded | commit file, with an e-tag | keeps it, unconfirmed |
 //! | put, succeeded | deletion vector | keeps it, confirmed |
-//! | whole read, passed on | commit file, with an e-tag | keeps it, confirmed |
+//! | whole read of the latest version, passed on | commit file, with an e-tag | keeps it, confirmed |
 //! | listing names it | kept commit file | same size and e-tag: confirmed, with the listed metadata; else dropped |
 //! | read (whole or a range), no conditions | kept and confirmed | served from memory |
 //! | any other read | — | passed on |
@@ -255,7 +255,7 @@ impl ObjectStore for LogCachingStore {
         {
             return Ok(served);
         }
-        let whole = options.range.is_none() && !options.head;
+        let whole = options.range.is_none() && !options.head && options.version.is_none();
         let result = self.inner.get_opts(location, options).await?;
         let keepable = whole
             && Kind::of(location) == Some(Kind::Commit)
