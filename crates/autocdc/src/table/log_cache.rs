@@ -249,6 +249,10 @@ impl ObjectStore for LogCachingStore {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        // (data files, the bulk of reads, go straight to the store)
+        let Some(kind) = Kind::of(location) else {
+            return self.inner.get_opts(location, options).await;
+        };
         if let Some(served) = self
             .with_kept(|kept| kept.serve(location, &options))
             .flatten()
@@ -258,7 +262,7 @@ impl ObjectStore for LogCachingStore {
         let whole = options.range.is_none() && !options.head && options.version.is_none();
         let result = self.inner.get_opts(location, options).await?;
         let keepable = whole
-            && Kind::of(location) == Some(Kind::Commit)
+            && kind == Kind::Commit
             && result.meta.e_tag.is_some()
             && result.meta.size <= (KEPT_BYTES / 4) as u64;
         if !keepable {
