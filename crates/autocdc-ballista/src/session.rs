@@ -49,6 +49,12 @@ pub async fn open_session(config: AutoCdcConfig, cluster: &Cluster) -> Result<Cl
         .await?
         .collect()
         .await?;
+    // the stages exchange rows between processes (shuffles), not batches
+    session
+        .sql("SET autocdc.key_exchange = false")
+        .await?
+        .collect()
+        .await?;
     let (url, standalone) = match cluster {
         Cluster::Remote(url) => (scheduler_url(url)?, None),
         Cluster::Standalone { executors } => {

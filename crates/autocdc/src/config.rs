@@ -116,6 +116,13 @@ datafusion::common::extensions_options! {
         /// serialised and run by other processes (set by the Ballista
         /// integration).
         pub plain_parquet_reads: bool, default = false
+        /// An indexed fold routes its events to its partitions itself:
+        /// each partition receives the input's batches whole, shared, with
+        /// the positions of its keys' rows, instead of a copy of those rows
+        /// from DataFusion's hash repartition. `false`: the repartition (as
+        /// the Ballista integration sets it: its stages exchange rows
+        /// between processes).
+        pub key_exchange: bool, default = true
         /// A pipeline update runs at most this many table updates at once
         /// (tables that do not read one another; 1: one at a time).
         pub pipeline_max_concurrent_updates: usize, default = 4

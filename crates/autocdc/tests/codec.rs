@@ -94,6 +94,9 @@ fn codec_on(store: Arc<dyn ObjectStore>) -> CdcPhysicalCodec {
 async fn every_node_and_option_round_trips() -> Result<()> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(&store))).await?;
+    // plans for other processes hash-repartition their events (the key
+    // exchange shares batches within one process)
+    exec(&s, "SET autocdc.key_exchange = false").await;
     exec(
         &s,
         "CREATE TABLE ev (id INT, a TEXT, b INT, op TEXT, seq INT, st INT, cols VARCHAR[]) AS VALUES
@@ -144,6 +147,51 @@ async fn every_node_and_option_round_trips() -> Result<()> {
     }
     // every flow's plan has a fold and a write; snapshot plans also a diff
     assert!(seen >= 2 * 7 + 2, "{seen} nodes");
+    Ok(())
+}
+
+/// A fold that routes its events itself (`autocdc.key_exchange`, the
+/// default) shares batches between its partitions in one process: the
+/// codec refuses it, naming the flow and the setting, instead of shipping a
+/// plan that would fold each partition's share of the keys without them
+/// being routed.
+#[tokio::test]
+async fn a_fold_routing_its_own_events_is_refused_by_name() -> Result<()> {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(&store))).await?;
+    exec(&s, "SET datafusion.execution.target_partitions = 2").await;
+    exec(
+        &s,
+        "CREATE TABLE ev (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM ev KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let (_, plan) = s.update_plans("t").await?.remove(0);
+    let mut nodes = Vec::new();
+    our_nodes(&plan, &mut nodes);
+    let fold = nodes
+        .into_iter()
+        .find(|n| n.downcast_ref::<AutoCdcExec>().is_some())
+        .expect("a fold");
+    assert_eq!(
+        fold.downcast_ref::<AutoCdcExec>()
+            .and_then(|f| f.key_exchange()),
+        Some(2)
+    );
+    let mut buf = Vec::new();
+    let err = codec_on(Arc::clone(&store))
+        .try_encode(fold, &mut buf, &DefaultPhysicalProtoConverter {})
+        .expect_err("not shipped");
+    let message = err.to_string();
+    assert!(
+        message.contains("flow 'f'") && message.contains("SET autocdc.key_exchange = false"),
+        "{message}"
+    );
     Ok(())
 }
 
@@ -349,6 +397,7 @@ async fn shipped_updates_equal_local_ones() -> Result<()> {
         let s = CdcSession::open(config).await?;
         if shipped.is_some() {
             exec(&s, "SET autocdc.plain_parquet_reads = true").await;
+            exec(&s, "SET autocdc.key_exchange = false").await;
         }
         let mut text = String::new();
         for sql in script {

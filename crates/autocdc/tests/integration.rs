@@ -200,6 +200,7 @@ async fn explain_refresh_shows_the_operators() {
     )
     .await;
 
+    exec(&s, "SET datafusion.execution.target_partitions = 2").await;
     let plan = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
         .await
         .join("\n");
@@ -207,13 +208,31 @@ async fn explain_refresh_shows_the_operators() {
         "CdcCommit: target=t, flow=f",
         "AutoCdc: flow=f, keys=[id]",
         "CdcCommitExec",
-        "AutoCdcExec: flow=f, keys=[id], stored_as=SCD TYPE 1, fold=indexed",
-        "RepartitionExec: partitioning=Hash([id@0]",
+        "AutoCdcExec: flow=f, keys=[id], stored_as=SCD TYPE 1, fold=indexed, key_exchange=2",
     ] {
         assert!(plan.contains(op), "missing {op} in\n{plan}");
     }
-    // the indexed fold sorts its own index, not the events
+    // the indexed fold sorts its own index, not the events, and routes
+    // them to its partitions itself
     assert!(!plan.contains("SortExec"), "{plan}");
+    assert!(
+        !plan.contains("RepartitionExec: partitioning=Hash"),
+        "{plan}"
+    );
+    exec(&s, "SET autocdc.key_exchange = false").await;
+    let repartitioned = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    for op in [
+        "AutoCdcExec: flow=f, keys=[id], stored_as=SCD TYPE 1, fold=indexed |",
+        "RepartitionExec: partitioning=Hash([id@0], 2)",
+    ] {
+        assert!(
+            repartitioned.contains(op),
+            "missing {op} in\n{repartitioned}"
+        );
+    }
+    exec(&s, "SET autocdc.key_exchange = true").await;
     exec(&s, "SET autocdc.indexed_fold = false").await;
     let sorted = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
         .await
@@ -301,7 +320,7 @@ async fn both_partitions_fall_back_within_a_bounded_pool() {
             .join("\n");
         let fold = operator_line(&analyzed, "AutoCdcExec");
         assert!(fold.contains("num_sort_fallbacks=2,"), "{limit}: {fold}");
-        assert!(fold.contains("num_upserted_rows=2]"), "{limit}: {fold}");
+        assert!(fold.contains("num_upserted_rows=2,"), "{limit}: {fold}");
         assert_eq!(
             rows(
                 &s,

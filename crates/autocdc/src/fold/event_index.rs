@@ -161,7 +161,6 @@ impl EventIndex {
     }
 
     /// Whether keys are hashed (see the module docs).
-    #[cfg(test)]
     pub fn hashes_keys(&self) -> bool {
         self.key_rows.is_some()
     }
@@ -174,6 +173,18 @@ impl EventIndex {
     /// Index the rows of `batch`, the `b`-th batch retained; returns how
     /// many are new events (not stored rows).
     pub fn push(&mut self, batch: &RecordBatch, b: usize) -> Result<usize> {
+        self.push_rows(batch, b, None)
+    }
+
+    /// Index `rows` of `batch` (ascending positions; every row when
+    /// `None`), the `b`-th batch retained: entries point at their rows in
+    /// the whole batch. Returns how many are new events (not stored rows).
+    pub fn push_rows(
+        &mut self,
+        batch: &RecordBatch,
+        b: usize,
+        rows: Option<&[u32]>,
+    ) -> Result<usize> {
         let n = batch.num_rows();
         let too_many = |what: String| {
             DataFusionError::ResourcesExhausted(format!("flow '{}': {what}", self.flow))
@@ -212,24 +223,47 @@ impl EventIndex {
             .as_primitive::<Int8Type>()
             .values();
         let kinds = batch.column(self.kind).as_primitive::<Int8Type>().values();
-        self.entries.reserve(n);
+        self.entries.reserve(rows.map_or(n, <[u32]>::len));
+        // what every row of the batch shares, its rows share
         self.shared
             .observe(self.entries.is_empty(), &keys, &seqs, origins);
-        let mut new_events = 0;
-        let events = keys.iter().zip(&seqs).zip(origins.iter().zip(kinds.iter()));
-        for (i, ((&key, &seq), (&origin, &kind))) in events.enumerate() {
-            new_events += usize::from(origin != Origin::Stored as i8);
-            self.entries.push(IndexEntry {
-                key,
-                seq,
-                origin,
-                kind,
-                batch: b,
-                row: i as u32,
-                tag_low: 0,
-                tag_high: 0,
-            });
+        let entry = |i: usize, (key, seq, origin, kind)| IndexEntry {
+            key,
+            seq,
+            origin,
+            kind,
+            batch: b,
+            row: i as u32,
+            tag_low: 0,
+            tag_high: 0,
+        };
+        let before = self.entries.len();
+        match rows {
+            Some(rows) => {
+                if rows.iter().any(|&r| r as usize >= n) {
+                    return Err(DataFusionError::Internal(format!(
+                        "flow '{}': a row past the end of a batch of {n} rows",
+                        self.flow
+                    )));
+                }
+                self.entries.extend(rows.iter().map(|&r| {
+                    let i = r as usize;
+                    entry(i, (keys[i], seqs[i], origins[i], kinds[i]))
+                }))
+            }
+            None => {
+                let events = keys.iter().zip(&seqs).zip(origins.iter().zip(kinds.iter()));
+                self.entries.extend(
+                    events
+                        .enumerate()
+                        .map(|(i, ((&k, &s), (&o, &kind)))| entry(i, (k, s, o, kind))),
+                )
+            }
         }
+        let new_events = self.entries[before..]
+            .iter()
+            .filter(|e| e.origin != Origin::Stored as i8)
+            .count();
         (self.key_values, self.seq_values) = (keys, seqs);
         Ok(new_events)
     }

@@ -9,6 +9,12 @@
 //! about half their bytes unused (~280 MB). [`retained`] copies those few
 //! to tight buffers and keeps the others as they are; [`Retained`] holds an
 //! indexed fold's batches so.
+//!
+//! A batch may also be shared with the folds of other partitions (a key
+//! exchange hands each partition the whole batch and the rows of its keys,
+//! `crate::physical::key_exchange`): [`Retained`] then keeps the rows with
+//! it and counts the share of its bytes those rows are, so that the
+//! partitions together count each batch once.
 
 use arrow::array::{Array, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
@@ -21,16 +27,21 @@ const MAX_SLACK_EIGHTHS: usize = 3;
 /// `batch`, or a copy of it in buffers of its rows' size when its buffers
 /// hold much more (see the module docs).
 pub fn retained(batch: &RecordBatch) -> Result<RecordBatch> {
+    if !loose(batch)? {
+        return Ok(batch.clone());
+    }
+    let rows = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+    Ok(take_record_batch(batch, &rows)?)
+}
+
+/// Whether `batch`'s buffers hold much more than its rows use.
+fn loose(batch: &RecordBatch) -> Result<bool> {
     let held = batch.get_array_memory_size();
     let mut used = 0;
     for column in batch.columns() {
         used += column.to_data().get_slice_memory_size()?;
     }
-    if held <= used + used * MAX_SLACK_EIGHTHS / 8 {
-        return Ok(batch.clone());
-    }
-    let rows = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
-    Ok(take_record_batch(batch, &rows)?)
+    Ok(held > used + used * MAX_SLACK_EIGHTHS / 8)
 }
 
 /// The batches an indexed fold retains (each [`retained`]), and the bytes
@@ -38,16 +49,50 @@ pub fn retained(batch: &RecordBatch) -> Result<RecordBatch> {
 #[derive(Debug, Default)]
 pub struct Retained {
     batches: Vec<RecordBatch>,
+    /// The rows of each batch that are this fold's (`None`: all of them).
+    rows: Vec<Option<UInt32Array>>,
+    /// Each batch's bytes, or its rows' share of them.
+    sizes: Vec<usize>,
     bytes: usize,
 }
 
 impl Retained {
     /// Retain `batch` as the next batch.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        let batch = retained(batch)?;
-        self.bytes += batch.get_array_memory_size();
+        self.push_rows(batch, None).map(|_| ())
+    }
+
+    /// Retain `batch`, of which only `rows` (ascending) are this fold's
+    /// when given: the batch is kept whole, shared (its other rows are
+    /// other folds'), unless its buffers are loose, when `rows` are copied.
+    /// Returns the batch as retained and the rows of it that are this
+    /// fold's (`None`: all), which is what an index must point into.
+    pub fn push_rows(
+        &mut self,
+        batch: &RecordBatch,
+        rows: Option<&UInt32Array>,
+    ) -> Result<(&RecordBatch, Option<&UInt32Array>)> {
+        let (batch, rows) = match rows {
+            Some(rows) if rows.len() < batch.num_rows() => {
+                if loose(batch)? {
+                    (take_record_batch(batch, rows)?, None)
+                } else {
+                    (batch.clone(), Some(rows.clone()))
+                }
+            }
+            _ => (retained(batch)?, None),
+        };
+        let whole = batch.get_array_memory_size();
+        let size = match &rows {
+            Some(r) => whole * r.len() / batch.num_rows().max(1) + r.get_array_memory_size(),
+            None => whole,
+        };
+        self.bytes += size;
+        self.sizes.push(size);
+        self.rows.push(rows);
         self.batches.push(batch);
-        Ok(())
+        let b = self.batches.len() - 1;
+        Ok((&self.batches[b], self.rows[b].as_ref()))
     }
 
     /// The batches, in the order they were retained.
@@ -69,13 +114,24 @@ impl Retained {
     pub fn release(&mut self, b: usize) -> RecordBatch {
         let empty = RecordBatch::new_empty(self.batches[b].schema());
         let batch = std::mem::replace(&mut self.batches[b], empty);
-        self.bytes = self.bytes.saturating_sub(batch.get_array_memory_size());
+        self.rows[b] = None;
+        self.bytes = self
+            .bytes
+            .saturating_sub(std::mem::take(&mut self.sizes[b]));
         batch
     }
 
-    /// The batches, in the order they were retained.
-    pub fn into_batches(self) -> Vec<RecordBatch> {
+    /// This fold's rows, in the order they were retained: each batch, or
+    /// the copy of its rows where it was shared.
+    pub fn into_batches(self) -> Result<Vec<RecordBatch>> {
         self.batches
+            .into_iter()
+            .zip(self.rows)
+            .map(|(batch, rows)| match rows {
+                Some(rows) => Ok(take_record_batch(&batch, &rows)?),
+                None => Ok(batch),
+            })
+            .collect()
     }
 }
 

@@ -29,7 +29,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, Int8Array, RecordBatch};
+use arrow::array::{ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
 
@@ -172,21 +173,41 @@ impl IndexedScd1Fold {
             + self.emits.as_ref().map_or(0, EmitQueue::memory_size)
     }
 
-    /// The retained event batches, in arrival order (to fold them another
-    /// way when memory runs short).
-    pub fn into_batches(self) -> Vec<RecordBatch> {
+    /// The retained events, in arrival order (to fold them another way
+    /// when memory runs short).
+    pub fn into_batches(self) -> Result<Vec<RecordBatch>> {
         self.batches.into_batches()
     }
 
     /// Index one batch of events (stored rows and new events, any order).
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        let n = batch.num_rows();
-        if n == 0 {
+        self.push_rows(batch, None)
+    }
+
+    /// Index `rows` of `batch` (ascending; all when `None`), a batch shared
+    /// with other partitions' folds: it is retained whole and the index
+    /// points into it, so that no row is copied. (With hashed keys, whose
+    /// row-format keys the index keeps per batch, the rows are copied
+    /// first: the index would keep the other partitions' keys too.)
+    pub fn push_rows(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
+        let taken;
+        let (batch, rows) = match rows {
+            Some(r) if self.index.hashes_keys() => {
+                taken = take_record_batch(batch, r)?;
+                (&taken, None)
+            }
+            _ => (batch, rows),
+        };
+        if rows.map_or(batch.num_rows(), |r| r.len()) == 0 {
             return Ok(());
         }
         check_event_nulls(&self.flow, &self.layout, batch)?;
-        self.counts.input_rows += self.index.push(batch, self.batches.len())?;
-        self.batches.push(batch)?;
+        let b = self.batches.len();
+        // the index points into the batch as retained (its rows may have
+        // been copied out)
+        let (kept, rows) = self.batches.push_rows(batch, rows)?;
+        let positions = rows.map(|r| r.values().as_ref());
+        self.counts.input_rows += self.index.push_rows(kept, b, positions)?;
         Ok(())
     }
 
@@ -709,6 +730,45 @@ mod tests {
                     "{events:?} watermark={wm:?}"
                 );
                 assert_eq!(indexed, (live, counts), "{events:?} watermark={wm:?}");
+            }
+        }
+    }
+
+    /// Two folds sharing one batch, each given the rows of its keys (as a
+    /// key exchange hands them), together fold what one fold of the whole
+    /// batch does: whether the batch is kept shared, or copied because its
+    /// buffers are loose (a slice) or its keys are hashed.
+    #[test]
+    fn folds_sharing_a_batch_fold_their_rows() {
+        for events in &cases() {
+            for string_keys in [false, true] {
+                let (expected, _) = run_sorted(events, false, None, string_keys).unwrap();
+                let whole = batch(events, string_keys);
+                let four: Vec<Event> = events
+                    .iter()
+                    .cycle()
+                    .take(4 * events.len())
+                    .copied()
+                    .collect();
+                let slice = batch(&four, string_keys).slice(0, events.len());
+                for shared in [whole, slice] {
+                    let mut out = Vec::new();
+                    for parity in [0, 1] {
+                        let mut fold =
+                            IndexedScd1Fold::try_new("f", layout(), &schema(string_keys), false)
+                                .unwrap();
+                        let rows = UInt32Array::from_iter_values(
+                            (0..events.len() as u32)
+                                .filter(|&i| events[i as usize].0.rem_euclid(2) == parity),
+                        );
+                        fold.push_rows(&shared, Some(&rows)).unwrap();
+                        fold.finish().unwrap();
+                        while let Some(b) = fold.next_output(2).unwrap() {
+                            out.push(b);
+                        }
+                    }
+                    assert_eq!(rows(&out, string_keys), expected, "{events:?}");
+                }
             }
         }
     }

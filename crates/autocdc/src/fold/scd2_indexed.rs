@@ -264,7 +264,7 @@ impl IndexedScd2Fold {
 
     /// The retained event batches, in arrival order (to fold them another
     /// way when memory runs short).
-    pub fn into_batches(self) -> Vec<RecordBatch> {
+    pub fn into_batches(self) -> Result<Vec<RecordBatch>> {
         self.batches.into_batches()
     }
 
@@ -355,7 +355,7 @@ impl IndexedScd2Fold {
             &self.input_schema,
             Box::new(kernel),
         )?;
-        for batch in std::mem::take(&mut self.batches).into_batches() {
+        for batch in std::mem::take(&mut self.batches).into_batches()? {
             fold.push(&batch)?;
         }
         fold.finish();

@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -28,6 +28,7 @@ use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::metrics::{Count, Time};
 use futures::StreamExt;
 
+use super::key_exchange::KeyRowsStream;
 use super::one_shot::{must_fall_back, sort_retained_and_rest, sort_share};
 
 /// A kernel over input sorted as the operator requires.
@@ -40,16 +41,18 @@ pub(crate) trait SortedKernel: Send {
 
 /// A kernel that keeps its input, then sorts a compact index of it.
 pub(crate) trait IndexedKernel: Send {
-    /// Retain one batch.
-    fn push(&mut self, batch: &RecordBatch) -> Result<()>;
+    /// Retain `rows` of one batch (all of them when `None`; the batch may
+    /// be shared with other partitions, see [`super::key_exchange`]).
+    fn push(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()>;
     /// Bytes held.
     fn memory_size(&self) -> usize;
     /// The input ended: sort the index.
     fn finish(&mut self) -> Result<()>;
     /// Next output batch of at most `batch_size` rows once finished.
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>>;
-    /// The retained batches, for a fall-back to sorting.
-    fn into_batches(self) -> Vec<RecordBatch>;
+    /// The retained rows as batches of their own, for a fall-back to
+    /// sorting.
+    fn into_batches(self) -> Result<Vec<RecordBatch>>;
 }
 
 /// Builds the sorted kernel a fall-back continues with, for the sorted input's schema.
@@ -63,7 +66,7 @@ enum Engine<I, S> {
     },
     Indexed {
         kernel: I,
-        input: SendableRecordBatchStream,
+        input: KeyRowsStream,
         reservation: MemoryReservation,
         emitting: bool,
     },
@@ -117,7 +120,7 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
     /// A partition running the indexed kernel, its memory reserved with `reservation`.
     pub fn indexed(
         kernel: I,
-        input: SendableRecordBatchStream,
+        input: KeyRowsStream,
         reservation: MemoryReservation,
         fall_back: FallBack<S>,
     ) -> Self {
@@ -173,10 +176,10 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
                 } => {
                     if !*emitting {
                         let mut refused = false;
-                        while let Some(batch) = input.next().await {
-                            let batch = batch?;
+                        while let Some(rows) = input.next().await {
+                            let rows = rows?;
                             let _timer = self.fall_back.elapsed_compute.timer();
-                            kernel.push(&batch)?;
+                            kernel.push(&rows.batch, rows.rows.as_ref())?;
                             if must_fall_back(
                                 kernel.memory_size(),
                                 self.fall_back.indexed_cap,
@@ -227,8 +230,8 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
         f.sorting.store(true, Ordering::Relaxed);
         let share = sort_share(&f.context, f.partitions);
         let sorted = sort_retained_and_rest(
-            kernel.into_batches(),
-            input,
+            kernel.into_batches()?,
+            input.into_batches(),
             f.ordering.clone(),
             Arc::clone(&f.context),
             reservation,

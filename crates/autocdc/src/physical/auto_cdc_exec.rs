@@ -22,13 +22,20 @@
 //! remaining input, metric `num_sort_fallbacks`). Every partition ends
 //! with the target's truncate watermark row, if it has one (the writer
 //! keeps one).
+//!
+//! An indexed fold may take its events through a [`KeyExchange`] of its own
+//! instead of DataFusion's hash repartition ([`AutoCdcExec::with_key_exchange`],
+//! `key_exchange=N` in `EXPLAIN`): each partition then receives the input's
+//! batches whole, shared, with the positions of its keys' rows, and indexes
+//! those rows where they are — the repartition's copy of every event is
+//! gone.
 
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, Int8Array, RecordBatch};
-use arrow::compute::{concat, SortOptions};
+use arrow::array::{new_null_array, ArrayRef, Int8Array, RecordBatch, UInt32Array};
+use arrow::compute::{concat, take_record_batch, SortOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
@@ -54,6 +61,7 @@ use tokio::sync::OnceCell;
 use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
+use super::key_exchange::{KeyExchange, KeyRows, KeyRowsStream};
 use crate::fold::columns::{Origin, KIND_COL, SEQ_COL};
 use crate::fold::late::LateEvents;
 use crate::fold::{
@@ -76,6 +84,9 @@ pub struct AutoCdcExec {
     /// Set when one partition's indexed fold ran out of memory: the others
     /// then sort too, instead of holding memory the sorts need.
     sorting: Arc<AtomicBool>,
+    /// The exchange that routes the events to the partitions, when the
+    /// operator routes them itself (see the module docs).
+    exchange: Option<Arc<KeyExchange>>,
 }
 
 /// Metric names reported by [`AutoCdcExec`] (the counts as
@@ -99,7 +110,8 @@ impl AutoCdcExec {
         truncates: Arc<dyn ExecutionPlan>,
     ) -> Result<Self> {
         let schema = spec.output_schema(events.schema().as_ref())?;
-        let properties = Arc::new(Self::compute_properties(&events, Arc::clone(&schema)));
+        let partitions = events.output_partitioning().partition_count();
+        let properties = Arc::new(Self::compute_properties(partitions, Arc::clone(&schema)));
         Ok(Self {
             spec,
             events,
@@ -109,13 +121,38 @@ impl AutoCdcExec {
             metrics: ExecutionPlanMetricsSet::new(),
             truncate_sequences: Arc::new(OnceCell::new()),
             sorting: Arc::new(AtomicBool::new(false)),
+            exchange: None,
         })
     }
 
-    fn compute_properties(events: &Arc<dyn ExecutionPlan>, schema: SchemaRef) -> PlanProperties {
+    /// The operator folding in `partitions` partitions, its events routed
+    /// to them by a [`KeyExchange`] of its own instead of a hash
+    /// repartition below (see the module docs). Only an indexed fold
+    /// routes so (its kernels index rows where they are); otherwise, or
+    /// for one partition, the operator is returned as it was.
+    pub fn with_key_exchange(mut self, partitions: usize) -> Self {
+        if self.engine() != FoldEngine::Indexed || partitions < 2 {
+            return self;
+        }
+        let keys = self.spec.layout.key_indices.clone();
+        self.exchange = Some(Arc::new(KeyExchange::new(keys, partitions)));
+        self.properties = Arc::new(Self::compute_properties(
+            partitions,
+            Arc::clone(&self.schema),
+        ));
+        self
+    }
+
+    /// The partitions of the key exchange, if the operator routes its
+    /// events itself.
+    pub fn key_exchange(&self) -> Option<usize> {
+        self.exchange.as_ref().map(|x| x.partitions())
+    }
+
+    fn compute_properties(partitions: usize, schema: SchemaRef) -> PlanProperties {
         PlanProperties::new(
             EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(events.output_partitioning().partition_count()),
+            Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
         )
@@ -226,6 +263,9 @@ impl DisplayAs for AutoCdcExec {
                     self.spec.stored_as,
                     self.engine().name()
                 )?;
+                if let Some(partitions) = self.key_exchange() {
+                    write!(f, ", key_exchange={partitions}")?;
+                }
                 match &self.spec.late_through {
                     Some(through) => write!(f, ", late_through={through}"),
                     None => Ok(()),
@@ -305,7 +345,18 @@ impl SortedKernel for Box<dyn FoldKernel> {
 }
 
 impl IndexedKernel for InMemoryFold {
-    fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+    fn push(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
+        if let Self::IndexedScd1(fold) = self {
+            return fold.push_rows(batch, rows);
+        }
+        let taken;
+        let batch = match rows {
+            Some(rows) => {
+                taken = take_record_batch(batch, rows)?;
+                &taken
+            }
+            None => batch,
+        };
         match self {
             Self::IndexedScd1(fold) => fold.push(batch),
             Self::IndexedScd2(fold) => fold.push(batch),
@@ -336,11 +387,11 @@ impl IndexedKernel for InMemoryFold {
             Self::IndexSorted(fold) => fold.next_output(batch_size),
         }
     }
-    fn into_batches(self) -> Vec<RecordBatch> {
+    fn into_batches(self) -> Result<Vec<RecordBatch>> {
         match self {
             Self::IndexedScd1(fold) => fold.into_batches(),
             Self::IndexedScd2(fold) => fold.into_batches(),
-            Self::IndexSorted(fold) => fold.into_batches(),
+            Self::IndexSorted(fold) => Ok(fold.into_batches()),
         }
     }
 }
@@ -413,19 +464,17 @@ impl Counters {
 /// `input` without the events late against a watermark of the target
 /// ([`LateEvents`]), counted as input rows and as late.
 fn without_late_events(
-    input: SendableRecordBatchStream,
+    input: KeyRowsStream,
     late: LateEvents,
     counters: &Counters,
-) -> SendableRecordBatchStream {
+) -> KeyRowsStream {
     let (input_rows, late_rows) = (counters.input_rows.clone(), counters.late.clone());
-    let schema = input.schema();
-    let events = input.map(move |batch| {
-        let (kept, dropped) = late.drop_late(&batch?)?;
+    input.map(move |rows| {
+        let (kept, dropped) = late.drop_late(&rows?.into_batch()?)?;
         input_rows.add(dropped);
         late_rows.add(dropped);
-        Ok(kept)
-    });
-    Box::pin(RecordBatchStreamAdapter::new(schema, events))
+        Ok(KeyRows::whole(kept))
+    })
 }
 
 impl FoldState {
@@ -483,10 +532,12 @@ impl ExecutionPlan for AutoCdcExec {
     }
 
     fn input_distribution_requirements(&self) -> InputDistributionRequirements {
-        InputDistributionRequirements::new(vec![
-            Distribution::KeyPartitioned(self.key_exprs()),
-            Distribution::SinglePartition,
-        ])
+        let events = match self.exchange {
+            // the operator routes its events itself
+            Some(_) => Distribution::UnspecifiedDistribution,
+            None => Distribution::KeyPartitioned(self.key_exprs()),
+        };
+        InputDistributionRequirements::new(vec![events, Distribution::SinglePartition])
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
@@ -501,7 +552,7 @@ impl ExecutionPlan for AutoCdcExec {
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![true, false]
+        vec![self.exchange.is_none(), false]
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -530,11 +581,11 @@ impl ExecutionPlan for AutoCdcExec {
         let events = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("missing child".into()))?;
-        Ok(Arc::new(Self::try_new(
-            self.spec.clone(),
-            events,
-            truncates,
-        )?))
+        let exec = Self::try_new(self.spec.clone(), events, truncates)?;
+        Ok(Arc::new(match self.key_exchange() {
+            Some(partitions) => exec.with_key_exchange(partitions),
+            None => exec,
+        }))
     }
 
     fn execute(
@@ -542,7 +593,10 @@ impl ExecutionPlan for AutoCdcExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.events.execute(partition, Arc::clone(&context))?;
+        let input = match &self.exchange {
+            Some(exchange) => exchange.stream(&self.events, partition, &context, &self.metrics)?,
+            None => KeyRowsStream::whole(self.events.execute(partition, Arc::clone(&context))?),
+        };
         let engine = self.engine();
         let ordering = self
             .fold_ordering()
@@ -665,7 +719,7 @@ impl ExecutionPlan for AutoCdcExec {
                 }
                 None => {
                     let kernel = sorted_kernel(&input.schema())?;
-                    FoldRun::sorted(kernel, input, fall_back(None))
+                    FoldRun::sorted(kernel, input.into_batches(), fall_back(None))
                 }
             };
             Ok::<_, DataFusionError>(FoldState {

@@ -269,6 +269,14 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
         let payload = if let Some(exec) = node.downcast_ref::<AutoCdcExec>() {
+            if exec.key_exchange().is_some() {
+                // its partitions share the batches of one process
+                return Err(DataFusionError::NotImplemented(format!(
+                    "CdcPhysicalCodec: the fold of flow '{}' routes its events in one process \
+                     (SET autocdc.key_exchange = false for plans run elsewhere)",
+                    exec.flow()
+                )));
+            }
             Node::AutoCdc {
                 spec: exec.spec().clone(),
             }

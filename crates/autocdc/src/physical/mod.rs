@@ -6,6 +6,7 @@ mod codec;
 pub mod commit_exec;
 mod conflict_rule;
 mod expectations_exec;
+mod key_exchange;
 pub(crate) mod one_shot;
 mod planner;
 mod rejects_exec;

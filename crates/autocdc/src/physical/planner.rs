@@ -45,11 +45,15 @@ impl ExtensionPlanner for CdcExtensionPlanner {
             let [events, truncates] = physical_inputs else {
                 return Err(DataFusionError::Internal("AutoCdc needs two inputs".into()));
             };
-            return Ok(Some(Arc::new(AutoCdcExec::try_new(
-                n.spec.clone(),
-                Arc::clone(events),
-                Arc::clone(truncates),
-            )?)));
+            let exec =
+                AutoCdcExec::try_new(n.spec.clone(), Arc::clone(events), Arc::clone(truncates))?;
+            let config = session_state.config();
+            let exec = if crate::config::autocdc_options(config).key_exchange {
+                exec.with_key_exchange(config.target_partitions())
+            } else {
+                exec
+            };
+            return Ok(Some(Arc::new(exec)));
         }
         if let Some(n) = node.as_any().downcast_ref::<ExpectationsNode>() {
             let ([input], [logical]) = (physical_inputs, logical_inputs) else {

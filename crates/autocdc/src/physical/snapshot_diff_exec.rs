@@ -23,8 +23,8 @@ use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::compute::SortOptions;
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::{take_record_batch, SortOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -48,6 +48,7 @@ use datafusion::physical_plan::{
 use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
+use super::key_exchange::KeyRowsStream;
 use crate::fold::snapshot_diff::{diff_output_schema, SnapshotDiff};
 use crate::fold::snapshot_diff_indexed::IndexedSnapshotDiff;
 
@@ -298,7 +299,7 @@ impl ExecutionPlan for SnapshotDiffExec {
             let sorted = Box::new(self.sorted_kernel(&schema)?);
             DiffRun::indexed(
                 diff,
-                input,
+                KeyRowsStream::whole(input),
                 reservation,
                 fall_back(Some(Box::new(move |_| Ok(sorted))))?,
             )
@@ -356,8 +357,11 @@ impl SortedKernel for Box<SnapshotDiff> {
 }
 
 impl IndexedKernel for Box<IndexedSnapshotDiff> {
-    fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        IndexedSnapshotDiff::push(self, batch)
+    fn push(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
+        match rows {
+            Some(rows) => IndexedSnapshotDiff::push(self, &take_record_batch(batch, rows)?),
+            None => IndexedSnapshotDiff::push(self, batch),
+        }
     }
     fn memory_size(&self) -> usize {
         IndexedSnapshotDiff::memory_size(self)
@@ -368,8 +372,8 @@ impl IndexedKernel for Box<IndexedSnapshotDiff> {
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         IndexedSnapshotDiff::next_output(self, batch_size)
     }
-    fn into_batches(self) -> Vec<RecordBatch> {
-        IndexedSnapshotDiff::into_batches(*self)
+    fn into_batches(self) -> Result<Vec<RecordBatch>> {
+        Ok(IndexedSnapshotDiff::into_batches(*self))
     }
 }
 
