@@ -150,15 +150,12 @@ async fn every_node_and_option_round_trips() -> Result<()> {
     Ok(())
 }
 
-/// A fold that routes its events itself (`autocdc.key_exchange`, the
-/// default) shares batches between its partitions in one process: the
-/// codec refuses it, naming the flow and the setting, instead of shipping a
-/// plan that would fold each partition's share of the keys without them
-/// being routed.
-#[tokio::test]
-async fn a_fold_routing_its_own_events_is_refused_by_name() -> Result<()> {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(&store))).await?;
+/// A session of two partitions on `store` holding table `ev` and flow `f`
+/// into `t`, and our operators in the plan of `t`'s next update.
+async fn one_flow_update(
+    store: &Arc<dyn ObjectStore>,
+) -> Result<(CdcSession, Vec<Arc<dyn ExecutionPlan>>)> {
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(store))).await?;
     exec(&s, "SET datafusion.execution.target_partitions = 2").await;
     exec(
         &s,
@@ -174,6 +171,18 @@ async fn a_fold_routing_its_own_events_is_refused_by_name() -> Result<()> {
     let (_, plan) = s.update_plans("t").await?.remove(0);
     let mut nodes = Vec::new();
     our_nodes(&plan, &mut nodes);
+    Ok((s, nodes))
+}
+
+/// A fold that routes its events itself (`autocdc.key_exchange`, the
+/// default) shares batches between its partitions in one process: the
+/// codec refuses it, naming the flow and the setting, instead of shipping a
+/// plan that would fold each partition's share of the keys without them
+/// being routed.
+#[tokio::test]
+async fn a_fold_routing_its_own_events_is_refused_by_name() -> Result<()> {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (_s, nodes) = one_flow_update(&store).await?;
     let fold = nodes
         .into_iter()
         .find(|n| n.downcast_ref::<AutoCdcExec>().is_some())
@@ -198,21 +207,7 @@ async fn a_fold_routing_its_own_events_is_refused_by_name() -> Result<()> {
 #[tokio::test]
 async fn a_decoded_write_writes_where_the_location_resolves() -> Result<()> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(&store))).await?;
-    exec(
-        &s,
-        "CREATE TABLE ev (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
-    )
-    .await;
-    exec(&s, "CREATE STREAMING TABLE t").await;
-    exec(
-        &s,
-        "CREATE FLOW f AS AUTO CDC INTO t FROM ev KEYS (id) SEQUENCE BY seq",
-    )
-    .await;
-    let (_, plan) = s.update_plans("t").await?.remove(0);
-    let mut nodes = Vec::new();
-    our_nodes(&plan, &mut nodes);
+    let (s, nodes) = one_flow_update(&store).await?;
     let write = nodes
         .into_iter()
         .find(|n| n.downcast_ref::<CdcWriteExec>().is_some())
