@@ -15,13 +15,17 @@
 //! batches and indexes their rows by position anyway, that copy of every
 //! event (and the strings in them) is wasted, and is the cost that a second
 //! core paid and the first did not. Routing is one task per input
-//! partition; the channels are unbounded, since the folds retain every batch
-//! they receive until their input ends (the memory is theirs to account),
-//! and a reader that drains the partitions one after another must not stall
-//! the others. A partition's stream ends when every input partition has
-//! ended; an input's error reaches every partition. The tasks stop when the
-//! streams are dropped.
+//! partition. A router waits while every partition still read has a batch
+//! queued (the gate of DataFusion's repartition, in small): a reader that
+//! drains the partitions one after another is never stalled, and the
+//! routers go no faster than the fastest reader, so that batches queue only
+//! ahead of slower ones (a fold that spills, a partition not read yet; as
+//! in DataFusion, those queues are not bounded, and a partition that
+//! receives no rows at all leaves the gate open). A partition's stream ends
+//! when every input partition has ended; an input's error reaches every
+//! partition. The tasks stop when the streams are dropped.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
@@ -37,6 +41,7 @@ use datafusion_common_runtime::SpawnedTask;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::Notify;
 
 /// A batch and the rows of it that are one partition's (all when `rows` is
 /// `None`).
@@ -118,12 +123,101 @@ pub(crate) struct KeyExchange {
     run: Mutex<Option<Run>>,
 }
 
-/// One execution: the partitions' receivers not taken yet, and the routing
-/// tasks (aborted when the last stream holding them is dropped).
+/// One execution: the partitions' receivers not taken yet, the gate, and
+/// the routing tasks (aborted when the last stream holding them is
+/// dropped).
 #[derive(Debug)]
 struct Run {
     receivers: Vec<Option<UnboundedReceiver<Result<KeyRows>>>>,
+    gate: Arc<Gate>,
     tasks: Arc<Vec<SpawnedTask<()>>>,
+}
+
+/// The backpressure of one run (see the module docs).
+#[derive(Debug)]
+struct Gate {
+    /// Batches sent to each partition and not received yet.
+    queued: Vec<AtomicUsize>,
+    /// Whether each partition's stream was dropped.
+    dropped: Vec<AtomicBool>,
+    /// Woken when a queue empties or a stream is dropped.
+    room: Notify,
+}
+
+impl Gate {
+    fn new(partitions: usize) -> Self {
+        Self {
+            queued: (0..partitions).map(|_| AtomicUsize::new(0)).collect(),
+            dropped: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
+            room: Notify::new(),
+        }
+    }
+
+    /// Whether every partition still read has a batch queued.
+    fn full(&self) -> bool {
+        let mut read = false;
+        for (queued, dropped) in self.queued.iter().zip(&self.dropped) {
+            if dropped.load(Ordering::Acquire) {
+                continue;
+            }
+            read = true;
+            if queued.load(Ordering::Acquire) == 0 {
+                return false;
+            }
+        }
+        read
+    }
+
+    /// Wait until some partition still read has nothing queued.
+    async fn room(&self) {
+        loop {
+            let mut woken = std::pin::pin!(self.room.notified());
+            woken.as_mut().enable();
+            if !self.full() {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    fn sent(&self, partition: usize) {
+        self.queued[partition].fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn received(&self, partition: usize) {
+        if self.queued[partition].fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.room.notify_waiters();
+        }
+    }
+
+    fn drop_partition(&self, partition: usize) {
+        self.dropped[partition].store(true, Ordering::Release);
+        self.room.notify_waiters();
+    }
+}
+
+/// One partition's end of a run: tells the gate what it receives, and that
+/// it is gone when dropped.
+struct Reader {
+    receiver: UnboundedReceiver<Result<KeyRows>>,
+    partition: usize,
+    gate: Arc<Gate>,
+    /// Keeps the routers running while the partition is read.
+    _tasks: Arc<Vec<SpawnedTask<()>>>,
+}
+
+impl Reader {
+    async fn next(&mut self) -> Option<Result<KeyRows>> {
+        let next = self.receiver.recv().await?;
+        self.gate.received(self.partition);
+        Some(next)
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.gate.drop_partition(self.partition);
+    }
 }
 
 impl KeyExchange {
@@ -172,10 +266,15 @@ impl KeyExchange {
         let receiver = run.receivers[partition]
             .take()
             .ok_or_else(|| DataFusionError::Internal("key exchange partition taken".into()))?;
-        let tasks = Arc::clone(&run.tasks);
-        let rows = futures::stream::unfold((receiver, tasks), |(mut receiver, tasks)| async move {
-            let next = receiver.recv().await?;
-            Some((next, (receiver, tasks)))
+        let reader = Reader {
+            receiver,
+            partition,
+            gate: Arc::clone(&run.gate),
+            _tasks: Arc::clone(&run.tasks),
+        };
+        let rows = futures::stream::unfold(reader, |mut reader| async move {
+            let next = reader.next().await?;
+            Some((next, reader))
         });
         Ok(KeyRowsStream {
             schema: input.schema(),
@@ -193,18 +292,21 @@ impl KeyExchange {
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..self.partitions).map(|_| unbounded_channel()).unzip();
         let inputs = input.output_partitioning().partition_count();
+        let gate = Arc::new(Gate::new(self.partitions));
         let mut tasks = Vec::with_capacity(inputs);
         for i in 0..inputs {
             let stream = input.execute(i, Arc::clone(context))?;
             let router = Router {
                 keys: self.keys.clone(),
                 outputs: senders.clone(),
+                gate: Arc::clone(&gate),
                 time: MetricBuilder::new(metrics).subset_time("key_exchange_time", i),
             };
             tasks.push(SpawnedTask::spawn(router.route(stream)));
         }
         Ok(Run {
             receivers: receivers.into_iter().map(Some).collect(),
+            gate,
             tasks: Arc::new(tasks),
         })
     }
@@ -214,6 +316,7 @@ impl KeyExchange {
 struct Router {
     keys: Vec<usize>,
     outputs: Vec<UnboundedSender<Result<KeyRows>>>,
+    gate: Arc<Gate>,
     /// Time spent hashing and routing.
     time: Time,
 }
@@ -232,14 +335,16 @@ impl Router {
                 Ok(batch) => batch,
                 Err(e) => {
                     let e = Arc::new(e);
-                    for output in &self.outputs {
+                    for (p, output) in self.outputs.iter().enumerate() {
+                        self.gate.sent(p);
                         let _ = output.send(Err(DataFusionError::Shared(Arc::clone(&e))));
                     }
                     return;
                 }
             };
+            self.gate.room().await;
             let mut open = false;
-            for (output, rows) in self.outputs.iter().zip(&mut positions) {
+            for (p, (output, rows)) in self.outputs.iter().zip(&mut positions).enumerate() {
                 if rows.is_empty() {
                     open |= !output.is_closed();
                     continue;
@@ -250,6 +355,7 @@ impl Router {
                 } else {
                     Some(UInt32Array::from(std::mem::take(rows)))
                 };
+                self.gate.sent(p);
                 let sent = output.send(Ok(KeyRows {
                     batch: batch.clone(),
                     rows,
@@ -366,6 +472,48 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 11);
+        Ok(())
+    }
+
+    /// Partitions read side by side keep short queues (without the gate
+    /// the router would queue all 64 batches at the first wait); read one
+    /// after the other, each gets all its rows (above: nothing stalls).
+    #[tokio::test]
+    async fn partitions_read_together_keep_short_queues() -> Result<()> {
+        let keys: Vec<i64> = (0..16).collect();
+        let batches: Vec<RecordBatch> = (0..64).map(|i| batch(&keys, &[i; 16])).collect();
+        let schema = batches[0].schema();
+        let input = MemorySourceConfig::try_new_exec(&[batches], schema, None)?;
+        let input: Arc<dyn ExecutionPlan> = input;
+        let exchange = KeyExchange::new(vec![0], 2);
+        let context = SessionContext::new().task_ctx();
+        let metrics = ExecutionPlanMetricsSet::new();
+        let mut streams = vec![
+            exchange.stream(&input, 0, &context, &metrics)?,
+            exchange.stream(&input, 1, &context, &metrics)?,
+        ];
+        let gate = match exchange.run.lock() {
+            Ok(run) => Arc::clone(&run.as_ref().expect("started").gate),
+            Err(_) => panic!("poisoned"),
+        };
+        let (mut rows, mut longest) = (0, 0);
+        let mut open = [true, true];
+        while open.iter().any(|&o| o) {
+            for (p, stream) in streams.iter_mut().enumerate() {
+                if !open[p] {
+                    continue;
+                }
+                match stream.next().await {
+                    Some(next) => rows += next?.into_batch()?.num_rows(),
+                    None => open[p] = false,
+                }
+                for queued in &gate.queued {
+                    longest = longest.max(queued.load(Ordering::Acquire));
+                }
+            }
+        }
+        assert_eq!(rows, 64 * 16);
+        assert!(longest <= 3, "a queue of {longest} batches");
         Ok(())
     }
 }
