@@ -15,15 +15,16 @@
 //! batches and indexes their rows by position anyway, that copy of every
 //! event (and the strings in them) is wasted, and is the cost that a second
 //! core paid and the first did not. Routing is one task per input
-//! partition. A router waits while every partition still read has a batch
-//! queued (the gate of DataFusion's repartition, in small): a reader that
-//! drains the partitions one after another is never stalled, and the
-//! routers go no faster than the fastest reader, so that batches queue only
-//! ahead of slower ones (a fold that spills, a partition not read yet; as
-//! in DataFusion, those queues are not bounded, and a partition that
-//! receives no rows at all leaves the gate open). A partition's stream ends
-//! when every input partition has ended; an input's error reaches every
-//! partition. The tasks stop when the streams are dropped.
+//! partition. A router waits while every partition still read has a few
+//! batches queued (the gate of DataFusion's repartition, which waits at
+//! one): a reader that drains the partitions one after another is never
+//! stalled, and the routers go no faster than the fastest reader, so that
+//! batches queue only ahead of slower ones (a fold that spills, a partition
+//! not read yet; as in DataFusion, those queues are not bounded, and a
+//! partition that receives no rows at all leaves the gate open). A
+//! partition's stream ends when every input partition has ended; an input's
+//! error reaches every partition. The tasks stop when the streams are
+//! dropped.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -133,6 +134,11 @@ struct Run {
     tasks: Arc<Vec<SpawnedTask<()>>>,
 }
 
+/// Batches the routers may queue for every partition before they wait: a
+/// little reading ahead, so that a fold seldom finds its queue empty (on
+/// the 10 M-event load as fast as DataFusion's one, and as without a gate).
+const AHEAD: usize = 4;
+
 /// The backpressure of one run (see the module docs).
 #[derive(Debug)]
 struct Gate {
@@ -153,7 +159,7 @@ impl Gate {
         }
     }
 
-    /// Whether every partition still read has a batch queued.
+    /// Whether every partition still read has [`AHEAD`] batches queued.
     fn full(&self) -> bool {
         let mut read = false;
         for (queued, dropped) in self.queued.iter().zip(&self.dropped) {
@@ -161,14 +167,15 @@ impl Gate {
                 continue;
             }
             read = true;
-            if queued.load(Ordering::Acquire) == 0 {
+            if queued.load(Ordering::Acquire) < AHEAD {
                 return false;
             }
         }
         read
     }
 
-    /// Wait until some partition still read has nothing queued.
+    /// Wait until some partition still read has fewer than [`AHEAD`]
+    /// batches queued.
     async fn room(&self) {
         loop {
             let mut woken = std::pin::pin!(self.room.notified());
@@ -185,7 +192,7 @@ impl Gate {
     }
 
     fn received(&self, partition: usize) {
-        if self.queued[partition].fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.queued[partition].fetch_sub(1, Ordering::AcqRel) == AHEAD {
             self.room.notify_waiters();
         }
     }
@@ -513,7 +520,7 @@ mod tests {
             }
         }
         assert_eq!(rows, 64 * 16);
-        assert!(longest <= 3, "a queue of {longest} batches");
+        assert!(longest <= AHEAD + 2, "a queue of {longest} batches");
         Ok(())
     }
 }
