@@ -495,7 +495,7 @@ mod tests {
         let exchange = KeyExchange::new(vec![0], 2);
         let context = SessionContext::new().task_ctx();
         let metrics = ExecutionPlanMetricsSet::new();
-        let mut streams = vec![
+        let mut streams = [
             exchange.stream(&input, 0, &context, &metrics)?,
             exchange.stream(&input, 1, &context, &metrics)?,
         ];
