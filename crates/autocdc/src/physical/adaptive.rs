@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, UInt32Array};
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -28,7 +28,7 @@ use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::metrics::{Count, Time};
 use futures::StreamExt;
 
-use super::key_exchange::KeyRowsStream;
+use super::key_exchange::{KeyRows, KeyRowsStream};
 use super::one_shot::{must_fall_back, sort_retained_and_rest, sort_share};
 
 /// A kernel over input sorted as the operator requires.
@@ -41,9 +41,9 @@ pub(crate) trait SortedKernel: Send {
 
 /// A kernel that keeps its input, then sorts a compact index of it.
 pub(crate) trait IndexedKernel: Send {
-    /// Retain `rows` of one batch (all of them when `None`; the batch may
-    /// be shared with other partitions, see [`super::key_exchange`]).
-    fn push(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()>;
+    /// Retain the partition's rows of one batch (the batch may be shared
+    /// with other partitions, see [`super::key_exchange`]).
+    fn push(&mut self, rows: KeyRows) -> Result<()>;
     /// Bytes held.
     fn memory_size(&self) -> usize;
     /// The input ended: sort the index.
@@ -179,7 +179,7 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
                         while let Some(rows) = input.next().await {
                             let rows = rows?;
                             let _timer = self.fall_back.elapsed_compute.timer();
-                            kernel.push(&rows.batch, rows.rows.as_ref())?;
+                            kernel.push(rows)?;
                             if must_fall_back(
                                 kernel.memory_size(),
                                 self.fall_back.indexed_cap,

@@ -34,8 +34,8 @@ use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, Int8Array, RecordBatch, UInt32Array};
-use arrow::compute::{concat, take_record_batch, SortOptions};
+use arrow::array::{new_null_array, ArrayRef, Int8Array, RecordBatch};
+use arrow::compute::{concat, SortOptions};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
@@ -345,22 +345,12 @@ impl SortedKernel for Box<dyn FoldKernel> {
 }
 
 impl IndexedKernel for InMemoryFold {
-    fn push(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
-        if let Self::IndexedScd1(fold) = self {
-            return fold.push_rows(batch, rows);
-        }
-        let taken;
-        let batch = match rows {
-            Some(rows) => {
-                taken = take_record_batch(batch, rows)?;
-                &taken
-            }
-            None => batch,
-        };
+    fn push(&mut self, rows: KeyRows) -> Result<()> {
         match self {
-            Self::IndexedScd1(fold) => fold.push(batch),
-            Self::IndexedScd2(fold) => fold.push(batch),
-            Self::IndexSorted(fold) => fold.push(batch),
+            // indexes the rows where they are
+            Self::IndexedScd1(fold) => fold.push_rows(&rows.batch, rows.rows.as_ref()),
+            Self::IndexedScd2(fold) => fold.push(&rows.into_batch()?),
+            Self::IndexSorted(fold) => fold.push(&rows.into_batch()?),
         }
     }
     fn memory_size(&self) -> usize {

@@ -23,8 +23,8 @@ use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::compute::{take_record_batch, SortOptions};
+use arrow::array::RecordBatch;
+use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -48,7 +48,7 @@ use datafusion::physical_plan::{
 use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
-use super::key_exchange::KeyRowsStream;
+use super::key_exchange::{KeyRows, KeyRowsStream};
 use crate::fold::snapshot_diff::{diff_output_schema, SnapshotDiff};
 use crate::fold::snapshot_diff_indexed::IndexedSnapshotDiff;
 
@@ -357,11 +357,8 @@ impl SortedKernel for Box<SnapshotDiff> {
 }
 
 impl IndexedKernel for Box<IndexedSnapshotDiff> {
-    fn push(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
-        match rows {
-            Some(rows) => IndexedSnapshotDiff::push(self, &take_record_batch(batch, rows)?),
-            None => IndexedSnapshotDiff::push(self, batch),
-        }
+    fn push(&mut self, rows: KeyRows) -> Result<()> {
+        IndexedSnapshotDiff::push(self, &rows.into_batch()?)
     }
     fn memory_size(&self) -> usize {
         IndexedSnapshotDiff::memory_size(self)
