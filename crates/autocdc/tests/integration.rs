@@ -208,10 +208,18 @@ async fn explain_refresh_shows_the_operators() {
         "CdcCommit: target=t, flow=f",
         "AutoCdc: flow=f, keys=[id]",
         "CdcCommitExec",
-        "AutoCdcExec: flow=f, keys=[id], stored_as=SCD TYPE 1, fold=indexed, key_exchange=2",
+        // routed by the target's bucket: each bucket reaches the writer in key order
+        "AutoCdcExec: flow=f, keys=[id], stored_as=SCD TYPE 1, fold=indexed, key_exchange=2 by 16 buckets",
     ] {
         assert!(plan.contains(op), "missing {op} in\n{plan}");
     }
+    // 3 partitions do not divide 16 buckets: routed by hash
+    exec(&s, "SET datafusion.execution.target_partitions = 3").await;
+    let three = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    assert!(three.contains("fold=indexed, key_exchange=3 |"), "{three}");
+    exec(&s, "SET datafusion.execution.target_partitions = 2").await;
     // the indexed fold sorts its own index, not the events, and routes
     // them to its partitions itself
     assert!(!plan.contains("SortExec"), "{plan}");

@@ -28,7 +28,10 @@
 //! `key_exchange=N` in `EXPLAIN`): each partition then receives the input's
 //! batches whole, shared, with the positions of its keys' rows, and indexes
 //! those rows where they are — the repartition's copy of every event is
-//! gone.
+//! gone. A fold that feeds a target's writer routes by the target's key
+//! buckets ([`AutoCdcExec::with_bucket_exchange`], `key_exchange=N by B
+//! buckets`), index-sorted folds too: each partition then writes buckets
+//! of its own.
 
 use std::fmt;
 use std::sync::atomic::AtomicBool;
@@ -61,7 +64,7 @@ use tokio::sync::OnceCell;
 use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
-use super::key_exchange::{KeyExchange, KeyRows, KeyRowsStream};
+use super::key_exchange::{KeyExchange, KeyRows, KeyRowsStream, Routing};
 use crate::fold::columns::{Origin, KIND_COL, SEQ_COL};
 use crate::fold::late::LateEvents;
 use crate::fold::{
@@ -130,12 +133,36 @@ impl AutoCdcExec {
     /// repartition below (see the module docs). Only an indexed fold
     /// routes so (its kernels index rows where they are); otherwise, or
     /// for one partition, the operator is returned as it was.
-    pub fn with_key_exchange(mut self, partitions: usize) -> Self {
-        if self.engine() != FoldEngine::Indexed || partitions < 2 {
+    pub fn with_key_exchange(self, partitions: usize) -> Self {
+        let indexed = self.engine() == FoldEngine::Indexed;
+        self.exchange_by(partitions, Routing::Hash, indexed)
+    }
+
+    /// The operator folding in `partitions` partitions, each key routed
+    /// by its bucket in a target of `buckets` buckets (see
+    /// [`super::key_exchange`]): each bucket is folded by one partition,
+    /// which writes it itself (`CdcWriteExec` per partition) — for an
+    /// index-sorted fold in key order, so that the writer has no row group
+    /// to sort. An indexed or index-sorted fold routes so when `buckets` is
+    /// a multiple of `partitions` (each partition then folds as many
+    /// buckets); otherwise this is [`Self::with_key_exchange`].
+    pub fn with_bucket_exchange(self, partitions: usize, buckets: i32) -> Self {
+        let divides =
+            buckets > 0 && partitions > 0 && (buckets as usize).is_multiple_of(partitions);
+        let routes = self.engine() != FoldEngine::Sorted;
+        if divides && routes {
+            self.exchange_by(partitions, Routing::Buckets(buckets), true)
+        } else {
+            self.with_key_exchange(partitions)
+        }
+    }
+
+    fn exchange_by(mut self, partitions: usize, routing: Routing, routes: bool) -> Self {
+        if !routes || partitions < 2 {
             return self;
         }
         let keys = self.spec.layout.key_indices.clone();
-        self.exchange = Some(Arc::new(KeyExchange::new(keys, partitions)));
+        self.exchange = Some(Arc::new(KeyExchange::new(keys, partitions, routing)));
         self.properties = Arc::new(Self::compute_properties(
             partitions,
             Arc::clone(&self.schema),
@@ -143,10 +170,29 @@ impl AutoCdcExec {
         self
     }
 
+    /// A new operator like this one (not sharing its runs), routing its
+    /// events by bucket ([`Self::with_bucket_exchange`]).
+    pub fn routed_by_bucket(&self, partitions: usize, buckets: i32) -> Result<Self> {
+        Ok(Self::try_new(
+            self.spec.clone(),
+            Arc::clone(&self.events),
+            Arc::clone(&self.truncates),
+        )?
+        .with_bucket_exchange(partitions, buckets))
+    }
+
     /// The partitions of the key exchange, if the operator routes its
     /// events itself.
     pub fn key_exchange(&self) -> Option<usize> {
         self.exchange.as_ref().map(|x| x.partitions())
+    }
+
+    /// The buckets by which the key exchange routes, if it routes by bucket.
+    pub fn bucket_routing(&self) -> Option<i32> {
+        match self.exchange.as_ref()?.routing() {
+            Routing::Buckets(buckets) => Some(buckets),
+            Routing::Hash => None,
+        }
     }
 
     fn compute_properties(partitions: usize, schema: SchemaRef) -> PlanProperties {
@@ -265,6 +311,9 @@ impl DisplayAs for AutoCdcExec {
                 )?;
                 if let Some(partitions) = self.key_exchange() {
                     write!(f, ", key_exchange={partitions}")?;
+                }
+                if let Some(buckets) = self.bucket_routing() {
+                    write!(f, " by {buckets} buckets")?;
                 }
                 match &self.spec.late_through {
                     Some(through) => write!(f, ", late_through={through}"),
@@ -572,10 +621,13 @@ impl ExecutionPlan for AutoCdcExec {
             .pop()
             .ok_or_else(|| DataFusionError::Internal("missing child".into()))?;
         let exec = Self::try_new(self.spec.clone(), events, truncates)?;
-        Ok(Arc::new(match self.key_exchange() {
-            Some(partitions) => exec.with_key_exchange(partitions),
-            None => exec,
-        }))
+        Ok(Arc::new(
+            match (self.key_exchange(), self.bucket_routing()) {
+                (Some(partitions), Some(buckets)) => exec.with_bucket_exchange(partitions, buckets),
+                (Some(partitions), None) => exec.with_key_exchange(partitions),
+                (None, _) => exec,
+            },
+        ))
     }
 
     fn execute(

@@ -7,7 +7,8 @@
 //!  input partition 1 ──► route ──┼─► (batch, rows of partition 1) ──► fold 1
 //!        …                       └─► …
 //!  route: hash the key columns, a partition per hash (as DataFusion's
-//!  hash repartition does), positions per partition, one shared batch
+//!  hash repartition does) or per key bucket, positions per partition, one
+//!  shared batch
 //! ```
 //!
 //! DataFusion's `RepartitionExec` gathers each output partition's rows into
@@ -25,6 +26,12 @@
 //! partition's stream ends when every input partition has ended; an input's
 //! error reaches every partition. The tasks stop when the streams are
 //! dropped.
+//!
+//! A fold that feeds a target's writer routes by the key's bucket in the
+//! target ([`Routing::Buckets`]): every bucket is then folded by one
+//! partition, which writes it itself; an index-sorted fold emits its rows
+//! in key order, so each bucket's row groups arrive sorted and are written
+//! without a sort (`crate::table::writer`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +50,8 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::Notify;
+
+use crate::table::bucket::bucket_array;
 
 /// A batch and the rows of it that are one partition's (all when `rows` is
 /// `None`).
@@ -113,14 +122,26 @@ impl KeyRowsStream {
 /// partition in every run).
 const ROUTING: RandomState = RandomState::with_seed(0x0a07_0cdc);
 
+/// How an exchange chooses the partition of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Routing {
+    /// By a hash of the key, as DataFusion's hash repartition does.
+    Hash,
+    /// By the key's bucket in a target of this many buckets (a multiple of
+    /// the partitions, so that each partition gets as many): partition
+    /// `bucket % partitions`.
+    Buckets(i32),
+}
+
 /// Routes the batches of an input's partitions to `partitions` folds by
-/// the hash of their keys (see the module docs). One per operator; each
-/// execution of the operator's partitions starts a run.
+/// their keys (see the module docs). One per operator; each execution of
+/// the operator's partitions starts a run.
 #[derive(Debug)]
 pub(crate) struct KeyExchange {
     /// Positions of the key columns in the input.
     keys: Vec<usize>,
     partitions: usize,
+    routing: Routing,
     run: Mutex<Option<Run>>,
 }
 
@@ -228,11 +249,13 @@ impl Drop for Reader {
 }
 
 impl KeyExchange {
-    /// An exchange over the key columns at `keys` into `partitions`.
-    pub fn new(keys: Vec<usize>, partitions: usize) -> Self {
+    /// An exchange over the key columns at `keys` into `partitions`,
+    /// routing by `routing`.
+    pub fn new(keys: Vec<usize>, partitions: usize, routing: Routing) -> Self {
         Self {
             keys,
             partitions: partitions.max(1),
+            routing,
             run: Mutex::new(None),
         }
     }
@@ -240,6 +263,11 @@ impl KeyExchange {
     /// Number of output partitions.
     pub fn partitions(&self) -> usize {
         self.partitions
+    }
+
+    /// How keys are routed.
+    pub fn routing(&self) -> Routing {
+        self.routing
     }
 
     /// The rows of `partition`'s keys in `input`'s batches. The first call
@@ -305,6 +333,7 @@ impl KeyExchange {
             let stream = input.execute(i, Arc::clone(context))?;
             let router = Router {
                 keys: self.keys.clone(),
+                routing: self.routing,
                 outputs: senders.clone(),
                 gate: Arc::clone(&gate),
                 time: MetricBuilder::new(metrics).subset_time("key_exchange_time", i),
@@ -322,6 +351,7 @@ impl KeyExchange {
 /// Routes one input partition.
 struct Router {
     keys: Vec<usize>,
+    routing: Routing,
     outputs: Vec<UnboundedSender<Result<KeyRows>>>,
     gate: Arc<Gate>,
     /// Time spent hashing and routing.
@@ -395,17 +425,27 @@ impl Router {
             .iter()
             .map(|&k| Arc::clone(batch.column(k)))
             .collect();
-        hashes.clear();
-        hashes.resize(n, 0);
-        create_hashes(&keys, &ROUTING, hashes)?;
         let partitions = positions.len() as u64;
         let expected = n / positions.len() + n / 16;
         for rows in positions.iter_mut() {
             rows.clear();
             rows.reserve(expected);
         }
-        for (row, &hash) in hashes.iter().enumerate() {
-            positions[(hash % partitions) as usize].push(row as u32);
+        match self.routing {
+            Routing::Hash => {
+                hashes.clear();
+                hashes.resize(n, 0);
+                create_hashes(&keys, &ROUTING, hashes)?;
+                for (row, &hash) in hashes.iter().enumerate() {
+                    positions[(hash % partitions) as usize].push(row as u32);
+                }
+            }
+            Routing::Buckets(buckets) => {
+                let buckets = bucket_array(&keys, n, buckets)?;
+                for (row, &bucket) in buckets.values().iter().enumerate() {
+                    positions[(bucket as u64 % partitions) as usize].push(row as u32);
+                }
+            }
         }
         Ok(())
     }
@@ -436,10 +476,18 @@ mod tests {
     }
 
     /// Three input partitions into two: every row reaches exactly one
-    /// partition, every key one partition, and the batches are shared,
+    /// partition, every key one partition (routed by bucket: the
+    /// partition of its bucket in the target), and the batches are shared,
     /// not copied.
     #[tokio::test]
     async fn every_row_reaches_the_partition_of_its_key_once_and_uncopied() -> Result<()> {
+        for routing in [Routing::Hash, Routing::Buckets(4)] {
+            routes_every_row_once(routing).await?;
+        }
+        Ok(())
+    }
+
+    async fn routes_every_row_once(routing: Routing) -> Result<()> {
         let inputs = vec![
             vec![batch(&[1, 2, 3, 4, 1], &[0, 1, 2, 3, 4])],
             vec![
@@ -452,7 +500,7 @@ mod tests {
         let originals: Vec<RecordBatch> = inputs.iter().flatten().cloned().collect();
         let input = MemorySourceConfig::try_new_exec(&inputs, schema, None)?;
         let input: Arc<dyn ExecutionPlan> = input;
-        let exchange = KeyExchange::new(vec![0], 2);
+        let exchange = KeyExchange::new(vec![0], 2, routing);
         let context = SessionContext::new().task_ctx();
         let metrics = ExecutionPlanMetricsSet::new();
         let mut seen: HashMap<i64, usize> = HashMap::new(); // value -> partition
@@ -475,6 +523,11 @@ mod tests {
                     assert_eq!(seen.insert(values.value(i), p), None, "row twice");
                     let key = keys.is_valid(i).then(|| keys.value(i));
                     assert_eq!(*key_partition.entry(key).or_insert(p), p, "key split");
+                    if let Routing::Buckets(buckets) = routing {
+                        let column: ArrayRef = Arc::new(Int64Array::from(vec![key]));
+                        let bucket = bucket_array(&[column], 1, buckets)?.value(0);
+                        assert_eq!(bucket as usize % 2, p, "key {key:?} of bucket {bucket}");
+                    }
                 }
             }
         }
@@ -492,7 +545,7 @@ mod tests {
         let schema = batches[0].schema();
         let input = MemorySourceConfig::try_new_exec(&[batches], schema, None)?;
         let input: Arc<dyn ExecutionPlan> = input;
-        let exchange = KeyExchange::new(vec![0], 2);
+        let exchange = KeyExchange::new(vec![0], 2, Routing::Hash);
         let context = SessionContext::new().task_ctx();
         let metrics = ExecutionPlanMetricsSet::new();
         let mut streams = [

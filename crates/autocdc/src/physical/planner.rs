@@ -26,6 +26,25 @@ use crate::logical::{
 };
 use crate::table::ScdTable;
 
+/// `input`, a target writer's, with its fold's events routed to its
+/// partitions by the target's `buckets` when the session routes a fold's
+/// events itself ([`AutoCdcExec::with_bucket_exchange`]: each bucket's rows
+/// then reach the writer in the order the fold emits them); otherwise
+/// `input` itself.
+fn route_by_bucket(
+    input: &Arc<dyn ExecutionPlan>,
+    buckets: i32,
+    config: &datafusion::prelude::SessionConfig,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let routes = crate::config::autocdc_options(config).key_exchange;
+    Ok(match input.downcast_ref::<AutoCdcExec>() {
+        Some(fold) if routes => {
+            Arc::new(fold.routed_by_bucket(config.target_partitions(), buckets)?)
+        }
+        _ => Arc::clone(input),
+    })
+}
+
 /// Plans `AutoCdcNode`, `SnapshotDiffNode`, `CdcWriteNode` and `CdcCommitNode`.
 #[derive(Debug, Default)]
 pub struct CdcExtensionPlanner;
@@ -105,11 +124,15 @@ impl ExtensionPlanner for CdcExtensionPlanner {
             let [input] = physical_inputs else {
                 return Err(DataFusionError::Internal("CdcWrite needs one input".into()));
             };
-            let per_partition =
-                crate::config::autocdc_options(session_state.config()).plain_parquet_reads;
+            let input = route_by_bucket(input, n.request.buckets, session_state.config())?;
+            // (a fold routed by bucket: each partition writes buckets of its own)
+            let by_bucket = input
+                .downcast_ref::<AutoCdcExec>()
+                .is_some_and(|fold| fold.bucket_routing().is_some());
+            let per_partition = by_bucket
+                || crate::config::autocdc_options(session_state.config()).plain_parquet_reads;
             return Ok(Some(Arc::new(
-                CdcWriteExec::try_new(Arc::clone(&n.request), Arc::clone(input))?
-                    .per_partition(per_partition),
+                CdcWriteExec::try_new(Arc::clone(&n.request), input)?.per_partition(per_partition),
             )));
         }
         if let Some(n) = node.as_any().downcast_ref::<CdcCommitNode>() {

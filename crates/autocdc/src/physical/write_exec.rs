@@ -18,10 +18,14 @@
 //! else.
 //!
 //! *Per partition* (for plans run by a cluster, whose tasks each run one
-//! partition of the fold): partition `p` writes the rows of fold partition
-//! `p` and returns their manifest, so a bucket gets a file series per fold
-//! partition that holds its keys. Each partition writes the watermark row it
-//! carries; the commit keeps one of those files
+//! partition of the fold, and for a fold that routes its events by the
+//! target's buckets, `AutoCdcExec::with_bucket_exchange`): partition `p`
+//! writes the rows of fold partition `p` and returns their manifest, so a
+//! bucket gets a file series per fold partition that holds its keys — one,
+//! when the fold routes by bucket: each partition then writes its own
+//! buckets, in the order it emits them, with no gathering of partitions
+//! and no writer waiting on another's. Each partition writes the watermark
+//! row it carries; the commit keeps one of those files
 //! ([`Manifest`](crate::table::manifest::Manifest)).
 
 use std::fmt;

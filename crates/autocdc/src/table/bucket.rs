@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int32Array};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Decimal128Type, Field, Int64Type};
+use arrow::datatypes::{DataType, Decimal128Type, Field, Int64Type, UInt64Type};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::properties::BUCKETS_PROPERTY;
@@ -35,7 +35,9 @@ fn mix(h: &mut u64, bytes: &[u8]) {
     }
 }
 
-/// Fold one key column into the running hashes.
+/// Fold one key column into the running hashes: per row, the value's
+/// bytes (or [`NULL_MARK`]), then [`SEPARATOR`]. The column's type is
+/// matched once, not per row (an exchange buckets every event).
 fn hash_column(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
     let column = match column.data_type() {
         DataType::Int8
@@ -52,44 +54,72 @@ fn hash_column(hashes: &mut [u64], column: &ArrayRef) -> Result<()> {
         DataType::Timestamp(_, _) | DataType::Date64 => cast(column, &DataType::Int64)?,
         _ => Arc::clone(column),
     };
-    for (row, h) in hashes.iter_mut().enumerate() {
-        if column.is_null(row) {
-            mix(h, &[NULL_MARK]);
-        } else {
-            match column.data_type() {
-                DataType::Int64 => mix(
-                    h,
-                    &column.as_primitive::<Int64Type>().value(row).to_le_bytes(),
-                ),
-                DataType::UInt64 => mix(
-                    h,
-                    &column
-                        .as_primitive::<arrow::datatypes::UInt64Type>()
-                        .value(row)
-                        .to_le_bytes(),
-                ),
-                DataType::Utf8 => mix(h, column.as_string::<i32>().value(row).as_bytes()),
-                DataType::Binary => mix(h, column.as_binary::<i32>().value(row)),
-                DataType::Decimal128(_, _) => mix(
-                    h,
-                    &column
-                        .as_primitive::<Decimal128Type>()
-                        .value(row)
-                        .to_le_bytes(),
-                ),
-                DataType::Boolean => mix(h, &[u8::from(column.as_boolean().value(row))]),
-                // other key types: their canonical text (rare; allocates)
-                _ => mix(
-                    h,
-                    ScalarValue::try_from_array(&column, row)?
-                        .to_string()
-                        .as_bytes(),
-                ),
+    match column.data_type() {
+        DataType::Int64 => {
+            let values = column.as_primitive::<Int64Type>().values();
+            hash_rows(hashes, &column, |h, row| mix(h, &values[row].to_le_bytes()));
+        }
+        DataType::UInt64 => {
+            let values = column.as_primitive::<UInt64Type>().values();
+            hash_rows(hashes, &column, |h, row| mix(h, &values[row].to_le_bytes()));
+        }
+        DataType::Decimal128(_, _) => {
+            let values = column.as_primitive::<Decimal128Type>().values();
+            hash_rows(hashes, &column, |h, row| mix(h, &values[row].to_le_bytes()));
+        }
+        DataType::Utf8 => {
+            let strings = column.as_string::<i32>();
+            hash_rows(hashes, &column, |h, row| {
+                mix(h, strings.value(row).as_bytes())
+            });
+        }
+        DataType::Binary => {
+            let bytes = column.as_binary::<i32>();
+            hash_rows(hashes, &column, |h, row| mix(h, bytes.value(row)));
+        }
+        DataType::Boolean => {
+            let flags = column.as_boolean();
+            hash_rows(hashes, &column, |h, row| {
+                mix(h, &[u8::from(flags.value(row))])
+            });
+        }
+        // other key types: their canonical text (rare; allocates)
+        _ => {
+            for (row, h) in hashes.iter_mut().enumerate() {
+                if column.is_null(row) {
+                    mix(h, &[NULL_MARK]);
+                } else {
+                    let text = ScalarValue::try_from_array(&column, row)?.to_string();
+                    mix(h, text.as_bytes());
+                }
+                mix(h, &[SEPARATOR]);
             }
         }
-        mix(h, &[SEPARATOR]);
     }
     Ok(())
+}
+
+/// Fold each row of `column` into its hash: `value(h, row)` for a value,
+/// [`NULL_MARK`] for a null, then [`SEPARATOR`].
+fn hash_rows(hashes: &mut [u64], column: &ArrayRef, value: impl Fn(&mut u64, usize)) {
+    match column.logical_nulls() {
+        None => {
+            for (row, h) in hashes.iter_mut().enumerate() {
+                value(h, row);
+                mix(h, &[SEPARATOR]);
+            }
+        }
+        Some(nulls) => {
+            for (row, h) in hashes.iter_mut().enumerate() {
+                if nulls.is_valid(row) {
+                    value(h, row);
+                } else {
+                    mix(h, &[NULL_MARK]);
+                }
+                mix(h, &[SEPARATOR]);
+            }
+        }
+    }
 }
 
 /// Bucket of every row of the key columns.
@@ -132,6 +162,35 @@ mod tests {
             bucket_array(&[s], 2, 1000).unwrap().values().to_vec(),
             vec![bucket_of("a"), bucket_of("b")]
         );
+    }
+
+    /// Integer keys, nulls among them, and two key columns hash as the
+    /// byte encoding the module docs pin: value bytes (little-endian) or
+    /// the null mark, a separator after each column.
+    #[test]
+    fn integer_keys_and_nulls_keep_their_buckets() -> Result<()> {
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![Some(7), None, Some(-3)]));
+        let parts: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), Some(2), None]));
+        let expected = |id: Option<i64>, part: Option<i32>| {
+            let mut h = FNV_OFFSET;
+            for value in [id, part.map(i64::from)] {
+                match value {
+                    Some(v) => mix(&mut h, &v.to_le_bytes()),
+                    None => mix(&mut h, &[NULL_MARK]),
+                }
+                mix(&mut h, &[SEPARATOR]);
+            }
+            (h % 97) as i32
+        };
+        assert_eq!(
+            bucket_array(&[ids, parts], 3, 97)?.values().to_vec(),
+            vec![
+                expected(Some(7), Some(1)),
+                expected(None, Some(2)),
+                expected(Some(-3), None)
+            ]
+        );
+        Ok(())
     }
 
     fn bucket_of(s: &str) -> i32 {

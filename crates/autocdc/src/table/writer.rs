@@ -17,18 +17,27 @@
 //! so that the page index's minimum and maximum key of a page are close and
 //! a small update's probe and pre-image read decode the few pages that may
 //! hold its keys rather than whole row groups
-//! ([`super::deletion_vectors::superseded_rows`]).
+//! ([`super::deletion_vectors::superseded_rows`]). A row group whose rows
+//! arrived in key order (an index-sorted fold routed by bucket emits each
+//! bucket's rows so, `crate::physical::key_exchange`) is only concatenated,
+//! not sorted and gathered (a single integer, date or timestamp key is
+//! checked as rows arrive; other keys are always sorted).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, Int32Array, RecordBatch, UInt32Array};
+use arrow::array::{ArrowPrimitiveType, AsArray};
 use arrow::compute::{
     concat, concat_batches, interleave_record_batch, lexsort_to_indices, sort_to_indices,
     take_record_batch, SortColumn,
 };
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{
+    DataType, Date32Type, Date64Type, Int16Type, Int32Type, Int64Type, SchemaRef, TimeUnit,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt32Type, UInt64Type,
+};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use deltalake_core::kernel::Add;
@@ -175,11 +184,27 @@ struct OpenFile {
     /// How many of the last batches held are slices of input batches (the
     /// others are copies of their own).
     slices: usize,
+    /// Whether the rows held came in key order, and the last key held
+    /// (`None`: they did not, or the key is not checked).
+    in_order: Option<InOrder>,
+    /// Whether the order of rows is checked as they arrive (one sort key).
+    checks_order: bool,
+}
+
+/// Where the rows held so far in key order stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InOrder {
+    /// No row held yet.
+    Empty,
+    /// The last key held.
+    Last(i128),
 }
 
 impl OpenFile {
-    /// Hold `part` for the row group being gathered.
-    fn hold(&mut self, part: RecordBatch) -> Result<()> {
+    /// Hold `part` for the row group being gathered (`keys`: the columns
+    /// it is sorted by).
+    fn hold(&mut self, part: RecordBatch, keys: &[usize]) -> Result<()> {
+        self.follow_order(&part, keys);
         self.pending_rows += part.num_rows();
         self.pending_bytes += part
             .columns()
@@ -198,21 +223,78 @@ impl OpenFile {
         Ok(())
     }
 
+    /// Note whether `part` continues the rows held in key order.
+    fn follow_order(&mut self, part: &RecordBatch, keys: &[usize]) {
+        let (Some(in_order), [key]) = (self.in_order, keys) else {
+            return;
+        };
+        self.in_order = match (in_order, ascending_range(part.column(*key).as_ref())) {
+            (InOrder::Empty, Some((_, last))) => Some(InOrder::Last(last)),
+            (InOrder::Last(before), Some((first, last))) if before <= first => {
+                Some(InOrder::Last(last))
+            }
+            _ => None,
+        };
+    }
+
     /// Write the rows held as one row group, sorted by the columns `keys`.
     async fn write_held(&mut self, keys: &[usize]) -> Result<()> {
         let held = std::mem::take(&mut self.pending);
         (self.pending_rows, self.pending_bytes, self.slices) = (0, 0, 0);
+        let in_order = std::mem::replace(
+            &mut self.in_order,
+            self.checks_order.then_some(InOrder::Empty),
+        );
         if held.is_empty() {
             return Ok(());
         }
-        let rows = match key_order(&held, keys) {
+        let order = match in_order {
+            Some(_) => None,
+            None => key_order(&held, keys),
+        };
+        let rows = match order {
             Some(order) => gather(&held, &order)?,
-            // keys no sort kernel orders: the rows as they came
+            // in key order already, or keys no sort kernel orders: the rows
+            // as they came
             None => concat_batches(&held[0].schema(), &held)?,
         };
         self.writer.write(&rows).await?;
         self.writer.flush().await?;
         Ok(())
+    }
+}
+
+/// The first and last key of `column` when it holds no null and its values
+/// do not decrease; `None` otherwise, or for a type not checked (see the
+/// module docs).
+fn ascending_range(column: &dyn Array) -> Option<(i128, i128)> {
+    fn range<T: ArrowPrimitiveType>(column: &dyn Array) -> Option<(i128, i128)>
+    where
+        T::Native: Into<i128>,
+    {
+        let values = column.as_primitive_opt::<T>()?.values();
+        let ascending = values.windows(2).all(|w| w[0] <= w[1]);
+        match (ascending, values.first(), values.last()) {
+            (true, Some(first), Some(last)) => Some(((*first).into(), (*last).into())),
+            _ => None,
+        }
+    }
+    if column.null_count() > 0 {
+        return None;
+    }
+    match column.data_type() {
+        DataType::Int16 => range::<Int16Type>(column),
+        DataType::Int32 => range::<Int32Type>(column),
+        DataType::Int64 => range::<Int64Type>(column),
+        DataType::UInt32 => range::<UInt32Type>(column),
+        DataType::UInt64 => range::<UInt64Type>(column),
+        DataType::Date32 => range::<Date32Type>(column),
+        DataType::Date64 => range::<Date64Type>(column),
+        DataType::Timestamp(TimeUnit::Second, _) => range::<TimestampSecondType>(column),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => range::<TimestampMillisecondType>(column),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => range::<TimestampMicrosecondType>(column),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => range::<TimestampNanosecondType>(column),
+        _ => None,
     }
 }
 
@@ -438,6 +520,7 @@ impl BucketWriter {
             let part = batch.slice(range.start, range.len());
             let part = RecordBatch::try_new(Arc::clone(&self.schema), part.columns().to_vec())?;
             if !self.open.contains_key(&bucket) {
+                let checks_order = self.sort_keys.len() == 1;
                 let path = Path::from(format!(
                     "{}{BUCKET_COL}={bucket}/part-{}.{}.parquet",
                     self.folder(),
@@ -463,6 +546,8 @@ impl BucketWriter {
                         pending_rows: 0,
                         pending_bytes: 0,
                         slices: 0,
+                        in_order: checks_order.then_some(InOrder::Empty),
+                        checks_order,
                     },
                 );
             }
@@ -479,7 +564,7 @@ impl BucketWriter {
                 loop {
                     let room = ROW_GROUP_ROWS - file.pending_rows;
                     let take = part.num_rows().min(room);
-                    file.hold(part.slice(0, take))?;
+                    file.hold(part.slice(0, take), &self.sort_keys)?;
                     if file.pending_rows >= ROW_GROUP_ROWS || file.pending_bytes >= ROW_GROUP_BYTES
                     {
                         file.write_held(&self.sort_keys).await?;
@@ -775,6 +860,79 @@ mod tests {
             .chain(ids.iter().copied().filter(|id| id % 2 == 1))
             .collect();
         assert_eq!(written, expected);
+        Ok(())
+    }
+
+    /// A row group whose rows came in key order is written as they came;
+    /// one with a part out of order is sorted. Every row group is sorted
+    /// and every row written once.
+    #[tokio::test]
+    async fn row_groups_in_key_order_or_not_are_written_sorted() -> Result<()> {
+        use deltalake_core::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use object_store::memory::InMemory;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        // 100 000 ids in order in parts of 1 000, then 30 000 scattered
+        // ones (among them ids below those already written)
+        let ordered: Vec<i64> = (0..100_000).map(|i| i * 2).collect();
+        let scattered: Vec<i64> = (0..30_000).map(|i| (i * 7_919) % 30_000 * 2 + 1).collect();
+        let mut data = BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Hidden)
+            .with_key_filters(&[0]);
+        for chunk in ordered.chunks(1_000).chain(scattered.chunks(1_000)) {
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from(chunk.to_vec())),
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|id| id * 3))),
+                ],
+            )?;
+            data.write(&batch, &Int32Array::from(vec![0; chunk.len()]))
+                .await?;
+        }
+        let [add] = <[Add; 1]>::try_from(data.finish().await?)
+            .map_err(|adds| DataFusionError::Internal(format!("{} files", adds.len())))?;
+        let bytes = store
+            .get(&Path::from(add.path.as_str()))
+            .await?
+            .bytes()
+            .await?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
+        let groups: Vec<usize> = builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows() as usize)
+            .collect();
+        let batches = builder
+            .build()?
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut rows = batches.iter().flat_map(|b| {
+            let id = b.column(0).as_primitive::<Int64Type>().values().to_vec();
+            let v = b.column(1).as_primitive::<Int64Type>().values().to_vec();
+            id.into_iter().zip(v)
+        });
+        let mut seen = Vec::new();
+        for (g, &len) in groups.iter().enumerate() {
+            let group: Vec<(i64, i64)> = rows.by_ref().take(len).collect();
+            assert!(
+                group.windows(2).all(|w| w[0].0 <= w[1].0),
+                "row group {g} sorted"
+            );
+            assert!(group.iter().all(|(id, v)| *v == id * 3), "rows moved whole");
+            seen.extend(group.iter().map(|(id, _)| *id));
+        }
+        // a row group of ordered rows, then one of the other ordered rows
+        // and the scattered ones, sorted
+        assert_eq!(groups, vec![ROW_GROUP_ROWS, 130_000 - ROW_GROUP_ROWS]);
+        assert_eq!(&seen[..ROW_GROUP_ROWS], &ordered[..ROW_GROUP_ROWS]);
+        seen.sort_unstable();
+        let mut expected = [ordered, scattered].concat();
+        expected.sort_unstable();
+        assert_eq!(seen, expected);
         Ok(())
     }
 
