@@ -134,8 +134,10 @@ impl AutoCdcExec {
     /// routes so (its kernels index rows where they are); otherwise, or
     /// for one partition, the operator is returned as it was.
     pub fn with_key_exchange(self, partitions: usize) -> Self {
-        let indexed = self.engine() == FoldEngine::Indexed;
-        self.exchange_by(partitions, Routing::Hash, indexed)
+        if self.engine() != FoldEngine::Indexed {
+            return self;
+        }
+        self.exchange_by(partitions, Routing::Hash)
     }
 
     /// The operator folding in `partitions` partitions, each key routed
@@ -151,14 +153,16 @@ impl AutoCdcExec {
             buckets > 0 && partitions > 0 && (buckets as usize).is_multiple_of(partitions);
         let routes = self.engine() != FoldEngine::Sorted;
         if divides && routes {
-            self.exchange_by(partitions, Routing::Buckets(buckets), true)
+            self.exchange_by(partitions, Routing::Buckets(buckets))
         } else {
             self.with_key_exchange(partitions)
         }
     }
 
-    fn exchange_by(mut self, partitions: usize, routing: Routing, routes: bool) -> Self {
-        if !routes || partitions < 2 {
+    /// The operator routing its events to `partitions` by `routing` (for
+    /// two or more partitions).
+    fn exchange_by(mut self, partitions: usize, routing: Routing) -> Self {
+        if partitions < 2 {
             return self;
         }
         let keys = self.spec.layout.key_indices.clone();

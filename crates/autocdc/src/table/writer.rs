@@ -187,8 +187,6 @@ struct OpenFile {
     /// Whether the rows held came in key order, and the last key held
     /// (`None`: they did not, or the key is not checked).
     in_order: Option<InOrder>,
-    /// Whether the order of rows is checked as they arrive (one sort key).
-    checks_order: bool,
 }
 
 /// Where the rows held so far in key order stand.
@@ -198,6 +196,14 @@ enum InOrder {
     Empty,
     /// The last key held.
     Last(i128),
+}
+
+impl InOrder {
+    /// The state of a row group not started, sorted by the columns `keys`
+    /// (`None`: their order is not checked, one key is).
+    fn start(keys: &[usize]) -> Option<Self> {
+        (keys.len() == 1).then_some(Self::Empty)
+    }
 }
 
 impl OpenFile {
@@ -241,10 +247,7 @@ impl OpenFile {
     async fn write_held(&mut self, keys: &[usize]) -> Result<()> {
         let held = std::mem::take(&mut self.pending);
         (self.pending_rows, self.pending_bytes, self.slices) = (0, 0, 0);
-        let in_order = std::mem::replace(
-            &mut self.in_order,
-            self.checks_order.then_some(InOrder::Empty),
-        );
+        let in_order = std::mem::replace(&mut self.in_order, InOrder::start(keys));
         if held.is_empty() {
             return Ok(());
         }
@@ -520,7 +523,6 @@ impl BucketWriter {
             let part = batch.slice(range.start, range.len());
             let part = RecordBatch::try_new(Arc::clone(&self.schema), part.columns().to_vec())?;
             if !self.open.contains_key(&bucket) {
-                let checks_order = self.sort_keys.len() == 1;
                 let path = Path::from(format!(
                     "{}{BUCKET_COL}={bucket}/part-{}.{}.parquet",
                     self.folder(),
@@ -546,8 +548,7 @@ impl BucketWriter {
                         pending_rows: 0,
                         pending_bytes: 0,
                         slices: 0,
-                        in_order: checks_order.then_some(InOrder::Empty),
-                        checks_order,
+                        in_order: InOrder::start(&self.sort_keys),
                     },
                 );
             }
