@@ -194,28 +194,46 @@ impl EventIndex {
         if u32::try_from(n).is_err() {
             return Err(too_many(format!("batch of {n} rows")));
         }
+        if let Some(rows) = rows {
+            if rows.iter().any(|&r| r as usize >= n) {
+                return Err(DataFusionError::Internal(format!(
+                    "flow '{}': a row past the end of a batch of {n} rows",
+                    self.flow
+                )));
+            }
+        }
+        // the keys and sequences of the rows indexed (of `rows` alone: a
+        // partition sharing batches with others encodes only its own)
         let mut seqs = std::mem::take(&mut self.seq_values);
         seqs.clear();
-        if !encode_values(batch.column(self.seq).as_ref(), &mut seqs) {
-            let rows = to_rows(&self.seq_converter, batch, &[self.seq])?;
-            seqs.extend((0..n).map(|i| encoded(&rows, i)));
+        if !encode_values(batch.column(self.seq).as_ref(), rows, &mut seqs) {
+            let encoded_rows = to_rows(&self.seq_converter, batch, &[self.seq])?;
+            seqs.reserve(rows.map_or(n, <[u32]>::len));
+            each_position(rows, n, |i| seqs.push(encoded(&encoded_rows, i)));
         }
         let mut keys = std::mem::take(&mut self.key_values);
         keys.clear();
         if let Some(key_rows) = &mut self.key_rows {
-            let rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
+            // (every row's key is kept: entries point into the whole batch)
+            let encoded_rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
             let hasher = datafusion::common::hash_utils::RandomState::default();
             let mask = self.key_hash_mask;
-            keys.extend((0..n).map(|i| u128::from(hasher.hash_one(rows.row(i).as_ref()) & mask)));
-            key_rows.push(rows);
+            keys.reserve(rows.map_or(n, <[u32]>::len));
+            each_position(rows, n, |i| {
+                keys.push(u128::from(
+                    hasher.hash_one(encoded_rows.row(i).as_ref()) & mask,
+                ))
+            });
+            key_rows.push(encoded_rows);
         } else {
             let from_values = match self.key_indices[..] {
-                [key] => encode_values(batch.column(key).as_ref(), &mut keys),
+                [key] => encode_values(batch.column(key).as_ref(), rows, &mut keys),
                 _ => false,
             };
             if !from_values {
-                let rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
-                keys.extend((0..n).map(|i| encoded(&rows, i)));
+                let encoded_rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
+                keys.reserve(rows.map_or(n, <[u32]>::len));
+                each_position(rows, n, |i| keys.push(encoded(&encoded_rows, i)));
             }
         }
         let origins = batch
@@ -223,42 +241,29 @@ impl EventIndex {
             .as_primitive::<Int8Type>()
             .values();
         let kinds = batch.column(self.kind).as_primitive::<Int8Type>().values();
-        self.entries.reserve(rows.map_or(n, <[u32]>::len));
+        self.entries.reserve(keys.len());
         // what every row of the batch shares, its rows share
         self.shared
             .observe(self.entries.is_empty(), &keys, &seqs, origins);
-        let entry = |i: usize, (key, seq, origin, kind)| IndexEntry {
+        let before = self.entries.len();
+        let entry = |i: usize, (&key, &seq): (&u128, &u128)| IndexEntry {
             key,
             seq,
-            origin,
-            kind,
+            origin: origins[i],
+            kind: kinds[i],
             batch: b,
             row: i as u32,
             tag_low: 0,
             tag_high: 0,
         };
-        let before = self.entries.len();
+        let values = keys.iter().zip(&seqs);
         match rows {
-            Some(rows) => {
-                if rows.iter().any(|&r| r as usize >= n) {
-                    return Err(DataFusionError::Internal(format!(
-                        "flow '{}': a row past the end of a batch of {n} rows",
-                        self.flow
-                    )));
-                }
-                self.entries.extend(rows.iter().map(|&r| {
-                    let i = r as usize;
-                    entry(i, (keys[i], seqs[i], origins[i], kinds[i]))
-                }))
-            }
-            None => {
-                let events = keys.iter().zip(&seqs).zip(origins.iter().zip(kinds.iter()));
-                self.entries.extend(
-                    events
-                        .enumerate()
-                        .map(|(i, ((&k, &s), (&o, &kind)))| entry(i, (k, s, o, kind))),
-                )
-            }
+            Some(rows) => self
+                .entries
+                .extend(rows.iter().zip(values).map(|(&r, e)| entry(r as usize, e))),
+            None => self
+                .entries
+                .extend(values.enumerate().map(|(i, e)| entry(i, e))),
         }
         let new_events = self.entries[before..]
             .iter()
@@ -395,6 +400,14 @@ impl EventIndex {
             _ => entries[start..].iter().position(|e| !same_entry_key(e)),
         };
         start + run.unwrap_or(entries.len() - start)
+    }
+}
+
+/// `f` of each of `rows` (every row `0..n` when `None`), in order.
+fn each_position(rows: Option<&[u32]>, n: usize, mut f: impl FnMut(usize)) {
+    match rows {
+        Some(rows) => rows.iter().for_each(|&r| f(r as usize)),
+        None => (0..n).for_each(f),
     }
 }
 
@@ -691,6 +704,75 @@ mod tests {
         let (packed, tuple) = (sorted(true)?, sorted(false)?);
         assert!(tuple.windows(2).all(|w| w[0] <= w[1]));
         assert_eq!(packed, tuple);
+        Ok(())
+    }
+
+    /// Indexing some rows of a batch gives the entries that indexing the
+    /// whole batch gives those rows, whichever way keys and sequences are
+    /// encoded: from their values (no nulls), through the row format
+    /// (nulls), or hashed (strings); rows past the end are refused.
+    #[test]
+    fn some_rows_are_indexed_as_the_whole_batch_indexes_them() -> Result<()> {
+        use arrow::array::{ArrayRef, Int32Array};
+        let ids: [ArrayRef; 4] = [
+            Arc::new(Int32Array::from(vec![4, -1, 7, 2, 9])),
+            Arc::new(Int32Array::from(vec![
+                Some(4),
+                None,
+                Some(7),
+                Some(2),
+                None,
+            ])),
+            Arc::new(StringArray::from(vec!["d", "a", "g", "b", "i"])),
+            Arc::new(StringArray::from(vec![
+                Some("d"),
+                None,
+                Some("g"),
+                None,
+                Some("i"),
+            ])),
+        ];
+        let seqs: [ArrayRef; 2] = [
+            Arc::new(Int64Array::from(vec![5, 3, 8, 1, 2])),
+            Arc::new(Int64Array::from(vec![
+                Some(5),
+                Some(3),
+                None,
+                Some(1),
+                None,
+            ])),
+        ];
+        let rows = [3u32, 1, 4];
+        let fields = |e: &IndexEntry| (e.key, e.seq, e.origin, e.kind, e.batch, e.row);
+        for id in &ids {
+            for seq in &seqs {
+                let schema = event_schema(id.data_type().clone());
+                let batch = RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![
+                        Arc::clone(id),
+                        Arc::clone(seq),
+                        Arc::new(Int8Array::from(vec![0, 1, 0, 1, 0])),
+                        Arc::new(Int64Array::from(vec![0; 5])),
+                        Arc::new(Int8Array::from(vec![0, 0, 1, 1, 0])),
+                    ],
+                )?
+                // a slice: the batch's arrays start past their buffers' start
+                .slice(0, 5);
+                let mut whole = EventIndex::try_new("f", &layout(), &schema)?;
+                whole.push(&batch, 0)?;
+                let expected: Vec<_> = rows
+                    .iter()
+                    .map(|&r| fields(&whole.entries()[r as usize]))
+                    .collect();
+                let mut some = EventIndex::try_new("f", &layout(), &schema)?;
+                // (origin 0 is a stored row: of rows 3, 1, 4 only row 3 is new)
+                assert_eq!(some.push_rows(&batch, 0, Some(&rows))?, 1);
+                let found: Vec<_> = some.entries().iter().map(fields).collect();
+                assert_eq!(found, expected, "{} / {}", id.data_type(), seq.data_type());
+                assert!(some.push_rows(&batch, 1, Some(&[5])).is_err());
+            }
+        }
         Ok(())
     }
 }

@@ -64,51 +64,56 @@ pub fn encoded(rows: &Rows, i: usize) -> u128 {
     u128::from_be_bytes(buf)
 }
 
-/// [`encoded`] of every row of a single `column`, computed from its values
-/// instead of through the row format, appended to `out`: for integers,
-/// dates and timestamps without nulls, whose row format is a valid byte
-/// then the value's big-endian bits (the sign bit flipped). Returns false,
-/// leaving `out` as it was, for any other column.
-pub fn encode_values(column: &dyn Array, out: &mut Vec<u128>) -> bool {
+/// [`encoded`] of the `rows` of a single `column` (every row when `None`;
+/// each below the column's length), computed from its values instead of
+/// through the row format, appended to `out`: for integers, dates and
+/// timestamps without nulls, whose row format is a valid byte then the
+/// value's big-endian bits (the sign bit flipped). Returns false, leaving
+/// `out` as it was, for any other column.
+pub fn encode_values(column: &dyn Array, rows: Option<&[u32]>, out: &mut Vec<u128>) -> bool {
     fn fill<T: ArrowPrimitiveType>(
         column: &dyn Array,
+        rows: Option<&[u32]>,
         out: &mut Vec<u128>,
         bits: impl Fn(T::Native) -> u64,
     ) {
         // valid byte, then the value's bytes right after it
         let width = std::mem::size_of::<T::Native>() as u32;
         let shift = 120 - 8 * width;
-        out.extend(
-            column
-                .as_primitive::<T>()
-                .values()
-                .iter()
-                .map(|&v| (1u128 << 120) | (u128::from(bits(v)) << shift)),
-        );
+        let encode = |v: T::Native| (1u128 << 120) | (u128::from(bits(v)) << shift);
+        let values = column.as_primitive::<T>().values();
+        match rows {
+            None => out.extend(values.iter().map(|&v| encode(v))),
+            Some(rows) => out.extend(rows.iter().map(|&r| encode(values[r as usize]))),
+        }
     }
     if column.null_count() > 0 {
         return false;
     }
     match column.data_type() {
-        DataType::Int8 => fill::<Int8Type>(column, out, |v| u64::from(v as u8 ^ 0x80)),
-        DataType::Int16 => fill::<Int16Type>(column, out, |v| u64::from(v as u16 ^ 0x8000)),
-        DataType::Int32 => fill::<Int32Type>(column, out, |v| u64::from(v as u32 ^ (1 << 31))),
-        DataType::Date32 => fill::<Date32Type>(column, out, |v| u64::from(v as u32 ^ (1 << 31))),
-        DataType::Int64 => fill::<Int64Type>(column, out, |v| v as u64 ^ (1 << 63)),
-        DataType::Date64 => fill::<Date64Type>(column, out, |v| v as u64 ^ (1 << 63)),
+        DataType::Int8 => fill::<Int8Type>(column, rows, out, |v| u64::from(v as u8 ^ 0x80)),
+        DataType::Int16 => fill::<Int16Type>(column, rows, out, |v| u64::from(v as u16 ^ 0x8000)),
+        DataType::Int32 => {
+            fill::<Int32Type>(column, rows, out, |v| u64::from(v as u32 ^ (1 << 31)))
+        }
+        DataType::Date32 => {
+            fill::<Date32Type>(column, rows, out, |v| u64::from(v as u32 ^ (1 << 31)))
+        }
+        DataType::Int64 => fill::<Int64Type>(column, rows, out, |v| v as u64 ^ (1 << 63)),
+        DataType::Date64 => fill::<Date64Type>(column, rows, out, |v| v as u64 ^ (1 << 63)),
         DataType::Timestamp(unit, _) => {
             let flip = |v: i64| v as u64 ^ (1 << 63);
             match unit {
-                TimeUnit::Second => fill::<TimestampSecondType>(column, out, flip),
-                TimeUnit::Millisecond => fill::<TimestampMillisecondType>(column, out, flip),
-                TimeUnit::Microsecond => fill::<TimestampMicrosecondType>(column, out, flip),
-                TimeUnit::Nanosecond => fill::<TimestampNanosecondType>(column, out, flip),
+                TimeUnit::Second => fill::<TimestampSecondType>(column, rows, out, flip),
+                TimeUnit::Millisecond => fill::<TimestampMillisecondType>(column, rows, out, flip),
+                TimeUnit::Microsecond => fill::<TimestampMicrosecondType>(column, rows, out, flip),
+                TimeUnit::Nanosecond => fill::<TimestampNanosecondType>(column, rows, out, flip),
             }
         }
-        DataType::UInt8 => fill::<UInt8Type>(column, out, u64::from),
-        DataType::UInt16 => fill::<UInt16Type>(column, out, u64::from),
-        DataType::UInt32 => fill::<UInt32Type>(column, out, u64::from),
-        DataType::UInt64 => fill::<UInt64Type>(column, out, |v| v),
+        DataType::UInt8 => fill::<UInt8Type>(column, rows, out, u64::from),
+        DataType::UInt16 => fill::<UInt16Type>(column, rows, out, u64::from),
+        DataType::UInt32 => fill::<UInt32Type>(column, rows, out, u64::from),
+        DataType::UInt64 => fill::<UInt64Type>(column, rows, out, |v| v),
         _ => return false,
     }
     true
@@ -173,7 +178,7 @@ mod tests {
             let expected: Vec<u128> = (0..column.len()).map(|i| encoded(&rows, i)).collect();
             let mut values = vec![7];
             assert!(
-                encode_values(column.as_ref(), &mut values),
+                encode_values(column.as_ref(), None, &mut values),
                 "{}",
                 column.data_type()
             );
@@ -183,6 +188,10 @@ mod tests {
                 "{}",
                 column.data_type()
             );
+            // some rows only, in their order
+            let mut some = Vec::new();
+            assert!(encode_values(column.as_ref(), Some(&[2, 0]), &mut some));
+            assert_eq!(some, [expected[2], expected[0]], "{}", column.data_type());
         }
         Ok(())
     }
@@ -193,9 +202,14 @@ mod tests {
         let mut values = Vec::new();
         assert!(!encode_values(
             &Int64Array::from(vec![Some(1), None]),
+            None,
             &mut values
         ));
-        assert!(!encode_values(&Float64Array::from(vec![1.0]), &mut values));
+        assert!(!encode_values(
+            &Float64Array::from(vec![1.0]),
+            Some(&[0]),
+            &mut values
+        ));
         assert!(values.is_empty());
     }
 }
