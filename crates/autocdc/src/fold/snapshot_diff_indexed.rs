@@ -625,7 +625,10 @@ mod tests {
         let mut snapshot = live.clone();
         for key in 0..keys as usize {
             if next() % 2 == 0 {
-                snapshot[next() % types.len()][key] = next() % texts.len();
+                let (column, value) = (next() % types.len(), next() % texts.len());
+                if let Some(v) = snapshot[column].get_mut(key) {
+                    *v = value;
+                }
             }
         }
         let mut batches = Vec::new();
