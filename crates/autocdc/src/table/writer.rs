@@ -34,9 +34,9 @@ use arrow::compute::{
     take_record_batch, SortColumn,
 };
 use arrow::datatypes::{
-    DataType, Date32Type, Date64Type, Int16Type, Int32Type, Int64Type, SchemaRef, TimeUnit,
-    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType, UInt32Type, UInt64Type,
+    DataType, Date32Type, Date64Type, Int16Type, Int32Type, Int64Type, Int8Type, SchemaRef,
+    TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
@@ -286,9 +286,12 @@ fn ascending_range(column: &dyn Array) -> Option<(i128, i128)> {
         return None;
     }
     match column.data_type() {
+        DataType::Int8 => range::<Int8Type>(column),
         DataType::Int16 => range::<Int16Type>(column),
         DataType::Int32 => range::<Int32Type>(column),
         DataType::Int64 => range::<Int64Type>(column),
+        DataType::UInt8 => range::<UInt8Type>(column),
+        DataType::UInt16 => range::<UInt16Type>(column),
         DataType::UInt32 => range::<UInt32Type>(column),
         DataType::UInt64 => range::<UInt64Type>(column),
         DataType::Date32 => range::<Date32Type>(column),
@@ -861,6 +864,37 @@ mod tests {
             .chain(ids.iter().copied().filter(|id| id % 2 == 1))
             .collect();
         assert_eq!(written, expected);
+        Ok(())
+    }
+
+    /// Every integer, date and timestamp type is checked for order (the
+    /// types the fold encodes from their values); nulls, descending values
+    /// and other types are not.
+    #[test]
+    fn ascending_ranges_of_every_checked_type() -> Result<()> {
+        use arrow::array::{ArrayRef, Float64Array, Int8Array, UInt16Array, UInt8Array};
+        use arrow::array::{Date32Array, TimestampMicrosecondArray};
+        let ascending: [(ArrayRef, i128); 5] = [
+            (Arc::new(Int8Array::from(vec![-3, 1, 1, 4])), -3),
+            (Arc::new(UInt8Array::from(vec![0, 1, 1, 4])), 0),
+            (Arc::new(UInt16Array::from(vec![0, 1, 1, 4])), 0),
+            (Arc::new(Date32Array::from(vec![-3, 1, 1, 4])), -3),
+            (
+                Arc::new(TimestampMicrosecondArray::from(vec![-3, 1, 1, 4]).with_timezone("UTC")),
+                -3,
+            ),
+        ];
+        for (column, first) in ascending {
+            assert_eq!(
+                ascending_range(column.as_ref()),
+                Some((first, 4)),
+                "{}",
+                column.data_type()
+            );
+        }
+        assert_eq!(ascending_range(&Int8Array::from(vec![2, 1])), None);
+        assert_eq!(ascending_range(&Int8Array::from(vec![Some(1), None])), None);
+        assert_eq!(ascending_range(&Float64Array::from(vec![1.0, 2.0])), None);
         Ok(())
     }
 
