@@ -426,6 +426,11 @@ impl Router {
             .map(|&k| Arc::clone(batch.column(k)))
             .collect();
         let partitions = positions.len() as u64;
+        // (no division per row where the partitions are a power of two)
+        let partition_of = |hash: u64| match partitions.is_power_of_two() {
+            true => (hash & (partitions - 1)) as usize,
+            false => (hash % partitions) as usize,
+        };
         let expected = n / positions.len() + n / 16;
         for rows in positions.iter_mut() {
             rows.clear();
@@ -437,13 +442,13 @@ impl Router {
                 hashes.resize(n, 0);
                 create_hashes(&keys, &ROUTING, hashes)?;
                 for (row, &hash) in hashes.iter().enumerate() {
-                    positions[(hash % partitions) as usize].push(row as u32);
+                    positions[partition_of(hash)].push(row as u32);
                 }
             }
             Routing::Buckets(buckets) => {
                 let buckets = bucket_array(&keys, n, buckets)?;
                 for (row, &bucket) in buckets.values().iter().enumerate() {
-                    positions[(bucket as u64 % partitions) as usize].push(row as u32);
+                    positions[partition_of(bucket as u64)].push(row as u32);
                 }
             }
         }
