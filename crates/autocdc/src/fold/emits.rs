@@ -1,6 +1,7 @@
 //! Emitting from retained batches: the indexed kernels decide which input
 //! rows to emit in key order, then gather them in input order, a few source
-//! batches at a time, so each gather reads a small window of memory.
+//! batches at a time and each batch's rows in ascending order, so each
+//! gather reads a small window of memory front to back.
 
 use arrow::array::RecordBatch;
 use arrow::compute::interleave_record_batch;
@@ -30,8 +31,8 @@ pub struct EmitQueue {
 }
 
 impl EmitQueue {
-    /// Order `emits` (rows of `batches` retained batches) by batch, a
-    /// counting sort that keeps each batch's rows in the given order.
+    /// Order `emits` (rows of `batches` retained batches) by batch (a
+    /// counting sort), then each batch's by row.
     pub fn new(emits: Vec<Emit>, batches: usize) -> Self {
         let mut offsets = vec![0usize; batches + 1];
         for e in &emits {
@@ -46,6 +47,10 @@ impl EmitQueue {
             let slot = &mut slots[e.batch as usize];
             ordered[*slot] = e;
             *slot += 1;
+        }
+        // (in key order, a batch's rows would be read at random)
+        for b in 0..batches {
+            ordered[offsets[b]..offsets[b + 1]].sort_unstable_by_key(|e| e.row);
         }
         Self {
             emits: ordered,
@@ -120,8 +125,8 @@ mod tests {
             assert_eq!(rows.num_rows(), emits.len());
             seen.push(rows.column(0).as_primitive::<Int32Type>().values().to_vec());
         }
-        // batch 0 (in emit order), batch 1 has nothing, then batch 2
-        assert_eq!(seen, vec![vec![1, 0], vec![20, 20]]);
+        // batch 0 (by row), batch 1 has nothing, then batch 2
+        assert_eq!(seen, vec![vec![0, 1], vec![20, 20]]);
         Ok(())
     }
 }
