@@ -15,10 +15,19 @@
 //! `crate::physical::key_exchange`): [`Retained`] then keeps the rows with
 //! it and counts the share of its bytes those rows are, so that the
 //! partitions together count each batch once.
+//!
+//! Some columns hold one value in every row of most batches: an update's
+//! events all carry its time stamp and their origin. Retained as they come,
+//! they are 9 bytes per event (90 MB at 10 M events) repeating one value;
+//! [`Retained::with_constant_columns`] keeps such a column, while a batch's
+//! rows all have one value, as a slice of one array shared by every batch.
 
-use arrow::array::{Array, RecordBatch, UInt32Array};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, Scalar, UInt32Array};
+use arrow::compute::kernels::cmp::eq;
 use arrow::compute::take_record_batch;
-use datafusion::common::Result;
+use datafusion::common::{Result, ScalarValue};
 
 /// Bytes held beyond those the rows use, in eighths of the used bytes,
 /// above which a retained batch is copied (⅜: 37.5 % slack).
@@ -54,9 +63,70 @@ pub struct Retained {
     /// Each batch's bytes, or its rows' share of them.
     sizes: Vec<usize>,
     bytes: usize,
+    /// Columns often holding one value, each with the array of that value
+    /// its batches share while they do (see the module docs).
+    constants: Vec<(usize, Option<ArrayRef>)>,
 }
 
 impl Retained {
+    /// Keep the columns `columns` of every batch, when all its rows have one
+    /// value, as a slice of one array shared by the batches (see the module
+    /// docs).
+    pub fn with_constant_columns(mut self, columns: &[usize]) -> Self {
+        self.constants = columns.iter().map(|&c| (c, None)).collect();
+        self
+    }
+
+    /// `batch` with each constant column whose rows all have one value
+    /// replaced by a slice of the array shared for it; the bytes those
+    /// slices report (their shared array's), and those of shared arrays
+    /// made anew, in that order.
+    fn share_constants(&mut self, batch: RecordBatch) -> Result<(RecordBatch, usize, usize)> {
+        let n = batch.num_rows();
+        if self.constants.is_empty() || n == 0 {
+            return Ok((batch, 0, 0));
+        }
+        let mut columns = batch.columns().to_vec();
+        let (mut slices, mut made) = (0, 0);
+        for (c, shared) in &mut self.constants {
+            let Some(column) = columns.get(*c) else {
+                continue;
+            };
+            if column.null_count() > 0 || column.data_type().is_nested() {
+                continue;
+            }
+            let first = column.slice(0, 1);
+            if eq(column, &Scalar::new(&first))?.true_count() != n {
+                continue;
+            }
+            let reusable = shared
+                .as_ref()
+                .filter(|s| s.len() >= n && s.slice(0, 1).as_ref() == first.as_ref());
+            let array = match reusable {
+                Some(array) => Arc::clone(array),
+                None => {
+                    let value = ScalarValue::try_from_array(column, 0)?;
+                    // (as long as this batch: batches come at most so long,
+                    // as a rule, and a slice counts its whole array)
+                    let array = value.to_array_of_size(n)?;
+                    if array.data_type() != column.data_type() {
+                        continue;
+                    }
+                    made += array.get_array_memory_size();
+                    *shared = Some(Arc::clone(&array));
+                    array
+                }
+            };
+            let slice = array.slice(0, n);
+            slices += slice.get_array_memory_size();
+            columns[*c] = slice;
+        }
+        if slices == 0 {
+            return Ok((batch, 0, made));
+        }
+        Ok((RecordBatch::try_new(batch.schema(), columns)?, slices, made))
+    }
+
     /// Retain `batch` as the next batch.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         self.push_rows(batch, None).map(|_| ())
@@ -82,7 +152,9 @@ impl Retained {
             }
             _ => (retained(batch)?, None),
         };
-        let whole = batch.get_array_memory_size();
+        let (batch, slices, made) = self.share_constants(batch)?;
+        // (a shared array counts once, when made)
+        let whole = batch.get_array_memory_size().saturating_sub(slices) + made;
         let size = match &rows {
             Some(r) => whole * r.len() / batch.num_rows().max(1) + r.get_array_memory_size(),
             None => whole,
@@ -141,6 +213,74 @@ mod tests {
     use arrow::array::{Int64Builder, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
+
+    /// A constant column of one value in all its rows is kept as a slice of
+    /// one shared array while the value holds and the array is long enough
+    /// (anew otherwise); a column of two values, or with a null, is kept as
+    /// it came. The rows read the same either way, and the bytes held count
+    /// each shared array once.
+    #[test]
+    fn constant_columns_share_one_array() -> Result<()> {
+        use arrow::array::{Int64Array, Int8Array};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, false),
+            Field::new("at", DataType::Int64, true),
+            Field::new("origin", DataType::Int8, false),
+        ]));
+        let batch = |n: i64, at: Vec<Option<i64>>, origin: i8| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(0..n)),
+                    Arc::new(Int64Array::from(at)),
+                    Arc::new(Int8Array::from(vec![origin; n as usize])),
+                ],
+            )
+        };
+        let pushed = vec![
+            batch(1000, vec![Some(7); 1000], 1)?,
+            batch(1000, vec![Some(7); 1000], 1)?,
+            batch(3, vec![Some(7); 3], 1)?,
+            batch(2, vec![Some(7), Some(8)], 1)?,
+            batch(2, vec![Some(7), None], 1)?,
+            batch(3, vec![Some(9); 3], 0)?,
+            batch(4, vec![Some(9); 4], 0)?,
+        ];
+        let mut retained = Retained::default().with_constant_columns(&[1, 2]);
+        for b in &pushed {
+            retained.push(b)?;
+        }
+        assert_eq!(retained.batches(), pushed.as_slice());
+        let ptr =
+            |b: usize, c: usize| retained.batches()[b].column(c).to_data().buffers()[0].as_ptr();
+        // one value: shared while it holds and the array is long enough
+        assert_eq!(ptr(0, 1), ptr(1, 1));
+        assert_eq!(ptr(0, 1), ptr(2, 1));
+        assert_eq!(ptr(0, 2), ptr(3, 2));
+        assert_eq!(ptr(0, 2), ptr(4, 2));
+        // a new value, or a longer batch: anew
+        assert_ne!(ptr(5, 1), ptr(0, 1));
+        assert_ne!(ptr(6, 1), ptr(5, 1));
+        assert_ne!(ptr(6, 2), ptr(5, 2));
+        // two values, or a null: as they came
+        for b in [3, 4] {
+            assert_ne!(ptr(b, 1), ptr(0, 1));
+        }
+        // each shared array counts once
+        let made: usize = [(7_i64, 1_i8, 1000), (9, 0, 3), (9, 0, 4)]
+            .into_iter()
+            .map(|(at, origin, n)| {
+                let at = ScalarValue::Int64(Some(at)).to_array_of_size(n)?;
+                let origin = ScalarValue::Int8(Some(origin)).to_array_of_size(n)?;
+                Ok(at.get_array_memory_size() + origin.get_array_memory_size())
+            })
+            .sum::<Result<usize>>()?;
+        // (small batches were copied to tight buffers: their own sizes)
+        let size = |b: usize, c: usize| retained.batches()[b].column(c).get_array_memory_size();
+        let own = (0..pushed.len()).map(|b| size(b, 0)).sum::<usize>() + size(3, 1) + size(4, 1);
+        assert_eq!(retained.memory_size(), own + made);
+        Ok(())
+    }
 
     #[test]
     fn slack_is_dropped_and_tight_batches_are_kept() -> Result<()> {

@@ -103,6 +103,8 @@ impl IndexedScd1Fold {
         input_schema: &SchemaRef,
         new_wins_ties: bool,
     ) -> Result<Self> {
+        // (an update's events share its time stamp and their origin)
+        let constant_columns = [layout.written_at(), layout.origin()];
         Ok(Self {
             flow: flow.to_string(),
             index: EventIndex::try_new(flow, &layout, input_schema)?,
@@ -110,7 +112,7 @@ impl IndexedScd1Fold {
             layout,
             new_wins_ties,
             visible_only: false,
-            batches: Retained::default(),
+            batches: Retained::default().with_constant_columns(&constant_columns),
             watermark: None,
             watermark_value: None,
             truncated_through: None,

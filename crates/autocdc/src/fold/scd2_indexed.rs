@@ -197,6 +197,8 @@ impl IndexedScd2Fold {
             .chain([layout.kind()])
             .chain(layout.update_list())
             .collect();
+        // (an update's events share its time stamp and their origin)
+        let constant_columns = [layout.written_at(), layout.origin()];
         Ok(Self {
             flow: flow.to_string(),
             index: EventIndex::try_new(flow, &layout, input_schema)?,
@@ -211,7 +213,7 @@ impl IndexedScd2Fold {
             hashes: Vec::new(),
             seq_width,
             seq_marker: 0,
-            batches: Retained::default(),
+            batches: Retained::default().with_constant_columns(&constant_columns),
             versions: Vec::new(),
             counts: FoldCounts::default(),
             next: 0,
