@@ -80,7 +80,8 @@ impl Retained {
     /// `batch` with each constant column whose rows all have one value
     /// replaced by a slice of the array shared for it; the bytes those
     /// slices report (their shared array's), and those of shared arrays
-    /// made anew, in that order.
+    /// made anew, in that order. A column whose values cannot be compared
+    /// or repeated is kept as it came.
     fn share_constants(&mut self, batch: RecordBatch) -> Result<(RecordBatch, usize, usize)> {
         let n = batch.num_rows();
         if self.constants.is_empty() || n == 0 {
@@ -96,8 +97,9 @@ impl Retained {
                 continue;
             }
             let first = column.slice(0, 1);
-            if eq(column, &Scalar::new(&first))?.true_count() != n {
-                continue;
+            match eq(column, &Scalar::new(&first)) {
+                Ok(equal) if equal.true_count() == n => {}
+                _ => continue,
             }
             let reusable = shared
                 .as_ref()
@@ -105,13 +107,14 @@ impl Retained {
             let array = match reusable {
                 Some(array) => Arc::clone(array),
                 None => {
-                    let value = ScalarValue::try_from_array(column, 0)?;
                     // (as long as this batch: batches come at most so long,
                     // as a rule, and a slice counts its whole array)
-                    let array = value.to_array_of_size(n)?;
-                    if array.data_type() != column.data_type() {
-                        continue;
-                    }
+                    let array = ScalarValue::try_from_array(column, 0)
+                        .and_then(|value| value.to_array_of_size(n));
+                    let array = match array {
+                        Ok(array) if array.data_type() == column.data_type() => array,
+                        _ => continue,
+                    };
                     made += array.get_array_memory_size();
                     *shared = Some(Arc::clone(&array));
                     array
@@ -153,13 +156,14 @@ impl Retained {
             _ => (retained(batch)?, None),
         };
         let (batch, slices, made) = self.share_constants(batch)?;
-        // (a shared array counts once, when made)
-        let whole = batch.get_array_memory_size().saturating_sub(slices) + made;
+        // (a shared array counts once, when made, and with no batch: it
+        // stays counted while any batch released later may hold it)
+        let whole = batch.get_array_memory_size().saturating_sub(slices);
         let size = match &rows {
             Some(r) => whole * r.len() / batch.num_rows().max(1) + r.get_array_memory_size(),
             None => whole,
         };
-        self.bytes += size;
+        self.bytes += size + made;
         self.sizes.push(size);
         self.rows.push(rows);
         self.batches.push(batch);
@@ -279,6 +283,11 @@ mod tests {
         let size = |b: usize, c: usize| retained.batches()[b].column(c).get_array_memory_size();
         let own = (0..pushed.len()).map(|b| size(b, 0)).sum::<usize>() + size(3, 1) + size(4, 1);
         assert_eq!(retained.memory_size(), own + made);
+        // releasing the batch that made a shared array keeps it counted
+        // (later batches hold it)
+        let first = size(0, 0);
+        retained.release(0);
+        assert_eq!(retained.memory_size(), own - first + made);
         Ok(())
     }
 
