@@ -144,6 +144,31 @@ impl Emit {
     fn version(&mut self, last: usize, open: usize, close: Option<usize>) {
         self.change(last, open, close, Kind::Upsert as i8);
     }
+
+    /// Reorder the rows (stably) by the files they go to: versions, then
+    /// hidden rows, then change rows. The writer then takes each kind of
+    /// row as a slice of the output batch instead of filtering a copy out
+    /// of it (`crate::table::commit`).
+    fn by_file(&mut self) {
+        let file = |kind: i8| match kind {
+            k if k == Kind::Upsert as i8 => 0_u8,
+            k if k >= CHANGE_INSERT => 2,
+            _ => 1,
+        };
+        if self.kind.windows(2).all(|w| file(w[0]) <= file(w[1])) {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.kind.len()).collect();
+        order.sort_by_key(|&i| file(self.kind[i]));
+        fn permute<T: Copy>(values: &mut Vec<T>, order: &[usize]) {
+            *values = order.iter().map(|&i| values[i]).collect();
+        }
+        permute(&mut self.rows, &order);
+        permute(&mut self.start, &order);
+        permute(&mut self.end, &order);
+        permute(&mut self.kind, &order);
+        permute(&mut self.written, &order);
+    }
 }
 
 /// The stored code of an event of kind `kind` from `origin`: DML-written
@@ -607,8 +632,9 @@ impl Scd2Fold {
         &self,
         batch: &RecordBatch,
         merged: Option<&RecordBatch>,
-        emit: Emit,
+        mut emit: Emit,
     ) -> Result<RecordBatch> {
+        emit.by_file();
         let rows = UInt32Array::from(emit.rows);
         let seq = batch.column(self.layout.seq());
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output_schema.fields().len());

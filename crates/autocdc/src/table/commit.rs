@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use arrow::array::{ArrayRef, AsArray, BooleanArray, Int32Array, RecordBatch, StringArray};
 use arrow::compute::{filter, filter_record_batch};
-use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
+use arrow::datatypes::{Field, Int32Type, Int8Type, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::SendableRecordBatchStream;
@@ -678,10 +678,9 @@ pub async fn write_rows(
                 }
                 continue;
             }
-            let rows = filter_record_batch(&batch, &changes)?;
+            let (rows, row_buckets) = select(&batch, &buckets, &changes)?;
             let rows = change_data_batch(&rows, &change_schema)?;
-            let row_buckets = filter(&buckets, &changes)?;
-            route(&routes, FileRows::Changes, rows, row_buckets.as_primitive()).await?;
+            route(&routes, FileRows::Changes, rows, &row_buckets).await?;
         }
         Ok::<_, DataFusionError>(())
     }
@@ -719,11 +718,28 @@ async fn route_some(
         0 => Ok(()),
         n if n == batch.num_rows() => route(routes, rows, batch.clone(), buckets).await,
         _ => {
-            let part = filter_record_batch(batch, selected)?;
-            let part_buckets = filter(buckets, selected)?;
-            route(routes, rows, part, part_buckets.as_primitive()).await
+            let (part, part_buckets) = select(batch, buckets, selected)?;
+            route(routes, rows, part, &part_buckets).await
         }
     }
+}
+
+/// The rows of `batch` and their `buckets` selected by `selected` (no
+/// nulls): a slice where they are one run of rows (a fold that orders its
+/// output by file, `crate::fold::scd2`), else a filtered copy.
+fn select(
+    batch: &RecordBatch,
+    buckets: &Int32Array,
+    selected: &BooleanArray,
+) -> Result<(RecordBatch, Int32Array)> {
+    let mut runs = selected.values().set_slices();
+    if let (Some((start, end)), None) = (runs.next(), runs.next()) {
+        let len = end - start;
+        return Ok((batch.slice(start, len), buckets.slice(start, len)));
+    }
+    let part = filter_record_batch(batch, selected)?;
+    let part_buckets = filter(buckets, selected)?;
+    Ok((part, part_buckets.as_primitive::<Int32Type>().clone()))
 }
 
 /// Rows for one writer task, with their buckets.
