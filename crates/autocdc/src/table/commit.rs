@@ -817,3 +817,41 @@ async fn write_routed(
     // (their uploads wait for the store together)
     futures::try_join!(visible.finish(), hidden.finish(), changes.finish())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::Int64Type;
+
+    /// Rows selected in one run are a slice of the batch (no copy); others
+    /// are a filtered copy; either way the rows and buckets a filter gives.
+    #[test]
+    fn one_run_of_rows_is_selected_as_a_slice() -> Result<()> {
+        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..6));
+        let batch = RecordBatch::try_from_iter([("v", values)])?;
+        let buckets = Int32Array::from(vec![3, 1, 4, 1, 5, 9]);
+        let base = batch
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .as_ptr();
+        for (selected, first, one_run) in [
+            ([false, true, true, true, false, false], 1, true),
+            ([true; 6], 0, true),
+            ([false, false, false, false, false, true], 5, true),
+            ([true, false, true, false, false, true], 0, false),
+        ] {
+            let selected = BooleanArray::from(selected.to_vec());
+            let (rows, row_buckets) = select(&batch, &buckets, &selected)?;
+            assert_eq!(rows, filter_record_batch(&batch, &selected)?);
+            assert_eq!(
+                &row_buckets,
+                filter(&buckets, &selected)?.as_primitive::<Int32Type>()
+            );
+            let at = rows.column(0).as_primitive::<Int64Type>().values().as_ptr();
+            assert_eq!(at == base.wrapping_add(first), one_run, "{selected:?}");
+        }
+        Ok(())
+    }
+}

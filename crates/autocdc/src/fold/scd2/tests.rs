@@ -364,3 +364,40 @@ fn visible_only_emits_the_versions() {
         assert_eq!(got, (versions, counts), "partial: {partial:?}");
     }
 }
+
+/// An output batch's rows are ordered by the files they go to (versions,
+/// hidden rows, change rows), each kind in the order it was emitted, with
+/// every attribute of a row moved along.
+#[test]
+fn output_rows_are_ordered_by_file() {
+    let mut emit = super::Emit::default();
+    emit.event(0, STORED_UPSERT_EVENT);
+    emit.change(1, 1, None, CHANGE_INSERT);
+    emit.version(2, 2, Some(3));
+    emit.event(3, STORED_DELETE_EVENT);
+    emit.version(4, 4, None);
+    emit.change(5, 6, Some(7), CHANGE_DELETE);
+    emit.by_file();
+    assert_eq!(emit.rows, vec![2, 4, 0, 3, 1, 5]);
+    assert_eq!(
+        emit.kind,
+        vec![
+            VERSION,
+            VERSION,
+            STORED_UPSERT_EVENT,
+            STORED_DELETE_EVENT,
+            CHANGE_INSERT,
+            CHANGE_DELETE
+        ]
+    );
+    assert_eq!(
+        emit.start,
+        vec![Some(2), Some(4), None, None, Some(1), Some(6)]
+    );
+    assert_eq!(emit.end, vec![Some(3), None, None, None, None, Some(7)]);
+    assert_eq!(emit.written, vec![2, 4, 0, 3, 1, 5]);
+    // already in order: unchanged
+    let before = (emit.rows.clone(), emit.kind.clone());
+    emit.by_file();
+    assert_eq!((emit.rows, emit.kind), before);
+}
