@@ -28,6 +28,7 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 const NULL_MARK: u8 = 0xff;
 const SEPARATOR: u8 = 0x1f;
 
+#[inline(always)]
 fn mix(h: &mut u64, bytes: &[u8]) {
     for b in bytes {
         *h ^= u64::from(*b);
@@ -68,13 +69,8 @@ unsafe fn mix_words_avx512(hashes: &mut [u64], values: &[i64]) {
 #[inline(always)]
 fn mix_words_inline(hashes: &mut [u64], values: &[i64]) {
     for (h, v) in hashes.iter_mut().zip(values) {
-        let mut x = *h;
-        for byte in 0..8 {
-            x ^= (*v as u64 >> (8 * byte)) & 0xff;
-            x = x.wrapping_mul(FNV_PRIME);
-        }
-        x ^= u64::from(SEPARATOR);
-        *h = x.wrapping_mul(FNV_PRIME);
+        mix(h, &v.to_le_bytes());
+        mix(h, &[SEPARATOR]);
     }
 }
 
