@@ -2,52 +2,48 @@
 //! order events by `(keys, seq, origin)` through it instead of sorting the
 //! events themselves.
 //!
-//! One 48-byte entry per event holds the sequence as an integer that orders
-//! like its Arrow row-format bytes, the key likewise (fixed-width keys up to
-//! 16 bytes) or as a 64-bit hash (strings, wide composites), the origin and
-//! kind, and the event's place (`batch:row`). With hashed keys the row-format
-//! keys of every batch are kept too, so that keys whose hashes collide are
-//! told apart:
+//! One 32-byte entry per event holds the sequence's value bytes as a `u64`
+//! (its row-format bytes without the null byte: they order alike), the key
+//! likewise (fixed-width keys whose values take at most 8 bytes) or as a
+//! 64-bit hash (strings, wider keys), the origin and kind, the event's place
+//! (`batch:row`) and a 40-bit tag. Keys and sequences hold no nulls (the
+//! folds reject them first; the index refuses them too), so every null byte
+//! left out is the same. With hashed keys the row-format keys of every batch
+//! are kept too, so that keys whose hashes collide are told apart:
 //!
-//! | keys                          | entry key                  | after [`EventIndex::sort`]                          |
-//! |-------------------------------|----------------------------|-----------------------------------------------------|
-//! | fixed-width, ≤ 16 bytes       | row-format bytes as `u128` | ordered by key, then sequence, then origin          |
-//! | any other orderable type      | 64-bit hash                | grouped by key (groups in hash order), each by sequence, then origin |
+//! | keys                              | entry key          | after [`EventIndex::sort`]                          |
+//! |-----------------------------------|--------------------|-----------------------------------------------------|
+//! | fixed-width, values ≤ 8 bytes     | value bytes, `u64` | ordered by key, then sequence, then origin          |
+//! | any other orderable type          | 64-bit hash        | grouped by key (groups in hash order), each by sequence, then origin |
 //!
 //! [`EventIndex::group_end`] then finds each key's events: a run of equal
 //! entry keys, split by the row-format keys only where hashes collided.
 
 use std::hash::BuildHasher;
 
-use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::{Int8Type, Schema};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Origin};
-use super::rows::{
-    encode_values, encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES,
-};
-
-/// Widest row-format key or sequence an entry sorts as 64 bits: a null
-/// byte and 8 bytes of value (see [`EventIndex::sort`]).
-const PACKED_BYTES: usize = 9;
+use super::rows::{encode_values, row_converter, to_rows, ValueBytes};
 
 /// One event in the index: key and sequence as integers that order like
-/// their row-format bytes, then origin (stored first), kind and place, and
-/// a 48-bit tag a fold may set ([`EventIndex::tag_batch`]; in the padding
-/// of the 48-byte entry).
+/// their row-format bytes, its place, a 40-bit tag a fold may set
+/// ([`EventIndex::tag_batch`]), then origin (stored first) and kind; 32
+/// bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct IndexEntry {
-    pub key: u128,
-    pub seq: u128,
-    pub origin: i8,
-    pub kind: i8,
+    pub key: u64,
+    pub seq: u64,
     pub batch: u32,
     pub row: u32,
     tag_low: u32,
-    tag_high: u16,
+    tag_high: u8,
+    pub origin: i8,
+    pub kind: i8,
 }
 
 impl IndexEntry {
@@ -61,10 +57,10 @@ impl IndexEntry {
         u64::from(self.tag_low) | (u64::from(self.tag_high) << 32)
     }
 
-    /// Set the tag to the low 48 bits of `tag`.
+    /// Set the tag to the low 40 bits of `tag`.
     fn set_tag(&mut self, tag: u64) {
         self.tag_low = tag as u32;
-        self.tag_high = (tag >> 32) as u16;
+        self.tag_high = (tag >> 32) as u8;
     }
 }
 
@@ -78,61 +74,56 @@ pub struct EventIndex {
     kind: usize,
     key_converter: RowConverter,
     seq_converter: RowConverter,
+    /// The value bytes of inline keys (`None` when keys are hashed).
+    key_bytes: Option<ValueBytes>,
+    /// The value bytes of sequences.
+    seq_bytes: ValueBytes,
     /// Row-format keys of each indexed batch, when keys are hashed.
     key_rows: Option<Vec<Rows>>,
     /// Mask applied to key hashes (all bits; fewer in tests, to collide).
     key_hash_mask: u64,
     /// Whether two keys shared a hash (set by [`Self::sort`]).
     collided: bool,
-    /// Whether an entry's key and sequence each fit 64 bits (see
-    /// [`sort_packed`]): hashed or inline keys, and sequences, of at most 8
-    /// bytes behind their null byte.
-    packable: bool,
-    /// What the entries pushed so far share (see [`Shared`]).
-    shared: Shared,
+    /// The origin of every entry pushed so far, while they share one
+    /// (tracked as batches arrive, where their values are in the cache, so
+    /// that a sort needs no pass of its own to learn it).
+    one_origin: Option<i8>,
     entries: Vec<IndexEntry>,
     /// Each pushed batch's entry keys and sequences, before they become
     /// entries (buffers reused from batch to batch).
-    key_values: Vec<u128>,
-    seq_values: Vec<u128>,
+    key_values: Vec<u64>,
+    seq_values: Vec<u64>,
 }
 
 impl EventIndex {
     /// Whether events of `input_schema` can be indexed: a fixed-width
-    /// sequence of at most 16 bytes in row format, keys of any orderable type.
+    /// sequence whose value takes at most 8 bytes, keys of any orderable
+    /// type.
     pub fn supports(layout: &EventLayout, input_schema: &Schema) -> bool {
-        let seq = encoded_width([input_schema.field(layout.seq()).data_type()]);
         let keys: Vec<SortField> = layout
             .key_indices
             .iter()
             .map(|&i| SortField::new(input_schema.field(i).data_type().clone()))
             .collect();
-        seq.is_some_and(|w| w <= MAX_ENCODED_BYTES) && RowConverter::supports_fields(&keys)
-    }
-
-    /// Whether the keys fit an entry as they are (otherwise they are hashed).
-    fn inline_keys(layout: &EventLayout, input_schema: &Schema) -> bool {
-        encoded_width(
-            layout
-                .key_indices
-                .iter()
-                .map(|&i| input_schema.field(i).data_type()),
-        )
-        .is_some_and(|w| w <= MAX_ENCODED_BYTES)
+        ValueBytes::new([input_schema.field(layout.seq()).data_type()]).is_some()
+            && RowConverter::supports_fields(&keys)
     }
 
     /// An empty index of events of `input_schema` laid out as `layout`.
     pub fn try_new(flow: &str, layout: &EventLayout, input_schema: &Schema) -> Result<Self> {
-        if !Self::supports(layout, input_schema) {
-            return Err(DataFusionError::Internal(format!(
-                "flow '{flow}': keys or sequence too wide for an indexed fold"
-            )));
-        }
-        let hashed = !Self::inline_keys(layout, input_schema);
-        let fits_64_bits = |columns: &[usize]| {
-            encoded_width(columns.iter().map(|&i| input_schema.field(i).data_type()))
-                .is_some_and(|w| w <= PACKED_BYTES)
-        };
+        let seq_bytes = ValueBytes::new([input_schema.field(layout.seq()).data_type()])
+            .filter(|_| Self::supports(layout, input_schema))
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "flow '{flow}': keys or sequence too wide for an indexed fold"
+                ))
+            })?;
+        let key_bytes = ValueBytes::new(
+            layout
+                .key_indices
+                .iter()
+                .map(|&i| input_schema.field(i).data_type()),
+        );
         Ok(Self {
             flow: flow.to_string(),
             key_indices: layout.key_indices.clone(),
@@ -141,12 +132,12 @@ impl EventIndex {
             kind: layout.kind(),
             key_converter: row_converter(input_schema, &layout.key_indices)?,
             seq_converter: row_converter(input_schema, &[layout.seq()])?,
-            key_rows: hashed.then(Vec::new),
-            packable: (hashed || fits_64_bits(&layout.key_indices))
-                && fits_64_bits(&[layout.seq()]),
+            key_rows: key_bytes.is_none().then(Vec::new),
+            key_bytes,
+            seq_bytes,
             key_hash_mask: u64::MAX,
             collided: false,
-            shared: Shared::default(),
+            one_origin: None,
             entries: Vec::new(),
             key_values: Vec::new(),
             seq_values: Vec::new(),
@@ -165,9 +156,30 @@ impl EventIndex {
         self.key_rows.is_some()
     }
 
-    /// The sequence converter (row format of the sequence column).
-    pub fn seq_converter(&self) -> &RowConverter {
-        &self.seq_converter
+    /// `sequences` (of the sequence column's type, no nulls) as entries
+    /// hold them: to compare with [`IndexEntry::seq`].
+    pub fn sequence_values(&self, sequences: &ArrayRef) -> Result<Vec<u64>> {
+        self.refuse_nulls(sequences.as_ref(), "sequence")?;
+        let mut out = Vec::with_capacity(sequences.len());
+        if !encode_values(sequences.as_ref(), None, &mut out) {
+            let rows = self
+                .seq_converter
+                .convert_columns(std::slice::from_ref(sequences))?;
+            out.extend(rows.iter().map(|row| self.seq_bytes.bits(row.as_ref())));
+        }
+        Ok(out)
+    }
+
+    /// An error if `column` holds a null (a key or sequence: the folds
+    /// reject them before they reach the index, which leaves null bytes out).
+    fn refuse_nulls(&self, column: &dyn Array, what: &str) -> Result<()> {
+        if column.null_count() > 0 {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}': a null {what} reached the event index",
+                self.flow
+            )));
+        }
+        Ok(())
     }
 
     /// Index the rows of `batch`, the `b`-th batch retained; returns how
@@ -202,14 +214,22 @@ impl EventIndex {
                 )));
             }
         }
+        self.refuse_nulls(batch.column(self.seq).as_ref(), "sequence")?;
+        for &k in &self.key_indices {
+            self.refuse_nulls(batch.column(k).as_ref(), "key")?;
+        }
         // the keys and sequences of the rows indexed (of `rows` alone: a
         // partition sharing batches with others encodes only its own)
+        let count = rows.map_or(n, <[u32]>::len);
         let mut seqs = std::mem::take(&mut self.seq_values);
         seqs.clear();
         if !encode_values(batch.column(self.seq).as_ref(), rows, &mut seqs) {
             let encoded_rows = to_rows(&self.seq_converter, batch, &[self.seq])?;
-            seqs.reserve(rows.map_or(n, <[u32]>::len));
-            each_position(rows, n, |i| seqs.push(encoded(&encoded_rows, i)));
+            let seq_bytes = &self.seq_bytes;
+            seqs.reserve(count);
+            each_position(rows, n, |i| {
+                seqs.push(seq_bytes.bits(encoded_rows.row(i).as_ref()))
+            });
         }
         let mut keys = std::mem::take(&mut self.key_values);
         keys.clear();
@@ -218,22 +238,22 @@ impl EventIndex {
             let encoded_rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
             let hasher = datafusion::common::hash_utils::RandomState::default();
             let mask = self.key_hash_mask;
-            keys.reserve(rows.map_or(n, <[u32]>::len));
+            keys.reserve(count);
             each_position(rows, n, |i| {
-                keys.push(u128::from(
-                    hasher.hash_one(encoded_rows.row(i).as_ref()) & mask,
-                ))
+                keys.push(hasher.hash_one(encoded_rows.row(i).as_ref()) & mask)
             });
             key_rows.push(encoded_rows);
-        } else {
+        } else if let Some(key_bytes) = &self.key_bytes {
             let from_values = match self.key_indices[..] {
                 [key] => encode_values(batch.column(key).as_ref(), rows, &mut keys),
                 _ => false,
             };
             if !from_values {
                 let encoded_rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
-                keys.reserve(rows.map_or(n, <[u32]>::len));
-                each_position(rows, n, |i| keys.push(encoded(&encoded_rows, i)));
+                keys.reserve(count);
+                each_position(rows, n, |i| {
+                    keys.push(key_bytes.bits(encoded_rows.row(i).as_ref()))
+                });
             }
         }
         let origins = batch
@@ -243,18 +263,27 @@ impl EventIndex {
         let kinds = batch.column(self.kind).as_primitive::<Int8Type>().values();
         self.entries.reserve(keys.len());
         // what every row of the batch shares, its rows share
-        self.shared
-            .observe(self.entries.is_empty(), &keys, &seqs, origins);
+        if let Some(&first) = origins.first() {
+            if self.entries.is_empty() {
+                self.one_origin = Some(first);
+            }
+            if self
+                .one_origin
+                .is_some_and(|o| origins.iter().any(|&other| other != o))
+            {
+                self.one_origin = None;
+            }
+        }
         let before = self.entries.len();
-        let entry = |i: usize, (&key, &seq): (&u128, &u128)| IndexEntry {
+        let entry = |i: usize, (&key, &seq): (&u64, &u64)| IndexEntry {
             key,
             seq,
-            origin: origins[i],
-            kind: kinds[i],
             batch: b,
             row: i as u32,
             tag_low: 0,
             tag_high: 0,
+            origin: origins[i],
+            kind: kinds[i],
         };
         let values = keys.iter().zip(&seqs);
         match rows {
@@ -274,7 +303,7 @@ impl EventIndex {
     }
 
     /// Tag the entries of the last batch pushed with `tags`, one per row
-    /// (48 bits of each kept). Before [`Self::sort`] only.
+    /// (40 bits of each kept). Before [`Self::sort`] only.
     pub fn tag_batch(&mut self, tags: &[u64]) {
         let first = self.entries.len().saturating_sub(tags.len());
         for (e, &tag) in self.entries[first..].iter_mut().zip(tags) {
@@ -290,9 +319,9 @@ impl EventIndex {
     pub fn push_ordered(&mut self, batch: &RecordBatch, b: usize) -> Result<(RecordBatch, usize)> {
         let first = self.entries.len();
         let new_events = self.push(batch, b)?;
-        let packing = self.packing();
+        let one_origin = self.one_origin.is_some();
         let entries = &mut self.entries[first..];
-        order_entries(entries, packing);
+        order_entries(entries, one_origin);
         let order = UInt32Array::from_iter_values(entries.iter().map(|e| e.row));
         for (row, e) in entries.iter_mut().enumerate() {
             e.row = row as u32;
@@ -314,7 +343,7 @@ impl EventIndex {
     /// Bytes held: the entries and, with hashed keys, the row-format keys.
     pub fn memory_size(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<IndexEntry>()
-            + (self.key_values.capacity() + self.seq_values.capacity()) * 16
+            + (self.key_values.capacity() + self.seq_values.capacity()) * 8
             + self
                 .key_rows
                 .as_ref()
@@ -336,15 +365,6 @@ impl EventIndex {
         self.entries = Vec::new();
     }
 
-    /// How entries sort packed (see [`sort_packed`]), if they can: whether
-    /// keys are hashed, and whether every entry has the same origin.
-    fn packing(&self) -> Option<Packing> {
-        (self.packable && self.shared.null_bytes.is_some()).then(|| Packing {
-            hashed: self.key_rows.is_some(),
-            one_origin: self.shared.origin.is_some(),
-        })
-    }
-
     /// The row-format key of an entry (hashed keys only).
     fn key_of<'a>(key_rows: &'a [Rows], e: &IndexEntry) -> Row<'a> {
         key_rows[e.batch as usize].row(e.row as usize)
@@ -356,8 +376,7 @@ impl EventIndex {
     pub fn sort(&mut self) {
         // (a stable sort, merging the runs of `push_ordered`, was slower and
         // needs half the entries again: benches/README.md, "tried")
-        let packing = self.packing();
-        order_entries(&mut self.entries, packing);
+        order_entries(&mut self.entries, self.one_origin.is_some());
         let Some(key_rows) = &self.key_rows else {
             return;
         };
@@ -411,82 +430,12 @@ fn each_position(rows: Option<&[u32]>, n: usize, mut f: impl FnMut(usize)) {
     }
 }
 
-/// What every entry pushed so far shares, while it does: the null bytes of
-/// its key and sequence (hashed keys have none: 0), and its origin. Tracked
-/// as batches arrive, where their values are in the cache, so that a sort
-/// needs no pass of its own to learn it.
-#[derive(Debug, Clone, Copy, Default)]
-struct Shared {
-    /// The key's and the sequence's first byte, if the same in every entry.
-    null_bytes: Option<(u8, u8)>,
-    /// The origin, if the same in every entry.
-    origin: Option<i8>,
-}
-
-impl Shared {
-    /// Account for one batch's entry keys, sequences and origins; `first`:
-    /// no entry came before them.
-    fn observe(&mut self, first: bool, keys: &[u128], seqs: &[u128], origins: &[i8]) {
-        let null_byte = |v: &u128| (v >> 120) as u8;
-        let (Some(key), Some(seq), Some(&origin)) = (keys.first(), seqs.first(), origins.first())
-        else {
-            return;
-        };
-        if first {
-            *self = Self {
-                null_bytes: Some((null_byte(key), null_byte(seq))),
-                origin: Some(origin),
-            };
-        }
-        if let Some((key, seq)) = self.null_bytes {
-            if !(keys.iter().all(|k| null_byte(k) == key)
-                && seqs.iter().all(|s| null_byte(s) == seq))
-            {
-                self.null_bytes = None;
-            }
-        }
-        if self
-            .origin
-            .is_some_and(|o| origins.iter().any(|&other| other != o))
-        {
-            self.origin = None;
-        }
-    }
-}
-
-/// How a packed sort applies (see [`EventIndex::packing`]).
-#[derive(Debug, Clone, Copy)]
-struct Packing {
-    hashed: bool,
-    one_origin: bool,
-}
-
-/// Order `entries` by `(key, seq, origin)`: packed where `packing` allows,
-/// else by the tuple.
-fn order_entries(entries: &mut [IndexEntry], packing: Option<Packing>) {
-    match packing {
-        Some(Packing { hashed, one_origin }) => sort_packed(entries, hashed, one_origin),
-        None => entries.sort_unstable_by_key(|e| (e.key, e.seq, e.origin)),
-    }
-}
-
-/// Order `entries` by `(key, seq, origin)` as [`EventIndex::sort`] does,
-/// sorting one `u128` per entry instead of a `(u128, u128, i8)`: key and
-/// sequence packed, 64 bits each (hashed keys are their low 64 bits, inline
-/// keys and sequences the 8 bytes after their null byte), then, unless
-/// every entry has the same origin, the rare runs of equal key and sequence
-/// by origin. Applies where they fit (`EventIndex::packable`) and every
-/// inline key and every sequence starts with the same null byte
-/// ([`Shared`]), so that the bytes left out are equal.
-fn sort_packed(entries: &mut [IndexEntry], hashed: bool, one_origin: bool) {
-    let key = |e: &IndexEntry| {
-        if hashed {
-            e.key as u64
-        } else {
-            (e.key >> 56) as u64
-        }
-    };
-    let packed = |e: &IndexEntry| (u128::from(key(e)) << 64) | u128::from((e.seq >> 56) as u64);
+/// Order `entries` by `(key, seq, origin)`, sorting one `u128` per entry
+/// (key and sequence, 64 bits each) and then, unless every entry has the
+/// same origin (`one_origin`), the rare runs of equal key and sequence by
+/// origin.
+fn order_entries(entries: &mut [IndexEntry], one_origin: bool) {
+    let packed = |e: &IndexEntry| (u128::from(e.key) << 64) | u128::from(e.seq);
     entries.sort_unstable_by_key(packed);
     if one_origin {
         return;
@@ -514,22 +463,22 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn entries_stay_48_bytes_and_tags_keep_48_bits() {
-        assert_eq!(std::mem::size_of::<IndexEntry>(), 48);
+    fn entries_stay_32_bytes_and_tags_keep_40_bits() {
+        assert_eq!(std::mem::size_of::<IndexEntry>(), 32);
         let mut e = IndexEntry {
             key: 0,
             seq: 0,
-            origin: 0,
-            kind: 0,
             batch: 0,
             row: 0,
             tag_low: 0,
             tag_high: 0,
+            origin: 0,
+            kind: 0,
         };
         e.set_tag(u64::MAX);
-        assert_eq!(e.tag(), (1 << 48) - 1);
-        e.set_tag(0x1234_5678_9abc);
-        assert_eq!(e.tag(), 0x1234_5678_9abc);
+        assert_eq!(e.tag(), (1 << 40) - 1);
+        e.set_tag(0x12_3456_789a);
+        assert_eq!(e.tag(), 0x12_3456_789a);
     }
 
     fn layout() -> EventLayout {
@@ -656,12 +605,13 @@ mod tests {
         Ok(())
     }
 
-    /// The packed sort orders entries exactly as the tuple sort does:
-    /// integer keys of both signs, equal sequences of stored and new
-    /// events, negative sequences.
+    /// The sorted index lists the events in the order of their values
+    /// `(key, seq, origin)`, sorted here as plain integers: keys of both
+    /// signs as one column or two (their value bytes joined), equal
+    /// sequences of stored and new events, negative sequences.
     #[test]
-    fn the_packed_sort_orders_like_the_tuple_sort() -> Result<()> {
-        let schema = event_schema(DataType::Int32);
+    fn the_index_orders_events_by_key_sequence_and_origin() -> Result<()> {
+        use arrow::array::{ArrayRef, Int16Array, Int32Array};
         let mut state = 7u64;
         let mut next = move |m: u64| {
             state = state
@@ -669,84 +619,82 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (state >> 33) % m
         };
-        let batches: Vec<RecordBatch> = (0..4)
-            .map(|_| {
+        for composite in [false, true] {
+            let mut fields = vec![
+                Field::new("id", DataType::Int32, true),
+                Field::new("__cdc_seq", DataType::Int64, true),
+                Field::new("__cdc_kind", DataType::Int8, false),
+                Field::new("__cdc_written_at", DataType::Int64, true),
+                Field::new("__cdc_origin", DataType::Int8, false),
+            ];
+            let mut layout = layout();
+            if composite {
+                fields.insert(1, Field::new("part", DataType::Int16, true));
+                layout.target_columns.push("part".into());
+                layout.key_indices.push(1);
+            }
+            let schema = Arc::new(Schema::new(fields));
+            let mut model = Vec::new();
+            let mut index = EventIndex::try_new("f", &layout, &schema)?;
+            assert!(!index.hashes_keys());
+            for b in 0..4 {
                 let n = 300;
                 let ids: Vec<i32> = (0..n).map(|_| next(40) as i32 - 20).collect();
+                let parts: Vec<i16> = (0..n).map(|_| next(3) as i16 - 1).collect();
                 let seqs: Vec<i64> = (0..n).map(|_| next(30) as i64 - 15).collect();
                 let origins: Vec<i8> = (0..n).map(|_| next(2) as i8).collect();
-                RecordBatch::try_new(
-                    Arc::clone(&schema),
-                    vec![
-                        Arc::new(arrow::array::Int32Array::from(ids)),
-                        Arc::new(Int64Array::from(seqs)),
-                        Arc::new(Int8Array::from(vec![0; n])),
-                        Arc::new(Int64Array::from(vec![0; n])),
-                        Arc::new(Int8Array::from(origins)),
-                    ],
-                )
-            })
-            .collect::<std::result::Result<_, _>>()?;
-        let sorted = |packable: bool| -> Result<Vec<(u128, u128, i8)>> {
-            let mut index = EventIndex::try_new("f", &layout(), &schema)?;
-            assert!(index.packable && !index.hashes_keys());
-            index.packable = packable;
-            for (b, batch) in batches.iter().enumerate() {
-                index.push(batch, b)?;
+                for r in 0..n {
+                    let part = if composite { parts[r] } else { 0 };
+                    model.push((ids[r], part, seqs[r], origins[r]));
+                }
+                let mut columns: Vec<ArrayRef> = vec![
+                    Arc::new(Int32Array::from(ids)),
+                    Arc::new(Int64Array::from(seqs)),
+                    Arc::new(Int8Array::from(vec![0; n])),
+                    Arc::new(Int64Array::from(vec![0; n])),
+                    Arc::new(Int8Array::from(origins)),
+                ];
+                if composite {
+                    columns.insert(1, Arc::new(Int16Array::from(parts)));
+                }
+                index.push(&RecordBatch::try_new(Arc::clone(&schema), columns)?, b)?;
             }
             index.sort();
-            Ok(index
+            let found: Vec<_> = index
                 .entries()
                 .iter()
-                .map(|e| (e.key, e.seq, e.origin))
-                .collect())
-        };
-        let (packed, tuple) = (sorted(true)?, sorted(false)?);
-        assert!(tuple.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(packed, tuple);
+                .map(|e| model[e.batch as usize * 300 + e.row as usize])
+                .collect();
+            model.sort();
+            assert_eq!(found, model, "composite: {composite}");
+        }
         Ok(())
     }
 
     /// Indexing some rows of a batch gives the entries that indexing the
     /// whole batch gives those rows, whichever way keys and sequences are
-    /// encoded: from their values (no nulls), through the row format
-    /// (nulls), or hashed (strings); rows past the end are refused.
+    /// encoded: from their values (integers), through the row format
+    /// (floats), or hashed (strings); rows past the end, and null keys and
+    /// sequences, are refused.
     #[test]
     fn some_rows_are_indexed_as_the_whole_batch_indexes_them() -> Result<()> {
-        use arrow::array::{ArrayRef, Int32Array};
-        let ids: [ArrayRef; 4] = [
+        use arrow::array::{ArrayRef, Float32Array, Float64Array, Int32Array};
+        let ids: [ArrayRef; 3] = [
             Arc::new(Int32Array::from(vec![4, -1, 7, 2, 9])),
-            Arc::new(Int32Array::from(vec![
-                Some(4),
-                None,
-                Some(7),
-                Some(2),
-                None,
-            ])),
+            Arc::new(Float32Array::from(vec![4.5, -1.0, 7.0, 2.25, 9.0])),
             Arc::new(StringArray::from(vec!["d", "a", "g", "b", "i"])),
-            Arc::new(StringArray::from(vec![
-                Some("d"),
-                None,
-                Some("g"),
-                None,
-                Some("i"),
-            ])),
         ];
         let seqs: [ArrayRef; 2] = [
             Arc::new(Int64Array::from(vec![5, 3, 8, 1, 2])),
-            Arc::new(Int64Array::from(vec![
-                Some(5),
-                Some(3),
-                None,
-                Some(1),
-                None,
-            ])),
+            Arc::new(Float64Array::from(vec![5.0, -3.5, 8.0, 1.0, 2.0])),
         ];
         let rows = [3u32, 1, 4];
         let fields = |e: &IndexEntry| (e.key, e.seq, e.origin, e.kind, e.batch, e.row);
         for id in &ids {
             for seq in &seqs {
-                let schema = event_schema(id.data_type().clone());
+                let mut columns = event_schema(id.data_type().clone()).fields().to_vec();
+                columns[1] = Arc::new(Field::new("__cdc_seq", seq.data_type().clone(), true));
+                let schema = Arc::new(Schema::new(columns));
                 let batch = RecordBatch::try_new(
                     Arc::clone(&schema),
                     vec![
@@ -769,6 +717,23 @@ mod tests {
                 let found: Vec<_> = some.entries().iter().map(fields).collect();
                 assert_eq!(found, expected, "{} / {}", id.data_type(), seq.data_type());
                 assert!(some.push_rows(&batch, 1, Some(&[5])).is_err());
+                // a null key or sequence, even in a row not indexed
+                for column in [0, 1] {
+                    let mut with_null = batch.columns().to_vec();
+                    let valid =
+                        arrow::buffer::NullBuffer::from(vec![true, true, true, true, false]);
+                    with_null[column] = arrow::array::make_array(
+                        with_null[column]
+                            .to_data()
+                            .into_builder()
+                            .nulls(Some(valid))
+                            .build()?,
+                    );
+                    let with_null = RecordBatch::try_new(Arc::clone(&schema), with_null)?;
+                    let before = some.len();
+                    assert!(some.push_rows(&with_null, 1, Some(&rows[..1])).is_err());
+                    assert_eq!(some.len(), before);
+                }
             }
         }
         Ok(())

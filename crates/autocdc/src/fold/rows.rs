@@ -64,23 +64,65 @@ pub fn encoded(rows: &Rows, i: usize) -> u128 {
     u128::from_be_bytes(buf)
 }
 
-/// [`encoded`] of the `rows` of a single `column` (every row when `None`;
-/// each below the column's length), computed from its values instead of
-/// through the row format, appended to `out`: for integers, dates and
-/// timestamps without nulls, whose row format is a valid byte then the
-/// value's big-endian bits (the sign bit flipped). Returns false, leaving
-/// `out` as it was, for any other column.
-pub fn encode_values(column: &dyn Array, rows: Option<&[u32]>, out: &mut Vec<u128>) -> bool {
+/// The first byte of a valid (non-null) value in the row format, whatever
+/// its type: what [`ValueBytes`] leaves out and a decoder puts back.
+pub const VALID_BYTE: u8 = 1;
+
+/// Widest value, null bytes left out, that an index entry holds as it is
+/// (a `u64`; see [`ValueBytes`]).
+pub const MAX_VALUE_BYTES: usize = 8;
+
+/// The value bytes of a fixed-width row-format encoding of several columns
+/// without nulls: each column's bytes after its null byte, concatenated and
+/// left-aligned in a big-endian `u64`. Every valid value's null byte is
+/// [`VALID_BYTE`], so leaving them out keeps the order of the rows.
+#[derive(Debug, Clone)]
+pub struct ValueBytes {
+    /// Offsets in a row of the bytes kept, in order (at most 8).
+    kept: Vec<usize>,
+}
+
+impl ValueBytes {
+    /// The value bytes of `types` in row format, if every type is
+    /// fixed-width and their values take at most [`MAX_VALUE_BYTES`].
+    pub fn new<'a>(types: impl IntoIterator<Item = &'a DataType>) -> Option<Self> {
+        let mut kept = Vec::new();
+        let mut offset = 0;
+        for t in types {
+            let width = encoded_width([t])?;
+            kept.extend(offset + 1..offset + width);
+            offset += width;
+        }
+        (kept.len() <= MAX_VALUE_BYTES).then_some(Self { kept })
+    }
+
+    /// The value bytes of `row`, a row-format row of the types given to
+    /// [`Self::new`].
+    pub fn bits(&self, row: &[u8]) -> u64 {
+        let mut buf = [0u8; MAX_VALUE_BYTES];
+        for (b, &at) in buf.iter_mut().zip(&self.kept) {
+            *b = row[at];
+        }
+        u64::from_be_bytes(buf)
+    }
+}
+
+/// [`ValueBytes::bits`] of the `rows` of a single `column` (every row when
+/// `None`; each below the column's length), computed from its values
+/// instead of through the row format, appended to `out`: for integers,
+/// dates and timestamps without nulls, whose row format is a valid byte
+/// then the value's big-endian bits (the sign bit flipped). Returns false,
+/// leaving `out` as it was, for any other column.
+pub fn encode_values(column: &dyn Array, rows: Option<&[u32]>, out: &mut Vec<u64>) -> bool {
     fn fill<T: ArrowPrimitiveType>(
         column: &dyn Array,
         rows: Option<&[u32]>,
-        out: &mut Vec<u128>,
+        out: &mut Vec<u64>,
         bits: impl Fn(T::Native) -> u64,
     ) {
-        // valid byte, then the value's bytes right after it
-        let width = std::mem::size_of::<T::Native>() as u32;
-        let shift = 120 - 8 * width;
-        let encode = |v: T::Native| (1u128 << 120) | (u128::from(bits(v)) << shift);
+        // the value's bytes, left-aligned
+        let shift = 64 - 8 * std::mem::size_of::<T::Native>() as u32;
+        let encode = |v: T::Native| bits(v) << shift;
         let values = column.as_primitive::<T>().values();
         match rows {
             None => out.extend(values.iter().map(|&v| encode(v))),
@@ -175,7 +217,11 @@ mod tests {
             let schema = Schema::new(vec![Field::new("c", column.data_type().clone(), true)]);
             let batch = RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::clone(&column)])?;
             let rows = to_rows(&row_converter(&schema, &[0])?, &batch, &[0])?;
-            let expected: Vec<u128> = (0..column.len()).map(|i| encoded(&rows, i)).collect();
+            let value_bytes = ValueBytes::new([column.data_type()]).unwrap();
+            assert!((0..column.len()).all(|i| rows.row(i).as_ref()[0] == VALID_BYTE));
+            let expected: Vec<u64> = (0..column.len())
+                .map(|i| value_bytes.bits(rows.row(i).as_ref()))
+                .collect();
             let mut values = vec![7];
             assert!(
                 encode_values(column.as_ref(), None, &mut values),
@@ -211,5 +257,62 @@ mod tests {
             &mut values
         ));
         assert!(values.is_empty());
+    }
+
+    /// Several columns' value bytes order rows as their row format does
+    /// (null bytes left out), and values wider than 8 bytes do not fit.
+    #[test]
+    fn value_bytes_of_several_columns_order_like_their_rows() -> Result<()> {
+        use arrow::array::BooleanArray;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int16Array::from(vec![-3, -3, 0, 0, 7, 7, 7, -3])),
+            Arc::new(Int32Array::from(vec![
+                5,
+                -9,
+                5,
+                5,
+                i32::MIN,
+                i32::MAX,
+                0,
+                5,
+            ])),
+            Arc::new(BooleanArray::from(vec![
+                true, false, false, true, true, false, true, false,
+            ])),
+        ];
+        let fields: Vec<Field> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+            .collect();
+        let schema = Schema::new(fields);
+        let batch = RecordBatch::try_new(Arc::new(schema.clone()), columns)?;
+        let rows = to_rows(&row_converter(&schema, &[0, 1, 2])?, &batch, &[0, 1, 2])?;
+        let types: Vec<DataType> = schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        let value_bytes = ValueBytes::new(&types).unwrap();
+        assert_eq!(value_bytes.kept.len(), 7);
+        for i in 0..rows.num_rows() {
+            for j in 0..rows.num_rows() {
+                let (a, b) = (rows.row(i), rows.row(j));
+                let (a, b) = (a.as_ref(), b.as_ref());
+                assert_eq!(
+                    value_bytes.bits(a).cmp(&value_bytes.bits(b)),
+                    a.cmp(b),
+                    "rows {i} and {j}"
+                );
+            }
+        }
+        assert_eq!(
+            ValueBytes::new(&[DataType::Int64]).map(|v| v.kept.len()),
+            Some(8)
+        );
+        assert!(ValueBytes::new(&[DataType::Int64, DataType::Int8]).is_none());
+        assert!(ValueBytes::new(&[DataType::Decimal128(20, 2)]).is_none());
+        assert!(ValueBytes::new(&[DataType::Utf8]).is_none());
+        Ok(())
     }
 }

@@ -4,9 +4,9 @@
 //! Sorting every column of every event by `(keys, seq, origin)` was most of
 //! an SCD 1 update's cost (DataFusion's sort moves whole rows, twice: into
 //! sorted runs and through the merge). When the sequence is fixed-width
-//! ([`IndexedScd1Fold::supports`]: integers, dates, timestamps, ... up to 16
-//! bytes in Arrow's row format), this kernel keeps the event batches where
-//! they are and sorts a compact [`EventIndex`] instead (one 48-byte entry per
+//! ([`IndexedScd1Fold::supports`]: integers, dates, timestamps, ... whose
+//! values take at most 8 bytes), this kernel keeps the event batches where
+//! they are and sorts a compact [`EventIndex`] instead (one 32-byte entry per
 //! event: the sequence and the key, or its hash, as order-preserving
 //! integers), then folds the index with the rules of the sorted fold and
 //! gathers only the rows it emits:
@@ -14,8 +14,8 @@
 //! ```text
 //!  push(batch)                 finish                   next_output
 //!  ┌─────────────┐  row format ┌──────────────────────┐ ┌──────────────────────┐
-//!  │ k1 seq 3 new│ ──────────► │ (key, seq, origin,   │ │ per key group: winner│
-//!  │ k2 seq 9 del│  as u128    │  kind, batch:row)    │►│ dups, conflicts, late│
+//!  │ k1 seq 3 new│ ──────────► │ (key, seq, batch:row,│ │ per key group: winner│
+//!  │ k2 seq 9 del│  as u64     │  origin, kind)       │►│ dups, conflicts, late│
 //!  │ k1 seq 7 new│             │ sort_unstable        │ │ → interleave winners │
 //!  └─────────────┘             └──────────────────────┘ │   + change feed rows │
 //!   retained (tight:                                    └──────────────────────┘
@@ -43,7 +43,6 @@ use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error}
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
 use super::retained::Retained;
-use super::rows::encoded;
 use super::FoldCounts;
 
 /// Indexed SCD 1 fold of one partition (see the module docs).
@@ -56,10 +55,10 @@ pub struct IndexedScd1Fold {
     visible_only: bool,
     batches: Retained,
     index: EventIndex,
-    watermark: Option<u128>,
+    watermark: Option<u64>,
     watermark_value: Option<ArrayRef>,
     /// The greatest TRUNCATE of this update (see `Scd1Fold`).
-    truncated_through: Option<u128>,
+    truncated_through: Option<u64>,
     counts: FoldCounts,
     /// Rows to emit, once finished.
     emits: Option<EmitQueue>,
@@ -82,7 +81,7 @@ impl std::fmt::Debug for IndexedScd1Fold {
 
 impl IndexedScd1Fold {
     /// Whether events of `input_schema` can be folded by this kernel: a
-    /// fixed-width sequence of at most 16 bytes in row format (keys of any
+    /// fixed-width sequence whose value takes at most 8 bytes (keys of any
     /// orderable type; see [`EventIndex`]).
     pub fn supports(layout: &EventLayout, input_schema: &arrow::datatypes::Schema) -> bool {
         EventIndex::supports(layout, input_schema)
@@ -146,12 +145,12 @@ impl IndexedScd1Fold {
 
     fn raise_watermark(&mut self, sequences: &ArrayRef, truncating: bool) -> Result<()> {
         check_truncate_sequences(&self.flow, sequences.as_ref())?;
-        let rows = self
+        for (i, seq) in self
             .index
-            .seq_converter()
-            .convert_columns(std::slice::from_ref(sequences))?;
-        for i in 0..rows.num_rows() {
-            let seq = encoded(&rows, i);
+            .sequence_values(sequences)?
+            .into_iter()
+            .enumerate()
+        {
             if self.watermark.is_none_or(|w| seq > w) {
                 self.watermark = Some(seq);
                 self.watermark_value = Some(sequences.slice(i, 1));

@@ -51,13 +51,9 @@ use super::errors::{check_event_nulls, conflict_error};
 use super::event_index::{EventIndex, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
 use super::retained::Retained;
-use super::rows::{encoded_width, row_converter};
+use super::rows::{encoded_width, row_converter, VALID_BYTE};
 use super::scd2::{scd2_output_schema, truncate_not_allowed};
 use super::{FoldCounts, IndexSortedFold, Scd2Fold};
-
-/// Widest row-format sequence this kernel keeps: a null byte and 8 bytes of
-/// value, so that a sequence fits a `u64` ([`seq_bits`]).
-const MAX_SEQ_BYTES: usize = 9;
 
 /// What an event is to the versions, once the index is walked.
 const NOT_A_VERSION: u8 = 0;
@@ -65,12 +61,6 @@ const NOT_A_VERSION: u8 = 0;
 const CLOSED_VERSION: u8 = 1;
 /// The latest event of the key's open version.
 const OPEN_VERSION: u8 = 2;
-
-/// The value bytes of an index entry's sequence (its row-format bytes after
-/// the null byte; at most 8, see [`MAX_SEQ_BYTES`]), as a big-endian `u64`.
-fn seq_bits(e: &IndexEntry) -> u64 {
-    (e.seq >> 56) as u64
-}
 
 /// Indexed SCD 2 fold of one partition of a query (see the module docs).
 pub struct IndexedScd2Fold {
@@ -88,10 +78,8 @@ pub struct IndexedScd2Fold {
     /// Tracked hashes of the batch being indexed (reused).
     hashes: Vec<u64>,
     seq_converter: RowConverter,
-    /// Row-format width of the sequence, and the byte that starts every
-    /// (non-NULL) sequence's encoding.
+    /// Row-format width of the sequence.
     seq_width: usize,
-    seq_marker: u8,
     batches: Retained,
     /// The versions found, by retained batch (sized with it).
     versions: Vec<BatchVersions>,
@@ -109,7 +97,8 @@ pub struct IndexedScd2Fold {
 struct BatchVersions {
     /// [`NOT_A_VERSION`], [`CLOSED_VERSION`] or [`OPEN_VERSION`] ...
     version: Vec<u8>,
-    /// ... and for a version, its start and end sequences ([`seq_bits`]).
+    /// ... and for a version, its start and end sequences (as
+    /// [`IndexEntry::seq`] holds them).
     start: Vec<u64>,
     end: Vec<u64>,
 }
@@ -137,11 +126,11 @@ fn record(
     close: Option<&IndexEntry>,
 ) {
     let (at, row) = (&mut versions[last.batch as usize], last.row as usize);
-    at.start[row] = seq_bits(open);
+    at.start[row] = open.seq;
     match close {
         Some(close) => {
             at.version[row] = CLOSED_VERSION;
-            at.end[row] = seq_bits(close);
+            at.end[row] = close.seq;
         }
         None => at.version[row] = OPEN_VERSION,
     }
@@ -170,11 +159,10 @@ impl std::fmt::Debug for IndexedScd2Fold {
 
 impl IndexedScd2Fold {
     /// Whether events of `input_schema` can be folded by this kernel: what
-    /// an [`EventIndex`] takes, with a sequence of at most 8 bytes.
+    /// an [`EventIndex`] takes (a sequence whose value takes at most 8
+    /// bytes, kept as a `u64`).
     pub fn supports(layout: &EventLayout, input_schema: &Schema) -> bool {
         EventIndex::supports(layout, input_schema)
-            && encoded_width([input_schema.field(layout.seq()).data_type()])
-                .is_some_and(|w| w <= MAX_SEQ_BYTES)
     }
 
     /// Create a fold of events of `input_schema` (new events only: a query
@@ -212,7 +200,6 @@ impl IndexedScd2Fold {
             tracked_hash_mask: u64::MAX,
             hashes: Vec::new(),
             seq_width,
-            seq_marker: 0,
             batches: Retained::default().with_constant_columns(&constant_columns),
             versions: Vec::new(),
             counts: FoldCounts::default(),
@@ -310,9 +297,6 @@ impl IndexedScd2Fold {
     pub fn finish(&mut self) -> Result<()> {
         self.index.sort();
         let mut checks = Checks::default();
-        if let Some(e) = self.index.entries().first() {
-            self.seq_marker = (e.seq >> 120) as u8;
-        }
         let mut start = 0;
         while start < self.index.len() {
             let end = self.index.group_end(start);
@@ -426,7 +410,7 @@ impl IndexedScd2Fold {
         )?)
     }
 
-    /// Sequences kept as [`seq_bits`], back as an array of the sequence's
+    /// Sequences kept as [`IndexEntry::seq`] holds them, back as an array of the sequence's
     /// type with `nulls`: integers of 8 and 4 bytes (and the types stored
     /// as them: timestamps, dates, times, durations) directly, others
     /// through their row format.
@@ -454,7 +438,7 @@ impl IndexedScd2Fold {
         let w = self.seq_width;
         let mut bytes = Vec::with_capacity(bits.len() * w);
         for b in &bits {
-            bytes.push(self.seq_marker);
+            bytes.push(VALID_BYTE);
             bytes.extend_from_slice(&b.to_be_bytes()[..w - 1]);
         }
         let parser = self.seq_converter.parser();
