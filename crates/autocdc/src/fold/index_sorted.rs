@@ -6,12 +6,12 @@
 //! moving every column of every event twice (into sorted runs, then through
 //! the merge) and comparing row-format keys. This driver orders each batch
 //! as it arrives by its own compact index entries (one `take`), sorts the
-//! entries of all batches, and gathers the events in that order a batch at a
-//! time — each batch ending with a whole key group, so the kernel carries
-//! nothing over — into the unchanged sorted kernel:
+//! entries of all batches, and gathers the events in that order many
+//! thousand at a time — each gather ending with a whole key group, so the
+//! kernel carries nothing over — into the unchanged sorted kernel:
 //!
 //! ```text
-//!  push(batch)                                  finish         next_output (≈ batch_size entries)
+//!  push(batch)                                  finish         next_output (≥ GATHER_ENTRIES entries)
 //!  index (key, seq, origin) ─► take in that order ─► sort index ─► interleave rows ─► kernel.push
 //! ```
 //!
@@ -44,8 +44,18 @@ pub struct IndexSortedFold {
     next: usize,
     /// Places of the rows gathered next (reused).
     places: Vec<(usize, usize)>,
+    /// What the kernel returned last and is not handed out yet.
+    output: Option<RecordBatch>,
+    /// Fewest entries gathered at once ([`GATHER_ENTRIES`]; fewer in tests).
+    gather_entries: usize,
     finished: bool,
 }
+
+/// Fewest index entries gathered at once. Every gather visits every
+/// retained batch (`interleave` checks and lists each column of each source,
+/// and a window in key order reads from nearly all of them): in windows of
+/// one output batch that was ~6 % of a 10 M-event SCD 2 load.
+const GATHER_ENTRIES: usize = 65_536;
 
 impl IndexSortedFold {
     /// Feed `kernel` (its watermarks already observed) the events of
@@ -64,8 +74,17 @@ impl IndexSortedFold {
             retained_bytes: 0,
             next: 0,
             places: Vec::new(),
+            output: None,
+            gather_entries: GATHER_ENTRIES,
             finished: false,
         })
+    }
+
+    /// Gather at least `entries` entries at a time (tests: many gathers).
+    #[cfg(test)]
+    fn with_gather_entries(mut self, entries: usize) -> Self {
+        self.gather_entries = entries;
+        self
     }
 
     /// Retain and index one batch of events (any order).
@@ -89,38 +108,53 @@ impl IndexSortedFold {
         self.index.sort();
     }
 
-    /// The kernel's next non-empty output, feeding it about `batch_size`
-    /// events at a time in index order, each batch ending with a whole key
-    /// group; `None` once every event was folded.
+    /// The kernel's next non-empty output (at most `batch_size` rows),
+    /// feeding it at least [`GATHER_ENTRIES`] events at a time in index
+    /// order, each gather ending with a whole key group; `None` once every
+    /// event was folded.
     pub fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         let batch_size = batch_size.max(1);
-        while self.next < self.index.len() {
-            let last = (self.next + batch_size).min(self.index.len()) - 1;
-            let end = self.index.group_end(last);
-            self.places.clear();
-            self.places.extend(
-                self.index.entries()[self.next..end]
-                    .iter()
-                    .map(|e| (e.batch as usize, e.row as usize)),
-            );
-            self.next = end;
-            let sources: Vec<&RecordBatch> = self.batches.iter().collect();
-            let sorted = interleave_record_batch(&sources, &self.places)?;
-            if let Some(out) = self.kernel.push(&sorted)? {
-                if out.num_rows() > 0 {
-                    return Ok(Some(out));
-                }
+        loop {
+            if let Some(out) = self.next_slice(batch_size) {
+                return Ok(Some(out));
             }
+            if self.next < self.index.len() {
+                let window = batch_size.max(self.gather_entries);
+                let last = (self.next + window).min(self.index.len()) - 1;
+                let end = self.index.group_end(last);
+                self.places.clear();
+                self.places.extend(
+                    self.index.entries()[self.next..end]
+                        .iter()
+                        .map(|e| (e.batch as usize, e.row as usize)),
+                );
+                self.next = end;
+                let sources: Vec<&RecordBatch> = self.batches.iter().collect();
+                let sorted = interleave_record_batch(&sources, &self.places)?;
+                self.output = self.kernel.push(&sorted)?;
+                continue;
+            }
+            if self.finished {
+                return Ok(None);
+            }
+            self.finished = true;
+            // every event is in the kernel: free them before its last output
+            self.index.clear();
+            self.batches = Vec::new();
+            self.retained_bytes = 0;
+            self.output = self.kernel.finish_all()?;
         }
-        if self.finished {
-            return Ok(None);
+    }
+
+    /// The next at most `batch_size` rows of the kernel's last output.
+    fn next_slice(&mut self, batch_size: usize) -> Option<RecordBatch> {
+        let out = self.output.take()?;
+        if out.num_rows() <= batch_size {
+            return (out.num_rows() > 0).then_some(out);
         }
-        self.finished = true;
-        // every event is in the kernel: free them before its last output
-        self.index.clear();
-        self.batches = Vec::new();
-        self.retained_bytes = 0;
-        Ok(self.kernel.finish_all()?.filter(|b| b.num_rows() > 0))
+        let rest = out.slice(batch_size, out.num_rows() - batch_size);
+        self.output = Some(rest);
+        Some(out.slice(0, batch_size))
     }
 
     /// The retained event batches (each in its own index order), to sort
@@ -199,7 +233,8 @@ mod tests {
             for seed in 0..8 {
                 let events = events(seed);
                 let (expected, expected_counts) = fold(&spec, &events, None, 1000)?;
-                for (split, batch_size) in [(7, 3), (50, 8192), (1, 1)] {
+                let runs = [(7, 3, GATHER_ENTRIES), (7, 3, 1), (50, 8192, 5), (1, 1, 1)];
+                for (split, batch_size, gather) in runs {
                     let batches = unsorted(&spec, &events, split);
                     let schema = batches[0].schema();
                     let mut fold = IndexSortedFold::try_new(
@@ -207,19 +242,21 @@ mod tests {
                         &spec.layout,
                         &schema,
                         spec.kernel(&schema)?,
-                    )?;
+                    )?
+                    .with_gather_entries(gather);
                     for batch in &batches {
                         fold.push(batch)?;
                     }
                     fold.finish();
                     let mut out = Vec::new();
                     while let Some(batch) = fold.next_output(batch_size)? {
+                        assert!(batch.num_rows() > 0 && batch.num_rows() <= batch_size);
                         out.push(batch);
                     }
                     assert_eq!(
                         rows_by_kind(&out),
                         rows_by_kind(&expected),
-                        "{stored_as} seed {seed} split {split}"
+                        "{stored_as} seed {seed} split {split} gather {gather}"
                     );
                     assert_eq!(fold.counts(), expected_counts);
                     assert!(fold.next_output(batch_size)?.is_none());
