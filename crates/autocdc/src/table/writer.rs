@@ -973,6 +973,73 @@ mod tests {
 
     /// Rows are grouped by (group, bucket), stably, and the runs of each
     /// bucket found.
+    /// Rows in key order whose buckets interleave (an index-sorted fold's
+    /// output): each file gets exactly its bucket's rows, whole and in key
+    /// order, across row groups and copies of held slices.
+    #[tokio::test]
+    async fn interleaved_buckets_in_key_order_keep_their_order() -> Result<()> {
+        use deltalake_core::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use object_store::memory::InMemory;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, false),
+            Field::new("id", DataType::Int64, false),
+        ]));
+        let n: i64 = 300_000;
+        let mut data =
+            BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible)
+                .with_key_filters(&[1]);
+        let ids: Vec<i64> = (0..n).collect();
+        for chunk in ids.chunks(700) {
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|id| id * 2))),
+                    Arc::new(Int64Array::from(chunk.to_vec())),
+                ],
+            )?;
+            let buckets = Int32Array::from_iter_values(chunk.iter().map(|id| (id % 3) as i32));
+            data.write(&batch, &buckets).await?;
+        }
+        let adds = data.finish().await?;
+        assert_eq!(adds.len(), 3);
+        for add in adds {
+            let bucket: i64 = add.partition_values[BUCKET_COL]
+                .as_deref()
+                .and_then(|b| b.parse().ok())
+                .expect("bucket");
+            let bytes = store
+                .get(&Path::from(add.path.as_str()))
+                .await?
+                .bytes()
+                .await?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
+            assert!(builder.metadata().num_row_groups() > 1);
+            let mut rows = Vec::new();
+            for batch in builder.build()? {
+                let batch = batch?;
+                let v = batch
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec();
+                let id = batch
+                    .column(1)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec();
+                rows.extend(v.into_iter().zip(id));
+            }
+            let expected: Vec<(i64, i64)> = (0..n)
+                .filter(|id| id % 3 == bucket)
+                .map(|id| (id * 2, id))
+                .collect();
+            assert_eq!(rows, expected, "bucket {bucket}");
+        }
+        Ok(())
+    }
+
     #[test]
     fn rows_are_grouped_by_bucket() -> Result<()> {
         let batch = RecordBatch::try_new(
