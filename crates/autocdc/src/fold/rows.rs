@@ -49,7 +49,8 @@ pub fn to_rows(converter: &RowConverter, batch: &RecordBatch, columns: &[usize])
     Ok(converter.convert_columns(&arrays)?)
 }
 
-/// Widest row-format encoding that fits an index entry (a `u128`).
+/// Widest row-format encoding [`encoded`] holds (a `u128`: the indexed
+/// snapshot diff's keys).
 pub const MAX_ENCODED_BYTES: usize = 16;
 
 /// Row `i` of `rows` (at most 16 bytes) as a big-endian integer: integers

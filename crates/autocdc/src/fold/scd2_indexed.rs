@@ -7,7 +7,7 @@
 //! Fed through an [`IndexSortedFold`], the sorted kernel had every event
 //! ordered, gathered and row-encoded to learn which upserts open a version.
 //! This kernel indexes each event as it arrives ([`EventIndex`]) with a
-//! 48-bit hash of its tracked columns (the entry's tag), walks the sorted
+//! 40-bit hash of its tracked columns (the entry's tag), walks the sorted
 //! index key by key with the rules of the sorted fold, comparing tracked
 //! values by hash, and records each version at its latest event (the row
 //! whose values it shows) with its start and end sequences. Versions are then emitted a retained
