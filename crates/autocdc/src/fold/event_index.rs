@@ -23,7 +23,7 @@ use std::hash::BuildHasher;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{Int8Type, Schema};
+use arrow::datatypes::{DataType, Int8Type, Schema};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
@@ -76,8 +76,9 @@ pub struct EventIndex {
     seq_converter: RowConverter,
     /// The value bytes of inline keys (`None` when keys are hashed).
     key_bytes: Option<ValueBytes>,
-    /// The value bytes of sequences.
+    /// The value bytes of sequences, and their type.
     seq_bytes: ValueBytes,
+    seq_type: DataType,
     /// Row-format keys of each indexed batch, when keys are hashed.
     key_rows: Option<Vec<Rows>>,
     /// Mask applied to key hashes (all bits; fewer in tests, to collide).
@@ -135,6 +136,7 @@ impl EventIndex {
             key_rows: key_bytes.is_none().then(Vec::new),
             key_bytes,
             seq_bytes,
+            seq_type: input_schema.field(layout.seq()).data_type().clone(),
             key_hash_mask: u64::MAX,
             collided: false,
             one_origin: None,
@@ -159,6 +161,14 @@ impl EventIndex {
     /// `sequences` (of the sequence column's type, no nulls) as entries
     /// hold them: to compare with [`IndexEntry::seq`].
     pub fn sequence_values(&self, sequences: &ArrayRef) -> Result<Vec<u64>> {
+        if sequences.data_type() != &self.seq_type {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}': sequences of type {} compared with a sequence of type {}",
+                self.flow,
+                sequences.data_type(),
+                self.seq_type
+            )));
+        }
         self.refuse_nulls(sequences.as_ref(), "sequence")?;
         let mut out = Vec::with_capacity(sequences.len());
         if !encode_values(sequences.as_ref(), None, &mut out) {
@@ -736,6 +746,29 @@ mod tests {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Sequences compared with the entries' (a truncate watermark) are
+    /// encoded as the entries hold them; another type, or a null, is
+    /// refused.
+    #[test]
+    fn sequence_values_compare_like_the_entries() -> Result<()> {
+        use arrow::array::{ArrayRef, Int32Array};
+        let b0 = batch(&[("a", -7), ("b", 0), ("c", 40)]);
+        let mut index = EventIndex::try_new("f", &layout(), &b0.schema())?;
+        index.push(&b0, 0)?;
+        let seqs: Vec<u64> = index.entries().iter().map(|e| e.seq).collect();
+        let same: ArrayRef = Arc::new(Int64Array::from(vec![-7, 0, 40]));
+        assert_eq!(index.sequence_values(&same)?, seqs);
+        let between: ArrayRef = Arc::new(Int64Array::from(vec![-1, 39]));
+        let between = index.sequence_values(&between)?;
+        assert!(seqs[0] < between[0] && between[0] < seqs[1]);
+        assert!(seqs[1] < between[1] && between[1] < seqs[2]);
+        let other: ArrayRef = Arc::new(Int32Array::from(vec![0]));
+        assert!(index.sequence_values(&other).is_err());
+        let null: ArrayRef = Arc::new(Int64Array::from(vec![Some(1), None]));
+        assert!(index.sequence_values(&null).is_err());
         Ok(())
     }
 }
