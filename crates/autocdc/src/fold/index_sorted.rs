@@ -25,13 +25,32 @@
 //! and in sequence order, but keys follow their hashes, not their values;
 //! no kernel depends on the order between keys.
 
-use arrow::array::RecordBatch;
+use std::sync::Arc;
+
+use arrow::array::{Int32Array, RecordBatch};
 use arrow::compute::interleave_record_batch;
 use arrow::datatypes::SchemaRef;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 
-use super::event_index::EventIndex;
+use super::event_index::{EventIndex, IndexEntry};
 use super::{EventLayout, FoldCounts, FoldKernel};
+
+/// The group of each row of a batch of events (a target's key bucket:
+/// every event of a key in one group), below a known count.
+pub type GroupOf = Arc<dyn Fn(&RecordBatch) -> Result<Int32Array> + Send + Sync>;
+
+/// Events gathered grouped ([`IndexSortedFold::with_groups`]).
+#[derive(Clone)]
+struct Grouping {
+    group_of: GroupOf,
+    groups: usize,
+}
+
+impl std::fmt::Debug for Grouping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Grouping({} groups)", self.groups)
+    }
+}
 
 /// A sorted kernel and the index that feeds it (see the module docs).
 #[derive(Debug)]
@@ -48,6 +67,9 @@ pub struct IndexSortedFold {
     output: Option<RecordBatch>,
     /// Fewest entries gathered at once ([`GATHER_ENTRIES`]; fewer in tests).
     gather_entries: usize,
+    /// How each gather's events are grouped, if they are (each entry's
+    /// group is its tag).
+    grouping: Option<Grouping>,
     finished: bool,
 }
 
@@ -76,8 +98,18 @@ impl IndexSortedFold {
             places: Vec::new(),
             output: None,
             gather_entries: GATHER_ENTRIES,
+            grouping: None,
             finished: false,
         })
+    }
+
+    /// Gather events grouped by `group_of` (values `0..groups`), each group
+    /// still in index order: with a target's key buckets, each output batch
+    /// reaches the writer grouped by bucket and each bucket's rows in key
+    /// order, so the writer neither groups nor sorts them.
+    pub fn with_groups(mut self, groups: usize, group_of: GroupOf) -> Self {
+        self.grouping = Some(Grouping { group_of, groups });
+        self
     }
 
     /// Gather at least `entries` entries at a time (tests: many gathers).
@@ -93,6 +125,23 @@ impl IndexSortedFold {
             return Ok(());
         }
         let (ordered, _) = self.index.push_ordered(batch, self.batches.len())?;
+        if let Some(grouping) = &self.grouping {
+            // (the batch's entries are its rows, in order: tag them)
+            let groups = (grouping.group_of)(&ordered)?;
+            let mut tags = Vec::with_capacity(groups.len());
+            for &g in groups.values() {
+                match usize::try_from(g) {
+                    Ok(g) if g < grouping.groups => tags.push(g as u64),
+                    _ => {
+                        return Err(DataFusionError::Internal(format!(
+                            "group {g} of an event, of {} groups",
+                            grouping.groups
+                        )))
+                    }
+                }
+            }
+            self.index.tag_batch(&tags);
+        }
         self.retained_bytes += ordered.get_array_memory_size();
         self.batches.push(ordered);
         Ok(())
@@ -122,12 +171,14 @@ impl IndexSortedFold {
                 let window = batch_size.max(self.gather_entries);
                 let last = (self.next + window).min(self.index.len()) - 1;
                 let end = self.index.group_end(last);
+                let window = &self.index.entries()[self.next..end];
                 self.places.clear();
-                self.places.extend(
-                    self.index.entries()[self.next..end]
-                        .iter()
-                        .map(|e| (e.batch as usize, e.row as usize)),
-                );
+                match &self.grouping {
+                    Some(grouping) => group_places(window, grouping.groups, &mut self.places),
+                    None => self
+                        .places
+                        .extend(window.iter().map(|e| (e.batch as usize, e.row as usize))),
+                }
                 self.next = end;
                 let sources: Vec<&RecordBatch> = self.batches.iter().collect();
                 let sorted = interleave_record_batch(&sources, &self.places)?;
@@ -176,6 +227,25 @@ impl IndexSortedFold {
     /// Schema of the kernel's output.
     pub fn output_schema(&self) -> &SchemaRef {
         self.kernel.output_schema()
+    }
+}
+
+/// The places of `entries` (tagged with their group, below `groups`),
+/// grouped by group, each group in the entries' order: a stable counting
+/// sort, into `places`.
+fn group_places(entries: &[IndexEntry], groups: usize, places: &mut Vec<(usize, usize)>) {
+    let mut starts = vec![0usize; groups + 1];
+    for e in entries {
+        starts[e.tag() as usize + 1] += 1;
+    }
+    for g in 1..=groups {
+        starts[g] += starts[g - 1];
+    }
+    places.resize(entries.len(), (0, 0));
+    for e in entries {
+        let at = &mut starts[e.tag() as usize];
+        places[*at] = (e.batch as usize, e.row as usize);
+        *at += 1;
     }
 }
 
@@ -234,7 +304,9 @@ mod tests {
                 let events = events(seed);
                 let (expected, expected_counts) = fold(&spec, &events, None, 1000)?;
                 let runs = [(7, 3, GATHER_ENTRIES), (7, 3, 1), (50, 8192, 5), (1, 1, 1)];
-                for (split, batch_size, gather) in runs {
+                for ((split, batch_size, gather), grouped) in
+                    runs.into_iter().flat_map(|run| [(run, false), (run, true)])
+                {
                     let batches = unsorted(&spec, &events, split);
                     let schema = batches[0].schema();
                     let mut fold = IndexSortedFold::try_new(
@@ -244,6 +316,9 @@ mod tests {
                         spec.kernel(&schema)?,
                     )?
                     .with_gather_entries(gather);
+                    if grouped {
+                        fold = fold.with_groups(3, by_id_mod_3());
+                    }
                     for batch in &batches {
                         fold.push(batch)?;
                     }
@@ -256,13 +331,60 @@ mod tests {
                     assert_eq!(
                         rows_by_kind(&out),
                         rows_by_kind(&expected),
-                        "{stored_as} seed {seed} split {split} gather {gather}"
+                        "{stored_as} seed {seed} split {split} gather {gather} grouped {grouped}"
                     );
                     assert_eq!(fold.counts(), expected_counts);
                     assert!(fold.next_output(batch_size)?.is_none());
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Groups `id % 3` of the events' key column.
+    fn by_id_mod_3() -> GroupOf {
+        Arc::new(|batch: &RecordBatch| {
+            use arrow::array::AsArray;
+            let ids = batch
+                .column(0)
+                .as_primitive::<arrow::datatypes::Int64Type>();
+            Ok(Int32Array::from_iter_values(
+                ids.values().iter().map(|id| id.rem_euclid(3) as i32),
+            ))
+        })
+    }
+
+    /// Grouped gathers take each group's events in index order (a stable
+    /// counting sort), and an event of a group past the count is refused.
+    #[test]
+    fn grouped_gathers_keep_index_order_within_each_group() -> Result<()> {
+        let spec = spec(ScdType::Type2, vec![1], None);
+        let events = events(3);
+        let batches = unsorted(&spec, &events, 10);
+        let schema = batches[0].schema();
+        let mut fold = IndexSortedFold::try_new("f", &spec.layout, &schema, spec.kernel(&schema)?)?
+            .with_groups(3, by_id_mod_3());
+        for batch in &batches {
+            fold.push(batch)?;
+        }
+        fold.finish();
+        let entries = fold.index.entries();
+        let mut places = Vec::new();
+        group_places(entries, 3, &mut places);
+        let expected: Vec<(usize, usize)> = (0..3)
+            .flat_map(|g| {
+                entries
+                    .iter()
+                    .filter(move |e| e.tag() == g)
+                    .map(|e| (e.batch as usize, e.row as usize))
+            })
+            .collect();
+        assert_eq!(places, expected);
+        assert!(entries.iter().any(|e| e.tag() == 2));
+        let mut refused =
+            IndexSortedFold::try_new("f", &spec.layout, &schema, spec.kernel(&schema)?)?
+                .with_groups(2, by_id_mod_3());
+        assert!(batches.iter().try_for_each(|b| refused.push(b)).is_err());
         Ok(())
     }
 }

@@ -66,11 +66,13 @@ use super::adaptive::{
 };
 use super::key_exchange::{KeyExchange, KeyRows, KeyRowsStream, Routing};
 use crate::fold::columns::{Origin, KIND_COL, SEQ_COL};
+use crate::fold::index_sorted::GroupOf;
 use crate::fold::late::LateEvents;
 use crate::fold::{
     FoldCounts, FoldEngine, FoldKernel, FoldSpec, IndexSortedFold, IndexedScd1Fold,
     IndexedScd2Fold, Kind, ScdType,
 };
+use crate::table::bucket::bucket_array;
 
 /// Folds sorted change events into the new stored state of an SCD 1 target.
 #[derive(Debug)]
@@ -674,6 +676,17 @@ impl ExecutionPlan for AutoCdcExec {
         };
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let schema = Arc::clone(&self.schema);
+        // an index-sorted fold routed by bucket gathers its events grouped
+        // by bucket, as its target's writer takes them
+        let bucket_groups = self.bucket_routing().map(|buckets| {
+            let keys = self.spec.layout.key_indices.clone();
+            let group_of: GroupOf = Arc::new(move |batch: &RecordBatch| {
+                let columns: Vec<ArrayRef> =
+                    keys.iter().map(|&k| Arc::clone(batch.column(k))).collect();
+                bucket_array(&columns, batch.num_rows(), buckets)
+            });
+            (buckets.max(0) as usize, group_of)
+        });
         let state = async move {
             let task = Arc::clone(&context);
             let collected = cell
@@ -740,14 +753,16 @@ impl ExecutionPlan for AutoCdcExec {
                 }
                 FoldEngine::IndexSorted => {
                     let schema = input.schema();
-                    Some(InMemoryFold::IndexSorted(Box::new(
-                        IndexSortedFold::try_new(
-                            &fold_spec.flow,
-                            &fold_spec.layout,
-                            &schema,
-                            sorted_kernel.clone()(&schema)?,
-                        )?,
-                    )))
+                    let mut fold = IndexSortedFold::try_new(
+                        &fold_spec.flow,
+                        &fold_spec.layout,
+                        &schema,
+                        sorted_kernel.clone()(&schema)?,
+                    )?;
+                    if let Some((buckets, group_of)) = bucket_groups {
+                        fold = fold.with_groups(buckets, group_of);
+                    }
+                    Some(InMemoryFold::IndexSorted(Box::new(fold)))
                 }
                 FoldEngine::Sorted => None,
             };

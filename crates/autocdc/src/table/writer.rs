@@ -763,6 +763,41 @@ mod tests {
         Ok(())
     }
 
+    /// Batches of `(v, id)` rows, `v = 2 × id`, of `chunk` of `ids` each,
+    /// with each row's bucket `bucket(id)`.
+    fn id_batches(
+        schema: &SchemaRef,
+        ids: &[i64],
+        chunk: usize,
+        bucket: impl Fn(i64) -> i32,
+    ) -> Result<Vec<(RecordBatch, Int32Array)>> {
+        ids.chunks(chunk)
+            .map(|chunk| {
+                let batch = RecordBatch::try_new(
+                    Arc::clone(schema),
+                    vec![
+                        Arc::new(Int64Array::from_iter_values(chunk.iter().map(|id| id * 2))),
+                        Arc::new(Int64Array::from(chunk.to_vec())),
+                    ],
+                )?;
+                let buckets = Int32Array::from_iter_values(chunk.iter().map(|&id| bucket(id)));
+                Ok((batch, buckets))
+            })
+            .collect()
+    }
+
+    /// The `(v, id)` rows of `batches` written from [`id_batches`].
+    fn v_id_rows(batches: &[RecordBatch]) -> Vec<(i64, i64)> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let v = b.column(0).as_primitive::<Int64Type>().values().to_vec();
+                let id = b.column(1).as_primitive::<Int64Type>().values().to_vec();
+                v.into_iter().zip(id)
+            })
+            .collect()
+    }
+
     /// Data files hold every row once, each row group sorted by key, in
     /// pages of at most `PAGE_ROWS` rows; change files keep the rows' order.
     #[tokio::test]
@@ -787,15 +822,7 @@ mod tests {
         let mut changes =
             BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Changes);
         // (parts of 500 rows: slices held are copied together every 32)
-        for chunk in ids.chunks(1_000) {
-            let batch = RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|id| id * 2))),
-                    Arc::new(Int64Array::from(chunk.to_vec())),
-                ],
-            )?;
-            let buckets = Int32Array::from_iter_values(chunk.iter().map(|id| (id % 2) as i32));
+        for (batch, buckets) in id_batches(&schema, &ids, 1_000, |id| (id % 2) as i32)? {
             data.write(&batch, &buckets).await?;
             changes.write(&batch, &buckets).await?;
         }
@@ -821,11 +848,7 @@ mod tests {
         let mut seen = Vec::new();
         for add in data.finish().await? {
             let (metadata, batches) = read(add).await?;
-            let mut rows = batches.iter().flat_map(|b| {
-                let v = b.column(0).as_primitive::<Int64Type>().values().to_vec();
-                let id = b.column(1).as_primitive::<Int64Type>().values().to_vec();
-                v.into_iter().zip(id)
-            });
+            let mut rows = v_id_rows(&batches).into_iter();
             for (g, group) in metadata.row_groups().iter().enumerate() {
                 let group: Vec<(i64, i64)> =
                     rows.by_ref().take(group.num_rows() as usize).collect();
@@ -971,8 +994,6 @@ mod tests {
         Ok(())
     }
 
-    /// Rows are grouped by (group, bucket), stably, and the runs of each
-    /// bucket found.
     /// Rows in key order whose buckets interleave (an index-sorted fold's
     /// output): each file gets exactly its bucket's rows, whole and in key
     /// order, across row groups and copies of held slices.
@@ -991,15 +1012,7 @@ mod tests {
             BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible)
                 .with_key_filters(&[1]);
         let ids: Vec<i64> = (0..n).collect();
-        for chunk in ids.chunks(700) {
-            let batch = RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|id| id * 2))),
-                    Arc::new(Int64Array::from(chunk.to_vec())),
-                ],
-            )?;
-            let buckets = Int32Array::from_iter_values(chunk.iter().map(|id| (id % 3) as i32));
+        for (batch, buckets) in id_batches(&schema, &ids, 700, |id| (id % 3) as i32)? {
             data.write(&batch, &buckets).await?;
         }
         let adds = data.finish().await?;
@@ -1016,21 +1029,10 @@ mod tests {
                 .await?;
             let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
             assert!(builder.metadata().num_row_groups() > 1);
-            let mut rows = Vec::new();
-            for batch in builder.build()? {
-                let batch = batch?;
-                let v = batch
-                    .column(0)
-                    .as_primitive::<Int64Type>()
-                    .values()
-                    .to_vec();
-                let id = batch
-                    .column(1)
-                    .as_primitive::<Int64Type>()
-                    .values()
-                    .to_vec();
-                rows.extend(v.into_iter().zip(id));
-            }
+            let batches = builder
+                .build()?
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let rows = v_id_rows(&batches);
             let expected: Vec<(i64, i64)> = (0..n)
                 .filter(|id| id % 3 == bucket)
                 .map(|id| (id * 2, id))
@@ -1040,6 +1042,8 @@ mod tests {
         Ok(())
     }
 
+    /// Rows are grouped by (group, bucket), stably, and the runs of each
+    /// bucket found.
     #[test]
     fn rows_are_grouped_by_bucket() -> Result<()> {
         let batch = RecordBatch::try_new(
