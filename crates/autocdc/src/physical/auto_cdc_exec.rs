@@ -31,7 +31,9 @@
 //! gone. A fold that feeds a target's writer routes by the target's key
 //! buckets ([`AutoCdcExec::with_bucket_exchange`], `key_exchange=N by B
 //! buckets`), index-sorted folds too: each partition then writes buckets
-//! of its own.
+//! of its own, and an index-sorted fold gathers its events grouped by
+//! bucket ([`IndexSortedFold::with_groups`]), so that the writer takes its
+//! output as it comes.
 
 use std::fmt;
 use std::sync::atomic::AtomicBool;
