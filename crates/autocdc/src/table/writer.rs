@@ -732,11 +732,7 @@ mod tests {
             for add in adds {
                 let suffix = format!(".{}.parquet", compression.name());
                 assert!(add.path.ends_with(&suffix), "{}", add.path);
-                let bytes = store
-                    .get(&Path::from(add.path.as_str()))
-                    .await?
-                    .bytes()
-                    .await?;
+                let bytes = file_bytes(&store, &add).await?;
                 assert_eq!(
                     add.size,
                     bytes.len() as i64,
@@ -761,6 +757,23 @@ mod tests {
             );
         }
         Ok(())
+    }
+
+    /// The bytes of the file `add` names.
+    async fn file_bytes(store: &Arc<dyn ObjectStore>, add: &Add) -> Result<bytes::Bytes> {
+        Ok(store
+            .get(&Path::from(add.path.as_str()))
+            .await?
+            .bytes()
+            .await?)
+    }
+
+    /// The schema of [`id_batches`]: `v`, then the key `id`.
+    fn v_id_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, false),
+            Field::new("id", DataType::Int64, false),
+        ]))
     }
 
     /// Batches of `(v, id)` rows, `v = 2 × id`, of `chunk` of `ids` each,
@@ -809,10 +822,7 @@ mod tests {
         use object_store::memory::InMemory;
 
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("v", DataType::Int64, false),
-            Field::new("id", DataType::Int64, false),
-        ]));
+        let schema = v_id_schema();
         // 150 000 rows of two buckets, ids scattered (a permutation of 0..n)
         let n: i64 = 150_000;
         let ids: Vec<i64> = (0..n).map(|i| (i * 7_919) % n).collect();
@@ -829,11 +839,7 @@ mod tests {
         let read = |add: Add| {
             let store = Arc::clone(&store);
             async move {
-                let bytes = store
-                    .get(&Path::from(add.path.as_str()))
-                    .await?
-                    .bytes()
-                    .await?;
+                let bytes = file_bytes(&store, &add).await?;
                 let options =
                     ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Required);
                 let builder =
@@ -953,11 +959,7 @@ mod tests {
         }
         let [add] = <[Add; 1]>::try_from(data.finish().await?)
             .map_err(|adds| DataFusionError::Internal(format!("{} files", adds.len())))?;
-        let bytes = store
-            .get(&Path::from(add.path.as_str()))
-            .await?
-            .bytes()
-            .await?;
+        let bytes = file_bytes(&store, &add).await?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
         let groups: Vec<usize> = builder
             .metadata()
@@ -1003,10 +1005,7 @@ mod tests {
         use object_store::memory::InMemory;
 
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("v", DataType::Int64, false),
-            Field::new("id", DataType::Int64, false),
-        ]));
+        let schema = v_id_schema();
         let n: i64 = 300_000;
         let mut data =
             BucketWriter::new(Arc::clone(&store), Arc::clone(&schema), FileRows::Visible)
@@ -1022,11 +1021,7 @@ mod tests {
                 .as_deref()
                 .and_then(|b| b.parse().ok())
                 .expect("bucket");
-            let bytes = store
-                .get(&Path::from(add.path.as_str()))
-                .await?
-                .bytes()
-                .await?;
+            let bytes = file_bytes(&store, &add).await?;
             let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
             assert!(builder.metadata().num_row_groups() > 1);
             let batches = builder
