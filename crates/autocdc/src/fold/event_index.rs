@@ -64,6 +64,16 @@ impl IndexEntry {
     }
 }
 
+/// How index entries hold keys (see the module docs).
+#[derive(Debug)]
+enum EntryKeys {
+    /// As their value bytes.
+    Inline(ValueBytes),
+    /// As a hash, with the row-format keys of each indexed batch (to tell
+    /// keys whose hashes collide apart).
+    Hashed(Vec<Rows>),
+}
+
 /// The index of one partition's retained events (see the module docs).
 #[derive(Debug)]
 pub struct EventIndex {
@@ -74,13 +84,11 @@ pub struct EventIndex {
     kind: usize,
     key_converter: RowConverter,
     seq_converter: RowConverter,
-    /// The value bytes of inline keys (`None` when keys are hashed).
-    key_bytes: Option<ValueBytes>,
+    /// How entries hold keys (see the module docs).
+    keys: EntryKeys,
     /// The value bytes of sequences, and their type.
     seq_bytes: ValueBytes,
     seq_type: DataType,
-    /// Row-format keys of each indexed batch, when keys are hashed.
-    key_rows: Option<Vec<Rows>>,
     /// Mask applied to key hashes (all bits; fewer in tests, to collide).
     key_hash_mask: u64,
     /// Whether two keys shared a hash (set by [`Self::sort`]).
@@ -133,8 +141,10 @@ impl EventIndex {
             kind: layout.kind(),
             key_converter: row_converter(input_schema, &layout.key_indices)?,
             seq_converter: row_converter(input_schema, &[layout.seq()])?,
-            key_rows: key_bytes.is_none().then(Vec::new),
-            key_bytes,
+            keys: match key_bytes {
+                Some(bytes) => EntryKeys::Inline(bytes),
+                None => EntryKeys::Hashed(Vec::new()),
+            },
             seq_bytes,
             seq_type: input_schema.field(layout.seq()).data_type().clone(),
             key_hash_mask: u64::MAX,
@@ -155,7 +165,7 @@ impl EventIndex {
 
     /// Whether keys are hashed (see the module docs).
     pub fn hashes_keys(&self) -> bool {
-        self.key_rows.is_some()
+        matches!(self.keys, EntryKeys::Hashed(_))
     }
 
     /// `sequences` (of the sequence column's type, no nulls) as entries
@@ -243,27 +253,30 @@ impl EventIndex {
         }
         let mut keys = std::mem::take(&mut self.key_values);
         keys.clear();
-        if let Some(key_rows) = &mut self.key_rows {
-            // (every row's key is kept: entries point into the whole batch)
-            let encoded_rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
-            let hasher = datafusion::common::hash_utils::RandomState::default();
-            let mask = self.key_hash_mask;
-            keys.reserve(count);
-            each_position(rows, n, |i| {
-                keys.push(hasher.hash_one(encoded_rows.row(i).as_ref()) & mask)
-            });
-            key_rows.push(encoded_rows);
-        } else if let Some(key_bytes) = &self.key_bytes {
-            let from_values = match self.key_indices[..] {
-                [key] => encode_values(batch.column(key).as_ref(), rows, &mut keys),
-                _ => false,
-            };
-            if !from_values {
+        match &mut self.keys {
+            EntryKeys::Hashed(key_rows) => {
+                // (every row's key is kept: entries point into the whole batch)
                 let encoded_rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
+                let hasher = datafusion::common::hash_utils::RandomState::default();
+                let mask = self.key_hash_mask;
                 keys.reserve(count);
                 each_position(rows, n, |i| {
-                    keys.push(key_bytes.bits(encoded_rows.row(i).as_ref()))
+                    keys.push(hasher.hash_one(encoded_rows.row(i).as_ref()) & mask)
                 });
+                key_rows.push(encoded_rows);
+            }
+            EntryKeys::Inline(key_bytes) => {
+                let from_values = match self.key_indices[..] {
+                    [key] => encode_values(batch.column(key).as_ref(), rows, &mut keys),
+                    _ => false,
+                };
+                if !from_values {
+                    let encoded_rows = to_rows(&self.key_converter, batch, &self.key_indices)?;
+                    keys.reserve(count);
+                    each_position(rows, n, |i| {
+                        keys.push(key_bytes.bits(encoded_rows.row(i).as_ref()))
+                    });
+                }
             }
         }
         let origins = batch
@@ -337,7 +350,7 @@ impl EventIndex {
             e.row = row as u32;
         }
         let ordered = take_record_batch(batch, &order)?;
-        if let Some(key_rows) = &mut self.key_rows {
+        if let EntryKeys::Hashed(key_rows) = &mut self.keys {
             if let Some(rows) = key_rows.last_mut() {
                 // the batch's keys, moved as its rows were (not encoded again)
                 let mut moved = self.key_converter.empty_rows(rows.num_rows(), rows.size());
@@ -354,10 +367,10 @@ impl EventIndex {
     pub fn memory_size(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<IndexEntry>()
             + (self.key_values.capacity() + self.seq_values.capacity()) * 8
-            + self
-                .key_rows
-                .as_ref()
-                .map_or(0, |rows| rows.iter().map(Rows::size).sum())
+            + match &self.keys {
+                EntryKeys::Hashed(rows) => rows.iter().map(Rows::size).sum(),
+                EntryKeys::Inline(_) => 0,
+            }
     }
 
     /// Number of events indexed.
@@ -387,7 +400,7 @@ impl EventIndex {
         // (a stable sort, merging the runs of `push_ordered`, was slower and
         // needs half the entries again: benches/README.md, "tried")
         order_entries(&mut self.entries, self.one_origin.is_some());
-        let Some(key_rows) = &self.key_rows else {
+        let EntryKeys::Hashed(key_rows) = &self.keys else {
             return;
         };
         let mut start = 0;
@@ -419,8 +432,8 @@ impl EventIndex {
         let entries = &self.entries;
         let key = entries[start].key;
         let same_entry_key = |e: &IndexEntry| e.key == key;
-        let run = match (&self.key_rows, self.collided) {
-            (Some(key_rows), true) => {
+        let run = match (&self.keys, self.collided) {
+            (EntryKeys::Hashed(key_rows), true) => {
                 let first = Self::key_of(key_rows, &entries[start]);
                 entries[start..]
                     .iter()
