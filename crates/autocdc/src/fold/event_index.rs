@@ -18,6 +18,23 @@
 //!
 //! [`EventIndex::group_end`] then finds each key's events: a run of equal
 //! entry keys, split by the row-format keys only where hashes collided.
+//!
+//! Inline keys whose values lie close together (at most
+//! [`COUNTING_SLOTS_PER_ENTRY`] possible values per entry, as generated ids
+//! do) are ordered by counting instead of comparing: one pass counts the
+//! entries of each key, one writes each entry's position at its key's place
+//! in an *order* (4 bytes per entry; a key's entries keep the order they
+//! were pushed in). The entries stay where they are: [`EventIndex::window`]
+//! copies them out in that order a window at a time and sorts only each
+//! key's run by sequence and origin — a few entries, already in order when
+//! events arrive in sequence order. The order and the counts are memory the
+//! caller grants ([`EventIndex::sort`]: an operator asks its pool); refused,
+//! the entries are sorted in place. (Moving the entries themselves to a
+//! second array took as much time faulting in that fresh memory as it
+//! saved: benches/README.md, "tried".)
+//!
+//! Either way the folds read the sorted entries through
+//! [`EventIndex::window`], whole key groups at a time.
 
 use std::hash::BuildHasher;
 
@@ -98,6 +115,11 @@ pub struct EventIndex {
     /// that a sort needs no pass of its own to learn it).
     one_origin: Option<i8>,
     entries: Vec<IndexEntry>,
+    /// After a counting sort: the entries' positions, grouped by key, keys
+    /// in order (see the module docs).
+    order: Option<Vec<u32>>,
+    /// The least and greatest inline key pushed, and the bits set in any.
+    key_span: Option<KeySpan>,
     /// Each pushed batch's entry keys and sequences, before they become
     /// entries (buffers reused from batch to batch).
     key_values: Vec<u64>,
@@ -151,6 +173,8 @@ impl EventIndex {
             collided: false,
             one_origin: None,
             entries: Vec::new(),
+            order: None,
+            key_span: None,
             key_values: Vec::new(),
             seq_values: Vec::new(),
         })
@@ -277,6 +301,9 @@ impl EventIndex {
                         keys.push(key_bytes.bits(encoded_rows.row(i).as_ref()))
                     });
                 }
+                self.key_span = KeySpan::of(&keys).map_or(self.key_span, |span| {
+                    Some(self.key_span.map_or(span, |s| s.union(span)))
+                });
             }
         }
         let origins = batch
@@ -366,6 +393,7 @@ impl EventIndex {
     /// Bytes held: the entries and, with hashed keys, the row-format keys.
     pub fn memory_size(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<IndexEntry>()
+            + self.order.as_ref().map_or(0, |o| o.capacity() * 4)
             + (self.key_values.capacity() + self.seq_values.capacity()) * 8
             + match &self.keys {
                 EntryKeys::Hashed(rows) => rows.iter().map(Rows::size).sum(),
@@ -378,14 +406,25 @@ impl EventIndex {
         self.entries.len()
     }
 
-    /// The entries (in `(keys, seq, origin)` order once sorted).
+    /// The entries as pushed (tests).
+    #[cfg(test)]
     pub fn entries(&self) -> &[IndexEntry] {
         &self.entries
+    }
+
+    /// Every entry in index order, once sorted (tests; folds read windows).
+    #[cfg(test)]
+    pub fn sorted_entries(&self) -> Vec<IndexEntry> {
+        let mut all = Vec::new();
+        self.window(0, usize::MAX, &mut all);
+        all
     }
 
     /// Free the entries (the retained key rows stay until dropped).
     pub fn clear(&mut self) {
         self.entries = Vec::new();
+        self.order = None;
+        self.key_span = None;
     }
 
     /// The row-format key of an entry (hashed keys only).
@@ -393,12 +432,50 @@ impl EventIndex {
         key_rows[e.batch as usize].row(e.row as usize)
     }
 
-    /// Sort the entries by `(keys, seq, origin)`; with hashed keys, runs
-    /// whose keys collide are ordered by the keys themselves, so that each
-    /// key's events are contiguous.
-    pub fn sort(&mut self) {
-        // (a stable sort, merging the runs of `push_ordered`, was slower and
-        // needs half the entries again: benches/README.md, "tried")
+    /// Bytes a counting sort would hold beside the entries (its order and
+    /// counts, see the module docs), when the keys allow one.
+    pub fn counting_scratch(&self) -> Option<usize> {
+        self.counting_plan()
+            .map(|plan| (self.entries.len() + plan.slots) * std::mem::size_of::<u32>())
+    }
+
+    /// How a counting sort would place the entries' keys, when they allow one.
+    fn counting_plan(&self) -> Option<CountingPlan> {
+        let EntryKeys::Inline(_) = self.keys else {
+            return None;
+        };
+        let span = self.key_span?;
+        let n = self.entries.len();
+        u32::try_from(n).ok()?;
+        // keys share their low zero bits (values are left-aligned): one slot
+        // per value that can occur
+        let shift = span.bits.trailing_zeros().min(63);
+        let slots = usize::try_from((span.hi - span.lo) >> shift)
+            .ok()?
+            .checked_add(1)?;
+        (slots
+            <= n.saturating_mul(COUNTING_SLOTS_PER_ENTRY)
+                .max(COUNTING_SLOTS_ANY))
+        .then_some(CountingPlan {
+            lo: span.lo,
+            shift,
+            slots,
+        })
+    }
+
+    /// Sort the entries by `(keys, seq, origin)` (read them with
+    /// [`Self::window`]); with hashed keys, runs whose keys collide are
+    /// ordered by the keys themselves, so that each key's events are
+    /// contiguous. `scratch` is asked for the bytes of a counting sort
+    /// ([`Self::counting_scratch`]) where the keys allow one; when it
+    /// refuses, the entries are sorted in place.
+    pub fn sort(&mut self, scratch: &mut dyn FnMut(usize) -> bool) {
+        if let (Some(plan), Some(bytes)) = (self.counting_plan(), self.counting_scratch()) {
+            if scratch(bytes) {
+                self.order = Some(count_order(&self.entries, plan));
+                return;
+            }
+        }
         order_entries(&mut self.entries, self.one_origin.is_some());
         let EntryKeys::Hashed(key_rows) = &self.keys else {
             return;
@@ -426,10 +503,49 @@ impl EventIndex {
         }
     }
 
-    /// End of the key group holding entry `start` of the sorted index (the
-    /// entries after `start` of that group, then the end).
-    pub fn group_end(&self, start: usize) -> usize {
-        let entries = &self.entries;
+    /// Copy the sorted entries from the `from`-th on into `window`: at
+    /// least `at_least` of them (or all that are left), ending with a whole
+    /// key group, each key's entries by sequence and origin. Returns where
+    /// the next window starts ([`Self::len`] at the end).
+    pub fn window(&self, from: usize, at_least: usize, window: &mut Vec<IndexEntry>) -> usize {
+        window.clear();
+        let n = self.entries.len();
+        if from >= n {
+            return n;
+        }
+        let last = from.saturating_add(at_least.max(1)).min(n) - 1;
+        let Some(order) = &self.order else {
+            let end = self.group_end(&self.entries, last);
+            window.extend_from_slice(&self.entries[from..end]);
+            return end;
+        };
+        let entry = |i: usize| self.entries[order[i] as usize];
+        let key = entry(last).key;
+        let end = last
+            + 1
+            + order[last + 1..]
+                .iter()
+                .take_while(|&&p| self.entries[p as usize].key == key)
+                .count();
+        window.extend(order[from..end].iter().map(|&p| self.entries[p as usize]));
+        let by_seq = |e: &IndexEntry| (e.seq, e.origin);
+        let mut start = 0;
+        while start < window.len() {
+            let end = self.group_end(window, start);
+            let run = &mut window[start..end];
+            if !run.is_sorted_by_key(by_seq) {
+                // (stable: equal events keep the order they were pushed in)
+                run.sort_by_key(by_seq);
+            }
+            start = end;
+        }
+        end
+    }
+
+    /// End of the key group holding `entries[start]`, entries in index
+    /// order (a [`Self::window`]): the entries after `start` of that group,
+    /// then the end.
+    pub fn group_end(&self, entries: &[IndexEntry], start: usize) -> usize {
         let key = entries[start].key;
         let same_entry_key = |e: &IndexEntry| e.key == key;
         let run = match (&self.keys, self.collided) {
@@ -443,6 +559,77 @@ impl EventIndex {
         };
         start + run.unwrap_or(entries.len() - start)
     }
+}
+
+/// Entries a fold walks at a time ([`EventIndex::window`]): 128 KiB, so
+/// that a window stays in the core's cache while it is walked.
+pub const WALK_ENTRIES: usize = 4096;
+
+/// Most key slots a counting sort may use per entry (beyond
+/// [`COUNTING_SLOTS_ANY`]): its counts take at most 4 bytes per slot, and
+/// visiting the slots costs about what moving an entry does.
+pub const COUNTING_SLOTS_PER_ENTRY: usize = 4;
+
+/// Key slots a counting sort may use however few the entries.
+const COUNTING_SLOTS_ANY: usize = 1 << 12;
+
+/// The least and greatest of some inline keys, and the bits set in any.
+#[derive(Debug, Clone, Copy)]
+struct KeySpan {
+    lo: u64,
+    hi: u64,
+    bits: u64,
+}
+
+impl KeySpan {
+    fn of(keys: &[u64]) -> Option<Self> {
+        Some(Self {
+            lo: *keys.iter().min()?,
+            hi: *keys.iter().max()?,
+            bits: keys.iter().fold(0, |bits, &k| bits | k),
+        })
+    }
+
+    fn union(self, other: Self) -> Self {
+        Self {
+            lo: self.lo.min(other.lo),
+            hi: self.hi.max(other.hi),
+            bits: self.bits | other.bits,
+        }
+    }
+}
+
+/// Where a counting sort places keys: key `k` counts in slot
+/// `(k - lo) >> shift` of `slots` (every key has `shift` low zero bits, so
+/// distinct keys take distinct slots, in key order).
+#[derive(Debug, Clone, Copy)]
+struct CountingPlan {
+    lo: u64,
+    shift: u32,
+    slots: usize,
+}
+
+/// The positions of `entries` grouped by key, keys in order, each key's
+/// positions ascending: a counting sort by key slot (see the module docs).
+fn count_order(entries: &[IndexEntry], plan: CountingPlan) -> Vec<u32> {
+    let slot = |e: &IndexEntry| ((e.key - plan.lo) >> plan.shift) as usize;
+    // each slot's count, then where its first position goes
+    let mut next = vec![0u32; plan.slots];
+    for e in entries {
+        next[slot(e)] += 1;
+    }
+    let mut at = 0;
+    for place in &mut next {
+        (*place, at) = (at, at + *place);
+    }
+    let mut order = vec![0u32; entries.len()];
+    // (the caller checked that positions fit 32 bits)
+    for (position, e) in (0u32..).zip(entries) {
+        let place = &mut next[slot(e)];
+        order[*place as usize] = position;
+        *place += 1;
+    }
+    order
 }
 
 /// `f` of each of `rows` (every row `0..n` when `None`), in order.
@@ -545,12 +732,13 @@ mod tests {
 
     /// The groups of the sorted index as `(batch, row)` lists.
     fn groups(index: &EventIndex) -> Vec<Vec<(u32, u32)>> {
+        let sorted = index.sorted_entries();
         let mut out = Vec::new();
         let mut start = 0;
-        while start < index.len() {
-            let end = index.group_end(start);
+        while start < sorted.len() {
+            let end = index.group_end(&sorted, start);
             out.push(
-                index.entries()[start..end]
+                sorted[start..end]
                     .iter()
                     .map(|e| (e.batch, e.row))
                     .collect(),
@@ -570,7 +758,7 @@ mod tests {
             assert!(index.hashes_keys());
             assert_eq!(index.push(&b0, 0)?, 3);
             assert_eq!(index.push(&b1, 1)?, 3);
-            index.sort();
+            index.sort(&mut |_| panic!("hashed keys are not counted"));
             let mut found = groups(&index);
             found.sort();
             // a: seq 1 (0:2), 2 (1:2), 3 (0:0); c; b: 1 (1:1), 2 (0:1)
@@ -599,7 +787,7 @@ mod tests {
             let (o1, _) = index.push_ordered(&b1, 1)?;
             assert_eq!(new0, 4);
             let ordered = [o0, o1];
-            index.sort();
+            index.sort(&mut |_| panic!("hashed keys are not counted"));
             // each group: one key, sequences ascending, read from the
             // reordered batches
             let mut seen = Vec::new();
@@ -631,9 +819,18 @@ mod tests {
     /// The sorted index lists the events in the order of their values
     /// `(key, seq, origin)`, sorted here as plain integers: keys of both
     /// signs as one column or two (their value bytes joined), equal
-    /// sequences of stored and new events, negative sequences.
+    /// sequences of stored and new events, negative sequences; sorted by
+    /// counting (one close key column), equal events keep the order they
+    /// were pushed in.
     #[test]
     fn the_index_orders_events_by_key_sequence_and_origin() -> Result<()> {
+        for counting in [false, true] {
+            index_orders_events(counting)?;
+        }
+        Ok(())
+    }
+
+    fn index_orders_events(counting: bool) -> Result<()> {
         use arrow::array::{ArrayRef, Int16Array, Int32Array};
         let mut state = 7u64;
         let mut next = move |m: u64| {
@@ -682,15 +879,141 @@ mod tests {
                 }
                 index.push(&RecordBatch::try_new(Arc::clone(&schema), columns)?, b)?;
             }
-            index.sort();
-            let found: Vec<_> = index
-                .entries()
-                .iter()
-                .map(|e| model[e.batch as usize * 300 + e.row as usize])
-                .collect();
+            // 40 ids close together count; with the parts, too far apart
+            assert_eq!(index.counting_scratch().is_some(), !composite);
+            let mut asked = None;
+            index.sort(&mut |bytes| {
+                asked = Some(bytes);
+                counting
+            });
+            assert_eq!(asked, index.counting_scratch());
+            let pushed = |e: &IndexEntry| e.batch as usize * 300 + e.row as usize;
+            let sorted = index.sorted_entries();
+            let found: Vec<_> = sorted.iter().map(|e| model[pushed(e)]).collect();
+            let what = format!("composite: {composite}, counting: {counting}");
+            if counting && !composite {
+                // stable: the push position last
+                let at: Vec<_> = sorted.iter().map(pushed).collect();
+                let mut by_push: Vec<_> = model.iter().copied().zip(0..).collect();
+                by_push.sort();
+                let expected: Vec<usize> = by_push.iter().map(|&(_, i)| i).collect();
+                assert_eq!(at, expected, "{what}");
+            }
             model.sort();
-            assert_eq!(found, model, "composite: {composite}");
+            assert_eq!(found, model, "{what}");
         }
+        Ok(())
+    }
+
+    /// Windows of any size, read one after another, give the whole sorted
+    /// index, each ending with a whole key group; sorted by counting or in
+    /// place, by inline keys or hashed ones.
+    #[test]
+    fn windows_hold_whole_groups_and_together_the_index() -> Result<()> {
+        use arrow::array::Int32Array;
+        let keys = [3, 1, 3, 2, 1, 3, 5, 1, 3, 2];
+        let seqs = [9, 4, 1, 2, 8, 5, 1, 6, 7, 3];
+        let n = keys.len();
+        let int_keys = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int32, true),
+                Field::new("__cdc_seq", DataType::Int64, true),
+                Field::new("__cdc_kind", DataType::Int8, false),
+                Field::new("__cdc_written_at", DataType::Int64, true),
+                Field::new("__cdc_origin", DataType::Int8, false),
+            ])),
+            vec![
+                Arc::new(Int32Array::from(keys.to_vec())),
+                Arc::new(Int64Array::from(seqs.to_vec())),
+                Arc::new(Int8Array::from(vec![0; n])),
+                Arc::new(Int64Array::from(vec![0; n])),
+                Arc::new(Int8Array::from(vec![Origin::New as i8; n])),
+            ],
+        )?;
+        let names: Vec<String> = keys.iter().map(|k| format!("k{k}")).collect();
+        let string_keys = batch(
+            &names
+                .iter()
+                .zip(seqs)
+                .map(|(k, s)| (k.as_str(), s))
+                .collect::<Vec<_>>(),
+        );
+        for (events, counting) in [(&int_keys, true), (&int_keys, false), (&string_keys, false)] {
+            let mut index = EventIndex::try_new("f", &layout(), &events.schema())?;
+            index.push(events, 0)?;
+            index.sort(&mut |_| counting);
+            let all = index.sorted_entries();
+            let starts: Vec<usize> = (0..n)
+                .filter(|&i| i == 0 || index.group_end(&all, i - 1) == i)
+                .collect();
+            for at_least in 1..=n + 1 {
+                let (mut from, mut joined, mut window) = (0, Vec::new(), Vec::new());
+                while from < index.len() {
+                    let next = index.window(from, at_least, &mut window);
+                    let what = format!("counting {counting}, windows of {at_least}, from {from}");
+                    assert_eq!(next - from, window.len(), "{what}");
+                    assert!(window.len() >= at_least.min(n - from), "{what}");
+                    assert!(next == n || starts.contains(&next), "{what}");
+                    joined.extend(window.iter().map(|e| (e.key, e.seq, e.row)));
+                    from = next;
+                }
+                let expected: Vec<_> = all.iter().map(|e| (e.key, e.seq, e.row)).collect();
+                assert_eq!(
+                    joined, expected,
+                    "counting {counting}, windows of {at_least}"
+                );
+            }
+            // each key's sequences ascend
+            for w in all.windows(2) {
+                assert!(w[0].key != w[1].key || w[0].seq < w[1].seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keys far apart for their number, hashed keys and an empty index are
+    /// sorted in place: no scratch is asked for.
+    #[test]
+    fn only_close_inline_keys_are_sorted_by_counting() -> Result<()> {
+        let schema = event_schema(DataType::Int64);
+        let events = |ids: Vec<i64>| -> Result<RecordBatch> {
+            let n = ids.len();
+            Ok(RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from(ids)),
+                    Arc::new(Int64Array::from(vec![1; n])),
+                    Arc::new(Int8Array::from(vec![0; n])),
+                    Arc::new(Int64Array::from(vec![0; n])),
+                    Arc::new(Int8Array::from(vec![Origin::New as i8; n])),
+                ],
+            )?)
+        };
+        let index_of = |ids: Vec<i64>| -> Result<EventIndex> {
+            let mut index = EventIndex::try_new("f", &layout(), &schema)?;
+            index.push(&events(ids)?, 0)?;
+            Ok(index)
+        };
+        // an order of the entries, and the counts
+        let close = index_of(vec![-3, 5, 7_000_000, 7_000_001])?;
+        assert_eq!(close.counting_scratch(), None);
+        // one slot per value between the least and the greatest key
+        let ids: Vec<i64> = (0..3000).map(|i| 7_000_001 + 4 * i).collect();
+        assert_eq!(
+            index_of(ids)?.counting_scratch(),
+            Some(4 * (3000 + 4 * 2999 + 1))
+        );
+        // ... of those keys can take: all are multiples of 4 here
+        let ids: Vec<i64> = (0..3000).map(|i| 7_000_000 + 4 * i).collect();
+        assert_eq!(index_of(ids)?.counting_scratch(), Some(4 * (3000 + 3000)));
+        // too many slots for the entries
+        let ids: Vec<i64> = (0..3000).map(|i| 7_000_001 + 5 * i).collect();
+        assert_eq!(index_of(ids)?.counting_scratch(), None);
+        let mut empty = EventIndex::try_new("f", &layout(), &schema)?;
+        assert_eq!(empty.counting_scratch(), None);
+        empty.sort(&mut |_| panic!("no scratch for an empty index"));
+        let hashed = EventIndex::try_new("f", &layout(), &batch(&[("a", 1)]).schema())?;
+        assert_eq!(hashed.counting_scratch(), None);
         Ok(())
     }
 

@@ -61,7 +61,8 @@ pub struct IndexSortedFold {
     retained_bytes: usize,
     /// Next index entry to gather, once sorted.
     next: usize,
-    /// Places of the rows gathered next (reused).
+    /// The entries gathered next, and their rows' places (both reused).
+    window: Vec<IndexEntry>,
     places: Vec<(usize, usize)>,
     /// What the kernel returned last and is not handed out yet.
     output: Option<RecordBatch>,
@@ -95,6 +96,7 @@ impl IndexSortedFold {
             batches: Vec::new(),
             retained_bytes: 0,
             next: 0,
+            window: Vec::new(),
             places: Vec::new(),
             output: None,
             gather_entries: GATHER_ENTRIES,
@@ -152,9 +154,10 @@ impl IndexSortedFold {
         self.retained_bytes + self.index.memory_size()
     }
 
-    /// The input ended: sort the index.
-    pub fn finish(&mut self) {
-        self.index.sort();
+    /// The input ended: sort the index (`scratch` grants or refuses the
+    /// bytes of a counting sort, see [`EventIndex::sort`]).
+    pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) {
+        self.index.sort(scratch);
     }
 
     /// The kernel's next non-empty output (at most `batch_size` rows),
@@ -168,18 +171,17 @@ impl IndexSortedFold {
                 return Ok(Some(out));
             }
             if self.next < self.index.len() {
-                let window = batch_size.max(self.gather_entries);
-                let last = (self.next + window).min(self.index.len()) - 1;
-                let end = self.index.group_end(last);
-                let window = &self.index.entries()[self.next..end];
+                let at_least = batch_size.max(self.gather_entries);
+                let mut window = std::mem::take(&mut self.window);
+                self.next = self.index.window(self.next, at_least, &mut window);
                 self.places.clear();
                 match &self.grouping {
-                    Some(grouping) => group_places(window, grouping.groups, &mut self.places),
+                    Some(grouping) => group_places(&window, grouping.groups, &mut self.places),
                     None => self
                         .places
                         .extend(window.iter().map(|e| (e.batch as usize, e.row as usize))),
                 }
-                self.next = end;
+                self.window = window;
                 let sources: Vec<&RecordBatch> = self.batches.iter().collect();
                 let sorted = interleave_record_batch(&sources, &self.places)?;
                 self.output = self.kernel.push(&sorted)?;
@@ -322,7 +324,8 @@ mod tests {
                     for batch in &batches {
                         fold.push(batch)?;
                     }
-                    fold.finish();
+                    // (gathers of one entry sort in place, the others by counting)
+                    fold.finish(&mut |_| gather > 1);
                     let mut out = Vec::new();
                     while let Some(batch) = fold.next_output(batch_size)? {
                         assert!(batch.num_rows() > 0 && batch.num_rows() <= batch_size);
@@ -367,10 +370,10 @@ mod tests {
         for batch in &batches {
             fold.push(batch)?;
         }
-        fold.finish();
-        let entries = fold.index.entries();
+        fold.finish(&mut |_| true);
+        let entries = fold.index.sorted_entries();
         let mut places = Vec::new();
-        group_places(entries, 3, &mut places);
+        group_places(&entries, 3, &mut places);
         let expected: Vec<(usize, usize)> = (0..3)
             .flat_map(|g| {
                 entries

@@ -201,7 +201,7 @@ fn scd1_indexed_keys_only() {
     );
     let mut kernel = spec.indexed_kernel(&input.schema()).expect("kernel");
     kernel.push(&input).expect("push");
-    kernel.finish().expect("finish");
+    kernel.finish(&mut |_| true).expect("finish");
     let mut out = Vec::new();
     while let Some(batch) = kernel.next_output(2).expect("output") {
         out.push(batch);

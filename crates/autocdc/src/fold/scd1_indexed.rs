@@ -40,7 +40,7 @@ use super::columns::{
 };
 use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
-use super::event_index::{EventIndex, IndexEntry};
+use super::event_index::{EventIndex, IndexEntry, WALK_ENTRIES};
 use super::pairs::{equal_pairs, pair, Pair};
 use super::retained::Retained;
 use super::FoldCounts;
@@ -216,14 +216,21 @@ impl IndexedScd1Fold {
     /// group (errors — conflicting events — surface here, before any
     /// output), and order the rows to emit by the batch they come from, so
     /// that [`Self::next_output`] gathers them a few batches at a time.
-    pub fn finish(&mut self) -> Result<()> {
-        self.index.sort();
+    /// `scratch` grants or refuses the bytes of a counting sort (see
+    /// [`EventIndex::sort`]).
+    pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
+        self.index.sort(scratch);
         let (mut emits, mut checks) = (Vec::new(), Checks::default());
-        let mut start = 0;
-        while start < self.index.len() {
-            let end = self.index.group_end(start);
-            self.fold_group(start, end, &mut emits, &mut checks)?;
-            start = end;
+        let mut window = Vec::with_capacity(WALK_ENTRIES);
+        let mut from = 0;
+        while from < self.index.len() {
+            from = self.index.window(from, WALK_ENTRIES, &mut window);
+            let mut start = 0;
+            while start < window.len() {
+                let end = self.index.group_end(&window, start);
+                self.fold_group(&window[start..end], &mut emits, &mut checks)?;
+                start = end;
+            }
         }
         // the index is no longer needed: free it before emitting
         self.index.clear();
@@ -260,17 +267,15 @@ impl IndexedScd1Fold {
         )?))
     }
 
-    /// Fold the events `start..end` of the sorted index (one key): check
-    /// equal-sequence events, count late and duplicate ones, and emit the
-    /// stored row and change feed rows, as [`super::Scd1Fold`] does.
+    /// Fold one key's events, in index order: check equal-sequence events,
+    /// count late and duplicate ones, and emit the stored row and change
+    /// feed rows, as [`super::Scd1Fold`] does.
     fn fold_group(
         &mut self,
-        start: usize,
-        end: usize,
+        group: &[IndexEntry],
         emits: &mut Vec<Emit>,
         checks: &mut Checks,
     ) -> Result<()> {
-        let group = &self.index.entries()[start..end];
         let stored = group.iter().find(|e| e.stored()).copied();
         let stored_seq = stored.map(|s| s.seq);
         let (mut late, mut duplicates) = (0, 0);
@@ -540,6 +545,8 @@ mod tests {
         run_indexed_emitting(events, ties, watermark, string_keys, key_hash_mask, false)
     }
 
+    /// The indexed fold of `events`, its index sorted by counting and in
+    /// place: both must give the same rows, counts or error.
     fn run_indexed_emitting(
         events: &[Event],
         ties: bool,
@@ -547,6 +554,35 @@ mod tests {
         string_keys: bool,
         key_hash_mask: u64,
         visible_only: bool,
+    ) -> Result<Folded> {
+        let run = |counting| {
+            run_indexed_sorting(
+                events,
+                ties,
+                watermark,
+                string_keys,
+                key_hash_mask,
+                visible_only,
+                counting,
+            )
+        };
+        let (counted, compared) = (run(true), run(false));
+        match (&counted, &compared) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            _ => panic!("counting gave {counted:?}, comparing {compared:?}"),
+        }
+        counted
+    }
+
+    fn run_indexed_sorting(
+        events: &[Event],
+        ties: bool,
+        watermark: Option<Watermark>,
+        string_keys: bool,
+        key_hash_mask: u64,
+        visible_only: bool,
+        counting: bool,
     ) -> Result<Folded> {
         let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(string_keys), ties)?
             .with_key_hash_mask(key_hash_mask)
@@ -564,7 +600,7 @@ mod tests {
         for e in events {
             fold.push(&batch(std::slice::from_ref(e), string_keys))?;
         }
-        fold.finish()?;
+        fold.finish(&mut |_| counting)?;
         let mut out = Vec::new();
         while let Some(b) = fold.next_output(2)? {
             out.push(b);
@@ -763,7 +799,7 @@ mod tests {
                                 .filter(|&i| events[i as usize].0.rem_euclid(2) == parity),
                         );
                         fold.push_rows(&shared, Some(&rows)).unwrap();
-                        fold.finish().unwrap();
+                        fold.finish(&mut |_| parity == 0).unwrap();
                         while let Some(b) = fold.next_output(2).unwrap() {
                             out.push(b);
                         }

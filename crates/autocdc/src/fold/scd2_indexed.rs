@@ -48,7 +48,7 @@ use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Kind, Origin};
 use super::errors::{check_event_nulls, conflict_error};
-use super::event_index::{EventIndex, IndexEntry};
+use super::event_index::{EventIndex, IndexEntry, WALK_ENTRIES};
 use super::pairs::{equal_pairs, pair, Pair};
 use super::retained::Retained;
 use super::rows::{encoded_width, row_converter, VALID_BYTE};
@@ -293,16 +293,26 @@ impl IndexedScd2Fold {
     /// Fold the index once every batch was pushed: sort it, walk every key
     /// group, then check the pairs taken as equal (a conflicting replay
     /// fails here, before any output; colliding tracked hashes fold the
-    /// partition again with the sorted kernel).
-    pub fn finish(&mut self) -> Result<()> {
-        self.index.sort();
+    /// partition again with the sorted kernel). `scratch` grants or refuses
+    /// the bytes of a counting sort (see [`EventIndex::sort`]).
+    pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
+        self.index.sort(scratch);
         let mut checks = Checks::default();
-        let mut start = 0;
-        while start < self.index.len() {
-            let end = self.index.group_end(start);
-            let group = &self.index.entries()[start..end];
-            walk(group, &mut self.versions, &mut self.counts, &mut checks);
-            start = end;
+        let mut window = Vec::with_capacity(WALK_ENTRIES);
+        let mut from = 0;
+        while from < self.index.len() {
+            from = self.index.window(from, WALK_ENTRIES, &mut window);
+            let mut start = 0;
+            while start < window.len() {
+                let end = self.index.group_end(&window, start);
+                walk(
+                    &window[start..end],
+                    &mut self.versions,
+                    &mut self.counts,
+                    &mut checks,
+                );
+                start = end;
+            }
         }
         self.index.clear();
         self.hashes = Vec::new();
@@ -344,7 +354,8 @@ impl IndexedScd2Fold {
         for batch in std::mem::take(&mut self.batches).into_batches()? {
             fold.push(&batch)?;
         }
-        fold.finish();
+        // (in place: no memory was granted for this rare second fold)
+        fold.finish(&mut |_| false);
         self.versions = Vec::new();
         self.rerun = Some(Box::new(fold));
         Ok(())

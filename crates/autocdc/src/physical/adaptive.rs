@@ -46,8 +46,10 @@ pub(crate) trait IndexedKernel: Send {
     fn push(&mut self, rows: KeyRows) -> Result<()>;
     /// Bytes held.
     fn memory_size(&self) -> usize;
-    /// The input ended: sort the index.
-    fn finish(&mut self) -> Result<()>;
+    /// The input ended: sort the index. `scratch` is asked for memory a
+    /// faster sort would hold for a while (granted from the operator's
+    /// reservation, or refused).
+    fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()>;
     /// Next output batch of at most `batch_size` rows once finished.
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>>;
     /// The retained rows as batches of their own, for a fall-back to
@@ -195,7 +197,12 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
                             continue;
                         }
                         let _timer = self.fall_back.elapsed_compute.timer();
-                        kernel.finish()?;
+                        kernel.finish(&mut |bytes| reservation.try_grow(bytes).is_ok())?;
+                        // (the scratch is freed again by now)
+                        let held = kernel.memory_size();
+                        if held < reservation.size() {
+                            reservation.shrink(reservation.size() - held);
+                        }
                         *emitting = true;
                     }
                     let _timer = self.fall_back.elapsed_compute.timer();

@@ -417,12 +417,12 @@ impl IndexedKernel for InMemoryFold {
             Self::IndexSorted(fold) => fold.memory_size(),
         }
     }
-    fn finish(&mut self) -> Result<()> {
+    fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
         match self {
-            Self::IndexedScd1(fold) => fold.finish(),
-            Self::IndexedScd2(fold) => fold.finish(),
+            Self::IndexedScd1(fold) => fold.finish(scratch),
+            Self::IndexedScd2(fold) => fold.finish(scratch),
             Self::IndexSorted(fold) => {
-                fold.finish();
+                fold.finish(scratch);
                 Ok(())
             }
         }

@@ -363,7 +363,7 @@ impl IndexedKernel for Box<IndexedSnapshotDiff> {
     fn memory_size(&self) -> usize {
         IndexedSnapshotDiff::memory_size(self)
     }
-    fn finish(&mut self) -> Result<()> {
+    fn finish(&mut self, _scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
         IndexedSnapshotDiff::finish(self)
     }
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {

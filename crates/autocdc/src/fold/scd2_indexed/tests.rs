@@ -39,7 +39,8 @@ fn query_spec(tracked: Vec<usize>) -> FoldSpec {
 
 /// `events` cut into batches of `split` (each sorted, out of order with
 /// each other), folded by the indexed kernel with `mask` on tracked
-/// hashes.
+/// hashes, its index sorted by counting when `split` is odd and in place
+/// when it is even.
 fn run_indexed(
     spec: &FoldSpec,
     events: &[Ev],
@@ -57,7 +58,7 @@ fn run_indexed(
     for b in &batches {
         fold.push(b)?;
     }
-    fold.finish()?;
+    fold.finish(&mut |_| split % 2 == 1)?;
     let mut out = Vec::new();
     while let Some(b) = fold.next_output(8192)? {
         assert_eq!(b.schema(), *fold.output_schema());
@@ -229,7 +230,7 @@ fn sequences_of_every_width_come_back() -> Result<()> {
             // in two batches, the second first
             fold.push(&input.slice(3, 3))?;
             fold.push(&input.slice(0, 3))?;
-            fold.finish()?;
+            fold.finish(&mut |_| true)?;
             let mut out = Vec::new();
             while let Some(b) = fold.next_output(2)? {
                 out.push(b);
