@@ -19,19 +19,15 @@
 //! [`EventIndex::group_end`] then finds each key's events: a run of equal
 //! entry keys, split by the row-format keys only where hashes collided.
 //!
-//! Inline keys whose values lie close together (at most
-//! [`COUNTING_SLOTS_PER_ENTRY`] possible values per entry, as generated ids
-//! do) are ordered by counting instead of comparing: one pass counts the
-//! entries of each key, one writes each entry's position at its key's place
-//! in an *order* (4 bytes per entry; a key's entries keep the order they
-//! were pushed in). The entries stay where they are: [`EventIndex::window`]
-//! copies them out in that order a window at a time and sorts only each
-//! key's run by sequence and origin — a few entries, already in order when
-//! events arrive in sequence order. The order and the counts are memory the
-//! caller grants ([`EventIndex::sort`]: an operator asks its pool); refused,
-//! the entries are sorted in place. (Moving the entries themselves to a
-//! second array took as much time faulting in that fresh memory as it
-//! saved: benches/README.md, "tried".)
+//! Inline keys whose values lie close together, as generated ids do, are
+//! ordered by counting instead of comparing ([`super::key_slots`]): an
+//! *order* of the entries' positions, grouped by key, each key's in the
+//! order they were pushed. The entries stay where they are:
+//! [`EventIndex::window`] copies them out in that order a window at a time
+//! and sorts only each key's run by sequence and origin — a few entries,
+//! already in order when events arrive in sequence order. The order and the
+//! counts are memory the caller grants ([`EventIndex::sort`]: an operator
+//! asks its pool); refused, the entries are sorted in place.
 //!
 //! Either way the folds read the sorted entries through
 //! [`EventIndex::window`], whole key groups at a time.
@@ -45,6 +41,7 @@ use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Origin};
+use super::key_slots::{KeySpan, SlotPlan};
 use super::rows::{encode_values, row_converter, to_rows, ValueBytes};
 
 /// One event in the index: key and sequence as integers that order like
@@ -301,9 +298,7 @@ impl EventIndex {
                         keys.push(key_bytes.bits(encoded_rows.row(i).as_ref()))
                     });
                 }
-                self.key_span = KeySpan::of(&keys).map_or(self.key_span, |span| {
-                    Some(self.key_span.map_or(span, |s| s.union(span)))
-                });
+                self.key_span = KeySpan::join(self.key_span, KeySpan::of(&keys));
             }
         }
         let origins = batch
@@ -436,31 +431,16 @@ impl EventIndex {
     /// counts, see the module docs), when the keys allow one.
     pub fn counting_scratch(&self) -> Option<usize> {
         self.counting_plan()
-            .map(|plan| (self.entries.len() + plan.slots) * std::mem::size_of::<u32>())
+            .map(|plan| plan.scratch_bytes(self.entries.len()))
     }
 
-    /// How a counting sort would place the entries' keys, when they allow one.
-    fn counting_plan(&self) -> Option<CountingPlan> {
+    /// How a counting sort would place the entries' keys, when they allow
+    /// one (inline keys only: hashes lie far apart).
+    fn counting_plan(&self) -> Option<SlotPlan> {
         let EntryKeys::Inline(_) = self.keys else {
             return None;
         };
-        let span = self.key_span?;
-        let n = self.entries.len();
-        u32::try_from(n).ok()?;
-        // keys share their low zero bits (values are left-aligned): one slot
-        // per value that can occur
-        let shift = span.bits.trailing_zeros().min(63);
-        let slots = usize::try_from((span.hi - span.lo) >> shift)
-            .ok()?
-            .checked_add(1)?;
-        (slots
-            <= n.saturating_mul(COUNTING_SLOTS_PER_ENTRY)
-                .max(COUNTING_SLOTS_ANY))
-        .then_some(CountingPlan {
-            lo: span.lo,
-            shift,
-            slots,
-        })
+        SlotPlan::new(self.key_span?, self.entries.len())
     }
 
     /// Sort the entries by `(keys, seq, origin)` (read them with
@@ -472,7 +452,7 @@ impl EventIndex {
     pub fn sort(&mut self, scratch: &mut dyn FnMut(usize) -> bool) {
         if let (Some(plan), Some(bytes)) = (self.counting_plan(), self.counting_scratch()) {
             if scratch(bytes) {
-                self.order = Some(count_order(&self.entries, plan));
+                self.order = Some(plan.order(&self.entries, |e| e.key));
                 return;
             }
         }
@@ -564,73 +544,6 @@ impl EventIndex {
 /// Entries a fold walks at a time ([`EventIndex::window`]): 128 KiB, so
 /// that a window stays in the core's cache while it is walked.
 pub const WALK_ENTRIES: usize = 4096;
-
-/// Most key slots a counting sort may use per entry (beyond
-/// [`COUNTING_SLOTS_ANY`]): its counts take at most 4 bytes per slot, and
-/// visiting the slots costs about what moving an entry does.
-pub const COUNTING_SLOTS_PER_ENTRY: usize = 4;
-
-/// Key slots a counting sort may use however few the entries.
-const COUNTING_SLOTS_ANY: usize = 1 << 12;
-
-/// The least and greatest of some inline keys, and the bits set in any.
-#[derive(Debug, Clone, Copy)]
-struct KeySpan {
-    lo: u64,
-    hi: u64,
-    bits: u64,
-}
-
-impl KeySpan {
-    fn of(keys: &[u64]) -> Option<Self> {
-        Some(Self {
-            lo: *keys.iter().min()?,
-            hi: *keys.iter().max()?,
-            bits: keys.iter().fold(0, |bits, &k| bits | k),
-        })
-    }
-
-    fn union(self, other: Self) -> Self {
-        Self {
-            lo: self.lo.min(other.lo),
-            hi: self.hi.max(other.hi),
-            bits: self.bits | other.bits,
-        }
-    }
-}
-
-/// Where a counting sort places keys: key `k` counts in slot
-/// `(k - lo) >> shift` of `slots` (every key has `shift` low zero bits, so
-/// distinct keys take distinct slots, in key order).
-#[derive(Debug, Clone, Copy)]
-struct CountingPlan {
-    lo: u64,
-    shift: u32,
-    slots: usize,
-}
-
-/// The positions of `entries` grouped by key, keys in order, each key's
-/// positions ascending: a counting sort by key slot (see the module docs).
-fn count_order(entries: &[IndexEntry], plan: CountingPlan) -> Vec<u32> {
-    let slot = |e: &IndexEntry| ((e.key - plan.lo) >> plan.shift) as usize;
-    // each slot's count, then where its first position goes
-    let mut next = vec![0u32; plan.slots];
-    for e in entries {
-        next[slot(e)] += 1;
-    }
-    let mut at = 0;
-    for place in &mut next {
-        (*place, at) = (at, at + *place);
-    }
-    let mut order = vec![0u32; entries.len()];
-    // (the caller checked that positions fit 32 bits)
-    for (position, e) in (0u32..).zip(entries) {
-        let place = &mut next[slot(e)];
-        order[*place as usize] = position;
-        *place += 1;
-    }
-    order
-}
 
 /// `f` of each of `rows` (every row `0..n` when `None`), in order.
 fn each_position(rows: Option<&[u32]>, n: usize, mut f: impl FnMut(usize)) {

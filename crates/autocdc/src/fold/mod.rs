@@ -13,6 +13,7 @@ pub mod errors;
 pub mod event_index;
 pub mod index_sorted;
 pub mod kernel;
+pub mod key_slots;
 pub mod late;
 pub mod pairs;
 pub mod partial;
