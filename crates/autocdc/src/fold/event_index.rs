@@ -541,9 +541,39 @@ impl EventIndex {
     }
 }
 
-/// Entries a fold walks at a time ([`EventIndex::window`]): 128 KiB, so
-/// that a window stays in the core's cache while it is walked.
-pub const WALK_ENTRIES: usize = 4096;
+/// Entries a [`GroupWalk`] copies out at a time ([`EventIndex::window`]):
+/// 128 KiB, so that a window stays in the core's cache while it is walked.
+const WALK_ENTRIES: usize = 4096;
+
+/// The key groups of a sorted index, one after another, read a window at a
+/// time ([`EventIndex::window`]) into a buffer of its own, so that a fold
+/// may change itself while it holds a group.
+#[derive(Debug, Default)]
+pub struct GroupWalk {
+    /// Where the next window starts.
+    from: usize,
+    window: Vec<IndexEntry>,
+    /// Where the next group starts in the window.
+    start: usize,
+}
+
+impl GroupWalk {
+    /// The next key group of `index` (sorted), in index order; `None` after
+    /// the last.
+    pub fn next<'a>(&'a mut self, index: &EventIndex) -> Option<&'a [IndexEntry]> {
+        if self.start >= self.window.len() {
+            if self.from >= index.len() {
+                return None;
+            }
+            self.from = index.window(self.from, WALK_ENTRIES, &mut self.window);
+            self.start = 0;
+        }
+        let end = index.group_end(&self.window, self.start);
+        let group = &self.window[self.start..end];
+        self.start = end;
+        Some(group)
+    }
+}
 
 /// `f` of each of `rows` (every row `0..n` when `None`), in order.
 fn each_position(rows: Option<&[u32]>, n: usize, mut f: impl FnMut(usize)) {

@@ -40,7 +40,7 @@ use super::columns::{
 };
 use super::emits::{Emit, EmitQueue};
 use super::errors::{check_event_nulls, check_truncate_sequences, conflict_error};
-use super::event_index::{EventIndex, IndexEntry, WALK_ENTRIES};
+use super::event_index::{EventIndex, GroupWalk, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
 use super::retained::Retained;
 use super::FoldCounts;
@@ -221,16 +221,9 @@ impl IndexedScd1Fold {
     pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
         self.index.sort(scratch);
         let (mut emits, mut checks) = (Vec::new(), Checks::default());
-        let mut window = Vec::with_capacity(WALK_ENTRIES);
-        let mut from = 0;
-        while from < self.index.len() {
-            from = self.index.window(from, WALK_ENTRIES, &mut window);
-            let mut start = 0;
-            while start < window.len() {
-                let end = self.index.group_end(&window, start);
-                self.fold_group(&window[start..end], &mut emits, &mut checks)?;
-                start = end;
-            }
+        let mut groups = GroupWalk::default();
+        while let Some(group) = groups.next(&self.index) {
+            self.fold_group(group, &mut emits, &mut checks)?;
         }
         // the index is no longer needed: free it before emitting
         self.index.clear();
@@ -555,16 +548,29 @@ mod tests {
         key_hash_mask: u64,
         visible_only: bool,
     ) -> Result<Folded> {
-        let run = |counting| {
-            run_indexed_sorting(
-                events,
-                ties,
-                watermark,
-                string_keys,
-                key_hash_mask,
-                visible_only,
-                counting,
-            )
+        let run = |counting: bool| -> Result<Folded> {
+            let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(string_keys), ties)?
+                .with_key_hash_mask(key_hash_mask)
+                .with_visible_only(visible_only);
+            assert_eq!(fold.index.hashes_keys(), string_keys);
+            if let Some(w) = watermark {
+                let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
+                if w.stored {
+                    fold.observe_stored_watermark(&seqs)?;
+                } else {
+                    fold.observe_watermark(&seqs)?;
+                }
+            }
+            // one event per batch: key groups cross batches
+            for e in events {
+                fold.push(&batch(std::slice::from_ref(e), string_keys))?;
+            }
+            fold.finish(&mut |_| counting)?;
+            let mut out = Vec::new();
+            while let Some(b) = fold.next_output(2)? {
+                out.push(b);
+            }
+            Ok((rows(&out, string_keys), fold.counts()))
         };
         let (counted, compared) = (run(true), run(false));
         match (&counted, &compared) {
@@ -573,39 +579,6 @@ mod tests {
             _ => panic!("counting gave {counted:?}, comparing {compared:?}"),
         }
         counted
-    }
-
-    fn run_indexed_sorting(
-        events: &[Event],
-        ties: bool,
-        watermark: Option<Watermark>,
-        string_keys: bool,
-        key_hash_mask: u64,
-        visible_only: bool,
-        counting: bool,
-    ) -> Result<Folded> {
-        let mut fold = IndexedScd1Fold::try_new("f", layout(), &schema(string_keys), ties)?
-            .with_key_hash_mask(key_hash_mask)
-            .with_visible_only(visible_only);
-        assert_eq!(fold.index.hashes_keys(), string_keys);
-        if let Some(w) = watermark {
-            let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
-            if w.stored {
-                fold.observe_stored_watermark(&seqs)?;
-            } else {
-                fold.observe_watermark(&seqs)?;
-            }
-        }
-        // one event per batch: key groups cross batches
-        for e in events {
-            fold.push(&batch(std::slice::from_ref(e), string_keys))?;
-        }
-        fold.finish(&mut |_| counting)?;
-        let mut out = Vec::new();
-        while let Some(b) = fold.next_output(2)? {
-            out.push(b);
-        }
-        Ok((rows(&out, string_keys), fold.counts()))
     }
 
     fn run_sorted(

@@ -48,7 +48,7 @@ use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Kind, Origin};
 use super::errors::{check_event_nulls, conflict_error};
-use super::event_index::{EventIndex, IndexEntry, WALK_ENTRIES};
+use super::event_index::{EventIndex, GroupWalk, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
 use super::retained::Retained;
 use super::rows::{encoded_width, row_converter, VALID_BYTE};
@@ -298,21 +298,9 @@ impl IndexedScd2Fold {
     pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
         self.index.sort(scratch);
         let mut checks = Checks::default();
-        let mut window = Vec::with_capacity(WALK_ENTRIES);
-        let mut from = 0;
-        while from < self.index.len() {
-            from = self.index.window(from, WALK_ENTRIES, &mut window);
-            let mut start = 0;
-            while start < window.len() {
-                let end = self.index.group_end(&window, start);
-                walk(
-                    &window[start..end],
-                    &mut self.versions,
-                    &mut self.counts,
-                    &mut checks,
-                );
-                start = end;
-            }
+        let mut groups = GroupWalk::default();
+        while let Some(group) = groups.next(&self.index) {
+            walk(group, &mut self.versions, &mut self.counts, &mut checks);
         }
         self.index.clear();
         self.hashes = Vec::new();
