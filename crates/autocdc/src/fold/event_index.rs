@@ -775,13 +775,7 @@ mod tests {
 
     fn index_orders_events(counting: bool) -> Result<()> {
         use arrow::array::{ArrayRef, Int16Array, Int32Array};
-        let mut state = 7u64;
-        let mut next = move |m: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % m
-        };
+        let mut next = crate::fold::test_support::below(7);
         for composite in [false, true] {
             let mut fields = vec![
                 Field::new("id", DataType::Int32, true),

@@ -132,13 +132,7 @@ mod tests {
     /// bits; keys too far apart get no plan.
     #[test]
     fn the_order_is_a_stable_sort_by_key() {
-        let mut state = 11u64;
-        let mut next = move |m: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % m
-        };
+        let mut next = crate::fold::test_support::below(11);
         for shift in [0u32, 8, 48] {
             let keys: Vec<u64> = (0..500).map(|_| (1000 + next(300)) << shift).collect();
             let plan = SlotPlan::new(KeySpan::of(&keys).unwrap(), keys.len()).unwrap();

@@ -15,6 +15,18 @@ use datafusion::common::Result;
 use super::columns::{EventLayout, Kind, Origin, KIND_COL, ORIGIN_COL, SEQ_COL, WRITTEN_AT_COL};
 use super::{FoldCounts, FoldSpec, PartialUpdates, ScdType};
 
+/// A seeded pseudo-random source: each call gives a number below its
+/// argument (a linear congruential generator's high bits; tests only).
+pub fn below(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |m| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % m
+    }
+}
+
 /// One event (or stored row read back as one).
 #[derive(Debug, Clone, Copy)]
 pub struct Ev {
