@@ -488,6 +488,23 @@ impl EventIndex {
     /// key group, each key's entries by sequence and origin. Returns where
     /// the next window starts ([`Self::len`] at the end).
     pub fn window(&self, from: usize, at_least: usize, window: &mut Vec<IndexEntry>) -> usize {
+        let end = self.window_of_groups(from, at_least, window);
+        if self.order.is_some() {
+            for group in window.chunk_by_mut(|a, b| a.key == b.key) {
+                order_group(group);
+            }
+        }
+        end
+    }
+
+    /// [`Self::window`], but after a counting sort each key's entries are
+    /// left in the order they were pushed ([`Self::order_group`] sorts one).
+    fn window_of_groups(
+        &self,
+        from: usize,
+        at_least: usize,
+        window: &mut Vec<IndexEntry>,
+    ) -> usize {
         window.clear();
         let n = self.entries.len();
         if from >= n {
@@ -508,18 +525,15 @@ impl EventIndex {
                 .take_while(|&&p| self.entries[p as usize].key == key)
                 .count();
         window.extend(order[from..end].iter().map(|&p| self.entries[p as usize]));
-        let by_seq = |e: &IndexEntry| (e.seq, e.origin);
-        let mut start = 0;
-        while start < window.len() {
-            let end = self.group_end(window, start);
-            let run = &mut window[start..end];
-            if !run.is_sorted_by_key(by_seq) {
-                // (stable: equal events keep the order they were pushed in)
-                run.sort_by_key(by_seq);
-            }
-            start = end;
-        }
         end
+    }
+
+    /// Order one key's entries of a [`Self::window_of_groups`] by sequence
+    /// and origin (after a sort in place they already are).
+    fn order_group(&self, group: &mut [IndexEntry]) {
+        if self.order.is_some() {
+            order_group(group);
+        }
     }
 
     /// End of the key group holding `entries[start]`, entries in index
@@ -558,20 +572,31 @@ pub struct GroupWalk {
 }
 
 impl GroupWalk {
-    /// The next key group of `index` (sorted), in index order; `None` after
-    /// the last.
+    /// The next key group of `index` (sorted), in index order, by sequence
+    /// and origin; `None` after the last.
     pub fn next<'a>(&'a mut self, index: &EventIndex) -> Option<&'a [IndexEntry]> {
         if self.start >= self.window.len() {
             if self.from >= index.len() {
                 return None;
             }
-            self.from = index.window(self.from, WALK_ENTRIES, &mut self.window);
+            self.from = index.window_of_groups(self.from, WALK_ENTRIES, &mut self.window);
             self.start = 0;
         }
         let end = index.group_end(&self.window, self.start);
-        let group = &self.window[self.start..end];
+        let group = &mut self.window[self.start..end];
+        // (each group found once: ordered here, not again by a window)
+        index.order_group(group);
         self.start = end;
         Some(group)
+    }
+}
+
+/// One key's entries, pushed in any order, by sequence and origin (stable:
+/// equal events keep the order they were pushed in).
+fn order_group(group: &mut [IndexEntry]) {
+    let by_seq = |e: &IndexEntry| (e.seq, e.origin);
+    if !group.is_sorted_by_key(by_seq) {
+        group.sort_by_key(by_seq);
     }
 }
 
@@ -900,6 +925,14 @@ mod tests {
                     "counting {counting}, windows of {at_least}"
                 );
             }
+            // a walk gives the same entries, group by group
+            let (mut walk, mut walked) = (GroupWalk::default(), Vec::new());
+            while let Some(group) = walk.next(&index) {
+                assert_eq!(index.group_end(group, 0), group.len());
+                walked.extend(group.iter().map(|e| (e.key, e.seq, e.row)));
+            }
+            let expected: Vec<_> = all.iter().map(|e| (e.key, e.seq, e.row)).collect();
+            assert_eq!(walked, expected, "counting {counting}");
             // each key's sequences ascend
             for w in all.windows(2) {
                 assert!(w[0].key != w[1].key || w[0].seq < w[1].seq);
