@@ -30,7 +30,8 @@
 //! asks its pool); refused, the entries are sorted in place.
 //!
 //! Either way the folds read the sorted entries through
-//! [`EventIndex::window`], whole key groups at a time.
+//! [`EventIndex::window`] (whole key groups, at least so many entries) or a
+//! [`GroupWalk`] (one key group at a time, each ordered as it is handed out).
 
 use std::hash::BuildHasher;
 
@@ -450,8 +451,8 @@ impl EventIndex {
     /// ([`Self::counting_scratch`]) where the keys allow one; when it
     /// refuses, the entries are sorted in place.
     pub fn sort(&mut self, scratch: &mut dyn FnMut(usize) -> bool) {
-        if let (Some(plan), Some(bytes)) = (self.counting_plan(), self.counting_scratch()) {
-            if scratch(bytes) {
+        if let Some(plan) = self.counting_plan() {
+            if scratch(plan.scratch_bytes(self.entries.len())) {
                 self.order = Some(plan.order(&self.entries, |e| e.key));
                 return;
             }
@@ -516,8 +517,7 @@ impl EventIndex {
             window.extend_from_slice(&self.entries[from..end]);
             return end;
         };
-        let entry = |i: usize| self.entries[order[i] as usize];
-        let key = entry(last).key;
+        let key = self.entries[order[last] as usize].key;
         let end = last
             + 1
             + order[last + 1..]

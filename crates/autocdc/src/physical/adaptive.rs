@@ -198,7 +198,9 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
                         }
                         let _timer = self.fall_back.elapsed_compute.timer();
                         kernel.finish(&mut |bytes| reservation.try_grow(bytes).is_ok())?;
-                        // (the scratch is freed again by now)
+                        // keep reserved what the kernel still holds (the
+                        // sort's counts are freed; an index-sorted fold keeps
+                        // its order until its last output)
                         let held = kernel.memory_size();
                         if held < reservation.size() {
                             reservation.shrink(reservation.size() - held);
