@@ -429,7 +429,9 @@ impl EventIndex {
     }
 
     /// Bytes a counting sort would hold beside the entries (its order and
-    /// counts, see the module docs), when the keys allow one.
+    /// counts, see the module docs), when the keys allow one (tests: what
+    /// [`Self::sort`] asks for).
+    #[cfg(test)]
     pub fn counting_scratch(&self) -> Option<usize> {
         self.counting_plan()
             .map(|plan| plan.scratch_bytes(self.entries.len()))
@@ -447,9 +449,9 @@ impl EventIndex {
     /// Sort the entries by `(keys, seq, origin)` (read them with
     /// [`Self::window`]); with hashed keys, runs whose keys collide are
     /// ordered by the keys themselves, so that each key's events are
-    /// contiguous. `scratch` is asked for the bytes of a counting sort
-    /// ([`Self::counting_scratch`]) where the keys allow one; when it
-    /// refuses, the entries are sorted in place.
+    /// contiguous. `scratch` is asked for the bytes of a counting sort (its
+    /// order and counts) where the keys allow one; when it refuses, the
+    /// entries are sorted in place.
     pub fn sort(&mut self, scratch: &mut dyn FnMut(usize) -> bool) {
         if let Some(plan) = self.counting_plan() {
             if scratch(plan.scratch_bytes(self.entries.len())) {
