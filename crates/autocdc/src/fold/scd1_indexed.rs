@@ -463,6 +463,22 @@ mod tests {
         stored: bool,
     }
 
+    /// How a fold is told a watermark (either fold's methods).
+    type Observe<F> = fn(&mut F, &ArrayRef) -> Result<()>;
+
+    impl Watermark {
+        /// Tell `fold` the watermark: as the stored one, or as a TRUNCATE
+        /// of this update.
+        fn hand_to<F>(self, fold: &mut F, stored: Observe<F>, new: Observe<F>) -> Result<()> {
+            let seqs = Arc::new(Int64Array::from(vec![self.seq])) as ArrayRef;
+            if self.stored {
+                stored(fold, &seqs)
+            } else {
+                new(fold, &seqs)
+            }
+        }
+    }
+
     const TRUNCATE_4: Watermark = Watermark {
         seq: 4,
         stored: false,
@@ -554,12 +570,11 @@ mod tests {
                 .with_visible_only(visible_only);
             assert_eq!(fold.index.hashes_keys(), string_keys);
             if let Some(w) = watermark {
-                let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
-                if w.stored {
-                    fold.observe_stored_watermark(&seqs)?;
-                } else {
-                    fold.observe_watermark(&seqs)?;
-                }
+                w.hand_to(
+                    &mut fold,
+                    IndexedScd1Fold::observe_stored_watermark,
+                    IndexedScd1Fold::observe_watermark,
+                )?;
             }
             // one event per batch: key groups cross batches
             for e in events {
@@ -601,12 +616,11 @@ mod tests {
             .with_new_wins_ties(ties)
             .with_visible_only(visible_only);
         if let Some(w) = watermark {
-            let seqs = Arc::new(Int64Array::from(vec![w.seq])) as ArrayRef;
-            if w.stored {
-                fold.observe_stored_watermark(&seqs)?;
-            } else {
-                fold.observe_watermark(&seqs)?;
-            }
+            w.hand_to(
+                &mut fold,
+                Scd1Fold::observe_stored_watermark,
+                Scd1Fold::observe_watermark,
+            )?;
         }
         let mut out = Vec::new();
         if let Some(b) = fold.push(&sorted(&batch(events, string_keys)))? {
