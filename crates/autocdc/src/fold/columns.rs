@@ -111,6 +111,11 @@ impl Kind {
 /// ([`Origin::StoredByDml`]: events and erasure marks), and a DML statement's
 /// update brings the edited histories of its keys ([`Origin::Dml`]), which
 /// replace the stored ones.
+///
+/// An SCD 2 version also stands for the event it was last given, which is
+/// then not stored again as a hidden event ([`Origin::Implied`]). The codes
+/// are never stored: only their order matters (the sort order of events of
+/// one key and sequence).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i8)]
 pub enum Origin {
@@ -119,11 +124,17 @@ pub enum Origin {
     StoredByDml = -1,
     /// Row read back from the target.
     Stored = 0,
+    /// The event an SCD 2 version implies, read back from the version: its
+    /// values, `__cdc_seq` and `__cdc_written_at`. It sorts after stored
+    /// events of its sequence, and one of them there is the event itself
+    /// (stored hidden by an older writer, or with raw values the version
+    /// does not hold: partial updates, DML), which it then yields to.
+    Implied = 1,
     /// Event read from the source in this update.
-    New = 1,
+    New = 2,
     /// Event of a DML statement's edited history: the key's history becomes
     /// exactly the versions these events fold into.
-    Dml = 2,
+    Dml = 3,
 }
 
 /// Stored rows of an SCD 1 fold: the event columns but `__cdc_origin` and

@@ -342,7 +342,7 @@ impl EventIndex {
         }
         let new_events = self.entries[before..]
             .iter()
-            .filter(|e| e.origin != Origin::Stored as i8)
+            .filter(|e| e.origin != Origin::Stored as i8 && e.origin != Origin::Implied as i8)
             .count();
         (self.key_values, self.seq_values) = (keys, seqs);
         Ok(new_events)
@@ -1007,6 +1007,7 @@ mod tests {
             Arc::new(Float64Array::from(vec![5.0, -3.5, 8.0, 1.0, 2.0])),
         ];
         let rows = [3u32, 1, 4];
+        let (stored, new) = (Origin::Stored as i8, Origin::New as i8);
         let fields = |e: &IndexEntry| (e.key, e.seq, e.origin, e.kind, e.batch, e.row);
         for id in &ids {
             for seq in &seqs {
@@ -1020,7 +1021,7 @@ mod tests {
                         Arc::clone(seq),
                         Arc::new(Int8Array::from(vec![0, 1, 0, 1, 0])),
                         Arc::new(Int64Array::from(vec![0; 5])),
-                        Arc::new(Int8Array::from(vec![0, 0, 1, 1, 0])),
+                        Arc::new(Int8Array::from(vec![stored, stored, new, new, stored])),
                     ],
                 )?;
                 let mut whole = EventIndex::try_new("f", &layout(), &schema)?;
@@ -1030,7 +1031,7 @@ mod tests {
                     .map(|&r| fields(&whole.entries()[r as usize]))
                     .collect();
                 let mut some = EventIndex::try_new("f", &layout(), &schema)?;
-                // (origin 0 is a stored row: of rows 3, 1, 4 only row 3 is new)
+                // of rows 3, 1, 4 only row 3 is new
                 assert_eq!(some.push_rows(&batch, 0, Some(&rows))?, 1);
                 let found: Vec<_> = some.entries().iter().map(fields).collect();
                 assert_eq!(found, expected, "{} / {}", id.data_type(), seq.data_type());

@@ -267,7 +267,9 @@ impl Scd1Fold {
                         g.prev = Slot::Here(i);
                         g.prev_origin = origin;
                     }
-                    (Origin::Stored | Origin::StoredByDml, _) => self.counts.late += 1,
+                    (Origin::Stored | Origin::StoredByDml | Origin::Implied, _) => {
+                        self.counts.late += 1
+                    }
                     (Origin::New | Origin::Dml, Origin::New | Origin::Dml) => {
                         if !self.same_event(batch, &g.prev, i)? {
                             let err = self.conflict_error(batch, i);
@@ -282,7 +284,10 @@ impl Scd1Fold {
                         }
                     }
                     // stored rows sort first at equal sequence
-                    (Origin::New | Origin::Dml, Origin::Stored | Origin::StoredByDml) => {
+                    (
+                        Origin::New | Origin::Dml,
+                        Origin::Stored | Origin::StoredByDml | Origin::Implied,
+                    ) => {
                         g.winner = Slot::Here(i);
                         g.winner_origin = origin;
                         g.prev = Slot::Here(i);

@@ -483,6 +483,10 @@ impl Scd2Fold {
                 }
             }
             if let Some(&p) = kept.last().filter(|&&p| seqs.row(p) == seqs.row(i)) {
+                // the event a version implies, also stored as itself
+                if origin == Origin::Implied as i8 {
+                    continue;
+                }
                 if !values.same(p, i)? {
                     let stored = origins.value(p) != Origin::New as i8;
                     return Err(conflict_error(&self.flow, &self.layout, batch, i, stored));
@@ -493,7 +497,6 @@ impl Scd2Fold {
                 continue;
             }
             kept.push(i);
-            emit.event(i, stored_code(kinds.value(i), origin));
             if new {
                 self.counts.events_added += 1;
             }
@@ -504,6 +507,7 @@ impl Scd2Fold {
         for v in versions.iter() {
             emit.version(v.last, v.open, v.close);
         }
+        self.emit_events(kept, versions, rows, emit);
         for &i in kept.iter().filter(|&&i| is_new(i)) {
             if kinds.value(i) == Kind::Delete as i8 {
                 if versions.iter().any(|v| v.close == Some(i)) {
@@ -524,6 +528,35 @@ impl Scd2Fold {
         // 3. the change data feed: versions matched by their start
         changes(before, versions, rows, emit);
         Ok(())
+    }
+
+    /// The hidden events of a key: its `kept` events but those its
+    /// `versions` imply (each version's last event, when the version holds
+    /// that event's values — no partial updates — and DML did not write it).
+    /// Read back, a version is that event again ([`Origin::Implied`]).
+    fn emit_events(
+        &self,
+        kept: &[usize],
+        versions: &[Version],
+        rows: &BatchRows<'_>,
+        emit: &mut Emit,
+    ) {
+        let BatchRows { kinds, origins, .. } = *rows;
+        // a version's last event comes after the last of the version before
+        let mut lasts = versions
+            .iter()
+            .map(|v| v.last)
+            .filter(|_| self.merger.is_none())
+            .peekable();
+        for &i in kept {
+            let origin = origins.value(i);
+            let implied = lasts.next_if_eq(&i).is_some()
+                && origin != Origin::StoredByDml as i8
+                && origin != Origin::Dml as i8;
+            if !implied {
+                emit.event(i, stored_code(kinds.value(i), origin));
+            }
+        }
     }
 
     /// A group with a DML statement's edited history (SPEC §4.2): the key's
@@ -575,7 +608,12 @@ impl Scd2Fold {
             } else if is_mark(kinds.value(i)) {
                 marks.push(i);
             } else if origins.value(i) != Origin::New as i8 {
-                stored.push(i);
+                // the event a version implies, also stored as itself
+                let implied = origins.value(i) == Origin::Implied as i8
+                    && stored.last().is_some_and(|&p| seqs.row(p) == seqs.row(i));
+                if !implied {
+                    stored.push(i);
+                }
             } else {
                 return Err(DataFusionError::Internal(format!(
                     "flow '{}': a DML statement's update holds a source event",

@@ -89,6 +89,14 @@ impl Ev {
         }
     }
 
+    /// The same, read back from the version that implies it.
+    pub fn implied(self) -> Self {
+        Self {
+            origin: Origin::Implied,
+            ..self
+        }
+    }
+
     /// The same, read back as written by a DML statement.
     pub fn by_dml(self) -> Self {
         Self {

@@ -12,7 +12,9 @@
 //! | not all equal, a stored event                                         | the new ones that differ from it (equal ones are replays) |
 //!
 //! Stored events are never rejected; DML events and erasure marks are not
-//! counted (the fold drops what they corrected).
+//! counted (the fold drops what they corrected). The event an SCD 2 version
+//! implies (`Origin::Implied`) is the identity's stored event when no event
+//! is stored as itself there (which it then is: see `fold::scd2`).
 
 use arrow::array::{AsArray, BooleanArray, RecordBatch};
 use arrow::compute::kernels::boolean::{and, or};
@@ -41,55 +43,108 @@ pub(crate) fn of_origin(
     Ok(BooleanArray::from_unary(origins, |o| o == origin as i8))
 }
 
-/// The events of `batch` that count: the `new` ones, and the `stored`
-/// upserts and deletes (kind column at `kind`).
-pub(crate) fn counted(
-    batch: &RecordBatch,
-    kind: usize,
-    new: &BooleanArray,
-    stored: &BooleanArray,
-) -> Result<BooleanArray> {
-    let kinds = batch
-        .column(kind)
-        .as_primitive_opt::<Int8Type>()
-        .ok_or_else(|| DataFusionError::Internal("the kind column is not Int8".into()))?;
-    let event = BooleanArray::from_unary(kinds, |k| {
-        k == Kind::Upsert as i8 || k == Kind::Delete as i8
-    });
-    Ok(or(new, &and(stored, &event)?)?)
+/// How the rule meets an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Met {
+    /// A new event.
+    New,
+    /// A stored event.
+    Stored,
+    /// The event a stored version implies ([`Origin::Implied`]): the
+    /// identity's stored event, unless that is also stored as itself.
+    Implied,
+}
+
+/// The origins of a batch's events, as the rule tells them apart.
+#[derive(Debug)]
+pub(crate) struct Origins {
+    /// The new events.
+    pub(crate) new: BooleanArray,
+    stored: BooleanArray,
+    implied: BooleanArray,
+}
+
+impl Origins {
+    /// The origins of `batch`, its origin column at `column` (see
+    /// [`of_origin`]).
+    pub(crate) fn try_new(batch: &RecordBatch, column: Option<usize>) -> Result<Self> {
+        Ok(Self {
+            new: of_origin(batch, column, Origin::New)?,
+            stored: of_origin(batch, column, Origin::Stored)?,
+            implied: of_origin(batch, column, Origin::Implied)?,
+        })
+    }
+
+    /// How event `i` is met (for a counted event).
+    pub(crate) fn met(&self, i: usize) -> Met {
+        if self.stored.value(i) {
+            Met::Stored
+        } else if self.implied.value(i) {
+            Met::Implied
+        } else {
+            Met::New
+        }
+    }
+
+    /// The events of `batch` that count: the new ones, and the stored (or
+    /// implied) upserts and deletes (kind column at `kind`).
+    pub(crate) fn counted(&self, batch: &RecordBatch, kind: usize) -> Result<BooleanArray> {
+        let kinds = batch
+            .column(kind)
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(|| DataFusionError::Internal("the kind column is not Int8".into()))?;
+        let event = BooleanArray::from_unary(kinds, |k| {
+            k == Kind::Upsert as i8 || k == Kind::Delete as i8
+        });
+        let stored = or(&self.stored, &self.implied)?;
+        Ok(or(&self.new, &and(&stored, &event)?)?)
+    }
 }
 
 /// One identity's counted events, as they are met.
 #[derive(Debug, Default)]
 pub(crate) struct Identity<'a> {
-    /// The values of its first counted event.
-    first: Option<&'a [u8]>,
-    /// Whether another counted event differs from the first.
-    conflict: bool,
-    /// The values of its stored event, if any.
+    /// The values of its first new event.
+    first_new: Option<&'a [u8]>,
+    /// Whether another new event differs from the first.
+    new_differ: bool,
+    /// The values of its stored event, if any ...
     stored: Option<&'a [u8]>,
+    /// ... and of the event a version implies, which counts only without
+    /// a stored one.
+    implied: Option<&'a [u8]>,
 }
 
 impl<'a> Identity<'a> {
-    /// A counted event with `values`, `stored` or new.
-    pub(crate) fn count(&mut self, values: &'a [u8], stored: bool) {
-        match self.first {
-            None => self.first = Some(values),
-            Some(first) => self.conflict |= first != values,
+    /// A counted event with `values`, met as `met`.
+    pub(crate) fn count(&mut self, values: &'a [u8], met: Met) {
+        match met {
+            Met::New => match self.first_new {
+                None => self.first_new = Some(values),
+                Some(first) => self.new_differ |= first != values,
+            },
+            Met::Stored => self.stored = Some(values),
+            Met::Implied => self.implied = Some(values),
         }
-        if stored {
-            self.stored = Some(values);
-        }
+    }
+
+    /// Its stored event: stored as itself, or implied by a version.
+    fn stored_event(&self) -> Option<&'a [u8]> {
+        self.stored.or(self.implied)
     }
 
     /// Whether its counted events are not all equal.
     pub(crate) fn conflicts(&self) -> bool {
-        self.conflict
+        self.new_differ
+            || self
+                .first_new
+                .zip(self.stored_event())
+                .is_some_and(|(new, stored)| new != stored)
     }
 
     /// Whether a new event of it with `values` is rejected.
     pub(crate) fn rejects(&self, values: &[u8]) -> bool {
-        self.conflict && self.stored.is_none_or(|s| s != values)
+        self.conflicts() && self.stored_event().is_none_or(|s| s != values)
     }
 }
 
@@ -99,27 +154,34 @@ mod tests {
 
     /// The new events the rule rejects, of one identity's `(values, stored)`
     /// events, all counted.
-    fn rejected<'a>(events: &[(&'a str, bool)]) -> Vec<&'a str> {
+    fn rejected<'a>(events: &[(&'a str, Met)]) -> Vec<&'a str> {
         let mut identity = Identity::default();
-        for (values, stored) in events {
-            identity.count(values.as_bytes(), *stored);
+        for (values, met) in events {
+            identity.count(values.as_bytes(), *met);
         }
         events
             .iter()
-            .filter(|(values, stored)| !stored && identity.rejects(values.as_bytes()))
+            .filter(|(values, met)| *met == Met::New && identity.rejects(values.as_bytes()))
             .map(|(values, _)| *values)
             .collect()
     }
 
     #[test]
     fn each_row_of_the_table() {
-        assert!(rejected(&[("a", false), ("a", false)]).is_empty());
+        use Met::{Implied, New, Stored};
+        assert!(rejected(&[("a", New), ("a", New)]).is_empty());
         assert_eq!(
-            rejected(&[("a", false), ("b", false), ("a", false)]),
+            rejected(&[("a", New), ("b", New), ("a", New)]),
             ["a", "b", "a"]
         );
-        assert_eq!(rejected(&[("s", false), ("s", true), ("x", false)]), ["x"]);
+        assert_eq!(rejected(&[("s", New), ("s", Stored), ("x", New)]), ["x"]);
         // equal to the stored event: a replay, whatever the order
-        assert!(rejected(&[("s", true), ("s", false)]).is_empty());
+        assert!(rejected(&[("s", Stored), ("s", New)]).is_empty());
+        // a version's event is the stored one, unless that is stored too
+        assert_eq!(rejected(&[("v", Implied), ("x", New)]), ["x"]);
+        assert_eq!(rejected(&[("x", New), ("v", Implied), ("v", New)]), ["x"]);
+        assert!(rejected(&[("v", New), ("v", Implied)]).is_empty());
+        assert!(rejected(&[("m", Implied), ("r", Stored), ("r", New)]).is_empty());
+        assert_eq!(rejected(&[("r", Stored), ("m", New), ("m", Implied)]), ["m"]);
     }
 }

@@ -67,7 +67,7 @@ use datafusion::physical_plan::{
 use datafusion::physical_plan::{Distribution, InputDistributionRequirements};
 use futures::{Stream, StreamExt};
 
-use super::conflict_rule::{counted, of_origin, Identity};
+use super::conflict_rule::{of_origin, Identity, Origins};
 use super::one_shot::{sort_retained_and_rest, sort_share};
 use super::sorted_conflicts::{Checked, SortedConflicts};
 
@@ -480,34 +480,27 @@ impl RejectsStream {
         let origin = self.checks.origin;
         let origins = batches
             .iter()
-            .map(|b| {
-                Ok((
-                    of_origin(b, origin, Origin::New)?,
-                    of_origin(b, origin, Origin::Stored)?,
-                ))
-            })
+            .map(|b| Origins::try_new(b, origin))
             .collect::<Result<Vec<_>>>()?;
         let counted = batches
             .iter()
             .zip(&origins)
-            .map(|(b, (new, stored))| counted(b, self.checks.kind, new, stored))
+            .map(|(b, origins)| origins.counted(b, self.checks.kind))
             .collect::<Result<Vec<_>>>()?;
         let mut seen: HashMap<&[u8], Identity<'_>> = HashMap::new();
-        for (((g, v), counted), (_, stored)) in
-            groups.iter().zip(&values).zip(&counted).zip(&origins)
+        for (((g, v), counted), origins) in groups.iter().zip(&values).zip(&counted).zip(&origins)
         {
             for i in counted.values().set_indices() {
                 seen.entry(g.row(i).data())
                     .or_default()
-                    .count(v.row(i).data(), stored.value(i));
+                    .count(v.row(i).data(), origins.met(i));
             }
         }
         if !seen.values().any(Identity::conflicts) {
             return Ok(batches);
         }
         let mut out = Vec::with_capacity(batches.len());
-        for ((batch, (g, v)), (new, _)) in
-            batches.iter().zip(groups.iter().zip(&values)).zip(&origins)
+        for ((batch, (g, v)), origins) in batches.iter().zip(groups.iter().zip(&values)).zip(&origins)
         {
             let conflicting: BooleanArray = (0..g.num_rows())
                 .map(|i| {
@@ -518,7 +511,7 @@ impl RejectsStream {
                 })
                 .collect();
             // stored events stay: only new ones are rejected
-            let conflicting = and(&conflicting, new)?;
+            let conflicting = and(&conflicting, &origins.new)?;
             let count = conflicting.true_count();
             if count == 0 {
                 out.push(batch.clone());

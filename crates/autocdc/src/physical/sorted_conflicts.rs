@@ -15,8 +15,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::Result;
 
-use super::conflict_rule::{counted, of_origin, Identity};
-use crate::fold::columns::Origin;
+use super::conflict_rule::{Identity, Origins};
 
 /// Rows whose identities are complete, and which of them to reject.
 pub(crate) struct Checked {
@@ -112,9 +111,8 @@ impl SortedConflicts {
         let n = batch.num_rows();
         let groups = self.encode(&self.group_rows, &self.group, &batch)?;
         let values = self.encode(&self.value_rows, &self.values, &batch)?;
-        let new = of_origin(&batch, self.origin, Origin::New)?;
-        let stored = of_origin(&batch, self.origin, Origin::Stored)?;
-        let counted = counted(&batch, self.kind, &new, &stored)?;
+        let origins = Origins::try_new(&batch, self.origin)?;
+        let counted = origins.counted(&batch, self.kind)?;
         let mut conflicting = vec![false; n];
         let mut start = 0;
         while start < n {
@@ -124,11 +122,11 @@ impl SortedConflicts {
             }
             let mut identity = Identity::default();
             for i in (start..end).filter(|&i| counted.value(i)) {
-                identity.count(values.row(i).data(), stored.value(i));
+                identity.count(values.row(i).data(), origins.met(i));
             }
             if identity.conflicts() {
                 for (i, flag) in conflicting.iter_mut().enumerate().take(end).skip(start) {
-                    *flag = new.value(i) && identity.rejects(values.row(i).data());
+                    *flag = origins.new.value(i) && identity.rejects(values.row(i).data());
                 }
             }
             start = end;
@@ -143,7 +141,7 @@ impl SortedConflicts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fold::columns::Kind;
+    use crate::fold::columns::{Kind, Origin};
     use arrow::array::AsArray;
     use arrow::array::{Int64Array, Int8Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
@@ -196,7 +194,7 @@ mod tests {
     #[test]
     fn each_row_of_the_table() -> Result<()> {
         use Kind::{Delete as D, Upsert as U};
-        use Origin::{Dml, New as N, Stored as S};
+        use Origin::{Dml, Implied as I, New as N, Stored as S};
         let all = events(&[
             // equal events: none
             (1, 1, "a", U, N),
@@ -215,6 +213,14 @@ mod tests {
             // a DML event is not counted
             (5, 1, "d", U, Dml),
             (5, 1, "a", U, N),
+            // a version's event is the stored one ...
+            (6, 1, "v", U, I),
+            (6, 1, "v", U, N),
+            (6, 1, "y", U, N),
+            // ... but where the event is stored as itself
+            (7, 1, "raw", U, S),
+            (7, 1, "merged", U, I),
+            (7, 1, "raw", U, N),
         ]);
         let expected = [
             (2, "a".to_string()),
@@ -223,6 +229,7 @@ mod tests {
             (3, "x".into()),
             (4, "a".into()),
             (4, "a".into()),
+            (6, "y".into()),
         ];
         assert_eq!(rejected(vec![all.clone()])?, expected);
         // the same, cut anywhere into batches (identities across batches)

@@ -566,7 +566,9 @@ pub async fn plan_update(
         ));
         // SCD 1 folds its stored rows (live rows and tombstones); SCD 2 folds
         // its stored events, from which the versions are derived again, and
-        // passes its erasure marks on
+        // passes its erasure marks on. An SCD 2 version is also read as the
+        // event it implies (`Origin::Implied`): the fold stores no hidden
+        // copy of that event (BITEMPORAL versions imply none)
         let (stored_kind, stored_origin, stored_filter) = if scd2 {
             let code = |c: i8| lit(c);
             let events = [
@@ -591,21 +593,23 @@ pub async fn plan_update(
                 lit(Kind::Delete as i8),
             )
             .otherwise(col(KIND_COL))?;
+            let version = kind_is(Kind::Upsert);
             let origin = when(
                 col(KIND_COL).gt_eq(lit(STORED_DML_UPSERT_EVENT)),
                 lit(Origin::StoredByDml as i8),
             )
+            .when(version.clone(), lit(Origin::Implied as i8))
             .otherwise(lit(Origin::Stored as i8))?;
             let live_marks = col(KIND_COL)
                 .in_list(marks.iter().map(|&m| code(m)).collect(), false)
                 .and(col(WRITTEN_AT_COL).gt_eq(cutoff));
-            (
-                kind.alias(KIND_COL),
-                origin.alias(ORIGIN_COL),
-                col(KIND_COL)
-                    .in_list(events.iter().map(|&e| code(e)).collect(), false)
-                    .or(live_marks),
-            )
+            let mut read = col(KIND_COL)
+                .in_list(events.iter().map(|&e| code(e)).collect(), false)
+                .or(live_marks);
+            if !bitemporal {
+                read = read.or(version);
+            }
+            (kind.alias(KIND_COL), origin.alias(ORIGIN_COL), read)
         } else {
             let expired = kind_is(Kind::Delete).and(col(WRITTEN_AT_COL).lt(cutoff));
             (

@@ -7,7 +7,11 @@ use super::super::columns::{
 use super::super::columns::{
     STORED_DML_DELETE_EVENT, STORED_DML_UPSERT_EVENT, STORED_ERASED_AT, STORED_ERASED_THROUGH,
 };
-use super::super::test_support::{del, every_split, fold, mark, rows, spec, up, up_null, Ev};
+use super::super::test_support::{
+    below, del, every_split, fold, mark, rows, spec, up, up_null, Ev,
+};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Int64Type, Int8Type};
 use super::super::{FoldCounts, FoldSpec, PartialUpdates, ScdType};
 
 const VERSION: i8 = Kind::Upsert as i8;
@@ -64,15 +68,13 @@ fn versions_open_on_tracked_changes_and_close_on_deletes() {
             "id=1 v=c start_at=7 end_at=NULL cdc_seq=7",
         ]
     );
-    // every event is kept, hidden, with its own values
+    // every event is kept: a version stands for its last event (a@2, b@3,
+    // c@7), the others are hidden with their own values
     assert_eq!(
         events,
         [
             "id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=5",
             "id=1 v=a start_at=NULL end_at=NULL cdc_seq=1",
-            "id=1 v=a start_at=NULL end_at=NULL cdc_seq=2",
-            "id=1 v=b start_at=NULL end_at=NULL cdc_seq=3",
-            "id=1 v=c start_at=NULL end_at=NULL cdc_seq=7",
         ]
     );
     // a new key: every version is an insert
@@ -178,10 +180,188 @@ fn partial_updates_merge_before_tracking() {
             "id=1 v=b start_at=3 end_at=NULL cdc_seq=3",
         ]
     );
-    assert!(
-        events.contains(&"id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=2".to_string()),
-        "{events:?}"
+    // a version does not hold its events' raw values: every event is hidden
+    assert_eq!(
+        events,
+        [
+            "id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=2",
+            "id=1 v=a start_at=NULL end_at=NULL cdc_seq=1",
+            "id=1 v=b start_at=NULL end_at=NULL cdc_seq=3",
+        ]
     );
+}
+
+/// Read back, a version is its last event again ([`Ev::implied`]); where
+/// that event is also stored as itself — an older writer's hidden copy, a
+/// raw event under partial updates — the stored one is the event.
+///
+/// | stored at seq s              | the event at s | hidden after      |
+/// |------------------------------|----------------|-------------------|
+/// | a version (implied) only     | the version's  | none (a version)  |
+/// | a version and a hidden copy  | the copy       | none (a version)  |
+/// | merged version, raw event    | the raw event  | the raw event     |
+#[test]
+fn a_version_is_read_back_as_its_event() {
+    let spec = scd2(vec![1], None);
+    let late_b = [
+        "id=1 v=a start_at=1 end_at=3 cdc_seq=1",
+        "id=1 v=b start_at=3 end_at=NULL cdc_seq=3",
+    ];
+    for copy in [false, true] {
+        let mut events = vec![up(1, "a", 1).implied(), up(1, "b", 3)];
+        if copy {
+            events.push(up(1, "a", 1).stored());
+        }
+        let (versions, hidden, changes, counts) = run(&spec, &events);
+        assert_eq!(versions, late_b, "copy: {copy}");
+        assert!(hidden.is_empty(), "copy: {copy}: {hidden:?}");
+        assert_eq!(
+            changes,
+            [
+                "id=1 v=a start_at=1 end_at=3 cdc_seq=1",
+                "id=1 v=a start_at=1 end_at=NULL cdc_seq=1",
+                "id=1 v=b start_at=3 end_at=NULL cdc_seq=3",
+            ],
+            "copy: {copy}"
+        );
+        assert_eq!((counts.duplicates, counts.events_added), (0, 1));
+    }
+    // a replay of a version's event is a duplicate, another event a conflict
+    let (_, _, changes, counts) = run(&spec, &[up(1, "a", 1).implied(), up(1, "a", 1)]);
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!((counts.duplicates, counts.events_added), (1, 0));
+    let err = fold(&spec, &[up(1, "a", 1).implied(), up(1, "b", 1)], None, 2)
+        .expect_err("a conflict")
+        .to_string();
+    assert!(err.contains("at SEQUENCE BY value 1 (against a stored event)"), "{err}");
+
+    // partial updates: the version holds the merged a@2, the event is NULL@2
+    let (versions, hidden, _, _) = run(
+        &scd2(vec![1], Some(PartialUpdates::IgnoreNulls(vec![1]))),
+        &[
+            up(1, "a", 1).stored(),
+            up_null(1, 2).stored(),
+            up(1, "a", 2).implied(),
+            up(1, "b", 3),
+        ],
+    );
+    assert_eq!(
+        versions,
+        [
+            "id=1 v=a start_at=1 end_at=3 cdc_seq=2",
+            "id=1 v=b start_at=3 end_at=NULL cdc_seq=3",
+        ]
+    );
+    assert_eq!(
+        hidden,
+        [
+            "id=1 v=NULL start_at=NULL end_at=NULL cdc_seq=2",
+            "id=1 v=a start_at=NULL end_at=NULL cdc_seq=1",
+            "id=1 v=b start_at=NULL end_at=NULL cdc_seq=3",
+        ]
+    );
+}
+
+/// What an update stores, read back as the next update reads it: versions
+/// as their events, hidden rows as stored events, DML-written rows and
+/// marks as such. With `copies`, every version's event is also stored as
+/// itself, as an older writer stored it.
+fn read_back(out: &[RecordBatch], copies: bool) -> Vec<Ev> {
+    let mut events = Vec::new();
+    for batch in out {
+        let id = batch.column(0).as_primitive::<Int64Type>();
+        let v = batch.column(1).as_string::<i32>();
+        let seq = batch.column_by_name("__cdc_seq").expect("seq");
+        let seq = seq.as_primitive::<Int64Type>();
+        let kind = batch.column_by_name("__cdc_kind").expect("kind");
+        let kind = kind.as_primitive::<Int8Type>();
+        for r in 0..batch.num_rows() {
+            let value: &'static str = match v.is_null(r) {
+                true => "",
+                false => Box::leak(v.value(r).to_string().into_boxed_str()),
+            };
+            let upsert = match v.is_null(r) {
+                true => up_null(id.value(r), seq.value(r)),
+                false => up(id.value(r), value, seq.value(r)),
+            };
+            let delete = del(id.value(r), seq.value(r));
+            match kind.value(r) {
+                VERSION => {
+                    events.push(upsert.implied());
+                    if copies {
+                        events.push(upsert.stored());
+                    }
+                }
+                STORED_UPSERT_EVENT => events.push(upsert.stored()),
+                STORED_DELETE_EVENT => events.push(delete.stored()),
+                STORED_DML_UPSERT_EVENT => events.push(upsert.by_dml()),
+                STORED_DML_DELETE_EVENT => events.push(delete.by_dml()),
+                code @ (STORED_ERASED_AT | STORED_ERASED_THROUGH) => {
+                    events.push(mark(id.value(r), code, seq.value(r)))
+                }
+                _ => {}
+            }
+        }
+    }
+    events
+}
+
+/// History is a function of the set of events (SPEC §2.4), now that
+/// versions stand for events: random histories of three keys, their
+/// events cut into three updates, each folded over what the one before
+/// stored (read back with and without an older writer's copies), give the
+/// versions of one update folding them all; and the last update's stored
+/// rows hold every event once.
+#[test]
+fn updates_over_stored_versions_fold_like_one() {
+    let spec = scd2(vec![1], None);
+    let values = ["a", "b", "c"];
+    for seed in 0..300 {
+        let mut below = below(seed);
+        let mut events = Vec::new();
+        for id in 1..=3 {
+            let mut seqs: Vec<i64> = (0..below(8)).map(|_| 1 + below(12) as i64).collect();
+            seqs.sort_unstable();
+            seqs.dedup();
+            for seq in seqs {
+                events.push(match below(4) {
+                    0 => del(id, seq),
+                    v => up(id, values[v as usize - 1], seq),
+                });
+            }
+        }
+        let updates: Vec<usize> = events.iter().map(|_| below(3) as usize).collect();
+        let (all, _) = fold(&spec, &events, None, 1000).expect("fold");
+        let whole = rows(&all, &[VERSION]);
+        for copies in [false, true] {
+            let mut stored: Vec<Ev> = Vec::new();
+            let mut last = Vec::new();
+            for update in 0..3 {
+                let mut input = stored.clone();
+                input.extend(
+                    events
+                        .iter()
+                        .zip(&updates)
+                        .filter(|(_, &u)| u == update)
+                        .map(|(e, _)| *e),
+                );
+                let (out, _) = fold(&spec, &input, None, 1 + below(5) as usize)
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                stored = read_back(&out, copies);
+                last = out;
+            }
+            assert_eq!(rows(&last, &[VERSION]), whole, "seed {seed}, copies {copies}");
+            // every event once: as a version or hidden
+            let mut kept: Vec<(i64, i64)> = read_back(&last, false)
+                .iter()
+                .map(|e| (e.id, e.seq))
+                .collect();
+            kept.sort_unstable();
+            let mut expected: Vec<(i64, i64)> = events.iter().map(|e| (e.id, e.seq)).collect();
+            expected.sort_unstable();
+            assert_eq!(kept, expected, "seed {seed}, copies {copies}");
+        }
+    }
 }
 
 /// Hidden rows written by DML: events, then erasure marks.
