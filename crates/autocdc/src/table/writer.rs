@@ -66,8 +66,13 @@ const ROW_GROUP_BYTES: usize = 8 * 1024 * 1024;
 const PAGE_ROWS: usize = 8 * 1024;
 
 /// Slices of input batches a bucket holds before it copies them into one
-/// batch of its own (so that it keeps few input batches alive).
+/// batch of its own (so that it keeps few input batches alive) ...
 const PENDING_SLICES: usize = 32;
+
+/// ... or sooner, once the batches they are slices of hold this many bytes
+/// (a few rows of each of many batches, such as an SCD 2 update's hidden
+/// events, would keep every one of those batches alive).
+const PENDING_SLICED_BYTES: usize = 32 * 1024 * 1024;
 
 /// Bytes buffered per file before an upload part is sent (5 MiB: the least
 /// part size object stores accept).
@@ -182,8 +187,10 @@ struct OpenFile {
     pending_rows: usize,
     pending_bytes: usize,
     /// How many of the last batches held are slices of input batches (the
-    /// others are copies of their own).
+    /// others are copies of their own), and the bytes of the batches they
+    /// are slices of.
     slices: usize,
+    sliced_bytes: usize,
     /// Whether the rows held came in key order, and the last key held
     /// (`None`: they did not, or the key is not checked).
     in_order: Option<InOrder>,
@@ -217,14 +224,15 @@ impl OpenFile {
             .iter()
             .map(|c| c.to_data().get_slice_memory_size())
             .sum::<std::result::Result<usize, _>>()?;
+        self.sliced_bytes += part.get_array_memory_size();
         self.pending.push(part);
         self.slices += 1;
-        if self.slices >= PENDING_SLICES {
+        if self.slices >= PENDING_SLICES || self.sliced_bytes >= PENDING_SLICED_BYTES {
             // (the slices held since the last copy: each row is copied once)
             let slices = self.pending.split_off(self.pending.len() - self.slices);
             self.pending
                 .push(concat_batches(&slices[0].schema(), &slices)?);
-            self.slices = 0;
+            (self.slices, self.sliced_bytes) = (0, 0);
         }
         Ok(())
     }
@@ -246,7 +254,8 @@ impl OpenFile {
     /// Write the rows held as one row group, sorted by the columns `keys`.
     async fn write_held(&mut self, keys: &[usize]) -> Result<()> {
         let held = std::mem::take(&mut self.pending);
-        (self.pending_rows, self.pending_bytes, self.slices) = (0, 0, 0);
+        (self.pending_rows, self.pending_bytes) = (0, 0);
+        (self.slices, self.sliced_bytes) = (0, 0);
         let in_order = std::mem::replace(&mut self.in_order, InOrder::start(keys));
         if held.is_empty() {
             return Ok(());
@@ -551,6 +560,7 @@ impl BucketWriter {
                         pending_rows: 0,
                         pending_bytes: 0,
                         slices: 0,
+                        sliced_bytes: 0,
                         in_order: InOrder::start(&self.sort_keys),
                     },
                 );
@@ -809,6 +819,37 @@ mod tests {
                 v.into_iter().zip(id)
             })
             .collect()
+    }
+
+    /// A few rows of each of many batches (an SCD 2 update's hidden events)
+    /// keep few of those batches alive: the slices held are copied once the
+    /// batches they are slices of hold `PENDING_SLICED_BYTES`.
+    #[tokio::test]
+    async fn slices_held_keep_few_batches_alive() -> Result<()> {
+        use object_store::memory::InMemory;
+
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let schema = v_id_schema();
+        let mut hidden = BucketWriter::new(store, Arc::clone(&schema), FileRows::Hidden)
+            .with_key_filters(&[1]);
+        // 24 batches of 4 MiB (two columns of 256 Ki rows), 2 rows of each
+        let rows = 256 * 1024;
+        let ids: Vec<i64> = (0..rows as i64).collect();
+        let mut buffers = Vec::new();
+        for b in 0..24_i64 {
+            let (batch, _) = id_batches(&schema, &ids, rows, |_| 0)?
+                .pop()
+                .expect("a batch");
+            buffers.push(batch.column(1).to_data().buffers()[0].clone());
+            let two = batch.slice(2 * b as usize, 2);
+            hidden.write(&two, &Int32Array::from(vec![0, 0])).await?;
+        }
+        let alive = buffers.iter().filter(|b| b.strong_count() > 1).count();
+        let most = PENDING_SLICED_BYTES / (4 * 1024 * 1024);
+        assert!(alive <= most, "{alive} batches alive (at most {most})");
+        let adds = hidden.finish().await?;
+        assert_eq!(adds.len(), 1);
+        Ok(())
     }
 
     /// Data files hold every row once, each row group sorted by key, in
