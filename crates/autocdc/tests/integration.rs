@@ -2658,3 +2658,137 @@ async fn rejects_are_found_within_a_bounded_pool() {
         ["| 100 | 50 | conflicting events (same key and sequence, different values) |"]
     );
 }
+
+/// The state store rows of target `t` of kinds `kinds`, as
+/// `(id, v, __cdc_seq, __cdc_kind)`, sorted.
+async fn state_rows(dir: &tempfile::TempDir, kinds: &str) -> Vec<String> {
+    let url = url::Url::from_directory_path(state_dir(dir, "t")).unwrap();
+    let table = deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .load()
+        .await
+        .unwrap();
+    let ctx = SessionContext::new();
+    ctx.register_table("raw", table.table_provider().await.unwrap())
+        .unwrap();
+    let sql = format!(
+        "SELECT id, v, __cdc_seq, __cdc_kind FROM raw WHERE __cdc_kind IN ({kinds}) \
+         ORDER BY __cdc_kind, id, __cdc_seq"
+    );
+    lines(&ctx.sql(&sql).await.unwrap().collect().await.unwrap())
+}
+
+/// An SCD 2 version stands for the last event it absorbed: only the other
+/// events are stored hidden (absorbed upserts, deletes). A table an older
+/// writer wrote, with every event stored hidden as well, folds the same:
+/// the event stored as itself is the one the version implies.
+#[tokio::test]
+async fn scd2_versions_stand_for_their_last_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap().to_string();
+    let source = "CREATE TABLE src (id INT, v TEXT, op TEXT, seq INT) AS VALUES \
+                  (1, 'a', 'U', 10), (1, 'a', 'U', 12), (1, 'b', 'U', 20), \
+                  (2, 'c', 'U', 10), (2, NULL, 'D', 30)";
+    {
+        let s = CdcSession::open(AutoCdcConfig::new(&wh)).await.unwrap();
+        exec(&s, source).await;
+        exec(&s, "CREATE STREAMING TABLE t").await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' \
+             SEQUENCE BY seq COLUMNS * EXCEPT (op, seq) STORED AS SCD TYPE 2",
+        )
+        .await;
+    }
+    // versions (kind 0) stand for a@12, b@20, c@10; hidden: a@10
+    // (absorbed) and the delete at 30
+    assert_eq!(
+        state_rows(&dir, "0, 3, 4").await,
+        [
+            "| 1 | a | 12 | 0 |",
+            "| 1 | b | 20 | 0 |",
+            "| 2 | c | 10 | 0 |",
+            "| 1 | a | 10 | 3 |",
+            "| 2 | | 30 | 4 |",
+        ]
+    );
+    // an older writer stored each version's event hidden too: add them
+    let url = url::Url::from_directory_path(state_dir(&dir, "t")).unwrap();
+    let table = deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .load()
+        .await
+        .unwrap();
+    let ctx = SessionContext::new();
+    ctx.register_table("raw", table.table_provider().await.unwrap())
+        .unwrap();
+    let copies = ctx
+        .sql(
+            "SELECT * REPLACE (CAST(NULL AS INT) AS __start_at, CAST(NULL AS INT) AS __end_at, \
+             CAST(3 AS TINYINT) AS __cdc_kind) FROM raw WHERE __cdc_kind = 0",
+        )
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    table
+        .write(copies)
+        .with_save_mode(deltalake_core::protocol::SaveMode::Append)
+        .await
+        .unwrap();
+    assert_eq!(
+        state_rows(&dir, "3").await,
+        [
+            "| 1 | a | 10 | 3 |",
+            "| 1 | a | 12 | 3 |",
+            "| 1 | b | 20 | 3 |",
+            "| 2 | c | 10 | 3 |",
+        ]
+    );
+
+    // a late event of key 1 and replays of every event, folded over both
+    // kinds of stored history
+    let s = CdcSession::open(AutoCdcConfig::new(&wh)).await.unwrap();
+    exec(&s, source).await;
+    exec(&s, "INSERT INTO src VALUES (1, 'x', 'U', 15)").await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    let history = [
+        "| 1 | a | 10 | 15 |",
+        "| 1 | x | 15 | 20 |",
+        "| 1 | b | 20 | |",
+        "| 2 | c | 10 | 30 |",
+    ];
+    assert_eq!(
+        rows(&s, "SELECT id, v, __START_AT, __END_AT FROM t ORDER BY id, __START_AT").await,
+        history
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, v, _change_type FROM table_changes('t', 3) ORDER BY id, _change_type, v"
+        )
+        .await,
+        [
+            "| 1 | x | insert |",
+            "| 1 | a | update_postimage |",
+            "| 1 | a | update_preimage |",
+        ]
+    );
+    // both keys' stored rows were rewritten (the replays touch key 2):
+    // the versions stand for a@12, x@15, b@20 and c@10, no copy is left
+    assert_eq!(
+        state_rows(&dir, "0, 3, 4").await,
+        [
+            "| 1 | a | 12 | 0 |",
+            "| 1 | x | 15 | 0 |",
+            "| 1 | b | 20 | 0 |",
+            "| 2 | c | 10 | 0 |",
+            "| 1 | a | 10 | 3 |",
+            "| 2 | | 30 | 4 |",
+        ]
+    );
+    // any Delta reader sees the versions only
+    let (published, _) = read_with_deltalake(dir.path().join("public").join("t")).await;
+    assert_eq!(published.len(), 4, "{published:?}");
+}

@@ -1,21 +1,30 @@
 //! SCD type 2 fold.
 //!
-//! History is a function of the *set* of events: the target keeps, hidden,
-//! every event ever folded into a key's history (upserts that changed nothing
+//! History is a function of the *set* of events: the target keeps every
+//! event ever folded into a key's history (upserts that changed nothing
 //! visible and deletes with nothing to close included), and each update
 //! re-folds every key it touches over its stored events plus the new ones.
 //! A late event therefore lands exactly where it would have had it arrived in
 //! order, and replays (equal events at equal sequence) are dropped.
 //!
 //! ```text
-//!  events of one key, by seq        fold                      stored rows
+//!  events of one key, by seq        fold                     stored rows
 //!  ┌──────────────────────┐   cur = open version     ┌───────────────────────────┐
-//!  │ d@7  (stored event)  │   upsert, tracked ≠ cur: │ event d@7, e@8, d@9 (hidden)│
-//!  │ e@8  (new, late)     │──►  close cur at s, open │ d [7, 8)                   │
-//!  │ d@9  (stored event)  │   upsert, tracked = cur: │ e [8, 9)                   │
-//!  └──────────────────────┘     update cur in place  │ d [9, NULL)                │
-//!                             delete: close cur at s └───────────────────────────┘
+//!  │ d@7  (hidden event)  │   upsert, tracked ≠ cur: │ d [7, 8)    stands for d@7  │
+//!  │ e@8  (new, late)     │──►  close cur at s, open │ e [8, 9)    stands for e@8  │
+//!  │ d@9  (hidden event)  │   upsert, tracked = cur: │ d [9, NULL) stands for d@10 │
+//!  │ d@10 (a version)     │     update cur in place  │ d@9         hidden          │
+//!  └──────────────────────┘   delete: close cur at s └───────────────────────────┘
 //! ```
+//!
+//! A version stands for the last event it absorbed (its values, `__cdc_seq`
+//! and `__cdc_written_at` are that event's): read back, it is that event
+//! again ([`Origin::Implied`]), so the event is not stored hidden as well.
+//! Every other event is (absorbed upserts, deletes), and so is a version's
+//! last event where the version does not hold its values (partial updates:
+//! versions hold merged rows) or its mark (DML-written events). An implied
+//! event yields to an event stored as itself at its sequence (one an older
+//! writer stored hidden too, or the raw event of a merged version).
 //!
 //! Output rows are `[target columns..., __start_at, __end_at, __cdc_seq,
 //! __cdc_kind]`: versions (kind 0, visible) and hidden events (kinds 3/4),
