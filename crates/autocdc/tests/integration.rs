@@ -95,8 +95,9 @@ fn state_dir(dir: &tempfile::TempDir, table: &str) -> std::path::PathBuf {
         .join("state")
 }
 
-/// Rows of a Delta table read by deltalake's own reader, sorted, and its columns.
-async fn read_with_deltalake(path: std::path::PathBuf) -> (Vec<String>, Vec<String>) {
+/// The Delta table at `path`, opened by deltalake's own reader, and a
+/// context where its provider is registered as `raw`.
+async fn open_raw(path: std::path::PathBuf) -> (deltalake_core::DeltaTable, SessionContext) {
     let url = url::Url::from_directory_path(path).unwrap();
     let table = deltalake_core::DeltaTableBuilder::from_url(url)
         .unwrap()
@@ -106,6 +107,12 @@ async fn read_with_deltalake(path: std::path::PathBuf) -> (Vec<String>, Vec<Stri
     let ctx = SessionContext::new();
     ctx.register_table("raw", table.table_provider().await.unwrap())
         .unwrap();
+    (table, ctx)
+}
+
+/// Rows of a Delta table read by deltalake's own reader, sorted, and its columns.
+async fn read_with_deltalake(path: std::path::PathBuf) -> (Vec<String>, Vec<String>) {
+    let (_, ctx) = open_raw(path).await;
     let df = ctx.sql("SELECT * FROM raw").await.unwrap();
     let columns = df
         .schema()
@@ -747,15 +754,7 @@ async fn small_updates_retire_rows_with_deletion_vectors() {
 
     // deltalake's own reader applies the vectors: one stored row per key
     // (the tombstone of 9 included)
-    let url = url::Url::from_directory_path(state_dir(&dir, "t")).unwrap();
-    let table = deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .load()
-        .await
-        .unwrap();
-    let ctx = SessionContext::new();
-    ctx.register_table("raw", table.table_provider().await.unwrap())
-        .unwrap();
+    let (_, ctx) = open_raw(state_dir(&dir, "t")).await;
     let batches = ctx
         .sql("SELECT count(*), count(DISTINCT id), max(v) FILTER (WHERE id = 7), max(__cdc_kind) FILTER (WHERE id = 9) FROM raw WHERE __cdc_kind IN (0, 1)")
         .await
@@ -2662,15 +2661,7 @@ async fn rejects_are_found_within_a_bounded_pool() {
 /// The state store rows of target `t` of kinds `kinds`, as
 /// `(id, v, __cdc_seq, __cdc_kind)`, sorted.
 async fn state_rows(dir: &tempfile::TempDir, kinds: &str) -> Vec<String> {
-    let url = url::Url::from_directory_path(state_dir(dir, "t")).unwrap();
-    let table = deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .load()
-        .await
-        .unwrap();
-    let ctx = SessionContext::new();
-    ctx.register_table("raw", table.table_provider().await.unwrap())
-        .unwrap();
+    let (_, ctx) = open_raw(state_dir(dir, "t")).await;
     let sql = format!(
         "SELECT id, v, __cdc_seq, __cdc_kind FROM raw WHERE __cdc_kind IN ({kinds}) \
          ORDER BY __cdc_kind, id, __cdc_seq"
@@ -2713,15 +2704,7 @@ async fn scd2_versions_stand_for_their_last_events() {
         ]
     );
     // an older writer stored each version's event hidden too: add them
-    let url = url::Url::from_directory_path(state_dir(&dir, "t")).unwrap();
-    let table = deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .load()
-        .await
-        .unwrap();
-    let ctx = SessionContext::new();
-    ctx.register_table("raw", table.table_provider().await.unwrap())
-        .unwrap();
+    let (table, ctx) = open_raw(state_dir(&dir, "t")).await;
     let copies = ctx
         .sql(
             "SELECT * REPLACE (CAST(NULL AS INT) AS __start_at, CAST(NULL AS INT) AS __end_at, \
