@@ -139,16 +139,8 @@ async fn target_is_a_plain_delta_table() {
     exec(&s, "CREATE STREAMING TABLE t").await;
     exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)").await;
 
-    let url = url::Url::from_directory_path(state_dir(&dir, "t")).unwrap();
-    let table = deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .load()
-        .await
-        .unwrap();
+    let (table, ctx) = open_raw(state_dir(&dir, "t")).await;
     assert_eq!(table.version(), Some(1));
-    let ctx = SessionContext::new();
-    ctx.register_table("raw", table.table_provider().await.unwrap())
-        .unwrap();
     let batches = ctx
         .sql("SELECT id, v, __cdc_seq, __cdc_kind FROM raw ORDER BY id")
         .await
@@ -2743,7 +2735,11 @@ async fn scd2_versions_stand_for_their_last_events() {
         "| 2 | c | 10 | 30 |",
     ];
     assert_eq!(
-        rows(&s, "SELECT id, v, __START_AT, __END_AT FROM t ORDER BY id, __START_AT").await,
+        rows(
+            &s,
+            "SELECT id, v, __START_AT, __END_AT FROM t ORDER BY id, __START_AT"
+        )
+        .await,
         history
     );
     assert_eq!(

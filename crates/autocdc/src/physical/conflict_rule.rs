@@ -182,6 +182,9 @@ mod tests {
         assert_eq!(rejected(&[("x", New), ("v", Implied), ("v", New)]), ["x"]);
         assert!(rejected(&[("v", New), ("v", Implied)]).is_empty());
         assert!(rejected(&[("m", Implied), ("r", Stored), ("r", New)]).is_empty());
-        assert_eq!(rejected(&[("r", Stored), ("m", New), ("m", Implied)]), ["m"]);
+        assert_eq!(
+            rejected(&[("r", Stored), ("m", New), ("m", Implied)]),
+            ["m"]
+        );
     }
 }

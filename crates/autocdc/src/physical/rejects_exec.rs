@@ -488,8 +488,7 @@ impl RejectsStream {
             .map(|(b, origins)| origins.counted(b, self.checks.kind))
             .collect::<Result<Vec<_>>>()?;
         let mut seen: HashMap<&[u8], Identity<'_>> = HashMap::new();
-        for (((g, v), counted), origins) in groups.iter().zip(&values).zip(&counted).zip(&origins)
-        {
+        for (((g, v), counted), origins) in groups.iter().zip(&values).zip(&counted).zip(&origins) {
             for i in counted.values().set_indices() {
                 seen.entry(g.row(i).data())
                     .or_default()
@@ -500,7 +499,8 @@ impl RejectsStream {
             return Ok(batches);
         }
         let mut out = Vec::with_capacity(batches.len());
-        for ((batch, (g, v)), origins) in batches.iter().zip(groups.iter().zip(&values)).zip(&origins)
+        for ((batch, (g, v)), origins) in
+            batches.iter().zip(groups.iter().zip(&values)).zip(&origins)
         {
             let conflicting: BooleanArray = (0..g.num_rows())
                 .map(|i| {

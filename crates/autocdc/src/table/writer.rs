@@ -830,8 +830,8 @@ mod tests {
 
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let schema = v_id_schema();
-        let mut hidden = BucketWriter::new(store, Arc::clone(&schema), FileRows::Hidden)
-            .with_key_filters(&[1]);
+        let mut hidden =
+            BucketWriter::new(store, Arc::clone(&schema), FileRows::Hidden).with_key_filters(&[1]);
         // 24 batches of 4 MiB (two columns of 256 Ki rows), 2 rows of each
         let rows = 256 * 1024;
         let ids: Vec<i64> = (0..rows as i64).collect();

@@ -10,9 +10,9 @@ use super::super::columns::{
 use super::super::test_support::{
     below, del, every_split, fold, mark, rows, spec, up, up_null, Ev,
 };
+use super::super::{FoldCounts, FoldSpec, PartialUpdates, ScdType};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, Int8Type};
-use super::super::{FoldCounts, FoldSpec, PartialUpdates, ScdType};
 
 const VERSION: i8 = Kind::Upsert as i8;
 const CHANGES: [i8; 4] = [
@@ -233,7 +233,10 @@ fn a_version_is_read_back_as_its_event() {
     let err = fold(&spec, &[up(1, "a", 1).implied(), up(1, "b", 1)], None, 2)
         .expect_err("a conflict")
         .to_string();
-    assert!(err.contains("at SEQUENCE BY value 1 (against a stored event)"), "{err}");
+    assert!(
+        err.contains("at SEQUENCE BY value 1 (against a stored event)"),
+        "{err}"
+    );
 
     // partial updates: the version holds the merged a@2, the event is NULL@2
     let (versions, hidden, _, _) = run(
@@ -350,7 +353,11 @@ fn updates_over_stored_versions_fold_like_one() {
                 stored = read_back(&out, copies);
                 last = out;
             }
-            assert_eq!(rows(&last, &[VERSION]), whole, "seed {seed}, copies {copies}");
+            assert_eq!(
+                rows(&last, &[VERSION]),
+                whole,
+                "seed {seed}, copies {copies}"
+            );
             // every event once: as a version or hidden
             let mut kept: Vec<(i64, i64)> = read_back(&last, false)
                 .iter()
