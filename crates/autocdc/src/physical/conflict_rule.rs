@@ -14,7 +14,8 @@
 //! Stored events are never rejected; DML events and erasure marks are not
 //! counted (the fold drops what they corrected). The event an SCD 2 version
 //! implies (`Origin::Implied`) is the identity's stored event when no event
-//! is stored as itself there (which it then is: see `fold::scd2`).
+//! is stored as itself there, by a flow or by DML (which it then is: see
+//! `fold::scd2`).
 
 use arrow::array::{AsArray, BooleanArray, RecordBatch};
 use arrow::compute::kernels::boolean::{and, or};
@@ -53,6 +54,10 @@ pub(crate) enum Met {
     /// The event a stored version implies ([`Origin::Implied`]): the
     /// identity's stored event, unless that is also stored as itself.
     Implied,
+    /// An event a DML statement wrote: not counted, but the event a version
+    /// implies there is that one (a new event there is a replay of what the
+    /// statement corrected, which the fold drops).
+    ByDml,
 }
 
 /// The origins of a batch's events, as the rule tells them apart.
@@ -62,6 +67,7 @@ pub(crate) struct Origins {
     pub(crate) new: BooleanArray,
     stored: BooleanArray,
     implied: BooleanArray,
+    by_dml: BooleanArray,
 }
 
 impl Origins {
@@ -72,6 +78,7 @@ impl Origins {
             new: of_origin(batch, column, Origin::New)?,
             stored: of_origin(batch, column, Origin::Stored)?,
             implied: of_origin(batch, column, Origin::Implied)?,
+            by_dml: of_origin(batch, column, Origin::StoredByDml)?,
         })
     }
 
@@ -81,13 +88,15 @@ impl Origins {
             Met::Stored
         } else if self.implied.value(i) {
             Met::Implied
+        } else if self.by_dml.value(i) {
+            Met::ByDml
         } else {
             Met::New
         }
     }
 
-    /// The events of `batch` that count: the new ones, and the stored (or
-    /// implied) upserts and deletes (kind column at `kind`).
+    /// The events of `batch` the rule meets: the new ones, and the stored
+    /// (implied, DML-written) upserts and deletes (kind column at `kind`).
     pub(crate) fn counted(&self, batch: &RecordBatch, kind: usize) -> Result<BooleanArray> {
         let kinds = batch
             .column(kind)
@@ -96,7 +105,7 @@ impl Origins {
         let event = BooleanArray::from_unary(kinds, |k| {
             k == Kind::Upsert as i8 || k == Kind::Delete as i8
         });
-        let stored = or(&self.stored, &self.implied)?;
+        let stored = or(&or(&self.stored, &self.implied)?, &self.by_dml)?;
         Ok(or(&self.new, &and(&stored, &event)?)?)
     }
 }
@@ -111,8 +120,9 @@ pub(crate) struct Identity<'a> {
     /// The values of its stored event, if any ...
     stored: Option<&'a [u8]>,
     /// ... and of the event a version implies, which counts only without
-    /// a stored one.
+    /// a stored or DML-written one.
     implied: Option<&'a [u8]>,
+    by_dml: bool,
 }
 
 impl<'a> Identity<'a> {
@@ -125,12 +135,14 @@ impl<'a> Identity<'a> {
             },
             Met::Stored => self.stored = Some(values),
             Met::Implied => self.implied = Some(values),
+            Met::ByDml => self.by_dml = true,
         }
     }
 
-    /// Its stored event: stored as itself, or implied by a version.
+    /// Its stored event: stored as itself, or implied by a version (but
+    /// where DML wrote one, which is not counted).
     fn stored_event(&self) -> Option<&'a [u8]> {
-        self.stored.or(self.implied)
+        self.stored.or(self.implied.filter(|_| !self.by_dml))
     }
 
     /// Whether its counted events are not all equal.
@@ -168,7 +180,7 @@ mod tests {
 
     #[test]
     fn each_row_of_the_table() {
-        use Met::{Implied, New, Stored};
+        use Met::{ByDml, Implied, New, Stored};
         assert!(rejected(&[("a", New), ("a", New)]).is_empty());
         assert_eq!(
             rejected(&[("a", New), ("b", New), ("a", New)]),
@@ -185,6 +197,12 @@ mod tests {
         assert_eq!(
             rejected(&[("r", Stored), ("m", New), ("m", Implied)]),
             ["m"]
+        );
+        // a DML-written event is not counted, nor the version's event there
+        assert!(rejected(&[("d", ByDml), ("d", Implied), ("x", New)]).is_empty());
+        assert_eq!(
+            rejected(&[("d", ByDml), ("x", New), ("y", New)]),
+            ["x", "y"]
         );
     }
 }

@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn each_row_of_the_table() -> Result<()> {
         use Kind::{Delete as D, Upsert as U};
-        use Origin::{Dml, Implied as I, New as N, Stored as S};
+        use Origin::{Dml, Implied as I, New as N, Stored as S, StoredByDml};
         let all = events(&[
             // equal events: none
             (1, 1, "a", U, N),
@@ -221,6 +221,10 @@ mod tests {
             (7, 1, "raw", U, S),
             (7, 1, "merged", U, I),
             (7, 1, "raw", U, N),
+            // ... or written by DML: not counted, the new event is a replay
+            (8, 1, "dml", U, StoredByDml),
+            (8, 1, "dml", U, I),
+            (8, 1, "x", U, N),
         ]);
         let expected = [
             (2, "a".to_string()),
