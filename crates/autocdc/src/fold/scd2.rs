@@ -551,15 +551,14 @@ impl Scd2Fold {
         emit: &mut Emit,
     ) {
         let BatchRows { kinds, origins, .. } = *rows;
+        // versions hold merged rows under partial updates, not events
+        let versions_hold_events = self.merger.is_none();
         // a version's last event comes after the last of the version before
-        let mut lasts = versions
-            .iter()
-            .map(|v| v.last)
-            .filter(|_| self.merger.is_none())
-            .peekable();
+        let mut lasts = versions.iter().map(|v| v.last).peekable();
         for &i in kept {
             let origin = origins.value(i);
             let implied = lasts.next_if_eq(&i).is_some()
+                && versions_hold_events
                 && origin != Origin::StoredByDml as i8
                 && origin != Origin::Dml as i8;
             if !implied {
