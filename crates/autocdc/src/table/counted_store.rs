@@ -16,12 +16,19 @@ use object_store::{
 pub(crate) struct Counted {
     inner: InMemory,
     gets: AtomicUsize,
+    range_calls: AtomicUsize,
 }
 
 impl Counted {
     /// Reads made so far.
     pub(crate) fn gets(&self) -> usize {
         self.gets.load(Ordering::SeqCst)
+    }
+
+    /// Calls of `get_ranges` made so far (each read as the trait's default
+    /// does, coalesced ranges through `get_opts`, counted as reads too).
+    pub(crate) fn range_calls(&self) -> usize {
+        self.range_calls.load(Ordering::SeqCst)
     }
 
     /// Reads made so far; the count starts again.
@@ -60,6 +67,19 @@ impl ObjectStore for Counted {
     ) -> object_store::Result<GetResult> {
         self.gets.fetch_add(1, Ordering::SeqCst);
         self.inner.get_opts(location, options).await
+    }
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[std::ops::Range<u64>],
+    ) -> object_store::Result<Vec<bytes::Bytes>> {
+        self.range_calls.fetch_add(1, Ordering::SeqCst);
+        object_store::coalesce_ranges(
+            ranges,
+            |range| object_store::ObjectStoreExt::get_range(self, location, range),
+            object_store::OBJECT_STORE_COALESCE_DEFAULT,
+        )
+        .await
     }
     fn delete_stream(
         &self,

@@ -30,6 +30,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -283,6 +284,31 @@ impl ObjectStore for LogCachingStore {
         })
     }
 
+    /// Ranges of a data file go to the store's own `get_ranges`, those less
+    /// than [`RANGE_GAP`] apart merged (the trait's default would coalesce
+    /// them through [`Self::get_opts`] into reads of whole megabytes, where
+    /// a local file system reads each range alone from one open file: a
+    /// probe for a few keys read most of every row group it touched, while
+    /// an update touching every page reads them best as whole column
+    /// chunks); the ranges of a kept file are served one by one.
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        if Kind::of(location).is_none() {
+            let merged = merge_ranges(ranges, RANGE_GAP);
+            let read = self.inner.get_ranges(location, &merged.reads).await?;
+            return merged.slices(ranges, &read);
+        }
+        futures::future::try_join_all(
+            ranges
+                .iter()
+                .map(|r| object_store::ObjectStoreExt::get_range(self, location, r.clone())),
+        )
+        .await
+    }
+
     fn delete_stream(
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
@@ -354,6 +380,63 @@ impl LogCachingStore {
                 }
             })
             .boxed()
+    }
+}
+
+/// Ranges of a data file closer than this are read as one.
+const RANGE_GAP: u64 = 32 * 1024;
+
+/// Ranges to read for wanted ones: those less than a gap apart merged.
+struct MergedRanges {
+    /// What to read, in file order.
+    reads: Vec<Range<u64>>,
+    /// For each wanted range, the read holding it.
+    read_of: Vec<usize>,
+}
+
+/// `wanted` (in any order, overlapping or not) as [`MergedRanges`].
+fn merge_ranges(wanted: &[Range<u64>], gap: u64) -> MergedRanges {
+    let mut order: Vec<usize> = (0..wanted.len()).collect();
+    order.sort_unstable_by_key(|&i| wanted[i].start);
+    let mut reads: Vec<Range<u64>> = Vec::new();
+    let mut read_of = vec![0; wanted.len()];
+    for i in order {
+        let range = &wanted[i];
+        match reads.last_mut() {
+            Some(last) if range.start <= last.end.saturating_add(gap) => {
+                last.end = last.end.max(range.end);
+            }
+            _ => reads.push(range.clone()),
+        }
+        read_of[i] = reads.len() - 1;
+    }
+    MergedRanges { reads, read_of }
+}
+
+impl MergedRanges {
+    /// The wanted ranges' bytes, sliced from `read` (the bytes of `reads`).
+    fn slices(&self, wanted: &[Range<u64>], read: &[Bytes]) -> object_store::Result<Vec<Bytes>> {
+        wanted
+            .iter()
+            .zip(&self.read_of)
+            .map(|(range, &r)| {
+                let from = self.reads[r].start;
+                let (start, end) = ((range.start - from) as usize, (range.end - from) as usize);
+                match read.get(r) {
+                    Some(bytes) if end <= bytes.len() && start <= end => {
+                        Ok(bytes.slice(start..end))
+                    }
+                    _ => Err(object_store::Error::Generic {
+                        store: "LogCaching",
+                        source: format!(
+                            "the store did not return the bytes of {:?}, which hold {range:?}",
+                            self.reads[r]
+                        )
+                        .into(),
+                    }),
+                }
+            })
+            .collect()
     }
 }
 
@@ -499,6 +582,59 @@ mod tests {
         // an invalid range is the store's to answer
         assert!(store.get_range(&path, 20..30).await.is_err());
         assert_eq!(counted.take_gets(), 1);
+    }
+
+    #[tokio::test]
+    async fn ranges_of_a_data_file_go_to_the_stores_own_get_ranges() {
+        let (counted, store) = cached();
+        let data = Path::from("t/part-0.zstd.parquet");
+        store
+            .put(&data, PutPayload::from_static(b"0123456789"))
+            .await
+            .expect("put");
+        let ranges = [1..3, 5..6, 8..10];
+        let read = store.get_ranges(&data, &ranges).await.expect("ranges");
+        assert_eq!(read, [&b"12"[..], b"5", b"89"]);
+        // one call of the store's own, which reads them as it does best
+        assert_eq!(counted.range_calls(), 1);
+        counted.take_gets();
+        // a kept file's ranges are served from memory
+        let vector = Path::from(VECTOR);
+        store
+            .put(&vector, PutPayload::from_static(b"0123456789"))
+            .await
+            .expect("put");
+        counted.take_gets();
+        let read = store.get_ranges(&vector, &ranges).await.expect("ranges");
+        assert_eq!(read, [&b"12"[..], b"5", b"89"]);
+        assert_eq!((counted.range_calls(), counted.take_gets()), (1, 0));
+    }
+
+    #[test]
+    fn ranges_closer_than_the_gap_are_read_as_one() {
+        // out of order, overlapping, adjacent, and one far away
+        let wanted = [40..50, 0..10, 12..20, 15..18, 100..110, 20..20];
+        let merged = merge_ranges(&wanted, 2);
+        assert_eq!(merged.reads, [0..20, 40..50, 100..110]);
+        assert_eq!(merged.read_of, [1, 0, 0, 0, 2, 0]);
+        let file: Vec<u8> = (0..120u8).collect();
+        let read: Vec<Bytes> = merged
+            .reads
+            .iter()
+            .map(|r| Bytes::copy_from_slice(&file[r.start as usize..r.end as usize]))
+            .collect();
+        let slices = merged.slices(&wanted, &read).expect("slices");
+        for (range, bytes) in wanted.iter().zip(slices) {
+            assert_eq!(
+                bytes.as_ref(),
+                &file[range.start as usize..range.end as usize]
+            );
+        }
+        // a store answering short is an error, not a panic
+        assert!(merged
+            .slices(&wanted, &[Bytes::new(), Bytes::new(), Bytes::new()])
+            .is_err());
+        assert!(merged.slices(&wanted, &read[..1]).is_err());
     }
 
     #[test]
