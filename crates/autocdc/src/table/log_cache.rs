@@ -26,7 +26,9 @@
 //!
 //! The kept bytes are bounded ([`KEPT_BYTES`]); the oldest kept file goes
 //! first, and a file larger than a quarter of the bound is not kept. Other
-//! files (data files, checkpoints, `_last_checkpoint`) pass through.
+//! files (data files, checkpoints, `_last_checkpoint`) pass through; the
+//! ranges a Parquet reader asks of a data file at once go to the store's own
+//! `get_ranges`, those less than [`RANGE_GAP`] apart read as one.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
