@@ -422,10 +422,13 @@ impl MergedRanges {
             .iter()
             .zip(&self.read_of)
             .map(|(range, &r)| {
-                let from = self.reads[r].start;
-                let (start, end) = ((range.start - from) as usize, (range.end - from) as usize);
-                match read.get(r) {
-                    Some(bytes) if end <= bytes.len() && start <= end => {
+                // (offsets in the read; none for a range ending before it starts)
+                let offset = |at: u64| {
+                    at.checked_sub(self.reads[r].start)
+                        .and_then(|o| usize::try_from(o).ok())
+                };
+                match (read.get(r), offset(range.start), offset(range.end)) {
+                    (Some(bytes), Some(start), Some(end)) if start <= end && end <= bytes.len() => {
                         Ok(bytes.slice(start..end))
                     }
                     _ => Err(object_store::Error::Generic {
@@ -637,6 +640,12 @@ mod tests {
             .slices(&wanted, &[Bytes::new(), Bytes::new(), Bytes::new()])
             .is_err());
         assert!(merged.slices(&wanted, &read[..1]).is_err());
+        // and so is a range that ends before it starts
+        let inverted = [10..20, 12..5];
+        let merged = merge_ranges(&inverted, 2);
+        assert_eq!(merged.reads, [10..20]);
+        let read = [Bytes::copy_from_slice(&file[10..20])];
+        assert!(merged.slices(&inverted, &read).is_err());
     }
 
     #[test]
