@@ -22,7 +22,9 @@
 //! Inline keys whose values lie close together, as generated ids do, are
 //! ordered by counting instead of comparing ([`super::key_slots`]): an
 //! *order* of the entries' positions, grouped by key, each key's in the
-//! order they were pushed. The entries stay where they are:
+//! order they were pushed, input partition after input partition (the
+//! exchange interleaves the partitions' batches; each reads its range of
+//! the source's files in order). The entries stay where they are:
 //! [`EventIndex::window`] copies them out in that order a window at a time
 //! and sorts only each key's run by sequence and origin — a few entries,
 //! already in order when events arrive in sequence order. The order and the
@@ -34,6 +36,7 @@
 //! [`GroupWalk`] (one key group at a time, each ordered as it is handed out).
 
 use std::hash::BuildHasher;
+use std::ops::Range;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
@@ -113,6 +116,9 @@ pub struct EventIndex {
     /// that a sort needs no pass of its own to learn it).
     one_origin: Option<i8>,
     entries: Vec<IndexEntry>,
+    /// Where the entries of each input partition begin: `(source, first
+    /// entry)`, once per run of batches from one source.
+    sources: Vec<(u32, usize)>,
     /// After a counting sort: the entries' positions, grouped by key, keys
     /// in order (see the module docs).
     order: Option<Vec<u32>>,
@@ -171,6 +177,7 @@ impl EventIndex {
             collided: false,
             one_origin: None,
             entries: Vec::new(),
+            sources: Vec::new(),
             order: None,
             key_span: None,
             key_values: Vec::new(),
@@ -227,17 +234,19 @@ impl EventIndex {
     /// Index the rows of `batch`, the `b`-th batch retained; returns how
     /// many are new events (not stored rows).
     pub fn push(&mut self, batch: &RecordBatch, b: usize) -> Result<usize> {
-        self.push_rows(batch, b, None)
+        self.push_rows(batch, b, None, 0)
     }
 
     /// Index `rows` of `batch` (ascending positions; every row when
-    /// `None`), the `b`-th batch retained: entries point at their rows in
-    /// the whole batch. Returns how many are new events (not stored rows).
+    /// `None`), the `b`-th batch retained, read by input partition
+    /// `source`: entries point at their rows in the whole batch. Returns how
+    /// many are new events (not stored rows).
     pub fn push_rows(
         &mut self,
         batch: &RecordBatch,
         b: usize,
         rows: Option<&[u32]>,
+        source: u32,
     ) -> Result<usize> {
         let n = batch.num_rows();
         let too_many = |what: String| {
@@ -321,6 +330,9 @@ impl EventIndex {
             }
         }
         let before = self.entries.len();
+        if self.sources.last().is_none_or(|&(s, _)| s != source) {
+            self.sources.push((source, before));
+        }
         let entry = |i: usize, (&key, &seq): (&u64, &u64)| IndexEntry {
             key,
             seq,
@@ -386,9 +398,30 @@ impl EventIndex {
         Ok((ordered, new_events))
     }
 
+    /// The entries' positions as runs, those of the first input partition
+    /// first, each partition's in the order they were pushed.
+    ///
+    /// Why: partitions read a source's files in ranges (earlier files to the
+    /// first), and the exchange interleaves their batches as they come; a
+    /// key's events then arrive out of sequence order, which the sort of
+    /// each key's events (see [`Self::window`]) must undo. Pushed partition
+    /// by partition they are mostly in order already.
+    fn runs_by_source(&self) -> Vec<Range<usize>> {
+        let ends = self.sources.iter().skip(1).map(|&(_, start)| start);
+        let mut runs: Vec<(u32, Range<usize>)> = self
+            .sources
+            .iter()
+            .zip(ends.chain(std::iter::once(self.entries.len())))
+            .map(|(&(source, start), end)| (source, start..end))
+            .collect();
+        runs.sort_by_key(|(source, _)| *source);
+        runs.into_iter().map(|(_, run)| run).collect()
+    }
+
     /// Bytes held: the entries and, with hashed keys, the row-format keys.
     pub fn memory_size(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<IndexEntry>()
+            + self.sources.capacity() * std::mem::size_of::<(u32, usize)>()
             + self.order.as_ref().map_or(0, |o| o.capacity() * 4)
             + (self.key_values.capacity() + self.seq_values.capacity()) * 8
             + match &self.keys {
@@ -419,6 +452,7 @@ impl EventIndex {
     /// Free the entries (the retained key rows stay until dropped).
     pub fn clear(&mut self) {
         self.entries = Vec::new();
+        self.sources = Vec::new();
         self.order = None;
         self.key_span = None;
     }
@@ -455,7 +489,8 @@ impl EventIndex {
     pub fn sort(&mut self, scratch: &mut dyn FnMut(usize) -> bool) {
         if let Some(plan) = self.counting_plan() {
             if scratch(plan.scratch_bytes(self.entries.len())) {
-                self.order = Some(plan.order(&self.entries, |e| e.key));
+                let runs = self.runs_by_source();
+                self.order = Some(plan.order_runs(&self.entries, &runs, |e| e.key));
                 return;
             }
         }
@@ -716,6 +751,57 @@ mod tests {
             start = end;
         }
         out
+    }
+
+    /// Batches of two input partitions arrive interleaved; counted, each
+    /// key's events are ordered the first partition's first, so that the
+    /// later sort by sequence finds them in order (the second partition
+    /// read the later half of the source).
+    #[test]
+    fn a_keys_events_are_ordered_partition_by_partition() -> Result<()> {
+        use arrow::array::Int32Array;
+        let schema = event_schema(DataType::Int32);
+        let mut next = crate::fold::test_support::below(3);
+        let mut index = EventIndex::try_new("f", &layout(), &schema)?;
+        let sources = [1u32, 0, 1, 0, 0, 1];
+        let mut seq_of_source = [0i64, 1000];
+        for (b, &source) in sources.iter().enumerate() {
+            let n = 200;
+            let ids: Vec<i32> = (0..n).map(|_| next(20) as i32).collect();
+            let seqs: Vec<i64> = (0..n)
+                .map(|_| {
+                    seq_of_source[source as usize] += 1;
+                    seq_of_source[source as usize]
+                })
+                .collect();
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(Int32Array::from(ids)),
+                Arc::new(Int64Array::from(seqs)),
+                Arc::new(Int8Array::from(vec![0; n])),
+                Arc::new(Int64Array::from(vec![0; n])),
+                Arc::new(Int8Array::from(vec![Origin::New as i8; n])),
+            ];
+            let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+            index.push_rows(&batch, b, None, source)?;
+        }
+        index.sort(&mut |_| true);
+        let order = index.order.clone().expect("counted");
+        // in the order, each key's entries: source 0's, then source 1's,
+        // hence ascending sequences already
+        let entries: Vec<IndexEntry> = order.iter().map(|&p| index.entries[p as usize]).collect();
+        for group in entries.chunk_by(|a, b| a.key == b.key) {
+            let in_order = group.windows(2).all(|w| {
+                sources[w[0].batch as usize] <= sources[w[1].batch as usize] && w[0].seq < w[1].seq
+            });
+            assert!(in_order, "{group:?}");
+        }
+        assert_eq!(entries.len(), 6 * 200);
+        // the index reads the same either way
+        let sorted = index.sorted_entries();
+        assert!(sorted
+            .windows(2)
+            .all(|w| (w[0].key, w[0].seq) < (w[1].key, w[1].seq)));
+        Ok(())
     }
 
     #[test]
@@ -1032,10 +1118,10 @@ mod tests {
                     .collect();
                 let mut some = EventIndex::try_new("f", &layout(), &schema)?;
                 // of rows 3, 1, 4 only row 3 is new
-                assert_eq!(some.push_rows(&batch, 0, Some(&rows))?, 1);
+                assert_eq!(some.push_rows(&batch, 0, Some(&rows), 0)?, 1);
                 let found: Vec<_> = some.entries().iter().map(fields).collect();
                 assert_eq!(found, expected, "{} / {}", id.data_type(), seq.data_type());
-                assert!(some.push_rows(&batch, 1, Some(&[5])).is_err());
+                assert!(some.push_rows(&batch, 1, Some(&[5]), 0).is_err());
                 // a null key or sequence, even in a row not indexed
                 for column in [0, 1] {
                     let mut with_null = batch.columns().to_vec();
@@ -1050,7 +1136,7 @@ mod tests {
                     );
                     let with_null = RecordBatch::try_new(Arc::clone(&schema), with_null)?;
                     let before = some.len();
-                    assert!(some.push_rows(&with_null, 1, Some(&rows[..1])).is_err());
+                    assert!(some.push_rows(&with_null, 1, Some(&rows[..1]), 0).is_err());
                     assert_eq!(some.len(), before);
                 }
             }

@@ -21,6 +21,8 @@
 //! than sorting, and so was moving 32-byte entries to a second array instead
 //! of writing an order (benches/README.md, "tried").
 
+use std::ops::Range;
+
 /// Most key slots a plan may use per entry (beyond [`SLOTS_ANY`]): the
 /// counts then take at most 16 bytes per entry, and visiting the slots
 /// costs about what placing an entry does.
@@ -103,22 +105,45 @@ impl SlotPlan {
 
     /// The positions of `entries` grouped by `key`, keys ascending, each
     /// key's positions ascending. Every key must lie in the plan's span.
+    #[cfg(test)]
     pub fn order<T>(&self, entries: &[T], key: impl Fn(&T) -> u64) -> Vec<u32> {
+        self.order_runs(entries, std::slice::from_ref(&(0..entries.len())), key)
+    }
+
+    /// [`Self::order`] of the positions in `runs` (ranges of positions, each
+    /// position in one at most), each key's positions in the order of the
+    /// runs, ascending within each. Positions in no run are left out.
+    pub fn order_runs<T>(
+        &self,
+        entries: &[T],
+        runs: &[Range<usize>],
+        key: impl Fn(&T) -> u64,
+    ) -> Vec<u32> {
+        let runs = || {
+            runs.iter()
+                .filter_map(|run| Some((run.start, entries.get(run.clone())?)))
+        };
         // each slot's count, then where its first position goes
         let mut next = vec![0u32; self.slots];
-        for e in entries {
-            next[self.slot(key(e))] += 1;
+        let mut held = 0;
+        for (_, run) in runs() {
+            for e in run {
+                next[self.slot(key(e))] += 1;
+            }
+            held += run.len();
         }
         let mut at = 0;
         for place in &mut next {
             (*place, at) = (at, at + *place);
         }
-        let mut order = vec![0u32; entries.len()];
-        // (positions fit 32 bits: checked by `new`)
-        for (position, e) in (0u32..).zip(entries) {
-            let place = &mut next[self.slot(key(e))];
-            order[*place as usize] = position;
-            *place += 1;
+        let mut order = vec![0u32; held];
+        for (start, run) in runs() {
+            // (positions fit 32 bits: checked by `new`)
+            for (position, e) in (start as u32..).zip(run) {
+                let place = &mut next[self.slot(key(e))];
+                order[*place as usize] = position;
+                *place += 1;
+            }
         }
         order
     }
@@ -157,5 +182,27 @@ mod tests {
         assert_eq!(KeySpan::join(a, None), a);
         let plan = SlotPlan::new(KeySpan::of(&[3, 4, 6]).unwrap(), 3).unwrap();
         assert_eq!(plan.scratch_bytes(3), 4 * (3 + 4));
+    }
+
+    /// Ordered by runs, each key's positions follow the runs' order: a
+    /// stable sort by key of the runs' positions, taken run after run.
+    #[test]
+    fn runs_order_each_keys_positions() {
+        let mut next = crate::fold::test_support::below(5);
+        let keys: Vec<u64> = (0..400).map(|_| 100 + next(40)).collect();
+        let plan = SlotPlan::new(KeySpan::of(&keys).unwrap(), keys.len()).unwrap();
+        for runs in [
+            std::iter::once(0..400).collect(),
+            vec![300..400, 0..100, 200..300, 100..200],
+            vec![350..400, 0..350],
+            vec![10..20, 0..0, 30..40],
+        ] {
+            let mut model: Vec<u32> = runs
+                .iter()
+                .flat_map(|r| r.start as u32..r.end as u32)
+                .collect();
+            model.sort_by_key(|&p| keys[p as usize]);
+            assert_eq!(plan.order_runs(&keys, &runs, |&k| k), model, "{runs:?}");
+        }
     }
 }

@@ -191,6 +191,16 @@ impl IndexedScd1Fold {
     /// row-format keys the index keeps per batch, the rows are copied
     /// first: the index would keep the other partitions' keys too.)
     pub fn push_rows(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
+        self.push_rows_from(batch, rows, 0)
+    }
+
+    /// [`Self::push_rows`] of a batch read by input partition `source`.
+    pub fn push_rows_from(
+        &mut self,
+        batch: &RecordBatch,
+        rows: Option<&UInt32Array>,
+        source: u32,
+    ) -> Result<()> {
         let taken;
         let (batch, rows) = match rows {
             Some(r) if self.index.hashes_keys() => {
@@ -208,7 +218,7 @@ impl IndexedScd1Fold {
         // been copied out)
         let (kept, rows) = self.batches.push_rows(batch, rows)?;
         let positions = rows.map(|r| r.values().as_ref());
-        self.counts.input_rows += self.index.push_rows(kept, b, positions)?;
+        self.counts.input_rows += self.index.push_rows(kept, b, positions, source)?;
         Ok(())
     }
 

@@ -260,6 +260,11 @@ impl IndexedScd2Fold {
     /// Index one batch of new events (any order) and hash its tracked
     /// columns.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.push_from(batch, 0)
+    }
+
+    /// [`Self::push`] of a batch read by input partition `source`.
+    pub fn push_from(&mut self, batch: &RecordBatch, source: u32) -> Result<()> {
         let n = batch.num_rows();
         if n == 0 {
             return Ok(());
@@ -274,7 +279,9 @@ impl IndexedScd2Fold {
                 self.flow
             )));
         }
-        self.counts.input_rows += self.index.push(batch, self.batches.len())?;
+        self.counts.input_rows += self
+            .index
+            .push_rows(batch, self.batches.len(), None, source)?;
         if !self.tracked.is_empty() {
             self.hashes.clear();
             self.hashes.resize(n, 0);

@@ -405,8 +405,13 @@ impl IndexedKernel for InMemoryFold {
     fn push(&mut self, rows: KeyRows) -> Result<()> {
         match self {
             // indexes the rows where they are
-            Self::IndexedScd1(fold) => fold.push_rows(&rows.batch, rows.rows.as_ref()),
-            Self::IndexedScd2(fold) => fold.push(&rows.into_batch()?),
+            Self::IndexedScd1(fold) => {
+                fold.push_rows_from(&rows.batch, rows.rows.as_ref(), rows.source)
+            }
+            Self::IndexedScd2(fold) => {
+                let source = rows.source;
+                fold.push_from(&rows.into_batch()?, source)
+            }
             Self::IndexSorted(fold) => fold.push(&rows.into_batch()?),
         }
     }
@@ -517,10 +522,15 @@ fn without_late_events(
 ) -> KeyRowsStream {
     let (input_rows, late_rows) = (counters.input_rows.clone(), counters.late.clone());
     input.map(move |rows| {
-        let (kept, dropped) = late.drop_late(&rows?.into_batch()?)?;
+        let rows = rows?;
+        let source = rows.source;
+        let (kept, dropped) = late.drop_late(&rows.into_batch()?)?;
         input_rows.add(dropped);
         late_rows.add(dropped);
-        Ok(KeyRows::whole(kept))
+        Ok(KeyRows {
+            source,
+            ..KeyRows::whole(kept)
+        })
     })
 }
 

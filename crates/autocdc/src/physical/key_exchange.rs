@@ -60,12 +60,20 @@ pub(crate) struct KeyRows {
     pub batch: RecordBatch,
     /// Ascending positions in `batch`.
     pub rows: Option<UInt32Array>,
+    /// The input partition the batch came from: a fold orders a key's
+    /// events by the partition they were read from first (see
+    /// `EventIndex::sort`).
+    pub source: u32,
 }
 
 impl KeyRows {
-    /// All of `batch`.
+    /// All of `batch` (of the first input partition).
     pub fn whole(batch: RecordBatch) -> Self {
-        Self { batch, rows: None }
+        Self {
+            batch,
+            rows: None,
+            source: 0,
+        }
     }
 
     /// The partition's rows as a batch of their own (a copy where the
@@ -332,6 +340,7 @@ impl KeyExchange {
         for i in 0..inputs {
             let stream = input.execute(i, Arc::clone(context))?;
             let router = Router {
+                source: u32::try_from(i).unwrap_or(u32::MAX),
                 keys: self.keys.clone(),
                 routing: self.routing,
                 outputs: senders.clone(),
@@ -350,6 +359,8 @@ impl KeyExchange {
 
 /// Routes one input partition.
 struct Router {
+    /// The input partition routed.
+    source: u32,
     keys: Vec<usize>,
     routing: Routing,
     outputs: Vec<UnboundedSender<Result<KeyRows>>>,
@@ -396,6 +407,7 @@ impl Router {
                 let sent = output.send(Ok(KeyRows {
                     batch: batch.clone(),
                     rows,
+                    source: self.source,
                 }));
                 open |= sent.is_ok();
             }
