@@ -24,7 +24,8 @@
 //! *order* of the entries' positions, grouped by key, each key's in the
 //! order they were pushed, input partition after input partition (the
 //! exchange interleaves the partitions' batches; each reads its range of
-//! the source's files in order). The entries stay where they are:
+//! the source's files in order, and they are taken in the order their
+//! first events are in sequence). The entries stay where they are:
 //! [`EventIndex::window`] copies them out in that order a window at a time
 //! and sorts only each key's run by sequence and origin — a few entries,
 //! already in order when events arrive in sequence order. The order and the
@@ -398,23 +399,49 @@ impl EventIndex {
         Ok((ordered, new_events))
     }
 
-    /// The entries' positions as runs, those of the first input partition
-    /// first, each partition's in the order they were pushed.
+    /// The entries' positions as runs: each input partition's in the order
+    /// they were pushed, the partitions in the order their first events
+    /// are in sequence (the median sequence of each one's first run).
     ///
-    /// Why: partitions read a source's files in ranges (earlier files to the
-    /// first), and the exchange interleaves their batches as they come; a
-    /// key's events then arrive out of sequence order, which the sort of
-    /// each key's events (see [`Self::window`]) must undo. Pushed partition
-    /// by partition they are mostly in order already.
+    /// Why: partitions read a source's files in ranges, and the exchange
+    /// interleaves their batches as they come; a key's events then arrive
+    /// out of sequence order, which the sort of each key's events (see
+    /// [`Self::window`]) must undo. Pushed partition by partition, in the
+    /// order of the ranges they read, they are mostly in order already.
+    /// (Which partition reads which range is the scan's to decide: the
+    /// partitions are ordered by their events, not by their numbers.)
     fn runs_by_source(&self) -> Vec<Range<usize>> {
         let ends = self.sources.iter().skip(1).map(|&(_, start)| start);
-        let mut runs: Vec<(u32, Range<usize>)> = self
+        let runs: Vec<(u32, Range<usize>)> = self
             .sources
             .iter()
             .zip(ends.chain(std::iter::once(self.entries.len())))
             .map(|(&(source, start), end)| (source, start..end))
             .collect();
-        runs.sort_by_key(|(source, _)| *source);
+        // each partition's rank: the median sequence of its first run
+        let mut first_seqs: Vec<(u32, u64)> = Vec::new();
+        let mut seqs = Vec::new();
+        for (source, run) in &runs {
+            if first_seqs.iter().any(|(s, _)| s == source) {
+                continue;
+            }
+            seqs.clear();
+            seqs.extend(self.entries[run.clone()].iter().take(1024).map(|e| e.seq));
+            let middle = seqs.len() / 2;
+            let median = match seqs.is_empty() {
+                true => u64::MAX,
+                false => *seqs.select_nth_unstable(middle).1,
+            };
+            first_seqs.push((*source, median));
+        }
+        let rank = |source: u32| {
+            first_seqs
+                .iter()
+                .find(|(s, _)| *s == source)
+                .map_or((u64::MAX, source), |&(_, median)| (median, source))
+        };
+        let mut runs = runs;
+        runs.sort_by_key(|(source, _)| rank(*source));
         runs.into_iter().map(|(_, run)| run).collect()
     }
 
@@ -754,53 +781,56 @@ mod tests {
     }
 
     /// Batches of two input partitions arrive interleaved; counted, each
-    /// key's events are ordered the first partition's first, so that the
-    /// later sort by sequence finds them in order (the second partition
-    /// read the later half of the source).
+    /// key's events are ordered partition by partition, the partition
+    /// whose events come first in sequence first (whatever its number), so
+    /// that the later sort by sequence finds them in order.
     #[test]
     fn a_keys_events_are_ordered_partition_by_partition() -> Result<()> {
         use arrow::array::Int32Array;
         let schema = event_schema(DataType::Int32);
-        let mut next = crate::fold::test_support::below(3);
-        let mut index = EventIndex::try_new("f", &layout(), &schema)?;
-        let sources = [1u32, 0, 1, 0, 0, 1];
-        let mut seq_of_source = [0i64, 1000];
-        for (b, &source) in sources.iter().enumerate() {
-            let n = 200;
-            let ids: Vec<i32> = (0..n).map(|_| next(20) as i32).collect();
-            let seqs: Vec<i64> = (0..n)
-                .map(|_| {
-                    seq_of_source[source as usize] += 1;
-                    seq_of_source[source as usize]
-                })
-                .collect();
-            let columns: Vec<ArrayRef> = vec![
-                Arc::new(Int32Array::from(ids)),
-                Arc::new(Int64Array::from(seqs)),
-                Arc::new(Int8Array::from(vec![0; n])),
-                Arc::new(Int64Array::from(vec![0; n])),
-                Arc::new(Int8Array::from(vec![Origin::New as i8; n])),
-            ];
-            let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-            index.push_rows(&batch, b, None, source)?;
+        for later in [1u32, 0] {
+            let mut next = crate::fold::test_support::below(3);
+            let mut index = EventIndex::try_new("f", &layout(), &schema)?;
+            let sources = [1u32, 0, 1, 0, 0, 1];
+            // the partition `later` read the later half of the sequence
+            let mut seq_of_source = [0i64, 0];
+            seq_of_source[later as usize] = 1000;
+            for (b, &source) in sources.iter().enumerate() {
+                let n = 200;
+                let ids: Vec<i32> = (0..n).map(|_| next(20) as i32).collect();
+                let seqs: Vec<i64> = (0..n)
+                    .map(|_| {
+                        seq_of_source[source as usize] += 1;
+                        seq_of_source[source as usize]
+                    })
+                    .collect();
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(Int32Array::from(ids)),
+                    Arc::new(Int64Array::from(seqs)),
+                    Arc::new(Int8Array::from(vec![0; n])),
+                    Arc::new(Int64Array::from(vec![0; n])),
+                    Arc::new(Int8Array::from(vec![Origin::New as i8; n])),
+                ];
+                let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+                index.push_rows(&batch, b, None, source)?;
+            }
+            index.sort(&mut |_| true);
+            let order = index.order.clone().expect("counted");
+            // in the order, each key's entries: the earlier partition's,
+            // then the later one's, hence ascending sequences already
+            let entries: Vec<IndexEntry> =
+                order.iter().map(|&p| index.entries[p as usize]).collect();
+            assert_eq!(entries.len(), 6 * 200);
+            for group in entries.chunk_by(|a, b| a.key == b.key) {
+                let in_order = group.windows(2).all(|w| w[0].seq < w[1].seq);
+                assert!(in_order, "later: {later}, {group:?}");
+            }
+            // the index reads the same either way
+            let sorted = index.sorted_entries();
+            assert!(sorted
+                .windows(2)
+                .all(|w| (w[0].key, w[0].seq) < (w[1].key, w[1].seq)));
         }
-        index.sort(&mut |_| true);
-        let order = index.order.clone().expect("counted");
-        // in the order, each key's entries: source 0's, then source 1's,
-        // hence ascending sequences already
-        let entries: Vec<IndexEntry> = order.iter().map(|&p| index.entries[p as usize]).collect();
-        for group in entries.chunk_by(|a, b| a.key == b.key) {
-            let in_order = group.windows(2).all(|w| {
-                sources[w[0].batch as usize] <= sources[w[1].batch as usize] && w[0].seq < w[1].seq
-            });
-            assert!(in_order, "{group:?}");
-        }
-        assert_eq!(entries.len(), 6 * 200);
-        // the index reads the same either way
-        let sorted = index.sorted_entries();
-        assert!(sorted
-            .windows(2)
-            .all(|w| (w[0].key, w[0].seq) < (w[1].key, w[1].seq)));
         Ok(())
     }
 

@@ -61,7 +61,7 @@ pub(crate) struct KeyRows {
     /// Ascending positions in `batch`.
     pub rows: Option<UInt32Array>,
     /// The input partition the batch came from: a fold orders a key's
-    /// events by the partition they were read from first (see
+    /// events partition by partition before it sorts them by sequence (see
     /// `EventIndex::sort`).
     pub source: u32,
 }
