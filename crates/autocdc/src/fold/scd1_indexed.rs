@@ -182,20 +182,16 @@ impl IndexedScd1Fold {
 
     /// Index one batch of events (stored rows and new events, any order).
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.push_rows(batch, None)
+        self.push_rows(batch, None, 0)
     }
 
     /// Index `rows` of `batch` (ascending; all when `None`), a batch shared
-    /// with other partitions' folds: it is retained whole and the index
-    /// points into it, so that no row is copied. (With hashed keys, whose
-    /// row-format keys the index keeps per batch, the rows are copied
-    /// first: the index would keep the other partitions' keys too.)
-    pub fn push_rows(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
-        self.push_rows_from(batch, rows, 0)
-    }
-
-    /// [`Self::push_rows`] of a batch read by input partition `source`.
-    pub fn push_rows_from(
+    /// with other partitions' folds and read by input partition `source`:
+    /// it is retained whole and the index points into it, so that no row is
+    /// copied. (With hashed keys, whose row-format keys the index keeps per
+    /// batch, the rows are copied first: the index would keep the other
+    /// partitions' keys too.)
+    pub fn push_rows(
         &mut self,
         batch: &RecordBatch,
         rows: Option<&UInt32Array>,
@@ -795,7 +791,7 @@ mod tests {
                             (0..events.len() as u32)
                                 .filter(|&i| events[i as usize].0.rem_euclid(2) == parity),
                         );
-                        fold.push_rows(&shared, Some(&rows)).unwrap();
+                        fold.push_rows(&shared, Some(&rows), 0).unwrap();
                         fold.finish(&mut |_| parity == 0).unwrap();
                         while let Some(b) = fold.next_output(2).unwrap() {
                             out.push(b);

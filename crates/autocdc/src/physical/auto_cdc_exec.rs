@@ -405,9 +405,7 @@ impl IndexedKernel for InMemoryFold {
     fn push(&mut self, rows: KeyRows) -> Result<()> {
         match self {
             // indexes the rows where they are
-            Self::IndexedScd1(fold) => {
-                fold.push_rows_from(&rows.batch, rows.rows.as_ref(), rows.source)
-            }
+            Self::IndexedScd1(fold) => fold.push_rows(&rows.batch, rows.rows.as_ref(), rows.source),
             Self::IndexedScd2(fold) => {
                 let source = rows.source;
                 fold.push_from(&rows.into_batch()?, source)
