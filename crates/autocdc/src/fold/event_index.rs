@@ -47,12 +47,7 @@ use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Origin};
 use super::key_slots::{KeySpan, SlotPlan};
-use super::latest::LatestWalk;
 use super::rows::{encode_values, row_converter, to_rows, ValueBytes};
-
-/// Most key slots per entry for a [`LatestWalk`] (16 bytes each): beyond
-/// that the pass holds more than the counting sort it replaces.
-const LATEST_SLOTS_PER_ENTRY: usize = 2;
 
 /// One event in the index: key and sequence as integers that order like
 /// their row-format bytes, its place, a 40-bit tag a fold may set
@@ -71,32 +66,6 @@ pub struct IndexEntry {
 }
 
 impl IndexEntry {
-    /// An entry at `key` and `seq` for the row at `[batch, row]`, untagged.
-    pub fn new(key: u64, seq: u64, [batch, row]: [u32; 2], origin: i8, kind: i8) -> Self {
-        Self {
-            key,
-            seq,
-            batch,
-            row,
-            tag_low: 0,
-            tag_high: 0,
-            origin,
-            kind,
-        }
-    }
-
-    /// A new upsert at `key` and `seq`, at `row` of batch 0 (tests).
-    #[cfg(test)]
-    pub fn new_upsert(key: u64, seq: u64, row: u32) -> Self {
-        Self::new(
-            key,
-            seq,
-            [0, row],
-            Origin::New as i8,
-            super::columns::Kind::Upsert as i8,
-        )
-    }
-
     /// Whether the event is a stored row (not a new event).
     pub fn stored(&self) -> bool {
         self.origin == Origin::Stored as i8
@@ -536,26 +505,6 @@ impl EventIndex {
             return None;
         };
         SlotPlan::new(self.key_span?, self.entries.len())
-    }
-
-    /// Each key's latest event, found in one pass instead of a sort (see
-    /// [`super::latest`]), when every entry is a new event and the keys
-    /// allow a counting sort over at most [`LATEST_SLOTS_PER_ENTRY`] slots
-    /// per entry. `scratch` is asked for the pass's bytes; `None` when it
-    /// refuses, when the keys do not allow the pass, or when too many keys
-    /// came out of sequence order: then [`Self::sort`] the index.
-    pub fn latest_walk(&self, scratch: &mut dyn FnMut(usize) -> bool) -> Option<LatestWalk> {
-        if self.one_origin != Some(Origin::New as i8) {
-            return None;
-        }
-        let plan = self.counting_plan()?;
-        let n = self.entries.len();
-        if plan.slots() > n.saturating_mul(LATEST_SLOTS_PER_ENTRY)
-            || !scratch(LatestWalk::scratch_bytes(&plan, n))
-        {
-            return None;
-        }
-        LatestWalk::try_new(&self.entries, &self.runs_by_source(), &plan)
     }
 
     /// Sort the entries by `(keys, seq, origin)` (read them with

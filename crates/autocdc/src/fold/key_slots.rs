@@ -98,18 +98,8 @@ impl SlotPlan {
         (entries + self.slots) * std::mem::size_of::<u32>()
     }
 
-    /// How many slots the plan has.
-    pub fn slots(&self) -> usize {
-        self.slots
-    }
-
-    /// The key of `slot` (the inverse of [`Self::slot`]).
-    pub fn key(&self, slot: usize) -> u64 {
-        self.lo + ((slot as u64) << self.shift)
-    }
-
     /// The slot of `key` (a key of the span the plan was made for).
-    pub fn slot(&self, key: u64) -> usize {
+    fn slot(&self, key: u64) -> usize {
         ((key - self.lo) >> self.shift) as usize
     }
 

@@ -15,7 +15,6 @@ pub mod index_sorted;
 pub mod kernel;
 pub mod key_slots;
 pub mod late;
-pub mod latest;
 pub mod pairs;
 pub mod partial;
 pub mod per_column;

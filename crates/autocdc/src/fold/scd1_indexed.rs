@@ -218,30 +218,18 @@ impl IndexedScd1Fold {
         Ok(())
     }
 
-    /// Fold the index once every batch was pushed: sort it (new events
-    /// only: find each key's latest event in one pass instead, see
-    /// [`super::latest`]), fold every key group (errors — conflicting
-    /// events — surface here, before any output), and order the rows to
-    /// emit by the batch they come from, so that [`Self::next_output`]
-    /// gathers them a few batches at a time. `scratch` grants or refuses
-    /// the bytes of the pass or of a counting sort (see
-    /// [`EventIndex::latest_walk`], [`EventIndex::sort`]).
+    /// Fold the index once every batch was pushed: sort it, fold every key
+    /// group (errors — conflicting events — surface here, before any
+    /// output), and order the rows to emit by the batch they come from, so
+    /// that [`Self::next_output`] gathers them a few batches at a time.
+    /// `scratch` grants or refuses the bytes of a counting sort (see
+    /// [`EventIndex::sort`]).
     pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
+        self.index.sort(scratch);
         let (mut emits, mut checks) = (Vec::new(), Checks::default());
-        if let Some(mut latest) = self.index.latest_walk(scratch) {
-            // new events only: each key's latest event, and the replays
-            // met on the way (see `super::latest`)
-            while let Some((group, pairs)) = latest.next() {
-                checks.events.extend_from_slice(pairs);
-                self.counts.duplicates += pairs.len();
-                self.fold_group(group, &mut emits, &mut checks)?;
-            }
-        } else {
-            self.index.sort(scratch);
-            let mut groups = GroupWalk::default();
-            while let Some(group) = groups.next(&self.index) {
-                self.fold_group(group, &mut emits, &mut checks)?;
-            }
+        let mut groups = GroupWalk::default();
+        while let Some(group) = groups.next(&self.index) {
+            self.fold_group(group, &mut emits, &mut checks)?;
         }
         // the index is no longer needed: free it before emitting
         self.index.clear();
@@ -810,84 +798,6 @@ mod tests {
                         }
                     }
                     assert_eq!(rows(&out, string_keys), expected, "{events:?}");
-                }
-            }
-        }
-    }
-
-    /// New events of many keys from three input partitions, each reading
-    /// its range in sequence order with some events late and some replayed
-    /// (and, in some histories, a replay that conflicts): the indexed fold
-    /// equals the sorted one, whether it finds each key's latest event in
-    /// one pass (most histories) or sorts the index (when the pass gives up
-    /// on too many late events, or is refused its memory).
-    #[test]
-    fn new_events_from_partitions_equal_the_sorted_fold() {
-        let mut next = crate::fold::test_support::below(17);
-        for history in 0..60 {
-            let late_per_mille = [0, 20, 100, 600][history % 4];
-            let keys = 5 + next(60) as i64;
-            let values = ["a", "b", "c"];
-            // each partition's events, in the order it reads them
-            let mut partitions: Vec<Vec<Event>> = vec![Vec::new(); 3];
-            for (p, events) in partitions.iter_mut().enumerate() {
-                for i in 0..80 {
-                    let seq = (p * 1000 + i * 2) as i64;
-                    let kind = if next(10) == 0 { D } else { U };
-                    let event = (
-                        next(keys as u64) as i64,
-                        values[next(3) as usize],
-                        seq,
-                        kind,
-                        N,
-                    );
-                    if next(1000) < late_per_mille && !events.is_empty() {
-                        let at = events.len() - 1 - next(events.len().min(6) as u64) as usize;
-                        events.insert(at, event);
-                    } else {
-                        events.push(event);
-                    }
-                    if next(20) == 0 {
-                        let mut replay =
-                            events[events.len() - 1 - next(events.len().min(4) as u64) as usize];
-                        if history % 5 == 4 && next(4) == 0 {
-                            replay.1 = "conflict";
-                        }
-                        events.push(replay);
-                    }
-                }
-            }
-            let all: Vec<Event> = partitions.concat();
-            let expected = run_sorted(&all, false, None, false);
-            for granted in [true, false] {
-                let mut fold =
-                    IndexedScd1Fold::try_new("f", layout(), &schema(false), false).unwrap();
-                // the exchange interleaves the partitions' batches, the
-                // last partition first
-                let batches: Vec<Vec<RecordBatch>> = partitions
-                    .iter()
-                    .map(|events| events.chunks(7).map(|c| batch(c, false)).collect())
-                    .collect();
-                for i in 0..batches.iter().map(Vec::len).max().unwrap_or(0) {
-                    for p in (0..3).rev() {
-                        if let Some(b) = batches[p].get(i) {
-                            fold.push_rows(b, None, p as u32).unwrap();
-                        }
-                    }
-                }
-                let got = fold.finish(&mut |_| granted).and_then(|()| {
-                    let mut out = Vec::new();
-                    while let Some(b) = fold.next_output(16)? {
-                        out.push(b);
-                    }
-                    Ok((rows(&out, false), fold.counts()))
-                });
-                match (&got, &expected) {
-                    (Ok(a), Ok(b)) => assert_eq!(a, b, "history {history}"),
-                    (Err(a), Err(b)) => {
-                        assert_eq!(a.to_string(), b.to_string(), "history {history}")
-                    }
-                    _ => panic!("history {history}: indexed gave {got:?}, sorted {expected:?}"),
                 }
             }
         }
