@@ -39,15 +39,18 @@
 use std::hash::BuildHasher;
 use std::ops::Range;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{
+    make_array, Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, UInt32Array,
+};
+use arrow::buffer::NullBuffer;
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{DataType, Int8Type, Schema};
+use arrow::datatypes::{DataType, Int32Type, Int64Type, Int8Type, Schema};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Origin};
 use super::key_slots::{KeySpan, SlotPlan};
-use super::rows::{encode_values, row_converter, to_rows, ValueBytes};
+use super::rows::{encode_values, encoded_width, row_converter, to_rows, ValueBytes, VALID_BYTE};
 
 /// One event in the index: key and sequence as integers that order like
 /// their row-format bytes, its place, a 40-bit tag a fold may set
@@ -218,6 +221,61 @@ impl EventIndex {
             out.extend(rows.iter().map(|row| self.seq_bytes.bits(row.as_ref())));
         }
         Ok(out)
+    }
+
+    /// Sequences as entries hold them ([`Self::sequence_values`]), back as
+    /// an array of the sequence's type with `nulls`: integers of 8 and 4
+    /// bytes (and the types stored as them: timestamps, dates, times,
+    /// durations) directly, others through their row format.
+    pub fn sequence_array(&self, bits: Vec<u64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+        let data_type = &self.seq_type;
+        // the row format flips a signed integer's sign bit, big-endian
+        let values = match data_type.primitive_width() {
+            Some(8) if data_type.is_signed_integer() || is_i64_backed(data_type) => {
+                let v: Vec<i64> = bits.iter().map(|&b| (b ^ (1 << 63)) as i64).collect();
+                Some(PrimitiveArray::<Int64Type>::new(v.into(), nulls.clone()).into_data())
+            }
+            Some(4) if data_type.is_signed_integer() || is_i32_backed(data_type) => {
+                let v: Vec<i32> = bits
+                    .iter()
+                    .map(|&b| (((b >> 32) as u32) ^ (1 << 31)) as i32)
+                    .collect();
+                Some(PrimitiveArray::<Int32Type>::new(v.into(), nulls.clone()).into_data())
+            }
+            _ => None,
+        };
+        if let Some(values) = values {
+            let data = values.into_builder().data_type(data_type.clone()).build()?;
+            return Ok(make_array(data));
+        }
+        let w = encoded_width([data_type]).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "flow '{}': a sequence of type {data_type} is not fixed-width",
+                self.flow
+            ))
+        })?;
+        let mut bytes = Vec::with_capacity(bits.len() * w);
+        for b in &bits {
+            bytes.push(VALID_BYTE);
+            bytes.extend_from_slice(&b.to_be_bytes()[..w - 1]);
+        }
+        let parser = self.seq_converter.parser();
+        let rows = bytes.chunks_exact(w).map(|row| parser.parse(row));
+        let decoded = self
+            .seq_converter
+            .convert_rows(rows)?
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("sequence decoded to no column".into()))?;
+        match nulls {
+            None => Ok(decoded),
+            Some(nulls) => Ok(make_array(
+                decoded
+                    .into_data()
+                    .into_builder()
+                    .nulls(Some(nulls))
+                    .build()?,
+            )),
+        }
     }
 
     /// An error if `column` holds a null (a key or sequence: the folds
@@ -412,37 +470,35 @@ impl EventIndex {
     /// partitions are ordered by their events, not by their numbers.)
     fn runs_by_source(&self) -> Vec<Range<usize>> {
         let ends = self.sources.iter().skip(1).map(|&(_, start)| start);
-        let runs: Vec<(u32, Range<usize>)> = self
+        let runs = self
             .sources
             .iter()
             .zip(ends.chain(std::iter::once(self.entries.len())))
-            .map(|(&(source, start), end)| (source, start..end))
-            .collect();
-        // each partition's rank: the median sequence of its first run
-        let mut first_seqs: Vec<(u32, u64)> = Vec::new();
+            .map(|(&(source, start), end)| (source, start..end));
+        // each run ranked by its partition: the median sequence of the
+        // partition's first run, then its number
+        let mut medians: Vec<(u32, u64)> = Vec::new();
         let mut seqs = Vec::new();
-        for (source, run) in &runs {
-            if first_seqs.iter().any(|(s, _)| s == source) {
-                continue;
-            }
-            seqs.clear();
-            seqs.extend(self.entries[run.clone()].iter().take(1024).map(|e| e.seq));
-            let middle = seqs.len() / 2;
-            let median = match seqs.is_empty() {
-                true => u64::MAX,
-                false => *seqs.select_nth_unstable(middle).1,
+        let mut ranked: Vec<((u64, u32), Range<usize>)> = Vec::with_capacity(self.sources.len());
+        for (source, run) in runs {
+            let median = match medians.iter().find(|(s, _)| *s == source) {
+                Some(&(_, median)) => median,
+                None => {
+                    seqs.clear();
+                    seqs.extend(self.entries[run.clone()].iter().take(1024).map(|e| e.seq));
+                    let middle = seqs.len() / 2;
+                    let median = match seqs.is_empty() {
+                        true => u64::MAX,
+                        false => *seqs.select_nth_unstable(middle).1,
+                    };
+                    medians.push((source, median));
+                    median
+                }
             };
-            first_seqs.push((*source, median));
+            ranked.push(((median, source), run));
         }
-        let rank = |source: u32| {
-            first_seqs
-                .iter()
-                .find(|(s, _)| *s == source)
-                .map_or((u64::MAX, source), |&(_, median)| (median, source))
-        };
-        let mut runs = runs;
-        runs.sort_by_key(|(source, _)| rank(*source));
-        runs.into_iter().map(|(_, run)| run).collect()
+        ranked.sort_by_key(|(rank, _)| *rank);
+        ranked.into_iter().map(|(_, run)| run).collect()
     }
 
     /// Bytes held: the entries and, with hashed keys, the row-format keys.
@@ -662,6 +718,19 @@ fn order_group(group: &mut [IndexEntry]) {
     if !group.is_sorted_by_key(by_seq) {
         group.sort_by_key(by_seq);
     }
+}
+
+/// Types whose values are stored as `i64` (and encoded like it in rows).
+fn is_i64_backed(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Timestamp(_, _) | DataType::Date64 | DataType::Time64(_) | DataType::Duration(_)
+    )
+}
+
+/// Types whose values are stored as `i32` (and encoded like it in rows).
+fn is_i32_backed(data_type: &DataType) -> bool {
+    matches!(data_type, DataType::Date32 | DataType::Time32(_))
 }
 
 /// `f` of each of `rows` (every row `0..n` when `None`), in order.

@@ -36,13 +36,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    make_array, Array, ArrayRef, AsArray, Int8Array, PrimitiveArray, RecordBatch, UInt32Array,
-};
+use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::buffer::NullBuffer;
 use arrow::compute::take;
-use arrow::datatypes::{DataType, Int32Type, Int64Type, Int8Type, Schema, SchemaRef};
-use arrow::row::RowConverter;
+use arrow::datatypes::{Int8Type, Schema, SchemaRef};
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::{DataFusionError, Result};
 
@@ -51,7 +48,6 @@ use super::errors::{check_event_nulls, conflict_error};
 use super::event_index::{EventIndex, GroupWalk, IndexEntry};
 use super::pairs::{equal_pairs, pair, Pair};
 use super::retained::Retained;
-use super::rows::{encoded_width, row_converter, VALID_BYTE};
 use super::scd2::{scd2_output_schema, truncate_not_allowed};
 use super::{FoldCounts, IndexSortedFold, Scd2Fold};
 
@@ -77,9 +73,6 @@ pub struct IndexedScd2Fold {
     tracked_hash_mask: u64,
     /// Tracked hashes of the batch being indexed (reused).
     hashes: Vec<u64>,
-    seq_converter: RowConverter,
-    /// Row-format width of the sequence.
-    seq_width: usize,
     batches: Retained,
     /// The versions found, by retained batch (sized with it).
     versions: Vec<BatchVersions>,
@@ -174,13 +167,6 @@ impl IndexedScd2Fold {
         tracked: Vec<usize>,
         input_schema: &SchemaRef,
     ) -> Result<Self> {
-        let seq_width = encoded_width([input_schema.field(layout.seq()).data_type()])
-            .filter(|_| Self::supports(&layout, input_schema))
-            .ok_or_else(|| {
-                DataFusionError::Internal(format!(
-                    "flow '{flow}': keys or sequence too wide for an indexed SCD 2 fold"
-                ))
-            })?;
         let value_columns = (0..layout.num_target())
             .chain([layout.kind()])
             .chain(layout.update_list())
@@ -190,7 +176,6 @@ impl IndexedScd2Fold {
         Ok(Self {
             flow: flow.to_string(),
             index: EventIndex::try_new(flow, &layout, input_schema)?,
-            seq_converter: row_converter(input_schema, &[layout.seq()])?,
             output_schema: scd2_output_schema(&layout, input_schema),
             input_schema: Arc::clone(input_schema),
             value_columns,
@@ -199,7 +184,6 @@ impl IndexedScd2Fold {
             hash_state: RandomState::default(),
             tracked_hash_mask: u64::MAX,
             hashes: Vec::new(),
-            seq_width,
             batches: Retained::default().with_constant_columns(&constant_columns),
             versions: Vec::new(),
             counts: FoldCounts::default(),
@@ -397,10 +381,16 @@ impl IndexedScd2Fold {
         let mut columns = (0..self.layout.num_target())
             .map(pick)
             .collect::<Result<Vec<_>>>()?;
-        columns.push(self.decode(at().map(|r| versions.start[r]).collect(), None)?);
+        columns.push(
+            self.index
+                .sequence_array(at().map(|r| versions.start[r]).collect(), None)?,
+        );
         let closed = NullBuffer::from_iter(at().map(|r| versions.version[r] == CLOSED_VERSION));
         let closed = (closed.null_count() > 0).then_some(closed);
-        columns.push(self.decode(at().map(|r| versions.end[r]).collect(), closed)?);
+        columns.push(
+            self.index
+                .sequence_array(at().map(|r| versions.end[r]).collect(), closed)?,
+        );
         columns.push(pick(self.layout.seq())?);
         columns.push(Arc::new(Int8Array::from(vec![
             Kind::Upsert as i8;
@@ -415,69 +405,6 @@ impl IndexedScd2Fold {
             columns,
         )?)
     }
-
-    /// Sequences kept as [`IndexEntry::seq`] holds them, back as an array of the sequence's
-    /// type with `nulls`: integers of 8 and 4 bytes (and the types stored
-    /// as them: timestamps, dates, times, durations) directly, others
-    /// through their row format.
-    fn decode(&self, bits: Vec<u64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
-        let data_type = self.input_schema.field(self.layout.seq()).data_type();
-        // the row format flips a signed integer's sign bit, big-endian
-        let values = match data_type.primitive_width() {
-            Some(8) if data_type.is_signed_integer() || is_i64_backed(data_type) => {
-                let v: Vec<i64> = bits.iter().map(|&b| (b ^ (1 << 63)) as i64).collect();
-                Some(PrimitiveArray::<Int64Type>::new(v.into(), nulls.clone()).into_data())
-            }
-            Some(4) if data_type.is_signed_integer() || is_i32_backed(data_type) => {
-                let v: Vec<i32> = bits
-                    .iter()
-                    .map(|&b| (((b >> 32) as u32) ^ (1 << 31)) as i32)
-                    .collect();
-                Some(PrimitiveArray::<Int32Type>::new(v.into(), nulls.clone()).into_data())
-            }
-            _ => None,
-        };
-        if let Some(values) = values {
-            let data = values.into_builder().data_type(data_type.clone()).build()?;
-            return Ok(make_array(data));
-        }
-        let w = self.seq_width;
-        let mut bytes = Vec::with_capacity(bits.len() * w);
-        for b in &bits {
-            bytes.push(VALID_BYTE);
-            bytes.extend_from_slice(&b.to_be_bytes()[..w - 1]);
-        }
-        let parser = self.seq_converter.parser();
-        let rows = bytes.chunks_exact(w).map(|row| parser.parse(row));
-        let decoded = self
-            .seq_converter
-            .convert_rows(rows)?
-            .pop()
-            .ok_or_else(|| DataFusionError::Internal("sequence decoded to no column".into()))?;
-        match nulls {
-            None => Ok(decoded),
-            Some(nulls) => Ok(make_array(
-                decoded
-                    .into_data()
-                    .into_builder()
-                    .nulls(Some(nulls))
-                    .build()?,
-            )),
-        }
-    }
-}
-
-/// Types whose values are stored as `i64` (and encoded like it in rows).
-fn is_i64_backed(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Timestamp(_, _) | DataType::Date64 | DataType::Time64(_) | DataType::Duration(_)
-    )
-}
-
-/// Types whose values are stored as `i32` (and encoded like it in rows).
-fn is_i32_backed(data_type: &DataType) -> bool {
-    matches!(data_type, DataType::Date32 | DataType::Time32(_))
 }
 
 /// Walk one key's events (`group`, in sequence order) with the rules of the
