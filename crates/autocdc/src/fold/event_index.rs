@@ -39,18 +39,16 @@
 use std::hash::BuildHasher;
 use std::ops::Range;
 
-use arrow::array::{
-    make_array, Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, UInt32Array,
-};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::buffer::NullBuffer;
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{DataType, Int32Type, Int64Type, Int8Type, Schema};
+use arrow::datatypes::{DataType, Int8Type, Schema};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Origin};
 use super::key_slots::{KeySpan, SlotPlan};
-use super::rows::{encode_values, encoded_width, row_converter, to_rows, ValueBytes, VALID_BYTE};
+use super::rows::{decode_values, encode_values, row_converter, to_rows, ValueBytes};
 
 /// One event in the index: key and sequence as integers that order like
 /// their row-format bytes, its place, a 40-bit tag a fold may set
@@ -224,58 +222,9 @@ impl EventIndex {
     }
 
     /// Sequences as entries hold them ([`Self::sequence_values`]), back as
-    /// an array of the sequence's type with `nulls`: integers of 8 and 4
-    /// bytes (and the types stored as them: timestamps, dates, times,
-    /// durations) directly, others through their row format.
+    /// an array of the sequence's type with `nulls` (see [`decode_values`]).
     pub fn sequence_array(&self, bits: Vec<u64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
-        let data_type = &self.seq_type;
-        // the row format flips a signed integer's sign bit, big-endian
-        let values = match data_type.primitive_width() {
-            Some(8) if data_type.is_signed_integer() || is_i64_backed(data_type) => {
-                let v: Vec<i64> = bits.iter().map(|&b| (b ^ (1 << 63)) as i64).collect();
-                Some(PrimitiveArray::<Int64Type>::new(v.into(), nulls.clone()).into_data())
-            }
-            Some(4) if data_type.is_signed_integer() || is_i32_backed(data_type) => {
-                let v: Vec<i32> = bits
-                    .iter()
-                    .map(|&b| (((b >> 32) as u32) ^ (1 << 31)) as i32)
-                    .collect();
-                Some(PrimitiveArray::<Int32Type>::new(v.into(), nulls.clone()).into_data())
-            }
-            _ => None,
-        };
-        if let Some(values) = values {
-            let data = values.into_builder().data_type(data_type.clone()).build()?;
-            return Ok(make_array(data));
-        }
-        let w = encoded_width([data_type]).ok_or_else(|| {
-            DataFusionError::Internal(format!(
-                "flow '{}': a sequence of type {data_type} is not fixed-width",
-                self.flow
-            ))
-        })?;
-        let mut bytes = Vec::with_capacity(bits.len() * w);
-        for b in &bits {
-            bytes.push(VALID_BYTE);
-            bytes.extend_from_slice(&b.to_be_bytes()[..w - 1]);
-        }
-        let parser = self.seq_converter.parser();
-        let rows = bytes.chunks_exact(w).map(|row| parser.parse(row));
-        let decoded = self
-            .seq_converter
-            .convert_rows(rows)?
-            .pop()
-            .ok_or_else(|| DataFusionError::Internal("sequence decoded to no column".into()))?;
-        match nulls {
-            None => Ok(decoded),
-            Some(nulls) => Ok(make_array(
-                decoded
-                    .into_data()
-                    .into_builder()
-                    .nulls(Some(nulls))
-                    .build()?,
-            )),
-        }
+        decode_values(&bits, &self.seq_type, &self.seq_converter, nulls)
     }
 
     /// An error if `column` holds a null (a key or sequence: the folds
@@ -718,19 +667,6 @@ fn order_group(group: &mut [IndexEntry]) {
     if !group.is_sorted_by_key(by_seq) {
         group.sort_by_key(by_seq);
     }
-}
-
-/// Types whose values are stored as `i64` (and encoded like it in rows).
-fn is_i64_backed(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Timestamp(_, _) | DataType::Date64 | DataType::Time64(_) | DataType::Duration(_)
-    )
-}
-
-/// Types whose values are stored as `i32` (and encoded like it in rows).
-fn is_i32_backed(data_type: &DataType) -> bool {
-    matches!(data_type, DataType::Date32 | DataType::Time32(_))
 }
 
 /// `f` of each of `rows` (every row `0..n` when `None`), in order.
