@@ -1,4 +1,4 @@
-//! Unit tests' in-memory store that counts its reads (the integration
+//! Unit tests' in-memory store that counts its reads and listings (the integration
 //! tests have their own, `tests/common/observed_store.rs`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +17,7 @@ pub(crate) struct Counted {
     inner: InMemory,
     gets: AtomicUsize,
     range_calls: AtomicUsize,
+    lists: AtomicUsize,
 }
 
 impl Counted {
@@ -29,6 +30,11 @@ impl Counted {
     /// does, coalesced ranges through `get_opts`, counted as reads too).
     pub(crate) fn range_calls(&self) -> usize {
         self.range_calls.load(Ordering::SeqCst)
+    }
+
+    /// Listings made so far; the count starts again.
+    pub(crate) fn take_lists(&self) -> usize {
+        self.lists.swap(0, Ordering::SeqCst)
     }
 
     /// Reads made so far; the count starts again.
@@ -88,7 +94,16 @@ impl ObjectStore for Counted {
         self.inner.delete_stream(locations)
     }
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner.list(prefix)
+    }
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list_with_offset(prefix, offset)
     }
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
         self.inner.list_with_delimiter(prefix).await

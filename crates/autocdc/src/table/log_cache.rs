@@ -24,6 +24,10 @@
 //! | any other read | — | passed on |
 //! | put, copy, rename or delete of its path | kept file | dropped first |
 //!
+//! Listings of a log pass through too, but the store remembers the last
+//! one of each log, so that the listing deltalake makes right after its own
+//! commit is answered from it plus the commit put ([`super::log_listing`]).
+//!
 //! The kept bytes are bounded ([`KEPT_BYTES`]); the oldest kept file goes
 //! first, and a file larger than a quarter of the bound is not kept. Other
 //! files (data files, checkpoints, `_last_checkpoint`) pass through; the
@@ -34,15 +38,18 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
 };
+
+use super::log_listing::{commit_version, Listings};
 
 /// Bytes of files kept at most.
 pub(crate) const KEPT_BYTES: usize = 16 << 20;
@@ -53,6 +60,7 @@ pub(crate) const KEPT_BYTES: usize = 16 << 20;
 pub(crate) struct LogCachingStore {
     inner: Arc<dyn ObjectStore>,
     kept: Arc<Mutex<Kept>>,
+    listings: Arc<Mutex<Listings>>,
 }
 
 impl LogCachingStore {
@@ -61,6 +69,7 @@ impl LogCachingStore {
         Self {
             inner,
             kept: Arc::new(Mutex::new(Kept::new(KEPT_BYTES))),
+            listings: Arc::default(),
         }
     }
 
@@ -73,6 +82,12 @@ impl LogCachingStore {
 
 fn with_kept<T>(kept: &Mutex<Kept>, f: impl FnOnce(&mut Kept) -> T) -> Option<T> {
     kept.lock().ok().map(|mut kept| f(&mut kept))
+}
+
+/// Runs `f` on what is known of the logs' listings; a poisoned lock leaves
+/// them out of the way (`None`: every listing goes to the store).
+fn with_listings<T>(listings: &Mutex<Listings>, f: impl FnOnce(&mut Listings) -> T) -> Option<T> {
+    listings.lock().ok().map(|mut listings| f(&mut listings))
 }
 
 /// The kinds of file kept.
@@ -219,11 +234,21 @@ impl ObjectStore for LogCachingStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.with_kept(|kept| kept.drop_file(location));
-        let Some(kind) = Kind::of(location) else {
+        let kind = Kind::of(location);
+        let commit = kind == Some(Kind::Commit);
+        with_listings(&self.listings, |l| l.putting(location, commit));
+        let Some(kind) = kind else {
             return self.inner.put_opts(location, payload, opts).await;
         };
+        let if_absent = matches!(opts.mode, PutMode::Create);
         let bytes = Bytes::from(payload.clone());
-        let result = self.inner.put_opts(location, payload, opts).await?;
+        let result = match self.inner.put_opts(location, payload, opts).await {
+            Ok(result) => result,
+            Err(e) => {
+                with_listings(&self.listings, |l| l.changed(location));
+                return Err(e);
+            }
+        };
         if result.e_tag.is_some() || kind == Kind::DeletionVector {
             let meta = ObjectMeta {
                 location: location.clone(),
@@ -233,7 +258,15 @@ impl ObjectStore for LogCachingStore {
                 e_tag: result.e_tag.clone(),
                 version: result.version.clone(),
             };
+            if commit {
+                with_listings(&self.listings, |l| match commit_version(location) {
+                    Some(version) if if_absent => l.committed(&meta, version, Instant::now()),
+                    _ => l.changed(location),
+                });
+            }
             self.with_kept(|kept| kept.keep(bytes, meta, kind == Kind::DeletionVector));
+        } else if commit {
+            with_listings(&self.listings, |l| l.changed(location));
         }
         Ok(result)
     }
@@ -244,6 +277,7 @@ impl ObjectStore for LogCachingStore {
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         self.with_kept(|kept| kept.drop_file(location));
+        with_listings(&self.listings, |l| l.changed(location));
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -316,10 +350,12 @@ impl ObjectStore for LogCachingStore {
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
         let kept = Arc::clone(&self.kept);
+        let listings = Arc::clone(&self.listings);
         let locations = locations
             .inspect(move |location| {
                 if let Ok(location) = location {
                     with_kept(&kept, |kept| kept.drop_file(location));
+                    with_listings(&listings, |l| l.changed(location));
                 }
             })
             .boxed();
@@ -327,7 +363,10 @@ impl ObjectStore for LogCachingStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.reconciled(self.inner.list(prefix))
+        if let Some(answer) = self.answered(prefix, None) {
+            return answer;
+        }
+        self.reconciled(prefix, None, self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -335,7 +374,28 @@ impl ObjectStore for LogCachingStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.reconciled(self.inner.list_with_offset(prefix, offset))
+        if let Some(answer) = self.answered(prefix, Some(offset)) {
+            return answer;
+        }
+        let from = prefix.and_then(|prefix| {
+            with_listings(&self.listings, |l| l.list_from(prefix, offset)).flatten()
+        });
+        let Some(from) = from else {
+            return self.reconciled(
+                prefix,
+                Some(offset),
+                self.inner.list_with_offset(prefix, offset),
+            );
+        };
+        // listed from the known listing's offset, answered past `offset`
+        let listing = match &from {
+            Some(from) => self.inner.list_with_offset(prefix, from),
+            None => self.inner.list(prefix),
+        };
+        let offset = offset.clone();
+        self.reconciled(prefix, from.as_ref(), listing)
+            .try_filter(move |meta| futures::future::ready(meta.location > offset))
+            .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
@@ -351,6 +411,7 @@ impl ObjectStore for LogCachingStore {
         options: CopyOptions,
     ) -> object_store::Result<()> {
         self.with_kept(|kept| kept.drop_file(to));
+        with_listings(&self.listings, |l| l.changed(to));
         self.inner.copy_opts(from, to, options).await
     }
 
@@ -364,24 +425,80 @@ impl ObjectStore for LogCachingStore {
             kept.drop_file(from);
             kept.drop_file(to);
         });
+        with_listings(&self.listings, |l| {
+            l.changed(from);
+            l.changed(to);
+        });
         self.inner.rename_opts(from, to, options).await
     }
 }
 
 impl LogCachingStore {
-    /// `listing`, telling the cache of every object it names.
+    /// `listing`, telling the cache of every object it names; a listing of
+    /// a log read to its end is remembered ([`Listings::listed`]).
     fn reconciled(
         &self,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
         listing: BoxStream<'static, object_store::Result<ObjectMeta>>,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         let kept = Arc::clone(&self.kept);
+        let Some(log) = prefix.filter(|p| Listings::is_log(p)).cloned() else {
+            return listing
+                .inspect(move |meta| {
+                    if let Ok(meta) = meta {
+                        with_kept(&kept, |kept| kept.listed(meta));
+                    }
+                })
+                .boxed();
+        };
+        // what it named so far; `None` after an error
+        let named = Arc::new(Mutex::new(Some(Vec::<ObjectMeta>::new())));
+        let seen = Arc::clone(&named);
+        let listings = Arc::clone(&self.listings);
+        let offset = offset.cloned();
+        let end = futures::stream::once(async move {
+            let named = named.lock().ok().and_then(|mut named| named.take());
+            if let Some(named) = named {
+                with_listings(&listings, |l| {
+                    l.listed(&log, offset.as_ref(), named, Instant::now())
+                });
+            }
+            None
+        })
+        .filter_map(futures::future::ready);
         listing
             .inspect(move |meta| {
-                if let Ok(meta) = meta {
-                    with_kept(&kept, |kept| kept.listed(meta));
+                let Ok(mut seen) = seen.lock() else {
+                    return;
+                };
+                match meta {
+                    Ok(meta) => {
+                        with_kept(&kept, |kept| kept.listed(meta));
+                        if let Some(named) = seen.as_mut() {
+                            named.push(meta.clone());
+                        }
+                    }
+                    Err(_) => *seen = None,
                 }
             })
+            .chain(end)
             .boxed()
+    }
+
+    /// The listing of `prefix` from `offset` answered from what is known
+    /// ([`Listings::answer`]), if it is; the kept files it names are
+    /// confirmed as a listing from the store would.
+    fn answered(
+        &self,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> Option<BoxStream<'static, object_store::Result<ObjectMeta>>> {
+        let prefix = prefix?;
+        let named = with_listings(&self.listings, |l| l.answer(prefix, offset, Instant::now()))
+            .flatten()?;
+        self.with_kept(|kept| named.iter().for_each(|meta| kept.listed(meta)));
+        Some(futures::stream::iter(named.into_iter().map(Ok)).boxed())
     }
 }
 
@@ -613,6 +730,87 @@ mod tests {
         let read = store.get_ranges(&vector, &ranges).await.expect("ranges");
         assert_eq!(read, [&b"12"[..], b"5", b"89"]);
         assert_eq!((counted.range_calls(), counted.take_gets()), (1, 0));
+    }
+
+    /// Lists `t/_delta_log` from version `from`'s prefix; the names listed.
+    async fn list_from(store: &dyn ObjectStore, from: u64) -> Vec<String> {
+        let offset = Path::from(format!("t/_delta_log/{from:020}"));
+        let listed: Vec<ObjectMeta> = store
+            .list_with_offset(Some(&Path::from("t/_delta_log")), &offset)
+            .try_collect()
+            .await
+            .expect("list");
+        listed
+            .into_iter()
+            .map(|m| m.location.filename().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    fn commit_at(version: u64) -> Path {
+        Path::from(format!("t/_delta_log/{version:020}.json"))
+    }
+
+    async fn put_if_absent(store: &dyn ObjectStore, version: u64) -> object_store::Result<()> {
+        let payload = PutPayload::from(format!("{{\"v\":{version}}}"));
+        let opts = PutOptions::from(PutMode::Create);
+        store.put_opts(&commit_at(version), payload, opts).await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_listing_after_a_commit_is_answered_from_the_one_before() {
+        let (counted, store) = cached();
+        for version in 0..3 {
+            put_if_absent(counted.as_ref(), version).await.expect("put");
+        }
+        let names = |versions: &[u64]| -> Vec<String> {
+            versions.iter().map(|v| format!("{v:020}.json")).collect()
+        };
+        // a table loaded (listed from version 1), then deltalake's commit:
+        // the latest version from the version read (made from 1: one
+        // listing either way), the put, the new version loaded
+        assert_eq!(list_from(&store, 1).await, names(&[1, 2]));
+        assert_eq!(list_from(&store, 2).await, names(&[2]));
+        assert_eq!(counted.take_lists(), 2);
+        put_if_absent(&store, 3).await.expect("put");
+        assert_eq!(list_from(&store, 1).await, names(&[1, 2, 3]));
+        assert_eq!(counted.take_lists(), 0);
+        // its commit file is read from memory, as after a listing
+        counted.take_gets();
+        assert_eq!(
+            read(&store, "t/_delta_log/00000000000000000003.json")
+                .await
+                .as_ref(),
+            b"{\"v\":3}"
+        );
+        assert_eq!(counted.take_gets(), 0);
+        // once: the next listing goes to the store
+        assert_eq!(list_from(&store, 1).await, names(&[1, 2, 3]));
+        assert_eq!(counted.take_lists(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_commit_lost_to_another_writer_leaves_every_listing_to_the_store() {
+        let (counted, store) = cached();
+        for version in 0..3 {
+            put_if_absent(counted.as_ref(), version).await.expect("put");
+        }
+        assert_eq!(list_from(&store, 1).await.len(), 2);
+        // another writer commits 3 first; ours fails, and the retry's
+        // listing sees 3 (and so does the listing after our commit 4)
+        put_if_absent(counted.as_ref(), 3).await.expect("put");
+        assert!(put_if_absent(&store, 3).await.is_err());
+        counted.take_lists();
+        assert_eq!(list_from(&store, 2).await.len(), 2);
+        assert_eq!(counted.take_lists(), 1);
+        put_if_absent(&store, 4).await.expect("put");
+        // another writer's 5, after ours: left out, as in a listing made
+        // the moment our put returned
+        put_if_absent(counted.as_ref(), 5).await.expect("put");
+        assert_eq!(list_from(&store, 2).await.len(), 3);
+        assert_eq!(counted.take_lists(), 0);
+        assert_eq!(list_from(&store, 2).await.len(), 4);
+        assert_eq!(counted.take_lists(), 1);
     }
 
     #[test]

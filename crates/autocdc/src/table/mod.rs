@@ -19,6 +19,7 @@ mod files;
 mod key_bloom;
 mod known_runs;
 mod log_cache;
+mod log_listing;
 pub mod manifest;
 pub mod meta;
 pub mod plain_files;
