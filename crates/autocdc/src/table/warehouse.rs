@@ -4,7 +4,8 @@
 //! deltalake builds a fresh, empty store for every `memory://` URL it parses,
 //! so the warehouse owns a single store and hands it to every table through
 //! `with_storage_backend`. That store keeps the Delta commit files and
-//! deletion vectors it wrote or read ([`LogCachingStore`]).
+//! deletion vectors it wrote or read, and answers the listing of a log
+//! after this process's commit to it ([`LogCachingStore`]).
 
 use std::fmt;
 use std::sync::Arc;
