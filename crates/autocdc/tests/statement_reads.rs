@@ -255,3 +255,102 @@ async fn log_files_and_deletion_vectors_are_read_at_most_once() -> Result<()> {
     );
     Ok(())
 }
+
+/// Records the prefixes listed.
+#[derive(Debug, Default)]
+struct Lists(Mutex<Vec<String>>);
+
+impl Lists {
+    /// The prefixes listed so far, then none.
+    fn take(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+    }
+}
+
+impl Observer for Lists {
+    fn request(&self, request: Request<'_>) -> object_store::Result<()> {
+        if let (Request::List { prefix }, Ok(mut lists)) = (request, self.0.lock()) {
+            lists.push(prefix.map(|p| p.to_string()).unwrap_or_default());
+        }
+        Ok(())
+    }
+}
+
+/// The listing deltalake makes after each commit is answered by the
+/// warehouse's store (`table/log_listing.rs`): a one-row statement lists
+/// the state log when it starts (what others committed since) and before
+/// its commit, and the published log when it publishes and before its
+/// commit, nothing more. Another session's commits (another process's)
+/// are seen by the next query and statement of this one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statement_lists_each_log_when_it_starts_and_before_its_commits() -> Result<()> {
+    let store = Arc::new(ObservedStore::new(
+        Arc::new(InMemory::new()),
+        Lists::default(),
+    ));
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    for sql in [
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 2000)",
+        "CREATE STREAMING TABLE t",
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        "UPDATE t SET v = 'w' WHERE id <= 200",
+    ] {
+        s.sql(sql).await?.collect().await?;
+    }
+    store.observer().take();
+    s.sql("UPDATE t SET v = 'x' WHERE id = 1234")
+        .await?
+        .collect()
+        .await?;
+    let lists = store.observer().take();
+    let state = lists
+        .iter()
+        .filter(|p| p.ends_with("/t/_autocdc/state/_delta_log"))
+        .count();
+    let published = lists
+        .iter()
+        .filter(|p| p.ends_with("/t/_delta_log"))
+        .count();
+    assert_eq!((state, published, lists.len()), (2, 2, 4), "{lists:?}");
+
+    // another session (another process) commits between two statements of
+    // this one; each sees the other's rows
+    let other = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
+    other
+        .sql("UPDATE t SET v = 'y' WHERE id = 77")
+        .await?
+        .collect()
+        .await?;
+    let seen = s
+        .sql("SELECT v FROM t WHERE id = 77")
+        .await?
+        .collect()
+        .await?;
+    let seen = datafusion::arrow::util::pretty::pretty_format_batches(&seen)?.to_string();
+    assert!(seen.contains("| y |"), "{seen}");
+    s.sql("UPDATE t SET v = 'z' WHERE id = 78")
+        .await?
+        .collect()
+        .await?;
+    let query = "SELECT id, v FROM t WHERE id IN (1, 77, 78, 1234) ORDER BY id";
+    for session in [&s, &other] {
+        let rows = session.sql(query).await?.collect().await?;
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&rows)?.to_string();
+        let expected = [
+            "+------+---+",
+            "| id   | v |",
+            "+------+---+",
+            "| 1    | w |",
+            "| 77   | y |",
+            "| 78   | z |",
+            "| 1234 | x |",
+            "+------+---+",
+        ]
+        .join("\n");
+        assert_eq!(text, expected);
+    }
+    Ok(())
+}

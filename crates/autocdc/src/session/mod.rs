@@ -201,19 +201,54 @@ impl CdcSession {
                         self.sql_with_relations(&rewritten, relations).await
                     }
                     None => {
-                        self.ctx
-                            .sql(&crate::sql::fold_update_targets(sql, &dialect, normalize))
-                            .await
+                        let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
+                        self.refresh_named(&sql).await?;
+                        self.ctx.sql(&sql).await
                     }
                 }
             }
             None => {
-                self.ctx
-                    .sql(&crate::sql::fold_update_targets(sql, &dialect, normalize))
-                    .await
+                let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
+                self.refresh_named(&sql).await?;
+                self.ctx.sql(&sql).await
             }
             Some(statement) => self.execute(statement).await,
         }
+    }
+
+    /// Bring the streaming tables `sql` names to their latest committed
+    /// version, with what other sessions or processes committed since this
+    /// one last read them: a query or a DML statement plans on the version
+    /// loaded. (Text that does not parse names none: planning reports it.)
+    async fn refresh_named(&self, sql: &str) -> Result<()> {
+        let state = self.ctx.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let Ok(statement) = state.sql_to_statement(sql, &dialect) else {
+            return Ok(());
+        };
+        let Ok(references) = state.resolve_table_references(&statement) else {
+            return Ok(());
+        };
+        for reference in references {
+            let parts: Vec<String> = match &reference {
+                TableReference::Bare { table } => vec![table.to_string()],
+                TableReference::Partial { schema, table } => {
+                    vec![schema.to_string(), table.to_string()]
+                }
+                TableReference::Full {
+                    catalog,
+                    schema,
+                    table,
+                } => vec![catalog.to_string(), schema.to_string(), table.to_string()],
+            };
+            let Ok(name) = TableName::from_parts(&parts) else {
+                continue;
+            };
+            if let Some(table) = self.streaming_table(&name) {
+                table.refresh().await?;
+            }
+        }
+        Ok(())
     }
 
     /// Plan `sql` with each of `relations` registered under its name while
@@ -227,6 +262,10 @@ impl CdcSession {
         let mut registered = Vec::new();
         let mut planned = Ok(());
         for (name, relation) in relations {
+            if let Err(e) = self.refresh_named(&relation.query).await {
+                planned = Err(e);
+                break;
+            }
             let folded = match (
                 self.ctx.sql(&relation.query).await,
                 &relation.snapshot_version,
@@ -251,7 +290,10 @@ impl CdcSession {
             }
         }
         let result = match planned {
-            Ok(()) => self.ctx.sql(sql).await,
+            Ok(()) => match self.refresh_named(sql).await {
+                Ok(()) => self.ctx.sql(sql).await,
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         for name in registered {
