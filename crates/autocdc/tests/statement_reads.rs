@@ -13,24 +13,47 @@ use object_store::memory::InMemory;
 mod common;
 use common::observed_store::{ObservedStore, Observer, Request};
 
-/// Records the objects read, with whether the read was of a range.
+/// Records the objects read, with whether the read was of a range, and
+/// the prefixes listed.
 #[derive(Debug, Default)]
-struct Reads(Mutex<Vec<(String, bool)>>);
+struct Reads {
+    reads: Mutex<Vec<(String, bool)>>,
+    lists: Mutex<Vec<String>>,
+}
+
+/// What `seen` holds so far, then nothing.
+fn take<T>(seen: &Mutex<Vec<T>>) -> Vec<T> {
+    seen.lock()
+        .map(|mut seen| std::mem::take(&mut *seen))
+        .unwrap_or_default()
+}
 
 impl Reads {
     /// The reads so far, then none.
     fn take(&self) -> Vec<(String, bool)> {
-        self.0
-            .lock()
-            .map(|mut r| std::mem::take(&mut *r))
-            .unwrap_or_default()
+        take(&self.reads)
+    }
+
+    /// The prefixes listed so far, then none.
+    fn take_lists(&self) -> Vec<String> {
+        take(&self.lists)
     }
 }
 
 impl Observer for Reads {
     fn request(&self, request: Request<'_>) -> object_store::Result<()> {
-        if let (Request::Get { location, ranged }, Ok(mut reads)) = (request, self.0.lock()) {
-            reads.push((location.to_string(), ranged));
+        match request {
+            Request::Get { location, ranged } => {
+                if let Ok(mut reads) = self.reads.lock() {
+                    reads.push((location.to_string(), ranged));
+                }
+            }
+            Request::List { prefix } => {
+                if let Ok(mut lists) = self.lists.lock() {
+                    lists.push(prefix.map(|p| p.to_string()).unwrap_or_default());
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -44,6 +67,21 @@ async fn observed_session() -> Result<(Arc<ObservedStore<Reads>>, CdcSession)> {
     ));
     let session = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
     Ok((store, session))
+}
+
+/// An observed session whose table `t` (2000 keys, `v` = 'v') had 200
+/// rows updated to 'w': every data file has a deletion vector.
+async fn session_with_deletion_vectors() -> Result<(Arc<ObservedStore<Reads>>, CdcSession)> {
+    let (store, s) = observed_session().await?;
+    for sql in [
+        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 2000)",
+        "CREATE STREAMING TABLE t",
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        "UPDATE t SET v = 'w' WHERE id <= 200",
+    ] {
+        s.sql(sql).await?.collect().await?;
+    }
+    Ok((store, s))
 }
 
 /// The buckets whose data files `reads` read.
@@ -201,15 +239,7 @@ async fn files_whose_filters_rule_the_keys_out_are_not_read_again() -> Result<()
 /// up to date).
 #[tokio::test(flavor = "multi_thread")]
 async fn log_files_and_deletion_vectors_are_read_at_most_once() -> Result<()> {
-    let (store, s) = observed_session().await?;
-    for sql in [
-        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 2000)",
-        "CREATE STREAMING TABLE t",
-        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
-        "UPDATE t SET v = 'w' WHERE id <= 200",
-    ] {
-        s.sql(sql).await?.collect().await?;
-    }
+    let (store, s) = session_with_deletion_vectors().await?;
     let is_log_or_vector = |path: &str| {
         (path.contains("_delta_log/") && path.ends_with(".json"))
             || path.contains("deletion_vector_")
@@ -256,29 +286,6 @@ async fn log_files_and_deletion_vectors_are_read_at_most_once() -> Result<()> {
     Ok(())
 }
 
-/// Records the prefixes listed.
-#[derive(Debug, Default)]
-struct Lists(Mutex<Vec<String>>);
-
-impl Lists {
-    /// The prefixes listed so far, then none.
-    fn take(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .map(|mut l| std::mem::take(&mut *l))
-            .unwrap_or_default()
-    }
-}
-
-impl Observer for Lists {
-    fn request(&self, request: Request<'_>) -> object_store::Result<()> {
-        if let (Request::List { prefix }, Ok(mut lists)) = (request, self.0.lock()) {
-            lists.push(prefix.map(|p| p.to_string()).unwrap_or_default());
-        }
-        Ok(())
-    }
-}
-
 /// The listing deltalake makes after each commit is answered by the
 /// warehouse's store (`table/log_listing.rs`): a one-row statement lists
 /// the state log when it starts (what others committed since) and before
@@ -287,25 +294,13 @@ impl Observer for Lists {
 /// are seen by the next query and statement of this one.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_statement_lists_each_log_when_it_starts_and_before_its_commits() -> Result<()> {
-    let store = Arc::new(ObservedStore::new(
-        Arc::new(InMemory::new()),
-        Lists::default(),
-    ));
-    let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone())).await?;
-    for sql in [
-        "CREATE TABLE src AS SELECT value AS id, 'v' AS v, 1 AS seq FROM generate_series(1, 2000)",
-        "CREATE STREAMING TABLE t",
-        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
-        "UPDATE t SET v = 'w' WHERE id <= 200",
-    ] {
-        s.sql(sql).await?.collect().await?;
-    }
-    store.observer().take();
+    let (store, s) = session_with_deletion_vectors().await?;
+    store.observer().take_lists();
     s.sql("UPDATE t SET v = 'x' WHERE id = 1234")
         .await?
         .collect()
         .await?;
-    let lists = store.observer().take();
+    let lists = store.observer().take_lists();
     let state = lists
         .iter()
         .filter(|p| p.ends_with("/t/_autocdc/state/_delta_log"))

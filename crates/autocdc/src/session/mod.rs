@@ -245,7 +245,11 @@ impl CdcSession {
                 continue;
             };
             if let Some(table) = self.streaming_table(&name) {
-                table.refresh().await?;
+                table.refresh().await.map_err(|e| {
+                    e.context(format!(
+                        "streaming table '{name}': reading its latest committed version"
+                    ))
+                })?;
             }
         }
         Ok(())
