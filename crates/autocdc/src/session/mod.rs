@@ -230,18 +230,7 @@ impl CdcSession {
             return Ok(());
         };
         for reference in references {
-            let parts: Vec<String> = match &reference {
-                TableReference::Bare { table } => vec![table.to_string()],
-                TableReference::Partial { schema, table } => {
-                    vec![schema.to_string(), table.to_string()]
-                }
-                TableReference::Full {
-                    catalog,
-                    schema,
-                    table,
-                } => vec![catalog.to_string(), schema.to_string(), table.to_string()],
-            };
-            let Ok(name) = TableName::from_parts(&parts) else {
+            let Ok(name) = TableName::from_parts(&reference.to_vec()) else {
                 continue;
             };
             if let Some(table) = self.streaming_table(&name) {

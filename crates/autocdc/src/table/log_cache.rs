@@ -249,24 +249,26 @@ impl ObjectStore for LogCachingStore {
                 return Err(e);
             }
         };
-        if result.e_tag.is_some() || kind == Kind::DeletionVector {
-            let meta = ObjectMeta {
-                location: location.clone(),
-                // (a commit file's is taken from the listing that confirms it)
-                last_modified: chrono::Utc::now(),
-                size: bytes.len() as u64,
-                e_tag: result.e_tag.clone(),
-                version: result.version.clone(),
-            };
-            if commit {
-                with_listings(&self.listings, |l| match commit_version(location) {
-                    Some(version) if if_absent => l.committed(&meta, version, Instant::now()),
+        let meta = (result.e_tag.is_some() || kind == Kind::DeletionVector).then(|| ObjectMeta {
+            location: location.clone(),
+            // (a commit file's is taken from the listing that confirms it)
+            last_modified: chrono::Utc::now(),
+            size: bytes.len() as u64,
+            e_tag: result.e_tag.clone(),
+            version: result.version.clone(),
+        });
+        if commit {
+            with_listings(&self.listings, |l| {
+                match (commit_version(location), &meta) {
+                    (Some(version), Some(meta)) if if_absent => {
+                        l.committed(meta, version, Instant::now())
+                    }
                     _ => l.changed(location),
-                });
-            }
+                }
+            });
+        }
+        if let Some(meta) = meta {
             self.with_kept(|kept| kept.keep(bytes, meta, kind == Kind::DeletionVector));
-        } else if commit {
-            with_listings(&self.listings, |l| l.changed(location));
         }
         Ok(result)
     }

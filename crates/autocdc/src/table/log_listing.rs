@@ -75,6 +75,16 @@ enum Known {
     Offset(Option<Path>),
 }
 
+impl Known {
+    /// The offset the log's last listing was made from.
+    fn offset(&self) -> &Option<Path> {
+        match self {
+            Known::Listed(listing) | Known::Committed(listing) => &listing.offset,
+            Known::Offset(offset) => offset,
+        }
+    }
+}
+
 /// What the store knows of the Delta logs it listed (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct Listings {
@@ -123,8 +133,8 @@ impl Listings {
             Some(known @ Known::Listed(_)) if commit => {
                 self.logs.insert(log, known);
             }
-            Some(Known::Committed(answer)) if commit => {
-                self.logs.insert(log, Known::Offset(answer.offset));
+            Some(known) if commit => {
+                self.logs.insert(log, Known::Offset(known.offset().clone()));
             }
             _ => {}
         }
@@ -138,12 +148,8 @@ impl Listings {
         };
         let listing = match self.logs.remove(&log) {
             Some(Known::Listed(listing)) => listing,
-            Some(Known::Committed(listing)) => {
-                self.logs.insert(log, Known::Offset(listing.offset));
-                return;
-            }
-            Some(Known::Offset(offset)) => {
-                self.logs.insert(log, Known::Offset(offset));
+            Some(known) => {
+                self.logs.insert(log, Known::Offset(known.offset().clone()));
                 return;
             }
             None => return,
@@ -193,11 +199,10 @@ impl Listings {
         if !covered || now.saturating_duration_since(answer.at) > FRESH {
             return None;
         }
-        let Some(Known::Committed(answer)) = self.logs.remove(prefix) else {
+        let offset_known = Known::Offset(answer.offset.clone());
+        let Some(Known::Committed(answer)) = self.logs.insert(prefix.clone(), offset_known) else {
             return None;
         };
-        self.logs
-            .insert(prefix.clone(), Known::Offset(answer.offset.clone()));
         Some(
             answer
                 .named
@@ -212,11 +217,7 @@ impl Listings {
     /// listing after a commit can be answered, see the module docs).
     /// `None`: from `offset`; `Some(None)`: the whole folder.
     pub(crate) fn list_from(&self, prefix: &Path, offset: &Path) -> Option<Option<Path>> {
-        let known = match self.logs.get(prefix)? {
-            Known::Listed(listing) | Known::Committed(listing) => &listing.offset,
-            Known::Offset(offset) => offset,
-        };
-        match known {
+        match self.logs.get(prefix)?.offset() {
             Some(from) if from >= offset => None,
             from => Some(from.clone()),
         }
