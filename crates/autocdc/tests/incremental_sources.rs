@@ -194,3 +194,51 @@ async fn single_file_source_is_read() {
     );
     assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE t").await, 0);
 }
+
+/// Flows read what another process committed to their streaming-table
+/// source since their last run, and read it once: an AUTO CDC flow `FROM`
+/// the table and an append flow reading it as a `STREAM` alike. (Each flow
+/// reads the version its checkpoint records, though looking the source up
+/// brings it to its latest version.)
+#[tokio::test(flavor = "multi_thread")]
+async fn flows_read_what_another_process_committed_to_their_source_once() {
+    let store = std::sync::Arc::new(object_store::memory::InMemory::new());
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
+        .await
+        .unwrap();
+    for sql in [
+        "CREATE TABLE raw (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+        "CREATE STREAMING TABLE bronze",
+        "CREATE FLOW to_bronze AS AUTO CDC INTO bronze FROM raw KEYS (id) SEQUENCE BY seq",
+        "CREATE STREAMING TABLE silver",
+        "CREATE FLOW to_silver AS AUTO CDC INTO silver FROM bronze KEYS (id) SEQUENCE BY seq \
+         STORED AS SCD TYPE 2",
+        "CREATE STREAMING TABLE log AS SELECT id, upper(v) AS v FROM STREAM bronze",
+    ] {
+        collect(&s, sql).await;
+    }
+    // another process appends to bronze
+    let other = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
+        .await
+        .unwrap();
+    collect(&other, "INSERT INTO bronze VALUES (3, 'c', 1), (4, 'd', 1)").await;
+
+    assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE silver").await, 2);
+    assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE log").await, 2);
+    assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE silver").await, 0);
+    assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE log").await, 0);
+    let expected = ["| 1 | A |", "| 2 | B |", "| 3 | C |", "| 4 | D |"];
+    assert_eq!(
+        rows(&s, "SELECT id, v FROM log ORDER BY id").await,
+        expected
+    );
+    assert_eq!(
+        rows(&s, "SELECT id, upper(v) FROM silver ORDER BY id").await,
+        expected
+    );
+    // and the other process sees what these flows committed
+    assert_eq!(
+        rows(&other, "SELECT id, v FROM log ORDER BY id").await,
+        expected
+    );
+}

@@ -138,7 +138,8 @@ pub async fn plan_changes(
     };
 
     if let Some(table) = provider.downcast_ref::<ScdTable>() {
-        table.refresh().await?;
+        // (the lookup brought it to its latest version: the session's
+        // schemas and a registered warehouse's refresh streaming tables)
         let delta = table.delta();
         let version = delta.version().unwrap_or(0);
         let table_id = table.delta_table_id();
@@ -171,7 +172,13 @@ pub async fn plan_changes(
                     }
                 }
             }
-            (_, None) => whole().await?,
+            // the version the checkpoint records, whatever later lookups load
+            (_, None) => LogicalPlanBuilder::scan(
+                reference.clone(),
+                provider_as_source(Arc::new(table.pinned())),
+                None,
+            )?
+            .build()?,
             (_, Some(read)) if read == version => empty_with(provider.schema())?,
             (StreamRead::Rows, Some(read)) => changed_rows(table, read + 1, &provider)?,
             (mode, Some(read)) => {

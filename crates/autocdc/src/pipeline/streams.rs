@@ -328,8 +328,9 @@ pub(super) async fn plan_query(
     let mut read_now = BTreeMap::new();
     let mut folders_now = BTreeMap::new();
     let mut replace = BTreeMap::new();
-    // the new files of each folder, by the alias of its scan
-    let mut new_files: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
+    // what the scan under each alias reads: a folder's new files, or a
+    // streaming table at the version its checkpoint records
+    let mut scans: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
     for stream in &found {
         let reference = TableReference::parse_str(&stream.table);
         let provider = match state.schema_for_ref(reference.clone()) {
@@ -343,13 +344,16 @@ pub(super) async fn plan_query(
             let empty = BTreeSet::new();
             let read = folders_before.get(&stream.table).unwrap_or(&empty);
             let new = folders::new_files(state, listing, read).await?;
-            let alias = format!("{FILES_SCAN_PREFIX}{}", new_files.len());
+            let alias = format!("{SCAN_PREFIX}{}", scans.len());
             replace.insert(
                 stream.table.clone(),
                 format!("SELECT * FROM {} AS {alias}", stream.table),
             );
-            new_files.insert(alias, new.provider);
+            scans.insert(alias, new.provider);
             folders_now.insert(stream.table.clone(), new.read);
+            continue;
+        }
+        if replace.contains_key(&stream.table) {
             continue;
         }
         let Some(table) = provider.as_ref().and_then(|p| p.downcast_ref::<ScdTable>()) else {
@@ -367,7 +371,7 @@ pub(super) async fn plan_query(
             );
             continue;
         };
-        table.refresh().await?;
+        // (the lookup brought it to its latest version)
         let version = table.delta().version().unwrap_or(0);
         let table_id = table.delta_table_id();
         let since = read_before
@@ -381,10 +385,17 @@ pub(super) async fn plan_query(
                 if from > version {
                     format!("SELECT * FROM table_changes({name}, 0) WHERE false")
                 } else {
-                    format!("SELECT * FROM table_changes({name}, {from})")
+                    // (to `version`: what the checkpoint records)
+                    format!("SELECT * FROM table_changes({name}, {from}, {version})")
                 }
             }
-            (_, None) => format!("SELECT * FROM {}", stream.table),
+            (_, None) => {
+                // the version the checkpoint records, whatever later lookups
+                // (this query's planning among them) load
+                let alias = format!("{SCAN_PREFIX}{}", scans.len());
+                scans.insert(alias.clone(), Arc::new(table.pinned()));
+                format!("SELECT * FROM {} AS {alias}", stream.table)
+            }
             (_, Some(read)) if read == version => {
                 format!("SELECT * FROM {} WHERE false", stream.table)
             }
@@ -402,7 +413,8 @@ pub(super) async fn plan_query(
                     .map(|f| Ident::with_quote(quote, f.name()).to_string())
                     .collect();
                 let mut sql = format!(
-                    "SELECT {} FROM table_changes({name}, {from}) WHERE _change_type = 'insert'",
+                    "SELECT {} FROM table_changes({name}, {from}, {version}) \
+                     WHERE _change_type = 'insert'",
                     columns.join(", ")
                 );
                 if !skipped.is_empty() {
@@ -420,7 +432,7 @@ pub(super) async fn plan_query(
     }
     replace_streams(&mut statement, &replace, dialect_name)?;
     let plan = state.statement_to_plan(statement).await?;
-    let plan = scan_new_files(plan, new_files)?;
+    let plan = scan_providers(plan, scans)?;
     let checkpoint = SourceCheckpoint::Streams {
         tables: read_now,
         folders: folders_now,
@@ -428,9 +440,9 @@ pub(super) async fn plan_query(
     Ok(Some((plan, checkpoint)))
 }
 
-/// Alias of the scan a folder's stream becomes, before its source is
-/// replaced by the folder's new files (then a number).
-const FILES_SCAN_PREFIX: &str = "__cdc_stream_files_";
+/// Alias of the scan a stream becomes, before its source is replaced by
+/// what the stream reads (then a number).
+const SCAN_PREFIX: &str = "__cdc_stream_scan_";
 
 /// The folder (a listing table) `provider` is, if it is one that a stream
 /// reads by its new files; an error for a stream of a folder that cannot be
@@ -457,25 +469,30 @@ fn folder<'a>(
     Ok(Some(listing))
 }
 
-/// `plan` with the scan under each alias of `new_files` reading that
-/// provider (a folder's new files) instead of the whole folder; the schemas
-/// above it recomputed (the new files' columns are all nullable).
-fn scan_new_files(
+/// `plan` with the scan under each alias of `scans` reading that provider
+/// (a folder's new files, a pinned streaming table) instead of the table
+/// the query names; the schemas above it recomputed (the new files'
+/// columns are all nullable).
+fn scan_providers(
     plan: LogicalPlan,
-    mut new_files: BTreeMap<String, Arc<dyn TableProvider>>,
+    scans: BTreeMap<String, Arc<dyn TableProvider>>,
 ) -> Result<LogicalPlan> {
-    if new_files.is_empty() {
+    if scans.is_empty() {
         return Ok(plan);
     }
+    // (a stream read twice in the query is one alias, scanned twice)
+    let mut unused: BTreeSet<&String> = scans.keys().collect();
     let plan = plan
         .transform_up_with_subqueries(|node| {
             if let LogicalPlan::SubqueryAlias(alias) = &node {
-                if let (Some(provider), LogicalPlan::TableScan(scan)) =
-                    (new_files.remove(alias.alias.table()), alias.input.as_ref())
-                {
+                if let (Some((name, provider)), LogicalPlan::TableScan(scan)) = (
+                    scans.get_key_value(alias.alias.table()),
+                    alias.input.as_ref(),
+                ) {
+                    unused.remove(name);
                     let scan = LogicalPlanBuilder::scan(
                         scan.table_name.clone(),
-                        provider_as_source(provider),
+                        provider_as_source(Arc::clone(provider)),
                         None,
                     )?
                     .alias(alias.alias.clone())?
@@ -486,10 +503,10 @@ fn scan_new_files(
             Ok(Transformed::yes(node.recompute_schema()?))
         })?
         .data;
-    match new_files.keys().next() {
+    match unused.first() {
         None => Ok(plan),
         Some(alias) => Err(DataFusionError::Internal(format!(
-            "the scan of a stream's new files ({alias}) is not in the planned query"
+            "the scan of a stream ({alias}) is not in the planned query"
         ))),
     }
 }

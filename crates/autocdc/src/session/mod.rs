@@ -29,11 +29,13 @@ use crate::pipeline::dml::PipelineDml;
 use crate::sql::{parse_cdc_statement, CdcStatement};
 use crate::table::{ScdTable, TableName, Warehouse};
 use crate::AutoCdc;
+use latest_schema::LatestSchema;
 
 mod create_flow;
 mod create_table;
 mod drop_table;
 mod explain;
+mod latest_schema;
 mod pipeline;
 
 pub use pipeline::Defined;
@@ -202,46 +204,16 @@ impl CdcSession {
                     }
                     None => {
                         let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
-                        self.refresh_named(&sql).await?;
                         self.ctx.sql(&sql).await
                     }
                 }
             }
             None => {
                 let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
-                self.refresh_named(&sql).await?;
                 self.ctx.sql(&sql).await
             }
             Some(statement) => self.execute(statement).await,
         }
-    }
-
-    /// Bring the streaming tables `sql` names to their latest committed
-    /// version, with what other sessions or processes committed since this
-    /// one last read them: a query or a DML statement plans on the version
-    /// loaded. (Text that does not parse names none: planning reports it.)
-    async fn refresh_named(&self, sql: &str) -> Result<()> {
-        let state = self.ctx.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let Ok(statement) = state.sql_to_statement(sql, &dialect) else {
-            return Ok(());
-        };
-        let Ok(references) = state.resolve_table_references(&statement) else {
-            return Ok(());
-        };
-        for reference in references {
-            let Ok(name) = TableName::from_parts(&reference.to_vec()) else {
-                continue;
-            };
-            if let Some(table) = self.streaming_table(&name) {
-                table.refresh().await.map_err(|e| {
-                    e.context(format!(
-                        "streaming table '{name}': reading its latest committed version"
-                    ))
-                })?;
-            }
-        }
-        Ok(())
     }
 
     /// Plan `sql` with each of `relations` registered under its name while
@@ -255,10 +227,6 @@ impl CdcSession {
         let mut registered = Vec::new();
         let mut planned = Ok(());
         for (name, relation) in relations {
-            if let Err(e) = self.refresh_named(&relation.query).await {
-                planned = Err(e);
-                break;
-            }
             let folded = match (
                 self.ctx.sql(&relation.query).await,
                 &relation.snapshot_version,
@@ -283,10 +251,7 @@ impl CdcSession {
             }
         }
         let result = match planned {
-            Ok(()) => match self.refresh_named(sql).await {
-                Ok(()) => self.ctx.sql(sql).await,
-                Err(e) => Err(e),
-            },
+            Ok(()) => self.ctx.sql(sql).await,
             Err(e) => Err(e),
         };
         for name in registered {
@@ -394,8 +359,13 @@ impl CdcSession {
             .ctx
             .catalog(&catalog_name)
             .ok_or_else(|| DataFusionError::Plan(format!("catalog '{catalog_name}' not found")))?;
-        if catalog.schema(&name.schema).is_none() {
-            catalog.register_schema(&name.schema, Arc::new(MemorySchemaProvider::new()))?;
+        // a schema whose streaming tables each statement reads at their
+        // latest version, whichever session or process committed it
+        let schema = catalog
+            .schema(&name.schema)
+            .unwrap_or_else(|| Arc::new(MemorySchemaProvider::new()));
+        if let Some(latest) = LatestSchema::wrap(schema) {
+            catalog.register_schema(&name.schema, Arc::new(latest))?;
         }
         let reference = TableReference::partial(name.schema.clone(), name.table.clone());
         self.ctx.deregister_table(reference.clone())?;

@@ -167,6 +167,20 @@ impl ScdTable {
         })
     }
 
+    /// A read-only copy that keeps reading the version loaded now, whatever
+    /// later refreshes of this table load: for a read whose rows must be
+    /// those of the version it records (a flow's source checkpoint).
+    pub(crate) fn pinned(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            loaded: RwLock::new(self.read()),
+            this: Weak::new(),
+            dml: None,
+            published: None,
+            runs: KnownRuns::default(),
+        }
+    }
+
     /// The table as of an older commit version (time travel): a provider of
     /// the live rows at that version.
     pub async fn as_of(&self, version: u64) -> Result<Self> {
