@@ -287,29 +287,38 @@ async fn log_files_and_deletion_vectors_are_read_at_most_once() -> Result<()> {
 }
 
 /// The listing deltalake makes after each commit is answered by the
-/// warehouse's store (`table/log_listing.rs`): a one-row statement lists
-/// the state log when it starts (what others committed since) and before
-/// its commit, and the published log when it publishes and before its
-/// commit, nothing more. Another session's commits (another process's)
-/// are seen by the next query and statement of this one.
+/// warehouse's store (`table/log_listing.rs`): a one-row `UPDATE` or
+/// `MERGE` lists the state log when it starts (what others committed
+/// since) and before its commit, and the published log when it publishes
+/// and before its commit, nothing more. Another session's commits (another
+/// process's) are seen by the next query and statement of this one, through
+/// the session or its DataFusion context.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_statement_lists_each_log_when_it_starts_and_before_its_commits() -> Result<()> {
     let (store, s) = session_with_deletion_vectors().await?;
-    store.observer().take_lists();
-    s.sql("UPDATE t SET v = 'x' WHERE id = 1234")
-        .await?
-        .collect()
-        .await?;
-    let lists = store.observer().take_lists();
-    let state = lists
-        .iter()
-        .filter(|p| p.ends_with("/t/_autocdc/state/_delta_log"))
-        .count();
-    let published = lists
-        .iter()
-        .filter(|p| p.ends_with("/t/_delta_log"))
-        .count();
-    assert_eq!((state, published, lists.len()), (2, 2, 4), "{lists:?}");
+    for statement in [
+        "UPDATE t SET v = 'x' WHERE id = 1234",
+        // (the target named by the statement and by the SQL planned for it)
+        "MERGE INTO t USING (SELECT 1235 AS id, 'm' AS v) AS c ON t.id = c.id \
+         WHEN MATCHED THEN UPDATE SET v = c.v",
+    ] {
+        store.observer().take_lists();
+        s.sql(statement).await?.collect().await?;
+        let lists = store.observer().take_lists();
+        let state = lists
+            .iter()
+            .filter(|p| p.ends_with("/t/_autocdc/state/_delta_log"))
+            .count();
+        let published = lists
+            .iter()
+            .filter(|p| p.ends_with("/t/_delta_log"))
+            .count();
+        assert_eq!(
+            (state, published, lists.len()),
+            (2, 2, 4),
+            "{statement}: {lists:?}"
+        );
+    }
 
     // another session (another process) commits between two statements of
     // this one; each sees the other's rows

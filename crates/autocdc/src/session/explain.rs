@@ -176,10 +176,7 @@ impl CdcSession {
         analyze: bool,
         verbose: bool,
     ) -> Result<DataFrame> {
-        let table = self.table(&merge.target).await?;
-        table.refresh().await?;
-        let state = self.dialect_state(&merge.dialect);
-        let plan = crate::pipeline::dml::merge(&state, table, merge).await?;
+        let (state, plan) = self.plan_merge(merge).await?;
         let (plan_type, text) = if analyze {
             collect(Arc::clone(&plan), state.task_ctx()).await?;
             let shown = DisplayableExecutionPlan::with_metrics(plan.as_ref()).indent(verbose);

@@ -12,7 +12,11 @@
 //!
 //! A read that must match the version it records (a flow's source
 //! checkpoint) scans [`ScdTable::pinned`], which later lookups do not move.
+//! A statement that brought its target up to date itself and then plans
+//! SQL naming it (`MERGE`) plans [`with_current`]: its lookups take the
+//! target as it is, instead of listing its log a second time.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -20,7 +24,18 @@ use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::common::Result;
 use datafusion::logical_expr::TableType;
 
-use crate::table::ScdTable;
+use crate::table::{ScdTable, TableName};
+
+tokio::task_local! {
+    /// Streaming tables the running statement brought to their latest
+    /// version already.
+    static CURRENT: Vec<TableName>;
+}
+
+/// Run `planning` with `tables` taken as current by the lookups it makes.
+pub(super) async fn with_current<F: Future>(tables: Vec<TableName>, planning: F) -> F::Output {
+    CURRENT.scope(tables, planning).await
+}
 
 /// A schema of the session's context: `inner`'s tables, a streaming table
 /// refreshed each time it is looked up.
@@ -48,7 +63,16 @@ impl SchemaProvider for LatestSchema {
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let table = self.inner.table(name).await?;
-        if let Some(streaming) = table.as_ref().and_then(|t| t.downcast_ref::<ScdTable>()) {
+        let stale = |t: &ScdTable| {
+            !CURRENT
+                .try_with(|current| current.contains(t.name()))
+                .unwrap_or(false)
+        };
+        if let Some(streaming) = table
+            .as_ref()
+            .and_then(|t| t.downcast_ref::<ScdTable>())
+            .filter(|t| stale(t))
+        {
             streaming.refresh().await.map_err(|e| {
                 e.context(format!(
                     "streaming table '{}': reading its latest committed version",

@@ -316,10 +316,7 @@ impl CdcSession {
                 self.empty()
             }
             CdcStatement::Merge(merge) => {
-                let table = self.table(&merge.target).await?;
-                table.refresh().await?;
-                let state = self.dialect_state(&merge.dialect);
-                let plan = crate::pipeline::dml::merge(&state, table, &merge).await?;
+                let (state, plan) = self.plan_merge(&merge).await?;
                 let batches = datafusion::physical_plan::collect(plan, state.task_ctx()).await?;
                 self.ctx.read_batches(batches)
             }
@@ -387,6 +384,27 @@ impl CdcSession {
         Err(DataFusionError::Plan(format!(
             "'{name}' is not a streaming table: declare it with CREATE STREAMING TABLE {name}"
         )))
+    }
+
+    /// Plan a `MERGE` on its target's latest version (listed once: the
+    /// lookups of the statement's SQL take the target as brought up to
+    /// date here), in the statement's dialect.
+    async fn plan_merge(
+        &self,
+        merge: &crate::sql::MergeStatement,
+    ) -> Result<(
+        SessionState,
+        Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    )> {
+        let table = self.table(&merge.target).await?;
+        table.refresh().await?;
+        let state = self.dialect_state(&merge.dialect);
+        let plan = latest_schema::with_current(
+            vec![table.name().clone()],
+            crate::pipeline::dml::merge(&state, table, merge),
+        )
+        .await?;
+        Ok((state, plan))
     }
 
     /// A copy of the session state whose SQL dialect is `dialect`.
