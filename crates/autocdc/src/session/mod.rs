@@ -399,9 +399,11 @@ impl CdcSession {
         let table = self.table(&merge.target).await?;
         table.refresh().await?;
         let state = self.dialect_state(&merge.dialect);
+        // (boxed: the merge's planning is a large future, kept off the
+        // stack of every statement's)
         let plan = latest_schema::with_current(
             vec![table.name().clone()],
-            crate::pipeline::dml::merge(&state, table, merge),
+            Box::pin(crate::pipeline::dml::merge(&state, table, merge)),
         )
         .await?;
         Ok((state, plan))
