@@ -344,7 +344,7 @@ fn run_applies_definitions_and_updates_the_pipeline() {
         out,
         "table,status,num_upserted_rows,num_deleted_rows,message\n\
          bronze,updated,2,0,\n\
-         silver,updated,2,0,\n"
+         silver,updated,3,0,\n"
     );
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.is_empty(), "{stderr}");

@@ -576,7 +576,9 @@ async fn explain_analyze_scd2_update() {
         "output_rows=7",
         "num_input_rows=4",
         "num_events_added=1",
-        "num_deleted_rows=1",
+        // the delete closes b's version: an update of that row (SPEC §4)
+        "num_upserted_rows=1",
+        "num_deleted_rows=0",
         "num_duplicate_rows_dropped=3",
     ] {
         assert!(analyzed.contains(needle), "missing {needle} in\n{analyzed}");

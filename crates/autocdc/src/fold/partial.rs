@@ -24,7 +24,8 @@
 //! keeps the whole struct).
 //!
 //! Two chains are folded: a *history* (SCD 2: all events of the key, the
-//! chain starts empty) and the *latest* row (SCD 1: the stored row is the base;
+//! chain starts empty; a version read back passes through unchanged, its
+//! event being stored raw beside it) and the *latest* row (SCD 1: the stored row is the base;
 //! late events and events at or below the truncate watermark are dropped whole).
 
 use std::cmp::Ordering;
@@ -266,7 +267,10 @@ impl Merger {
             }
             let stored = origins.value(i) == Origin::Stored as i8;
             let applies = match chain {
-                Chain::History => true,
+                // a version read back holds the values an earlier update
+                // merged, which a late event may have made stale; its event
+                // is stored raw beside it, and that is what the chain takes
+                Chain::History => origins.value(i) != Origin::Implied as i8,
                 Chain::Latest {
                     watermark,
                     truncated_through,

@@ -52,9 +52,12 @@ use super::rows::{row_converter, to_rows};
 pub struct FoldCounts {
     /// New events read from the source (UPSERT and DELETE).
     pub input_rows: usize,
-    /// Live rows written by new events (inserted or updated keys).
+    /// Live rows written by new events (inserted or updated keys; SCD 2:
+    /// versions inserted or updated, closing one included — the change
+    /// feed's inserts and update pairs).
     pub upserted: usize,
-    /// Live rows removed (by DELETE or TRUNCATE).
+    /// Live rows removed (by DELETE or TRUNCATE; SCD 2: versions that no
+    /// longer exist, as a late event moving a version's start removes it).
     pub deleted: usize,
     /// New tombstones written.
     pub tombstones: usize,

@@ -26,6 +26,12 @@
 //! event yields to an event stored as itself at its sequence (one an older
 //! writer stored hidden too, or the raw event of a merged version).
 //!
+//! The change data feed goes from the versions of a key's stored events to
+//! those of all its events. Under partial updates a version holds merged
+//! rows, and a late event re-merges the versions after it: the stored
+//! versions are then those of the stored events' own merge
+//! ([`StoredMerge`]), what the update that stored them wrote.
+//!
 //! Output rows are `[target columns..., __start_at, __end_at, __cdc_seq,
 //! __cdc_kind]`: versions (kind 0, visible) and hidden events (kinds 3/4),
 //! built with `take` from the input batch. A key group spanning batches is
@@ -35,7 +41,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatch, UInt32Array};
 use arrow::compute::kernels::zip::zip;
-use arrow::compute::{take, take_record_batch};
+use arrow::compute::{interleave, take, take_record_batch};
 use arrow::datatypes::{Field, Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows};
 use datafusion::common::{DataFusionError, Result};
@@ -116,6 +122,11 @@ struct Emit {
     /// Row whose `__cdc_written_at` the output row takes (its own, but for
     /// marks made by a DML statement: the statement's).
     written: Vec<u32>,
+    /// Under partial updates, the merged row whose values each output row
+    /// takes: its own row of the batch's merge, or (a version as stored
+    /// before this update) its row of the stored events' merge, numbered
+    /// after the batch's merge's rows ([`StoredMerge::values`]).
+    values: Option<Vec<u32>>,
 }
 
 impl Emit {
@@ -134,10 +145,26 @@ impl Emit {
         self.end.push(None);
         self.kind.push(code);
         self.written.push(written as u32);
+        if let Some(values) = &mut self.values {
+            values.push(row as u32);
+        }
     }
 
     /// A change data feed row for a version.
     fn change(&mut self, last: usize, open: usize, close: Option<usize>, kind: i8) {
+        self.change_with(last, last, open, close, kind);
+    }
+
+    /// A change data feed row for a version whose values are those of
+    /// merged row `values` (see [`Emit::values`]).
+    fn change_with(
+        &mut self,
+        last: usize,
+        values: usize,
+        open: usize,
+        close: Option<usize>,
+        kind: i8,
+    ) {
         if self.visible_only && kind != Kind::Upsert as i8 {
             return;
         }
@@ -146,6 +173,9 @@ impl Emit {
         self.end.push(close.map(|c| c as u32));
         self.kind.push(kind);
         self.written.push(last as u32);
+        if let Some(all) = &mut self.values {
+            all.push(values as u32);
+        }
     }
 
     /// A version with the values of `last` (its latest absorbed event),
@@ -177,6 +207,9 @@ impl Emit {
         permute(&mut self.end, &order);
         permute(&mut self.kind, &order);
         permute(&mut self.written, &order);
+        if let Some(values) = &mut self.values {
+            permute(values, &order);
+        }
     }
 }
 
@@ -207,6 +240,60 @@ struct BatchRows<'a> {
     tracked: &'a Rows,
     kinds: &'a Int8Array,
     origins: &'a Int8Array,
+    /// Under partial updates, the merge of the stored events alone.
+    stored: Option<&'a StoredMerge>,
+}
+
+impl BatchRows<'_> {
+    /// Fold a key's stored events `events` into the versions stored before
+    /// this update.
+    fn stored_versions(&self, events: &[usize], versions: &mut Vec<Version>) {
+        match self.stored {
+            Some(s) => fold_versions_by(
+                events,
+                self.kinds,
+                |a, b| s.tracked(a) == s.tracked(b),
+                versions,
+            ),
+            None => fold_versions(events, self.kinds, self.tracked, versions),
+        }
+    }
+}
+
+/// Under partial updates a version holds merged values, and a late event
+/// changes the merged values of the versions after it (a column it wrote
+/// carried forward): the versions stored before this update are folded
+/// over the merge of the stored events alone, which is what the update
+/// that stored them merged, to tell what changed.
+struct StoredMerge {
+    /// Per row of the batch: its row in `merged` (stored rows only).
+    at: Vec<u32>,
+    /// The stored rows merged.
+    merged: RecordBatch,
+    tracked: Rows,
+    /// The visible columns of `merged` (`None`: every one is tracked).
+    visible: Option<Rows>,
+    /// Rows of the batch's own merge: `merged`'s rows come after them in
+    /// the values an output row takes ([`Emit::values`]).
+    offset: usize,
+}
+
+impl StoredMerge {
+    fn tracked(&self, row: usize) -> arrow::row::Row<'_> {
+        self.tracked.row(self.at[row] as usize)
+    }
+
+    fn visible(&self, row: usize) -> arrow::row::Row<'_> {
+        self.visible
+            .as_ref()
+            .unwrap_or(&self.tracked)
+            .row(self.at[row] as usize)
+    }
+
+    /// The row of the output's values that stored row `row` takes.
+    fn values(&self, row: usize) -> usize {
+        self.offset + self.at[row] as usize
+    }
 }
 
 /// Event identities (values and kind) of the rows of a batch that share
@@ -287,6 +374,22 @@ pub(super) fn fold_versions(
     tracked: &Rows,
     versions: &mut Vec<Version>,
 ) {
+    fold_versions_by(
+        events,
+        kinds,
+        |a, b| tracked.row(a) == tracked.row(b),
+        versions,
+    );
+}
+
+/// [`fold_versions`], with `same(a, b)` telling whether events `a` and `b`
+/// hold the same tracked values.
+fn fold_versions_by(
+    events: &[usize],
+    kinds: &Int8Array,
+    same: impl Fn(usize, usize) -> bool,
+    versions: &mut Vec<Version>,
+) {
     versions.clear();
     let mut cur: Option<(usize, usize)> = None;
     for &i in events {
@@ -301,7 +404,7 @@ pub(super) fn fold_versions(
             continue;
         }
         cur = match cur {
-            Some((open, last)) if tracked.row(last) == tracked.row(i) => Some((open, i)),
+            Some((open, last)) if same(last, i) => Some((open, i)),
             Some((open, last)) => {
                 versions.push(Version {
                     open,
@@ -407,6 +510,12 @@ impl Scd2Fold {
         let origins = batch
             .column(self.layout.origin())
             .as_primitive::<Int8Type>();
+        let stored = match (&self.merger, &merged) {
+            (Some(merger), Some(merged)) => {
+                self.stored_merge(merger, batch, end, origins, merged.num_rows())?
+            }
+            _ => None,
+        };
         let rows = BatchRows {
             seqs: &seqs,
             values: &values,
@@ -414,11 +523,13 @@ impl Scd2Fold {
             tracked: &tracked,
             kinds,
             origins,
+            stored: stored.as_ref(),
         };
         // per-key work reuses the fold's scratch buffers (no allocation per key)
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut emit = Emit {
             visible_only: self.visible_only,
+            values: merged.as_ref().map(|_| Vec::new()),
             ..Emit::default()
         };
         let mut start = 0;
@@ -431,7 +542,59 @@ impl Scd2Fold {
             start = stop;
         }
         self.scratch = scratch;
-        self.build(batch, merged.as_ref(), emit).map(Some)
+        let merged = merged.as_ref().map(|m| (m, stored.as_ref()));
+        self.build(batch, merged, emit).map(Some)
+    }
+
+    /// The merge of the stored events of rows `[0, end)` (those neither new
+    /// nor a DML statement's), when some are new; `offset` is the number of
+    /// rows of the batch's own merge.
+    fn stored_merge(
+        &self,
+        merger: &Merger,
+        batch: &RecordBatch,
+        end: usize,
+        origins: &Int8Array,
+        offset: usize,
+    ) -> Result<Option<StoredMerge>> {
+        let is_stored = |i: usize| {
+            let origin = origins.value(i);
+            origin != Origin::New as i8 && origin != Origin::Dml as i8
+        };
+        if (0..end).all(is_stored) {
+            // nothing new: no key's history changes
+            return Ok(None);
+        }
+        let mut at = vec![u32::MAX; end];
+        let mut picked = Vec::new();
+        for (i, at) in at.iter_mut().enumerate().filter(|(i, _)| is_stored(*i)) {
+            *at = picked.len() as u32;
+            picked.push(i as u32);
+        }
+        if picked.is_empty() {
+            return Ok(None);
+        }
+        let stored = take_record_batch(batch, &UInt32Array::from(picked))?;
+        let n = stored.num_rows();
+        let keys = to_rows(&self.key_converter, &stored, &self.layout.key_indices)?;
+        let seqs = to_rows(&self.seq_converter, &stored, &[self.layout.seq()])?;
+        let merged = merger.merge(&stored, n, &keys, &seqs, Chain::History)?;
+        let tracked = to_rows(&self.tracked_converter, &merged, &self.tracked)?;
+        let visible = match self.tracks_every_visible {
+            true => None,
+            false => Some(to_rows(
+                &self.visible_converter,
+                &merged,
+                &self.visible_columns,
+            )?),
+        };
+        Ok(Some(StoredMerge {
+            at,
+            merged,
+            tracked,
+            visible,
+            offset,
+        }))
     }
 
     /// Fold one key group (rows `start..stop`): a DML statement's edited
@@ -517,25 +680,22 @@ impl Scd2Fold {
             emit.version(v.last, v.open, v.close);
         }
         self.emit_events(kept, versions, rows, emit);
-        for &i in kept.iter().filter(|&&i| is_new(i)) {
-            if kinds.value(i) == Kind::Delete as i8 {
-                if versions.iter().any(|v| v.close == Some(i)) {
-                    self.counts.deleted += 1;
-                } else {
-                    self.counts.tombstones += 1;
-                }
-            } else {
-                self.counts.upserted += 1;
-            }
-        }
+        let closes = |i: usize| versions.iter().any(|v| v.close == Some(i));
+        self.counts.tombstones += kept
+            .iter()
+            .filter(|&&i| is_new(i) && kinds.value(i) == Kind::Delete as i8 && !closes(i))
+            .count();
         if !kept.iter().any(|&i| is_new(i)) {
             return Ok(());
         }
         stored.clear();
         stored.extend(kept.iter().copied().filter(|&i| !is_new(i)));
-        fold_versions(stored, kinds, tracked, before);
-        // 3. the change data feed: versions matched by their start
-        changes(before, versions, rows, emit);
+        rows.stored_versions(stored, before);
+        // 3. the change data feed: versions matched by their start; the
+        // rows it inserts, updates and deletes are the update's counts
+        let (upserted, deleted) = changes(before, versions, rows, emit);
+        self.counts.upserted += upserted;
+        self.counts.deleted += deleted;
         Ok(())
     }
 
@@ -629,7 +789,7 @@ impl Scd2Fold {
                 )));
             }
         }
-        fold_versions(stored, kinds, tracked, before);
+        rows.stored_versions(stored, before);
         fold_versions(kept, kinds, tracked, versions);
         // the statement's time, for the marks it makes
         let now = kept[0];
@@ -674,13 +834,32 @@ impl Scd2Fold {
         Ok(())
     }
 
+    /// The output rows `emit` names; under partial updates `merged` is the
+    /// batch's merge and the stored events' (see [`Emit::values`]).
     fn build(
         &self,
         batch: &RecordBatch,
-        merged: Option<&RecordBatch>,
+        merged: Option<(&RecordBatch, Option<&StoredMerge>)>,
         mut emit: Emit,
     ) -> Result<RecordBatch> {
         emit.by_file();
+        // where each row's merged values are: (0, row of the batch's
+        // merge) or (1, row of the stored events')
+        let values: Option<Vec<(usize, usize)>> = match (merged, emit.values.take()) {
+            (Some((merged, Some(_))), Some(values)) => Some(
+                values
+                    .iter()
+                    .map(|&v| {
+                        let v = v as usize;
+                        match v.checked_sub(merged.num_rows()) {
+                            Some(stored) => (1, stored),
+                            None => (0, v),
+                        }
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
         let rows = UInt32Array::from(emit.rows);
         let seq = batch.column(self.layout.seq());
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output_schema.fields().len());
@@ -695,8 +874,14 @@ impl Scd2Fold {
         for i in 0..self.layout.num_target() {
             let raw = take(batch.column(i).as_ref(), &rows, None)?;
             columns.push(match (merged, &is_event) {
-                (Some(merged), Some(is_event)) => {
-                    let merged = take(merged.column(i).as_ref(), &rows, None)?;
+                (Some((merged, stored)), Some(is_event)) => {
+                    let merged = match (stored, &values) {
+                        (Some(stored), Some(values)) => interleave(
+                            &[merged.column(i).as_ref(), stored.merged.column(i).as_ref()],
+                            values,
+                        )?,
+                        _ => take(merged.column(i).as_ref(), &rows, None)?,
+                    };
                     zip(is_event, &raw, &merged)?
                 }
                 _ => raw,
@@ -723,15 +908,25 @@ impl Scd2Fold {
 
 /// The change data feed of a key from its versions `before` to `after`,
 /// matched by their start: a version only before is deleted, only after
-/// inserted, in both with other values or end updated. Returns the rows
-/// upserted (inserted or updated) and deleted.
+/// inserted, in both with other values or end updated (under partial
+/// updates a version before holds the stored events' merge,
+/// [`StoredMerge`]). Returns the rows upserted (inserted or updated) and
+/// deleted: the update's counts.
 fn changes(
     before: &[Version],
     after: &[Version],
     rows: &BatchRows<'_>,
     emit: &mut Emit,
 ) -> (usize, usize) {
-    let BatchRows { seqs, visible, .. } = *rows;
+    let BatchRows {
+        seqs,
+        visible,
+        stored,
+        ..
+    } = *rows;
+    // a version stored before, as stored: its values and their encoding
+    let old_values = |i: usize| stored.map_or(i, |s| s.values(i));
+    let old_visible = |i: usize| stored.map_or_else(|| visible.row(i), |s| s.visible(i));
     let same_end = |a: Option<usize>, b: Option<usize>| match (a, b) {
         (None, None) => true,
         (Some(a), Some(b)) => seqs.row(a) == seqs.row(b),
@@ -748,7 +943,8 @@ fn changes(
         match order {
             std::cmp::Ordering::Less => {
                 let old = &before[o];
-                emit.change(old.last, old.open, old.close, CHANGE_DELETE);
+                let values = old_values(old.last);
+                emit.change_with(old.last, values, old.open, old.close, CHANGE_DELETE);
                 deleted += 1;
                 o += 1;
             }
@@ -760,9 +956,10 @@ fn changes(
             }
             std::cmp::Ordering::Equal => {
                 let (old, new) = (&before[o], &after[n]);
-                if visible.row(old.last) != visible.row(new.last) || !same_end(old.close, new.close)
+                if old_visible(old.last) != visible.row(new.last) || !same_end(old.close, new.close)
                 {
-                    emit.change(old.last, old.open, old.close, CHANGE_PREIMAGE);
+                    let values = old_values(old.last);
+                    emit.change_with(old.last, values, old.open, old.close, CHANGE_PREIMAGE);
                     emit.change(new.last, new.open, new.close, CHANGE_POSTIMAGE);
                     upserted += 1;
                 }

@@ -408,7 +408,8 @@ impl IndexedScd2Fold {
 }
 
 /// Walk one key's events (`group`, in sequence order) with the rules of the
-/// module docs' table, recording its versions.
+/// module docs' table, recording its versions. (Every version is a row the
+/// fold inserts: the upserted rows, as a flow's first update counts them.)
 fn walk(
     group: &[IndexEntry],
     versions: &mut [BatchVersions],
@@ -430,13 +431,12 @@ fn walk(
             match open.take() {
                 Some((first, last)) => {
                     record(versions, last, first, Some(e));
-                    counts.deleted += 1;
+                    counts.upserted += 1;
                 }
                 None => counts.tombstones += 1,
             }
             continue;
         }
-        counts.upserted += 1;
         open = match open {
             Some((first, last)) if last.tag() == e.tag() => {
                 checks.absorbed.push(pair(last, e));
@@ -444,6 +444,7 @@ fn walk(
             }
             Some((first, last)) => {
                 record(versions, last, first, Some(e));
+                counts.upserted += 1;
                 Some((e, e))
             }
             None => Some((e, e)),
@@ -451,6 +452,7 @@ fn walk(
     }
     if let Some((first, last)) = open {
         record(versions, last, first, None);
+        counts.upserted += 1;
     }
 }
 

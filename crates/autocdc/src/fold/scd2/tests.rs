@@ -77,14 +77,15 @@ fn versions_open_on_tracked_changes_and_close_on_deletes() {
             "id=1 v=a start_at=NULL end_at=NULL cdc_seq=1",
         ]
     );
-    // a new key: every version is an insert
+    // a new key: every version is an insert, and the counts are the rows
+    // the update inserts, updates and deletes (SPEC §4), not its events
     assert_eq!(changes, versions);
     assert_eq!(
         counts,
         FoldCounts {
             input_rows: 5,
-            upserted: 4,
-            deleted: 1,
+            upserted: 3,
+            deleted: 0,
             tombstones: 0,
             late: 0,
             duplicates: 0,
@@ -189,6 +190,47 @@ fn partial_updates_merge_before_tracking() {
             "id=1 v=b start_at=NULL end_at=NULL cdc_seq=3",
         ]
     );
+}
+
+/// Under partial updates a version holds merged values, so a late event
+/// changes the versions after it: the stored history is the merge of the
+/// stored events alone, and the change feed goes from it to the new one.
+///
+/// | seq | stored       | before (merged) | late b@2 | after (merged)   |
+/// |-----|--------------|-----------------|----------|------------------|
+/// | 1   | a            | a [1, NULL)     |          | a [1, 2)         |
+/// | 2   |              |                 | b        | b [2, NULL)      |
+/// | 3   | NULL (keeps) | (absorbed: a)   |          | (absorbed: b)    |
+#[test]
+fn a_late_event_under_partial_updates_changes_the_merged_versions_after_it() {
+    let spec = scd2(vec![1], Some(PartialUpdates::IgnoreNulls(vec![1])));
+    let (versions, _, changes, counts) = run(
+        &spec,
+        &[
+            up(1, "a", 1).stored(),
+            up_null(1, 3).stored(),
+            up(1, "a", 3).implied(),
+            up(1, "b", 2),
+        ],
+    );
+    assert_eq!(
+        versions,
+        [
+            "id=1 v=a start_at=1 end_at=2 cdc_seq=1",
+            "id=1 v=b start_at=2 end_at=NULL cdc_seq=3",
+        ]
+    );
+    // the stored version as it was (a, absorbing NULL@3), closed at 2;
+    // nothing of a version [3, NULL) that never was
+    assert_eq!(
+        changes,
+        [
+            "id=1 v=a start_at=1 end_at=2 cdc_seq=1",
+            "id=1 v=a start_at=1 end_at=NULL cdc_seq=3",
+            "id=1 v=b start_at=2 end_at=NULL cdc_seq=3",
+        ]
+    );
+    assert_eq!((counts.upserted, counts.deleted), (2, 0));
 }
 
 /// Read back, a version is its last event again ([`Ev::implied`]); where
@@ -368,6 +410,77 @@ fn updates_over_stored_versions_fold_like_one() {
             expected.sort_unstable();
             assert_eq!(kept, expected, "seed {seed}, copies {copies}");
         }
+    }
+}
+
+/// The change feed takes each update's versions to the next one's: random
+/// histories under IGNORE NULL UPDATES (late events change the merged
+/// values of the versions after them), cut into three updates each folded
+/// over what the one before stored; the versions before, less the deleted
+/// rows and pre-images, plus the inserted rows and post-images, are the
+/// versions after — and the last update's are those of one update folding
+/// every event. (Rows as the published table shows them: without the
+/// sequence of the event a version stands for.)
+#[test]
+fn change_feeds_under_partial_updates_take_each_update_to_the_next() {
+    let spec = scd2(vec![1], Some(PartialUpdates::IgnoreNulls(vec![1])));
+    let rows = |out: &[RecordBatch], kinds: &[i8]| -> Vec<String> {
+        let mut published: Vec<String> = rows(out, kinds)
+            .into_iter()
+            .map(|r| match r.find(" cdc_seq=") {
+                Some(at) => r[..at].to_string(),
+                None => r,
+            })
+            .collect();
+        published.sort();
+        published
+    };
+    let values = ["a", "b"];
+    for seed in 0..300 {
+        let mut below = below(seed);
+        let mut events = Vec::new();
+        for id in 1..=3 {
+            let mut seqs: Vec<i64> = (0..below(7)).map(|_| 1 + below(12) as i64).collect();
+            seqs.sort_unstable();
+            seqs.dedup();
+            for seq in seqs {
+                events.push(match below(5) {
+                    0 => del(id, seq),
+                    1 | 2 => up_null(id, seq),
+                    v => up(id, values[v as usize - 3], seq),
+                });
+            }
+        }
+        let updates: Vec<usize> = events.iter().map(|_| below(3) as usize).collect();
+        let (all, _) = fold(&spec, &events, None, 1000).expect("fold");
+        let mut stored: Vec<Ev> = Vec::new();
+        let mut visible: Vec<String> = Vec::new();
+        for update in 0..3 {
+            let mut input = stored.clone();
+            input.extend(
+                events
+                    .iter()
+                    .zip(&updates)
+                    .filter(|(_, &u)| u == update)
+                    .map(|(e, _)| *e),
+            );
+            let (out, _) = fold(&spec, &input, None, 1 + below(5) as usize)
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let mut expected = visible.clone();
+            for gone in rows(&out, &[CHANGE_DELETE, CHANGE_PREIMAGE]) {
+                let at = expected.iter().position(|v| *v == gone);
+                let at = at.unwrap_or_else(|| {
+                    panic!("seed {seed}, update {update}: {gone} was not a version: {visible:?}")
+                });
+                expected.remove(at);
+            }
+            expected.extend(rows(&out, &[CHANGE_INSERT, CHANGE_POSTIMAGE]));
+            expected.sort();
+            visible = rows(&out, &[VERSION]);
+            assert_eq!(visible, expected, "seed {seed}, update {update}");
+            stored = read_back(&out, false);
+        }
+        assert_eq!(visible, rows(&all, &[VERSION]), "seed {seed}");
     }
 }
 
