@@ -66,10 +66,18 @@ impl TableFunctionImpl for TableChangesFunction {
         };
         let table = super::lookup_table(&self.tables, "table_changes", name)?;
         let latest = table.delta().version().unwrap_or(0);
-        if from > latest || to.is_some_and(|t| t < from) {
+        let range = match to {
+            Some(to) => format!("{from}, {to}"),
+            None => from.to_string(),
+        };
+        if from > latest {
             return plan_err!(
-                "table_changes('{name}', {from}, {}): the table's versions are 0 to {latest}",
-                to.map(|t| t.to_string()).unwrap_or_default()
+                "table_changes('{name}', {range}): the table's versions are 0 to {latest}"
+            );
+        }
+        if let Some(to) = to.filter(|&to| to < from) {
+            return plan_err!(
+                "table_changes('{name}', {range}): to_version {to} is before from_version {from}"
             );
         }
         changes_provider(&table, from, to)
