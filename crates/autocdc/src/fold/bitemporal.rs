@@ -418,11 +418,6 @@ impl BitemporalFold {
                 emit.event(i, kinds.value(i));
                 if new {
                     self.counts.events_added += 1;
-                    if kinds.value(i) == Kind::Delete as i8 {
-                        self.counts.deleted += 1;
-                    } else {
-                        self.counts.upserted += 1;
-                    }
                 }
             }
             s.kept.truncate(w);
@@ -444,7 +439,9 @@ impl BitemporalFold {
                 );
                 let mut before = std::mem::take(&mut s.before);
                 fold_rows(&subset, &enc, &mut s, &mut before);
-                changes(&before, &after, &enc, &mut emit);
+                let (upserted, deleted) = changes(&before, &after, &enc, &mut emit);
+                self.counts.upserted += upserted;
+                self.counts.deleted += deleted;
                 s.before = before;
                 s.subset = subset;
             }
@@ -484,8 +481,8 @@ impl BitemporalFold {
         });
         let mut before = std::mem::take(&mut s.before);
         fold_rows(&subset, enc, s, &mut before);
-        changes(&before, &[], enc, emit);
-        self.counts.deleted += before.len();
+        let (_, deleted) = changes(&before, &[], enc, emit);
+        self.counts.deleted += deleted;
         let greatest = group
             .filter(|&i| origins.value(i) != Origin::Dml as i8)
             .max_by(|&a, &b| enc.seqs.row(a).cmp(&enc.seqs.row(b)));
@@ -534,7 +531,13 @@ impl BitemporalFold {
 /// Change data feed rows between the rows before and after an update:
 /// unmatched rows are deleted or inserted; a row whose system end moved is an
 /// update (pre- and post-image).
-fn changes(before: &[BiRow], after: &[BiRow], enc: &Encoded<'_>, emit: &mut Emit) {
+fn changes(
+    before: &[BiRow],
+    after: &[BiRow],
+    enc: &Encoded<'_>,
+    emit: &mut Emit,
+) -> (usize, usize) {
+    let (mut upserted, mut deleted) = (0, 0);
     let same_row = |a: &BiRow, b: &BiRow| {
         enc.systems.row(a.from) == enc.systems.row(b.from)
             && enc.same_version(
@@ -562,14 +565,20 @@ fn changes(before: &[BiRow], after: &[BiRow], enc: &Encoded<'_>, emit: &mut Emit
                 if !enc.same_system_end(old.to, new.to) {
                     emit.row(old, CHANGE_PREIMAGE);
                     emit.row(new, CHANGE_POSTIMAGE);
+                    upserted += 1;
                 }
             }
-            None => emit.row(old, CHANGE_DELETE),
+            None => {
+                emit.row(old, CHANGE_DELETE);
+                deleted += 1;
+            }
         }
     }
     for (new, _) in after.iter().zip(&matched).filter(|(_, m)| !**m) {
         emit.row(new, CHANGE_INSERT);
+        upserted += 1;
     }
+    (upserted, deleted)
 }
 
 impl FoldKernel for BitemporalFold {

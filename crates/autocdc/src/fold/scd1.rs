@@ -380,11 +380,16 @@ impl Scd1Fold {
                     emit.push(stored.clone(), Some(CHANGE_DELETE));
                 }
             } else {
-                self.counts.upserted += 1;
+                // (counted as the change feed shows it: an upsert that
+                // changes no value of the live row updates nothing)
                 match &g.stored {
-                    None => emit.push(g.winner.clone(), Some(CHANGE_INSERT)),
+                    None => {
+                        self.counts.upserted += 1;
+                        emit.push(g.winner.clone(), Some(CHANGE_INSERT));
+                    }
                     Some(stored) => {
-                        if !emit.visible_only && !self.same_values(batch, stored, &g.winner)? {
+                        if !self.same_values(batch, stored, &g.winner)? {
+                            self.counts.upserted += 1;
                             emit.push(stored.clone(), Some(CHANGE_PREIMAGE));
                             emit.push(g.winner.clone(), Some(CHANGE_POSTIMAGE));
                         }

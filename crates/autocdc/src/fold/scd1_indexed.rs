@@ -353,12 +353,13 @@ impl IndexedScd1Fold {
                     emit(live, Some(CHANGE_DELETE));
                 }
             } else {
-                self.counts.upserted += 1;
                 match &live {
-                    None => emit(&winner, Some(CHANGE_INSERT)),
-                    // change feed rows unless nothing visible changes
-                    // (compared with all others at the end)
-                    Some(_) if visible_only => {}
+                    None => {
+                        self.counts.upserted += 1;
+                        emit(&winner, Some(CHANGE_INSERT));
+                    }
+                    // change feed rows, and an upserted row, unless nothing
+                    // visible changes (compared with all others at the end)
                     Some(live) => checks.values.push(pair(live, &winner)),
                 }
             }
@@ -369,8 +370,9 @@ impl IndexedScd1Fold {
 
     /// Run the deferred equality checks: a replay that differs from its
     /// first copy fails the fold (the first in key order is reported); an
-    /// update that changes a visible column emits its pre- and post-image.
-    fn run_checks(&self, checks: Checks, emits: &mut Vec<Emit>) -> Result<()> {
+    /// update that changes a visible column emits its pre- and post-image
+    /// and is an upserted row.
+    fn run_checks(&mut self, checks: Checks, emits: &mut Vec<Emit>) -> Result<()> {
         let seq = self.layout.seq();
         let event_columns: Vec<usize> = (0..self.layout.origin()).filter(|c| *c != seq).collect();
         let same = equal_pairs(self.batches.batches(), &checks.events, &event_columns)?;
@@ -388,6 +390,10 @@ impl IndexedScd1Fold {
         let same = equal_pairs(self.batches.batches(), &checks.values, &target_columns)?;
         for ([live_batch, live_row, batch, row], same) in checks.values.into_iter().zip(same) {
             if !same {
+                self.counts.upserted += 1;
+                if self.visible_only {
+                    continue;
+                }
                 emits.push(Emit {
                     batch: live_batch,
                     row: live_row,
