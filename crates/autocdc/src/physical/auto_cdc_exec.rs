@@ -697,18 +697,13 @@ impl ExecutionPlan for AutoCdcExec {
             });
             (buckets.max(0) as usize, group_of)
         });
-        // this update's TRUNCATE events are input rows too (counted once,
-        // by the partition that collects them)
-        let truncate_rows = counters.input_rows.clone();
         let state = async move {
             let task = Arc::clone(&context);
             let collected = cell
                 .get_or_init(|| async move {
                     let gather = async move {
                         let batches = collect(truncates, task).await?;
-                        let seqs = TruncateSequences::try_new(&batches)?;
-                        truncate_rows.add(seqs.events.as_ref().map_or(0, |e| e.len()));
-                        Ok(seqs)
+                        TruncateSequences::try_new(&batches)
                     };
                     gather.await.map_err(Arc::new)
                 })
