@@ -394,13 +394,13 @@ impl PerColumnScd1Fold {
             out.merged(key_row, written, state, &self.group_of, kind, tombstone)
         };
         match (state.live, state.row_seq) {
+            // (counted as the change feed shows it: a row inserted, or one
+            // whose values change)
             (true, _) => {
-                if state.written_by.is_some() {
-                    self.counts.upserted += 1;
-                }
                 merged(out, Kind::Upsert as i8, None);
                 match visible {
                     None => {
+                        self.counts.upserted += 1;
                         merged(out, CHANGE_INSERT, None);
                     }
                     Some(st) => {
@@ -411,6 +411,7 @@ impl PerColumnScd1Fold {
                             }
                         };
                         if !same_values(comparators, st, state, &self.group_of, b.batch) {
+                            self.counts.upserted += 1;
                             out.stored(b, st, Some(CHANGE_PREIMAGE));
                             merged(out, CHANGE_POSTIMAGE, None);
                         }

@@ -11,7 +11,8 @@ use arrow::compute::{lexsort_to_indices, take_record_batch, SortColumn};
 use arrow::datatypes::{DataType, Field, Int64Type, Int8Type, Schema, SchemaRef, TimeUnit};
 
 use super::super::columns::{
-    EventLayout, Kind, Origin, SequenceGroup, KIND_COL, ORIGIN_COL, SEQ_COL, WRITTEN_AT_COL,
+    EventLayout, Kind, Origin, SequenceGroup, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE,
+    KIND_COL, ORIGIN_COL, SEQ_COL, WRITTEN_AT_COL,
 };
 use super::super::kernel::FoldKernel;
 use super::super::partial::PartialUpdates;
@@ -194,6 +195,14 @@ fn update(
         }
     }
     state.sort_by_key(|e| e.id);
+    // the counts are the rows the change feed shows (SPEC §4)
+    let of = |kinds: &[i8]| changes.iter().filter(|(k, _)| kinds.contains(k)).count();
+    let counts = fold.counts();
+    assert_eq!(
+        (counts.upserted, counts.deleted),
+        (of(&[CHANGE_INSERT, CHANGE_POSTIMAGE]), of(&[CHANGE_DELETE])),
+        "{changes:?}"
+    );
     (state, changes)
 }
 
