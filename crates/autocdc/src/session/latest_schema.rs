@@ -73,12 +73,7 @@ impl SchemaProvider for LatestSchema {
             .and_then(|t| t.downcast_ref::<ScdTable>())
             .filter(|t| stale(t))
         {
-            streaming.refresh().await.map_err(|e| {
-                e.context(format!(
-                    "streaming table '{}': reading its latest committed version",
-                    streaming.name()
-                ))
-            })?;
+            streaming.refresh().await?;
         }
         Ok(table)
     }

@@ -171,9 +171,15 @@ impl ScdTable {
     /// later refreshes of this table load: for a read whose rows must be
     /// those of the version it records (a flow's source checkpoint).
     pub(crate) fn pinned(&self) -> Self {
+        self.read_only(self.read())
+    }
+
+    /// A read-only table of this one's name over `loaded` (no DML, no
+    /// published table to keep up).
+    fn read_only(&self, loaded: Loaded) -> Self {
         Self {
             name: self.name.clone(),
-            loaded: RwLock::new(self.read()),
+            loaded: RwLock::new(loaded),
             this: Weak::new(),
             dml: None,
             published: None,
@@ -186,15 +192,7 @@ impl ScdTable {
     pub async fn as_of(&self, version: u64) -> Result<Self> {
         let mut table = self.delta();
         table.load_version(version as _).await.map_err(delta_err)?;
-        let loaded = Self::loaded(table).await?;
-        Ok(Self {
-            name: self.name.clone(),
-            loaded: RwLock::new(loaded),
-            this: Weak::new(),
-            dml: None,
-            published: None,
-            runs: KnownRuns::default(),
-        })
+        Ok(self.read_only(Self::loaded(table).await?))
     }
 
     /// When commit `version` was made (milliseconds since the epoch; `None`:
@@ -260,11 +258,19 @@ impl ScdTable {
         }
     }
 
-    /// Re-read the latest committed version.
+    /// Re-read the latest committed version (an error names the table).
     pub async fn refresh(&self) -> Result<()> {
         let mut table = self.delta();
-        table.update_state().await.map_err(delta_err)?;
-        self.set(table).await
+        let updated = match table.update_state().await {
+            Ok(()) => self.set(table).await,
+            Err(e) => Err(delta_err(e)),
+        };
+        updated.map_err(|e| {
+            e.context(format!(
+                "streaming table '{}': reading its latest committed version",
+                self.name
+            ))
+        })
     }
 
     /// The last run of the flow whose checkpoint application id is
