@@ -2300,6 +2300,63 @@ async fn table_as_of_a_commit_time_reads_the_newest_commit_then() {
     );
 }
 
+/// A commit time `event_log` shows resolves to the same version in
+/// `table_as_of` and in a Delta reader's time travel of the table at the
+/// path (deltalake's `load_with_datetime`): both go by the published
+/// commits, written a few milliseconds after the state store's.
+#[tokio::test]
+async fn event_log_times_are_the_times_delta_readers_travel_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
+        .await
+        .unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq)",
+    )
+    .await;
+    for (id, v) in [(1, "b"), (2, "c"), (3, "d")] {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        exec(&s, &format!("INSERT INTO src VALUES ({id}, '{v}', 2)")).await;
+        exec(&s, "REFRESH STREAMING TABLE t").await;
+    }
+    let log = rows(
+        &s,
+        "SELECT commit_version, CAST(commit_timestamp AS BIGINT) FROM event_log('t') \
+         WHERE commit_version > 0 ORDER BY 1",
+    )
+    .await;
+    let (mut reader, _) = open_raw(dir.path().join("public").join("t")).await;
+    assert_eq!(log.len(), 4, "{log:?}");
+    for line in &log {
+        let cells: Vec<i64> = line
+            .split('|')
+            .filter_map(|c| c.trim().parse().ok())
+            .collect();
+        let (version, ms) = (cells[0], cells[1]);
+        let at = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+        reader.load_with_datetime(at).await.unwrap();
+        assert_eq!(reader.version(), Some(version as u64), "at {at} ({log:?})");
+        let ours = rows(
+            &s,
+            &format!("SELECT * FROM table_as_of('t', to_timestamp_millis({ms})) ORDER BY id"),
+        )
+        .await;
+        let by_version = rows(
+            &s,
+            &format!("SELECT * FROM table_as_of('t', {version}) ORDER BY id"),
+        )
+        .await;
+        assert_eq!(ours, by_version, "at {at} ({log:?})");
+    }
+}
+
 /// The Rust API of the history queries returns the SQL functions' rows.
 #[tokio::test]
 async fn history_queries_from_rust() {

@@ -4,7 +4,7 @@
 //! | column                   | type                   |                                          |
 //! |--------------------------|------------------------|------------------------------------------|
 //! | `commit_version`         | `BIGINT`               | the version `table_changes` names        |
-//! | `commit_timestamp`       | `TIMESTAMP` (ms)       |                                          |
+//! | `commit_timestamp`       | `TIMESTAMP` (ms)       | when Delta readers see it: the time `TIMESTAMP AS OF` resolves by ([`crate::table::commit_times`]) |
 //! | `operation`              | `VARCHAR`              | `CREATE FLOW`, `REFRESH`, `DELETE`, ...  |
 //! | `flow`                   | `VARCHAR`              | NULL for DML and other commits           |
 //! | `num_upserted_rows` …    | `BIGINT`               | NULL for commits without counts          |
@@ -95,7 +95,16 @@ struct EventLog {
 impl EventLog {
     async fn entries(&self) -> Result<Vec<LoggedCommit>> {
         self.table.refresh().await?;
-        logged_commits(&self.table.delta()).await
+        let delta = self.table.delta();
+        let (mut entries, times) =
+            futures::try_join!(logged_commits(&delta), self.table.commit_times())?;
+        // the times Delta readers' time travel resolves by
+        for entry in &mut entries {
+            if let Some(&at) = times.get(&(entry.version as u64)) {
+                entry.timestamp = Some(at);
+            }
+        }
+        Ok(entries)
     }
 }
 

@@ -187,7 +187,7 @@ pub async fn plan_changes(
         };
         let newest_input_ms = match since {
             Some(read) if read >= version => None,
-            _ => crate::table::event::commit_time_ms(&delta, version).await?,
+            _ => table.commit_time(version).await?,
         };
         return Ok(SourceRead {
             plan,

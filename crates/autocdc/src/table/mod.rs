@@ -10,6 +10,7 @@
 pub mod bucket;
 pub(crate) mod changes;
 pub mod commit;
+pub(crate) mod commit_times;
 #[cfg(test)]
 mod counted_store;
 pub mod deletion_vectors;

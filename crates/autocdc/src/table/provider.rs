@@ -5,6 +5,7 @@
 //! bookkeeping columns. Projections and filters are pushed into the Delta
 //! scan by planning the read as an ordinary DataFusion plan.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, RwLock, Weak};
 
@@ -22,6 +23,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use deltalake_core::table::state::DeltaTableState;
 use deltalake_core::DeltaTable;
 
+use super::commit_times::{commit_file_time, commit_file_times, version_at};
 use super::delta_err;
 use super::files::data_files;
 use super::known_runs::KnownRuns;
@@ -195,47 +197,54 @@ impl ScdTable {
         Ok(self.read_only(Self::loaded(table).await?))
     }
 
-    /// When commit `version` was made (milliseconds since the epoch; `None`:
+    /// The table Delta readers read, unloaded (its log is all that is
+    /// asked of it): the published table, or this one for a table of the
+    /// earlier layout.
+    fn readers_table(&self) -> Result<DeltaTable> {
+        match &self.published {
+            Some(location) => location.builder()?.build().map_err(delta_err),
+            None => Ok(self.delta()),
+        }
+    }
+
+    /// When commit `version` was made, as Delta readers' time travel sees it
+    /// (milliseconds since the epoch; see [`super::commit_times`]; `None`:
     /// its log entry is no longer kept).
     pub async fn commit_time(&self, version: u64) -> Result<Option<i64>> {
-        super::event::commit_time_ms(&self.delta(), version).await
+        match commit_file_time(&self.readers_table()?, version).await? {
+            Some(at) => Ok(Some(at)),
+            // committed, not published yet
+            None => super::event::commit_time_ms(&self.delta(), version).await,
+        }
+    }
+
+    /// The time of every commit whose log entry is still kept, as
+    /// [`Self::commit_time`] gives it: one listing of the readers' log.
+    pub async fn commit_times(&self) -> Result<BTreeMap<u64, i64>> {
+        let mut times = commit_file_times(&self.readers_table()?).await?;
+        let latest = self.delta().version().map_or(0, |v| v as u64);
+        let published = times.last_key_value().map_or(0, |(&v, _)| v + 1);
+        for version in published..=latest {
+            if let Some(at) = super::event::commit_time_ms(&self.delta(), version).await? {
+                times.insert(version, at);
+            }
+        }
+        Ok(times)
     }
 
     /// The newest commit version made at or before `ms` (milliseconds since
-    /// the epoch, the commits' own times); `None` before the first commit.
-    /// Commit times grow with versions, so this reads O(log versions)
-    /// commit entries.
+    /// the epoch, the times [`Self::commit_times`] gives); `None` before the
+    /// first commit.
     pub async fn version_at(&self, ms: i64) -> Result<Option<u64>> {
-        let table = self.delta();
-        let time = |version: u64| {
-            let table = &table;
-            async move {
-                super::event::commit_time_ms(table, version)
-                    .await?
-                    .ok_or_else(|| {
-                        DataFusionError::Plan(format!(
-                            "'{}': the log entry of commit {version} is no longer kept, so \
-                             its time is unknown",
-                            self.name
-                        ))
-                    })
-            }
-        };
-        let latest = table.version().unwrap_or(0);
-        if time(0).await? > ms {
-            return Ok(None);
+        let times = self.commit_times().await?;
+        match (version_at(&times, ms), times.first_key_value()) {
+            (None, Some((&oldest, _))) if oldest > 0 => Err(DataFusionError::Plan(format!(
+                "'{}': the log entries of the commits before version {oldest} are no longer \
+                 kept, so which version was current then is unknown",
+                self.name
+            ))),
+            (found, _) => Ok(found),
         }
-        // invariant: time(lo) ≤ ms, and every version above hi is later
-        let (mut lo, mut hi) = (0, latest);
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if time(mid).await? <= ms {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        Ok(Some(lo))
     }
 
     /// Put the table in an `Arc` that it knows, taking DML planned by `dml`.
