@@ -47,6 +47,7 @@ use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Origin};
+use super::errors::check_event_nulls;
 use super::key_slots::{KeySpan, SlotPlan};
 use super::rows::{decode_values, encode_values, row_converter, to_rows, ValueBytes};
 
@@ -98,6 +99,9 @@ enum EntryKeys {
 #[derive(Debug)]
 pub struct EventIndex {
     flow: String,
+    /// The events' layout (the errors of a NULL key or sequence name its
+    /// columns).
+    layout: EventLayout,
     key_indices: Vec<usize>,
     seq: usize,
     origin: usize,
@@ -163,6 +167,7 @@ impl EventIndex {
         );
         Ok(Self {
             flow: flow.to_string(),
+            layout: layout.clone(),
             key_indices: layout.key_indices.clone(),
             seq: layout.seq(),
             origin: layout.origin(),
@@ -273,10 +278,9 @@ impl EventIndex {
                 )));
             }
         }
-        self.refuse_nulls(batch.column(self.seq).as_ref(), "sequence")?;
-        for &k in &self.key_indices {
-            self.refuse_nulls(batch.column(k).as_ref(), "key")?;
-        }
+        // (a fold that reads its events through the index meets them here
+        // first: the error a NULL key or sequence is to users)
+        check_event_nulls(&self.flow, &self.layout, batch)?;
         // the keys and sequences of the rows indexed (of `rows` alone: a
         // partition sharing batches with others encodes only its own)
         let count = rows.map_or(n, <[u32]>::len);
