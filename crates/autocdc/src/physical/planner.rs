@@ -11,7 +11,8 @@ use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    DmlStatement, LogicalPlan, TableScan, UserDefinedLogicalNode, WriteOp,
+    lit, DmlStatement, Expr, LogicalPlan, TableScan, TableScanBuilder, UserDefinedLogicalNode,
+    WriteOp,
 };
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
@@ -200,6 +201,51 @@ fn updates_or_deletes(plan: &LogicalPlan) -> Result<bool> {
     })
 }
 
+/// Refuse an `UPDATE` or `DELETE` of a streaming table whose input reads
+/// more than its target: a subquery in its `WHERE` (`IN (SELECT …)`,
+/// `EXISTS`, a scalar subquery) or an `UPDATE … FROM`. DataFusion hands the
+/// target's provider only the predicates on the target itself, so the rows
+/// such a statement names cannot reach [`ScdTable`]'s hooks: planned as is,
+/// it would change every row. `MERGE` says the same with a source.
+fn refuse_other_reads(dml: &DmlStatement) -> Result<()> {
+    let reads_more = dml.input.exists(|node| {
+        let subquery = node.expressions().iter().try_fold(false, |found, e| {
+            Ok::<_, DataFusionError>(
+                found
+                    || e.exists(|e| {
+                        Ok(matches!(
+                            e,
+                            Expr::Exists(_) | Expr::InSubquery(_) | Expr::ScalarSubquery(_)
+                        ))
+                    })?,
+            )
+        })?;
+        Ok(subquery
+            || match node {
+                LogicalPlan::TableScan(scan) => scan.table_name != dml.table_name,
+                LogicalPlan::Join(_)
+                | LogicalPlan::Subquery(_)
+                | LogicalPlan::Union(_)
+                | LogicalPlan::Aggregate(_)
+                | LogicalPlan::Window(_) => true,
+                _ => false,
+            })
+    })?;
+    if !reads_more {
+        return Ok(());
+    }
+    let (statement, action) = match dml.op {
+        WriteOp::Delete => ("DELETE", "DELETE"),
+        _ => ("UPDATE", "UPDATE SET …"),
+    };
+    let table = &dml.table_name;
+    Err(DataFusionError::NotImplemented(format!(
+        "{statement} on streaming table '{table}' with a subquery or another table in its \
+         WHERE is not supported (only conditions on the table's own columns select its \
+         rows); use MERGE INTO {table} USING (…) ON … WHEN MATCHED THEN {action}"
+    )))
+}
+
 /// `plan` with the target scan of each `UPDATE` and `DELETE` of a streaming
 /// table made a scan of no rows (same columns, filters and assignments).
 ///
@@ -220,6 +266,32 @@ fn without_target_scans(plan: LogicalPlan) -> Result<LogicalPlan> {
                 .is_ok_and(|p| p.downcast_ref::<ScdTable>().is_some());
             if !matches!(dml.op, WriteOp::Update | WriteOp::Delete) || !streaming {
                 return Ok(Transformed::no(node));
+            }
+            refuse_other_reads(dml)?;
+            let scans_target = dml.input.exists(|n| {
+                Ok(matches!(n, LogicalPlan::TableScan(scan) if scan.table_name == dml.table_name))
+            })?;
+            if !scans_target {
+                // the optimizer proved that no row matches (`WHERE 1 = 0`
+                // became an empty relation): without a scan of the target,
+                // DataFusion would pass no filter at all, which means every
+                // row; a scan filtered by `false` says no row
+                let empty = EmptyTable::new(dml.target.schema());
+                let scan = TableScanBuilder::new(
+                    dml.table_name.clone(),
+                    provider_as_source(Arc::new(empty)),
+                )
+                .with_filters(vec![lit(false)])
+                .build()?;
+                let dml = DmlStatement {
+                    input: Arc::new(LogicalPlan::TableScan(scan)),
+                    ..dml.clone()
+                };
+                return Ok(Transformed::new(
+                    LogicalPlan::Dml(dml),
+                    true,
+                    TreeNodeRecursion::Jump,
+                ));
             }
             let input = Arc::unwrap_or_clone(Arc::clone(&dml.input))
                 .transform_down(|input| match input {

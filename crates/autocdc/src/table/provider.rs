@@ -434,8 +434,15 @@ impl TableProvider for ScdTable {
         &self,
         state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
-        _op: InsertOp,
+        op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{op} on streaming table '{}' is not supported: INSERT adds rows; to replace \
+                 them, DELETE FROM {} then INSERT (or REFRESH the table FULL)",
+                self.name, self.name
+            )));
+        }
         let (table, dml) = self.writable("INSERT")?;
         dml.insert(table, state, input).await
     }
