@@ -2510,6 +2510,71 @@ async fn malformed_debezium_events_fail_or_are_rejects() {
     assert_eq!(rows(&s, "SELECT count(*) FROM t__rejects").await, ["| 2 |"]);
 }
 
+/// A Debezium source is sequenced by its connector's position in every
+/// update (PostgreSQL: the LSN): an event without one is a NULL sequence
+/// (the update fails, nothing committed) rather than a switch to
+/// timestamps that would make later LSNs look late. New files holding no
+/// row (tombstones, messages, a truncate) take the columns of the files
+/// read before: the tombstones and messages are nothing, the truncate
+/// applies.
+#[tokio::test]
+async fn debezium_updates_keep_their_sequence_and_read_rowless_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdc = dir.path().join("cdc");
+    std::fs::create_dir_all(&cdc).unwrap();
+    let event = |op: &str, id: i64, name: &str, lsn: Option<i64>| {
+        let lsn = lsn.map_or(String::new(), |l| format!(r#","lsn":{l}"#));
+        format!(
+            r#"{{"before":null,"after":{{"id":{id},"name":"{name}"}},"source":{{"connector":"postgresql","ts_ms":1700000000000{lsn}}},"op":"{op}","ts_ms":1700000000000}}"#
+        )
+    };
+    let write = |file: &str, lines: &[String]| {
+        std::fs::write(cdc.join(file), lines.join("\n") + "\n").unwrap();
+    };
+    write(
+        "part-0.json",
+        &[event("c", 1, "v1", Some(10)), event("c", 2, "w1", Some(11))],
+    );
+    let wh = dir.path().join("wh");
+    let s = CdcSession::open(AutoCdcConfig::new(wh.to_str().unwrap()))
+        .await
+        .unwrap();
+    let path = format!("{}/", cdc.to_str().unwrap());
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        &format!("CREATE FLOW f AS AUTO CDC INTO t FROM debezium('{path}') KEYS (id)"),
+    )
+    .await;
+    // an event without an LSN fails the update
+    write("part-1.json", &[event("u", 1, "v2", None)]);
+    let err = error_of(&s, "REFRESH STREAMING TABLE t").await;
+    assert!(
+        err.contains("flow 'f': SEQUENCE BY value is NULL for key (id=1); nothing was committed"),
+        "{err}"
+    );
+    // without it, later LSNs apply
+    std::fs::remove_file(cdc.join("part-1.json")).unwrap();
+    write("part-2.json", &[event("u", 1, "v3", Some(30))]);
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&s, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | v3 |", "| 2 | w1 |"]
+    );
+    // tombstones and a logical message only: nothing to apply
+    let message = r#"{"op":"m","ts_ms":1,"source":{"connector":"postgresql","lsn":31},"message":{"prefix":"p","content":"aGk="}}"#;
+    write("part-3.json", &["null".to_string(), message.to_string()]);
+    assert_eq!(
+        rows(&s, "REFRESH STREAMING TABLE t").await,
+        ["| f | 0 | 0 | 0 | 0 | 3 |"]
+    );
+    // a truncate only: it applies
+    let truncate = r#"{"before":null,"after":null,"source":{"connector":"postgresql","lsn":40},"op":"t","ts_ms":1}"#;
+    write("part-4.json", &[truncate.to_string()]);
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(rows(&s, "SELECT count(*) FROM t").await, ["| 0 |"]);
+}
+
 /// A column added to a Debezium source table after the first files: the
 /// layout samples the last events of every file too, so the column and its
 /// values reach the target in the same update. A column that only the

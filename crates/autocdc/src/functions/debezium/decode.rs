@@ -31,10 +31,13 @@
 //! |--------------------|------------------|------------------------------------------|
 //! | `postgresql`       | `PostgresLsn`    | Int64 `source.lsn`                       |
 //! | `mysql`            | `MySqlBinlog`    | Struct{file: Utf8, pos: Int64, row: Int32} from `source.file/pos/row` |
-//! | other, or the fields above missing in a sample | `TimestampMs` | Int64 `source.ts_ms`, else the event's `ts_ms` |
+//! | other              | `TimestampMs`    | Int64 `source.ts_ms`, else the event's `ts_ms` |
 //!
-//! A missing sequence value decodes as a NULL `_seq`; the caller decides
-//! what to do with it.
+//! The connector alone decides: a flow's events are ordered alike in every
+//! update, whatever one update's samples hold. A missing sequence value
+//! (a PostgreSQL event without `source.lsn`) decodes as a NULL `_seq`,
+//! which a flow reports as a NULL sequence (SPEC §2.2) rather than order
+//! the event by another measure.
 //!
 //! # Types (Connect schema → Arrow)
 //!
@@ -174,11 +177,27 @@ impl DebeziumLayout {
     /// (the caller passes the first few files or first ~1 MiB of them).
     /// Error (naming the file) when no event is found.
     pub(crate) fn infer(samples: &[(&str, &[u8])]) -> Result<Self> {
+        Self::infer_if_any(samples)?.ok_or_else(|| {
+            let files: Vec<String> = samples.iter().map(|(f, _)| format!("'{f}'")).collect();
+            DataFusionError::Execution(format!(
+                "debezium: no change event with a row found in {}",
+                if files.is_empty() {
+                    "the (empty) sample".to_string()
+                } else {
+                    files.join(", ")
+                }
+            ))
+        })
+    }
+
+    /// The layout of `samples`, or `None` when no event in them has a row
+    /// (only tombstones, messages or truncates): their columns are unknown.
+    pub(crate) fn infer_if_any(samples: &[(&str, &[u8])]) -> Result<Option<Self>> {
         let mut inference = Inference::default();
         for (file, bytes) in samples {
             inference.add_file(file, bytes)?;
         }
-        inference.finish(samples)
+        inference.finish()
     }
 
     /// Output schema: the row columns (in the order of the `after`/`before`
@@ -830,9 +849,6 @@ struct Inference {
     value_columns: Vec<(String, ValueKind)>,
     /// The first connector seen and its file.
     connector: Option<(String, String)>,
-    /// Whether every sampled event had the PostgreSQL / MySQL positions.
-    all_lsn: bool,
-    all_binlog: bool,
 }
 
 /// The JSON kinds seen for one column of schema-less events.
@@ -888,9 +904,8 @@ impl Inference {
         if payload.get("op").and_then(Value::as_str) == Some("m") {
             return Ok(());
         }
-        let first = self.events == 0;
         self.events += 1;
-        self.add_source(file, &payload, first)?;
+        self.add_source(file, &payload)?;
         match schema.as_ref().and_then(row_schema) {
             Some(fields) => {
                 self.has_schema = true;
@@ -903,15 +918,11 @@ impl Inference {
         Ok(())
     }
 
-    /// Track the connector and whether its positions are present.
-    fn add_source(&mut self, file: &str, payload: &Map<String, Value>, first: bool) -> Result<()> {
+    /// Track the connector (it decides the sequence: one for every update
+    /// of a flow, whatever its samples hold).
+    fn add_source(&mut self, file: &str, payload: &Map<String, Value>) -> Result<()> {
         let source = payload.get("source").and_then(Value::as_object);
         let get = |key: &str| source.and_then(|s| s.get(key));
-        let has_lsn = get("lsn").is_some_and(Value::is_i64);
-        let has_binlog =
-            get("file").is_some_and(Value::is_string) && get("pos").is_some_and(Value::is_i64);
-        self.all_lsn = has_lsn && (first || self.all_lsn);
-        self.all_binlog = has_binlog && (first || self.all_binlog);
         if let Some(connector) = get("connector").and_then(Value::as_str) {
             match &self.connector {
                 None => self.connector = Some((connector.to_string(), file.to_string())),
@@ -972,21 +983,13 @@ impl Inference {
         Ok(())
     }
 
-    fn finish(self, samples: &[(&str, &[u8])]) -> Result<DebeziumLayout> {
+    fn finish(self) -> Result<Option<DebeziumLayout>> {
         if self.events == 0 {
-            let files: Vec<String> = samples.iter().map(|(f, _)| format!("'{f}'")).collect();
-            return Err(DataFusionError::Execution(format!(
-                "debezium: no change event found in {}",
-                if files.is_empty() {
-                    "the (empty) sample".to_string()
-                } else {
-                    files.join(", ")
-                }
-            )));
+            return Ok(None);
         }
         let sequence = match self.connector.as_ref().map(|(c, _)| c.as_str()) {
-            Some("postgresql") if self.all_lsn => SequenceKind::PostgresLsn,
-            Some("mysql") if self.all_binlog => SequenceKind::MySqlBinlog,
+            Some("postgresql") => SequenceKind::PostgresLsn,
+            Some("mysql") => SequenceKind::MySqlBinlog,
             _ => SequenceKind::TimestampMs,
         };
         let (columns, coerce_primitive) = if self.has_schema {
@@ -1003,7 +1006,14 @@ impl Inference {
                 .collect::<Result<Vec<_>>>()?;
             (columns, mixed)
         };
-        Ok(DebeziumLayout::new(columns, sequence, coerce_primitive))
+        if columns.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(DebeziumLayout::new(
+            columns,
+            sequence,
+            coerce_primitive,
+        )))
     }
 }
 
@@ -1820,13 +1830,48 @@ mod tests {
             col::<Int64Array>(batch, SEQ_COL).values(),
             &[1559729468470, 1559033904863, 1559033904863]
         );
-        // PostgreSQL without lsn in a sample also falls back to timestamps
+    }
+
+    /// The connector decides the sequence, not what a sample holds: a
+    /// PostgreSQL event without an LSN has a NULL `_seq` (an error to a
+    /// flow), never a timestamp that would order it among LSNs.
+    #[test]
+    fn a_postgres_event_without_lsn_has_no_sequence() {
         let mut pg = pg_source(1, 5);
         pg["lsn"] = Value::Null;
-        let bytes = lines(&[payload("c", Value::Null, json!({"id": 1}), pg).to_string()]);
-        assert_eq!(
-            layout_of("pg.json", &bytes).sequence(),
-            SequenceKind::TimestampMs
+        let bytes = lines(&[
+            payload("c", Value::Null, json!({"id": 1}), pg).to_string(),
+            payload("c", Value::Null, json!({"id": 2}), pg_source(30, 6)).to_string(),
+        ]);
+        let layout = layout_of("pg.json", &bytes);
+        assert_eq!(layout.sequence(), SequenceKind::PostgresLsn);
+        let batch = &layout.decode("pg.json", &bytes, 100).unwrap()[0];
+        let seq = col::<Int64Array>(batch, SEQ_COL);
+        assert!(seq.is_null(0));
+        assert_eq!(seq.value(1), 30);
+    }
+
+    /// Samples without any row image (tombstones, messages, truncates)
+    /// leave the columns unknown: no layout, so that the reader can take
+    /// one from files read before.
+    #[test]
+    fn samples_without_a_row_have_no_layout() {
+        let truncate = json!({"op": "t", "ts_ms": 1, "source": pg_source(20, 1),
+                              "before": null, "after": null});
+        let message = json!({"op": "m", "ts_ms": 1, "source": pg_source(21, 1),
+                             "message": {"prefix": "p", "content": "aGk="}});
+        let bytes = lines(&[
+            "null".to_string(),
+            truncate.to_string(),
+            message.to_string(),
+        ]);
+        assert!(DebeziumLayout::infer_if_any(&[("t.json", &bytes)])
+            .unwrap()
+            .is_none());
+        let err = err_of(DebeziumLayout::infer(&[("t.json", &bytes)]));
+        assert!(
+            err.contains("no change event with a row found in 't.json'"),
+            "{err}"
         );
     }
 
@@ -1849,7 +1894,7 @@ mod tests {
     fn no_event_is_an_error() {
         let err = err_of(DebeziumLayout::infer(&[("empty.json", b"\nnull\n")]));
         assert!(
-            err.contains("no change event found in 'empty.json'"),
+            err.contains("no change event with a row found in 'empty.json'"),
             "{err}"
         );
     }

@@ -128,8 +128,29 @@ impl DebeziumTable {
             .iter()
             .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
             .collect();
-        let mut layout =
-            DebeziumLayout::infer(&refs).map_err(|e| e.context(format!("debezium('{path}')")))?;
+        let context = |e: DataFusionError| e.context(format!("debezium('{path}')"));
+        let mut layout = match DebeziumLayout::infer_if_any(&refs).map_err(context)? {
+            Some(layout) => layout,
+            // new files of tombstones, messages or truncates only: their
+            // columns are those of the files read before
+            None if !files.is_empty() && !sample.is_empty() => {
+                let earlier: Vec<(String, Vec<u8>)> =
+                    futures::stream::iter(sample.iter().take(SAMPLE_FILES).cloned())
+                        .map(|meta| {
+                            read_sample(Arc::clone(&store), meta, Sample::Head, objects_only)
+                        })
+                        .buffered(SAMPLE_READS)
+                        .try_collect()
+                        .await?;
+                let all: Vec<(&str, &[u8])> = earlier
+                    .iter()
+                    .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
+                    .chain(refs.iter().copied())
+                    .collect();
+                DebeziumLayout::infer(&all).map_err(context)?
+            }
+            None => DebeziumLayout::infer(&refs).map_err(context)?,
+        };
         let moved = match flow {
             Some(flow) => Some(Arc::new(MovedKeys::try_new(&layout.schema(), flow.keys)?)),
             None => None,
