@@ -8,8 +8,10 @@
 //! | `FROM (query)`, snapshot and version queries      | every relation named, `STREAM t` / `stream(t)`, `table_changes('t', …)`, `table_as_of('t', …)`, `scd2_as_of('t', …)`, `bitemporal_as_of('t', …)`, `event_log('t')` |
 //! | a Rust snapshot function                          | none (it is opaque)    |
 //!
-//! Names that are not streaming tables of the warehouse (plain tables, CTE
-//! names, files) are sources, not part of the pipeline.
+//! A view of the session is read through: a flow reading it reads the
+//! relations its query reads ([`through_views`]). Names that are not
+//! streaming tables of the warehouse (plain tables, CTE names, files) are
+//! sources, not part of the pipeline.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::ControlFlow;
@@ -139,6 +141,27 @@ impl Visitor for Relations {
     }
 }
 
+/// Views a flow may read, each with the relations its query reads (views
+/// among them): a flow reading a view reads what the view reads.
+pub type Views = BTreeMap<TableName, BTreeSet<TableName>>;
+
+/// `reads` with each view replaced by what it reads, through nested views.
+pub fn through_views(reads: BTreeSet<TableName>, views: &Views) -> BTreeSet<TableName> {
+    let mut found = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    let mut queue: VecDeque<TableName> = reads.into_iter().collect();
+    while let Some(name) = queue.pop_front() {
+        match views.get(&name) {
+            Some(read) if seen.insert(name.clone()) => queue.extend(read.iter().cloned()),
+            Some(_) => {}
+            None => {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
 /// The streaming tables of a pipeline and, for each, those its flows read.
 #[derive(Debug, Default, Clone)]
 pub struct PipelineGraph {
@@ -149,14 +172,24 @@ pub struct PipelineGraph {
 impl PipelineGraph {
     /// The graph of `tables` (each with its flows); reads of anything else
     /// are sources.
+    #[cfg(test)]
     pub fn new<'a>(
         tables: impl IntoIterator<Item = (TableName, impl IntoIterator<Item = &'a FlowSpec>)>,
+    ) -> Result<Self> {
+        Self::with_views(tables, &Views::new())
+    }
+
+    /// The graph of `tables`, where a flow reading one of `views` reads
+    /// what the view reads.
+    pub fn with_views<'a>(
+        tables: impl IntoIterator<Item = (TableName, impl IntoIterator<Item = &'a FlowSpec>)>,
+        views: &Views,
     ) -> Result<Self> {
         let mut reads: BTreeMap<TableName, BTreeSet<TableName>> = BTreeMap::new();
         for (table, flows) in tables {
             let entry = reads.entry(table).or_default();
             for flow in flows {
-                entry.extend(flow_reads(flow)?);
+                entry.extend(through_views(flow_reads(flow)?, views));
             }
         }
         let members: BTreeSet<TableName> = reads.keys().cloned().collect();

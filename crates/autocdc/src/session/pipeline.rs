@@ -35,12 +35,15 @@ use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result, ScalarValue, TableReference};
+use datafusion::datasource::ViewTable;
+use datafusion::logical_expr::LogicalPlan;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::CdcSession;
 use crate::metrics::{run_count_fields, PipelineUpdate, TableStatus, TableUpdate, UpdateMetrics};
-use crate::pipeline::dependencies::{flow_reads, PipelineGraph};
+use crate::pipeline::dependencies::{flow_reads, through_views, PipelineGraph, Views};
 use crate::pipeline::source::{in_from_clause, plan_changes};
 use crate::spec::{FlowSource, FlowSpec};
 use crate::sql::FullRefresh;
@@ -114,15 +117,67 @@ impl CdcSession {
     /// The pipeline of the warehouse's streaming tables (of `schema` only).
     async fn pipeline_graph(&self, schema: Option<&str>) -> Result<PipelineGraph> {
         let mut tables = Vec::new();
+        let mut reads = BTreeSet::new();
         for name in self.warehouse.list_tables().await? {
             if schema.is_some_and(|s| name.schema != s) {
                 continue;
             }
             let table = self.table(&name).await?;
             let flows: Vec<FlowSpec> = table.meta().flows.into_values().collect();
+            for flow in &flows {
+                reads.extend(flow_reads(flow)?);
+            }
             tables.push((name, flows));
         }
-        PipelineGraph::new(tables.iter().map(|(n, f)| (n.clone(), f.iter())))
+        let members: BTreeSet<TableName> = tables.iter().map(|(n, _)| n.clone()).collect();
+        let views = self.views_among(reads, &members).await?;
+        PipelineGraph::with_views(tables.iter().map(|(n, f)| (n.clone(), f.iter())), &views)
+    }
+
+    /// The session's views among `names` (none of `tables`, the
+    /// streaming tables), each with the relations its query reads, and
+    /// the views among those in turn.
+    async fn views_among(
+        &self,
+        names: BTreeSet<TableName>,
+        tables: &BTreeSet<TableName>,
+    ) -> Result<Views> {
+        let mut views = Views::new();
+        let mut seen = BTreeSet::new();
+        let mut queue: VecDeque<TableName> = names.into_iter().collect();
+        while let Some(name) = queue.pop_front() {
+            if tables.contains(&name) || !seen.insert(name.clone()) {
+                continue;
+            }
+            let reference = TableReference::partial(name.schema.as_str(), name.table.as_str());
+            let Ok(provider) = self.ctx.table_provider(reference).await else {
+                continue;
+            };
+            let Some(view) = provider.downcast_ref::<ViewTable>() else {
+                continue;
+            };
+            let mut read = BTreeSet::new();
+            view.logical_plan().apply_with_subqueries(|node| {
+                if let LogicalPlan::TableScan(scan) = node {
+                    let parts: Vec<String> = match &scan.table_name {
+                        TableReference::Bare { table } => vec![table.to_string()],
+                        TableReference::Partial { schema, table } => {
+                            vec![schema.to_string(), table.to_string()]
+                        }
+                        TableReference::Full {
+                            catalog,
+                            schema,
+                            table,
+                        } => vec![catalog.to_string(), schema.to_string(), table.to_string()],
+                    };
+                    read.extend(TableName::from_parts(&parts).ok());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+            queue.extend(read.iter().cloned());
+            views.insert(name, read);
+        }
+        Ok(views)
     }
 
     /// Refuse `flow` into `target` if the tables it reads read `target`.
@@ -132,6 +187,9 @@ impl CdcSession {
             return Ok(());
         }
         let graph = self.pipeline_graph(None).await?;
+        let members: BTreeSet<TableName> = graph.upstream.keys().cloned().collect();
+        let views = self.views_among(reads.clone(), &members).await?;
+        let reads = through_views(reads, &views);
         for upstream in &reads {
             let path = if upstream == target {
                 Some(vec![target.clone()])
