@@ -32,7 +32,7 @@ use datafusion::scalar::ScalarValue;
 use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
 use crate::logical::{CdcCommitNode, CdcWriteNode};
-use crate::spec::resolve::{storage_type, written_at_type, written_at_value};
+use crate::spec::resolve::{storage_type, written_at_type, written_at_value, RESERVED_COLUMNS};
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;
 use crate::table::commit::{ChangeFeed, CommitRequest, MetadataChange, Replaces};
@@ -74,6 +74,18 @@ pub async fn plan_append(
             return Err(DataFusionError::Plan(format!(
                 "flow '{}': column '{}' uses the reserved prefix {INTERNAL_PREFIX}",
                 flow.name,
+                field.name()
+            )));
+        }
+        // (a table with them would read as an SCD 2 or BITEMPORAL target)
+        if RESERVED_COLUMNS.contains(&field.name().to_lowercase().as_str()) {
+            return Err(DataFusionError::Plan(format!(
+                "flow '{}': column '{}' of the query uses a name reserved for the history \
+                 columns of SCD 2 and BITEMPORAL targets ({}); rename it in the query \
+                 (SELECT {} AS …)",
+                flow.name,
+                field.name(),
+                RESERVED_COLUMNS.join(", "),
                 field.name()
             )));
         }

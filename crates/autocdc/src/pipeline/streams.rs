@@ -405,9 +405,9 @@ pub(super) async fn plan_query(
                 if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
                     return Err(not_append_only(mode, &stream.table, *first));
                 }
-                let columns: Vec<String> = table
-                    .meta()
-                    .user_schema
+                // the columns a read of the table shows (an SCD 2 target's
+                // `__start_at` / `__end_at` among them)
+                let columns: Vec<String> = TableProvider::schema(table)
                     .fields()
                     .iter()
                     .map(|f| Ident::with_quote(quote, f.name()).to_string())

@@ -1,9 +1,10 @@
-//! `INSERT INTO t ...` on an SCD 1 target: new keys become live rows.
+//! `INSERT INTO t ...` on an SCD 1 target: new keys become live rows (on
+//! an append flow's table, which has no keys: new rows).
 
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use datafusion::common::{Column, DataFusionError, Result};
+use datafusion::common::{Column, DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{collect, ExecutionPlan};
@@ -67,6 +68,35 @@ pub(super) async fn insert_scd1(
             table.name()
         ))
     };
+    if keys.is_empty() {
+        // an append flow's table: rows have no key, each row is new
+        let columns = file_columns(&table);
+        let new = NewRows::new(&table, &state, refuse)?;
+        let new_rows = |kind: i8| -> Result<LogicalPlan> {
+            let projection = new.projection(kind, lit(ScalarValue::Null), |c| {
+                schema
+                    .field_with_name(c)
+                    .is_ok()
+                    .then(|| Expr::Column(Column::new(Some("__cdc_insert"), c)))
+            });
+            source()?.project(projection)?.build()
+        };
+        let kept = raw_plan(&table)?
+            .project(columns.iter().map(|c| column(c)).collect::<Vec<_>>())?
+            .build()?;
+        let changed = LogicalPlanBuilder::from(new_rows(Kind::Upsert as i8)?)
+            .union(new_rows(CHANGE_INSERT)?)?
+            .build()?;
+        let replacing = deletion_vector_budget(&state, &table)
+            .await?
+            .map_or(Replacing::Rewrite, Replacing::UpTo);
+        return Ok(Statement {
+            rows: StatementRows { changed, kept },
+            replacing,
+            upserted: inserted,
+            deleted: 0,
+        });
+    }
     let key_cols = || keys.iter().map(|k| column(k)).collect::<Vec<_>>();
     // NULL keys, keys inserted twice, keys live already
     let null_key = keys
