@@ -128,13 +128,33 @@ impl CdcSession {
             };
         let table = self.table(&name).await?;
         table.refresh().await?;
-        if full && analyze {
-            self.clear(&table).await?;
+        let cleared = match full && analyze {
+            true => Some(self.clear(&table).await?),
+            false => None,
+        };
+        match self
+            .explain_flows(&table, full, analyze, verbose, format)
+            .await
+        {
+            Ok(batches) => self.ctx.read_batches(batches),
+            Err(e) => Err(self.undo_clear(&table, cleared, e).await),
         }
+    }
+
+    /// The plans of `table`'s flows (run, with ANALYZE).
+    async fn explain_flows(
+        &self,
+        table: &Arc<ScdTable>,
+        full: bool,
+        analyze: bool,
+        verbose: bool,
+        format: Option<&str>,
+    ) -> Result<Vec<RecordBatch>> {
+        let name = table.name();
         let state = self.ctx.state();
         let format = explain_format(&state, format, analyze, verbose)?;
         let mut batches = Vec::new();
-        for flow in Self::flows_to_run(&table, full) {
+        for flow in Self::flows_to_run(table, full) {
             // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
             let planning = if analyze {
                 // (an update run here delivers its rejects as REFRESH does:
@@ -163,7 +183,7 @@ impl CdcSession {
                 "streaming table '{name}' has no flow to explain"
             )));
         }
-        self.ctx.read_batches(batches)
+        Ok(batches)
     }
 
     /// `EXPLAIN [ANALYZE] MERGE INTO …`: the statement's physical plan (its

@@ -127,7 +127,7 @@ impl CdcSession {
 
 /// The target's key columns as stored (`None`: no keyed flow, rows have no
 /// identity).
-fn target_keys(table: &ScdTable) -> Option<Vec<String>> {
+pub(super) fn target_keys(table: &ScdTable) -> Option<Vec<String>> {
     let meta = table.meta();
     let flow = meta
         .flows
