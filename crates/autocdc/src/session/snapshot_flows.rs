@@ -76,7 +76,10 @@ impl CdcSession {
             let Some((plan, version)) = next else { break };
             let version = match &meta.sequence_type {
                 Some(t) if version.data_type() != *t => {
-                    if !(version.data_type().is_integer() && t.is_integer()) {
+                    // the version as stored (a timestamp's microseconds, say),
+                    // or an integer of another width
+                    let stored = crate::spec::resolve::storage_type(&version.data_type());
+                    if stored != *t && !(version.data_type().is_integer() && t.is_integer()) {
                         return Err(DataFusionError::Plan(format!(
                             "flow '{}': the snapshot version type {} differs from the target's sequence type {t}",
                             spec.name,
