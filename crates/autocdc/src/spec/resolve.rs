@@ -756,10 +756,31 @@ pub fn resolve(
         };
         return Err(flow_err(flow, "SEQUENCE BY", format!("{what} has type {seq_source_type}, which is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
     }
-    let sequence_type = storage_type(&seq_source_type);
+    let mut sequence_type = storage_type(&seq_source_type);
     if let Some(existing) = &target.sequence_type {
-        if *existing != sequence_type {
-            return Err(flow_err(flow, "SEQUENCE BY", format!("type {sequence_type} differs from the target's sequence type {existing} (set by its other flows)")));
+        if widens(&sequence_type, existing) {
+            // a narrower sequence orders among the stored ones as their type
+            sequence_type = existing.clone();
+        } else if *existing != sequence_type {
+            let why = match widens(existing, &sequence_type) {
+                true => {
+                    "the target stores its sequences (and __START_AT / __END_AT) as that \
+                         type, which cannot widen: cast the sequence to it, or store the \
+                         events in a new target"
+                }
+                false => {
+                    "a target's events are ordered by one sequence type, fixed by its \
+                          first update"
+                }
+            };
+            return Err(flow_err(
+                flow,
+                "SEQUENCE BY",
+                format!(
+                    "type {sequence_type} differs from the target's sequence type {existing}: \
+                     {why}; nothing was committed"
+                ),
+            ));
         }
     }
 
