@@ -18,6 +18,7 @@ use std::ops::Not;
 use std::sync::Arc;
 
 use datafusion::common::{plan_err, Column, Result, ScalarValue};
+use datafusion::functions::string::expr_fn::concat;
 use datafusion::functions_window::expr_fn::lead;
 use datafusion::logical_expr::{
     cast, col, lit, when, Expr, ExprFunctionExt, Extension, JoinType, LogicalPlan,
@@ -29,9 +30,10 @@ use crate::fold::columns::{
     change_type_name, Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
     INTERNAL_PREFIX, KIND_COL, SEQ_COL,
 };
+use crate::functions::raise::raise_if;
 use crate::logical::AutoCdcNode;
 use crate::pipeline::fold_spec;
-use crate::spec::resolve::{resolve, TargetShape};
+use crate::spec::resolve::{is_orderable, resolve, TargetShape};
 use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 use crate::table::commit::CHANGE_TYPE_COL;
 
@@ -90,12 +92,23 @@ const SNAPSHOT_GONE: &str = "__snapshot_gone";
 /// are columns of `snapshots`; the events carry every other column, then
 /// `SNAPSHOT_VERSION` and `SNAPSHOT_GONE`.
 pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> Result<DataFrame> {
+    snapshot_events_of("snapshots", snapshots, keys, version)
+}
+
+/// [`snapshot_events`] for flow `flow` (its name in the errors): a key twice
+/// in one snapshot fails the query, naming key and version.
+fn snapshot_events_of(
+    flow: &str,
+    snapshots: DataFrame,
+    keys: &[String],
+    version: &str,
+) -> Result<DataFrame> {
     let column = |name: &str| Expr::Column(Column::new_unqualified(name));
     let schema = snapshots.schema().as_arrow().clone();
     if schema.field_with_name(version).is_err() {
         let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         return plan_err!(
-            "snapshots VERSION BY {version}: '{version}' is not a column of the snapshots ({})",
+            "flow '{flow}': VERSION BY: column '{version}' does not exist in the snapshots ({})",
             columns.join(", ")
         );
     }
@@ -105,7 +118,41 @@ pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> 
         .map(|f| f.name().as_str())
         .filter(|n| *n != version)
         .collect();
-    let present = snapshots.clone().select(
+    // each row with its key's next version present (the same version: the
+    // key is twice in that snapshot, an error)
+    const NEXT: &str = "__snapshot_next";
+    const KEY_NEXT: &str = "__snapshot_key_next";
+    const AT: &str = "__snapshot_at";
+    let order = || vec![column(version).sort(true, false)];
+    let key_next = snapshots.clone().select(
+        schema
+            .fields()
+            .iter()
+            .map(|f| column(f.name()))
+            .chain([lead(column(version), Some(1), None)
+                .partition_by(keys.iter().map(|k| column(k)).collect())
+                .order_by(order())
+                .build()?
+                .alias(KEY_NEXT)])
+            .collect::<Vec<_>>(),
+    )?;
+    let twice = keys
+        .iter()
+        .map(|k| column(k).is_not_null())
+        .fold(column(KEY_NEXT).eq(column(version)), Expr::and);
+    let mut message = vec![lit(format!("flow '{flow}': duplicate key ("))];
+    for (i, k) in keys.iter().enumerate() {
+        let separator = if i == 0 { "" } else { ", " };
+        message.push(lit(format!("{separator}{k}=")));
+        message.push(cast(column(k), arrow::datatypes::DataType::Utf8));
+    }
+    message.push(lit(") in the snapshot at version "));
+    message.push(cast(column(version), arrow::datatypes::DataType::Utf8));
+    message.push(lit("; nothing was committed"));
+    let key_next = key_next.filter(raise_if(
+        when(twice, concat(message)).otherwise(lit(ScalarValue::Utf8(None)))?,
+    ))?;
+    let present = key_next.clone().select(
         values
             .iter()
             .map(|n| column(n))
@@ -116,12 +163,7 @@ pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> 
             .collect::<Vec<_>>(),
     )?;
     // each version and the one after it
-    const NEXT: &str = "__snapshot_next";
-    const KEY_NEXT: &str = "__snapshot_key_next";
-    const AT: &str = "__snapshot_at";
-    let order = || vec![column(version).sort(true, false)];
     let next = snapshots
-        .clone()
         .select(vec![column(version).alias(AT)])?
         .distinct()?
         .select(vec![
@@ -131,20 +173,6 @@ pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> 
                 .build()?
                 .alias(NEXT),
         ])?;
-    // each key's next version present
-    let key_next = snapshots.select(
-        keys.iter()
-            .map(|k| column(k))
-            .chain([
-                column(version),
-                lead(column(version), Some(1), None)
-                    .partition_by(keys.iter().map(|k| column(k)).collect())
-                    .order_by(order())
-                    .build()?
-                    .alias(KEY_NEXT),
-            ])
-            .collect::<Vec<_>>(),
-    )?;
     let gone = key_next
         .join_on(next, JoinType::Inner, [column(version).eq(column(AT))])?
         .filter(
@@ -177,6 +205,50 @@ pub fn snapshot_events(snapshots: DataFrame, keys: &[String], version: &str) -> 
             .collect::<Vec<_>>(),
     )?;
     present.union(gone)
+}
+
+/// The clauses of a snapshots relation checked against `snapshots` as a
+/// flow's are against its source, with a flow's messages.
+fn check_snapshot_clauses(snapshots: &DataFrame, flow: &FlowSpec, version: &str) -> Result<()> {
+    let schema = snapshots.schema().as_arrow();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let Ok(field) = schema.field_with_name(version) else {
+        return plan_err!(
+            "flow '{}': VERSION BY: column '{version}' does not exist in the snapshots ({})",
+            flow.name,
+            names.join(", ")
+        );
+    };
+    if !is_orderable(field.data_type()) {
+        return plan_err!(
+            "flow '{}': VERSION BY: column '{version}' has type {}, which is not orderable \
+             (use integers, decimals, dates, timestamps, strings or a STRUCT of those)",
+            flow.name,
+            field.data_type()
+        );
+    }
+    for key in &flow.keys {
+        if key == version {
+            return plan_err!(
+                "flow '{}': KEYS: column '{key}' is the VERSION BY column; a snapshot's rows \
+                 are keyed by other columns",
+                flow.name
+            );
+        }
+        if !names.contains(&key.as_str()) {
+            return plan_err!(
+                "flow '{}': KEYS: column '{key}' does not exist in the snapshots ({})",
+                flow.name,
+                names
+                    .iter()
+                    .filter(|n| **n != version)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 impl AutoCdcDataFrame for DataFrame {
@@ -276,7 +348,8 @@ fn fold(events: DataFrame, flow: &FlowSpec, output: Output) -> Result<DataFrame>
 /// The snapshots of `snapshots` (one per value of `version`) folded by
 /// `flow`: the rows, or the change feed (`output`).
 fn diff(snapshots: DataFrame, flow: &FlowSpec, version: &str, output: Output) -> Result<DataFrame> {
-    let events = snapshot_events(snapshots, &flow.keys, version)?;
+    check_snapshot_clauses(&snapshots, flow, version)?;
+    let events = snapshot_events_of(&flow.name, snapshots, &flow.keys, version)?;
     let mut flow = flow.clone();
     flow.sequence_by = Some(SequenceBy::Column(SNAPSHOT_VERSION.to_string()));
     flow.apply_as_deletes = Some(SNAPSHOT_GONE.to_string());

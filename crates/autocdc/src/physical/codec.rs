@@ -26,6 +26,7 @@ use std::sync::Arc;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::TaskContext;
+use datafusion::logical_expr::ScalarUDF;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use object_store::path::Path;
@@ -38,6 +39,7 @@ use url::Url;
 
 use super::{AutoCdcExec, CdcWriteExec, SnapshotDiffExec};
 use crate::fold::FoldSpec;
+use crate::functions::raise::{raise_udf, RAISE};
 use crate::logical::WriteRequest;
 use crate::table::commit::ChangeFeed;
 use crate::table::plain_files::{RowMask, StoredFilesExec};
@@ -324,5 +326,22 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
         };
         serde_json::to_writer(buf, &payload)
             .map_err(|e| DataFusionError::Internal(format!("CdcPhysicalCodec: {e}")))
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        // ours by name; DataFusion's own are looked up by name where decoded
+        if node.name() == RAISE {
+            buf.extend_from_slice(RAISE.as_bytes());
+        }
+        Ok(())
+    }
+
+    fn try_decode_udf(&self, name: &str, _buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        match name {
+            RAISE => Ok(raise_udf()),
+            _ => Err(DataFusionError::NotImplemented(format!(
+                "CdcPhysicalCodec: no scalar function '{name}'"
+            ))),
+        }
     }
 }
