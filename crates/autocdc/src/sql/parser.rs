@@ -245,7 +245,9 @@ pub fn replace_auto_cdc_relations(
             let after = &words[i - 1];
             is_word(after, "FROM") || is_word(after, "JOIN") || after.token == Token::Comma
         };
-        let at = (1..words.len().saturating_sub(2)).find(|&i| {
+        // the last one first: a relation nested in another's query starts
+        // after it, and is a name by the time the outer one is parsed
+        let at = (1..words.len().saturating_sub(2)).rev().find(|&i| {
             relation_at(i)
                 && ((is_word(words[i], "AUTO")
                     && is_word(words[i + 1], "CDC")
