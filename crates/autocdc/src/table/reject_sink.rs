@@ -1,7 +1,7 @@
 //! The events a flow run rejects, from the operators that find them to the
 //! file its commit names ([`super::rejects`] delivers it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray};
@@ -38,19 +38,22 @@ pub(crate) fn pending_schema() -> SchemaRef {
 }
 
 /// Source lines a scan could not read (a malformed Debezium event), kept
-/// for the rejects of the run that read them: `(reason, line as written)`.
+/// for the rejects of the run that read them: line as written, by reason.
+/// The reason names file and line, so a line read twice in one run (an SCD
+/// 1 flow's source is also read for its truncates) is kept once.
 #[derive(Debug, Default)]
 pub struct UnreadableLines {
-    lines: Mutex<Vec<(String, String)>>,
+    lines: Mutex<BTreeMap<String, String>>,
 }
 
 impl UnreadableLines {
-    /// Keep one line.
+    /// Keep one line (once, however often it is read).
     pub fn push(&self, reason: String, text: String) -> Result<()> {
         self.lines
             .lock()
             .map_err(|_| DataFusionError::Internal("the unreadable lines are poisoned".into()))?
-            .push((reason, text));
+            .entry(reason)
+            .or_insert(text);
         Ok(())
     }
 
@@ -59,7 +62,9 @@ impl UnreadableLines {
             .lines
             .lock()
             .map_err(|_| DataFusionError::Internal("the unreadable lines are poisoned".into()))?
-            .clone())
+            .iter()
+            .map(|(reason, text)| (reason.clone(), text.clone()))
+            .collect())
     }
 }
 
