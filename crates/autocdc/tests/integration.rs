@@ -2520,6 +2520,37 @@ async fn malformed_debezium_events_fail_or_are_rejects() {
     assert_eq!(rows(&s, "SELECT count(*) FROM t__rejects").await, ["| 2 |"]);
 }
 
+/// A warehouse whose rejects table is gone (an earlier version let DROP
+/// remove it alone) opens: the rejects table is created again and the
+/// target's next rejects reach it.
+#[tokio::test]
+async fn a_warehouse_without_a_targets_rejects_table_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap();
+    {
+        let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+        exec(
+            &s,
+            "CREATE TABLE feed (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+        )
+        .await;
+        exec(
+            &s,
+            "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.rejects' = 'true')",
+        )
+        .await;
+        exec(
+            &s,
+            "CREATE FLOW f AS AUTO CDC INTO t FROM feed KEYS (id) SEQUENCE BY seq",
+        )
+        .await;
+    }
+    std::fs::remove_dir_all(dir.path().join("public").join("t__rejects")).unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    assert_eq!(rows(&s, "SELECT * FROM t").await, ["| 1 | a | 1 |"]);
+    assert_eq!(rows(&s, "SELECT count(*) FROM t__rejects").await, ["| 0 |"]);
+}
+
 /// A Debezium source is sequenced by its connector's position in every
 /// update (PostgreSQL: the LSN): an event without one is a NULL sequence
 /// (the update fails, nothing committed) rather than a switch to

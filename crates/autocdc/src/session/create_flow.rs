@@ -134,7 +134,20 @@ impl CdcSession {
         if !takes_rejects(&table.meta().properties) {
             return Ok(());
         }
-        let rejects = self.table(&rejects_table_name(table.name())).await?;
+        let name = rejects_table_name(table.name());
+        if !self.warehouse.exists(&name).await? {
+            // (dropped by an earlier version, which let it go alone)
+            let dialect = self
+                .ctx
+                .state()
+                .config()
+                .options()
+                .sql_parser
+                .dialect
+                .to_string();
+            self.create_rejects_table_of(table.name(), &dialect).await?;
+        }
+        let rejects = self.table(&name).await?;
         deliver(table, &rejects, self.clock.now().timestamp_micros()).await?;
         Ok(())
     }

@@ -15,6 +15,7 @@ use crate::table::properties::{
     TABLE_KEY, TOMBSTONE_GC_PROPERTY,
 };
 use crate::table::rejects::{rejects_table_name, takes_rejects, REJECTS_COLUMNS, REJECTS_PROPERTY};
+use crate::table::TableName;
 use crate::table::{delta_err, ScdTable};
 
 use super::CdcSession;
@@ -209,8 +210,18 @@ impl CdcSession {
 
     /// `<t>__rejects` of a target with rejects on, unless it exists.
     async fn create_rejects_table(&self, target: &CreateStreamingTable) -> Result<()> {
+        self.create_rejects_table_of(&target.name, &target.dialect)
+            .await
+    }
+
+    /// `<target>__rejects`, unless it exists (statements in `dialect`).
+    pub(super) async fn create_rejects_table_of(
+        &self,
+        target: &TableName,
+        dialect: &str,
+    ) -> Result<()> {
         let rejects = CreateStreamingTable {
-            name: rejects_table_name(&target.name),
+            name: rejects_table_name(target),
             or_refresh: false,
             if_not_exists: true,
             columns: REJECTS_COLUMNS
@@ -218,7 +229,7 @@ impl CdcSession {
                 .map(|(name, ty)| (name.to_string(), ty.to_string()))
                 .collect(),
             properties: vec![],
-            dialect: target.dialect.clone(),
+            dialect: dialect.to_string(),
             query: None,
             flow: None,
             expectations: vec![],

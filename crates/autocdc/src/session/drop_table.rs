@@ -2,6 +2,7 @@
 
 use datafusion::common::{DataFusionError, Result, TableReference};
 
+use crate::table::rejects::{rejects_table_name, takes_rejects, REJECTS_SUFFIX};
 use crate::table::TableName;
 
 use super::CdcSession;
@@ -16,7 +17,41 @@ impl CdcSession {
                 "streaming table '{name}' does not exist"
             )));
         }
+        // a target's rejects table goes with its target, not alone
+        if let Some(target) = name.table.strip_suffix(REJECTS_SUFFIX) {
+            let target = TableName {
+                schema: name.schema.clone(),
+                table: target.to_string(),
+            };
+            if self.warehouse.exists(&target).await? && self.takes_rejects(&target).await {
+                return Err(DataFusionError::Plan(format!(
+                    "DROP STREAMING TABLE {name}: it holds the rejected events of '{target}' \
+                     (autocdc.rejects = true); DROP STREAMING TABLE {target} drops both"
+                )));
+            }
+        }
+        let rejects = rejects_table_name(name);
+        let drops_rejects =
+            self.takes_rejects(name).await && self.warehouse.exists(&rejects).await?;
         self.warehouse.delete_table(name).await?;
+        self.forget(name)?;
+        if drops_rejects {
+            self.warehouse.delete_table(&rejects).await?;
+            self.forget(&rejects)?;
+        }
+        Ok(())
+    }
+
+    /// Whether table `name` turns rejects on (false when it cannot be
+    /// read: a table being dropped may be damaged).
+    async fn takes_rejects(&self, name: &TableName) -> bool {
+        self.table(name)
+            .await
+            .is_ok_and(|table| takes_rejects(&table.meta().properties))
+    }
+
+    /// `name` no longer a table of this session.
+    fn forget(&self, name: &TableName) -> Result<()> {
         self.ctx.deregister_table(TableReference::partial(
             name.schema.clone(),
             name.table.clone(),

@@ -153,8 +153,15 @@ impl CdcSession {
         }
         // rejects an interrupted update committed reach their table, as its
         // published table catches up when opened
+        // (one that cannot be delivered now does not keep the warehouse
+        // closed: the table's next update delivers it or says why)
         for table in &attached {
-            session.deliver_rejects(table).await?;
+            if let Err(e) = session.deliver_rejects(table).await {
+                log::warn!(
+                    "rejects of '{}' not delivered when the warehouse opened: {e}",
+                    table.name()
+                );
+            }
         }
         Ok(session)
     }
