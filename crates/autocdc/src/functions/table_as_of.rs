@@ -53,8 +53,11 @@ impl TableFunctionImpl for TableAsOfFunction {
                     _ => return plan_err!("table_as_of(): the commit time must not be NULL"),
                 }
             }
-            _ => match at.cast_to(&DataType::Int64) {
-                Ok(ScalarValue::Int64(Some(v))) if v >= 0 => At::Version(v as u64),
+            // integers only: 1.9 is no version (a cast would make it 1)
+            t => match at.cast_to(&DataType::Int64) {
+                Ok(ScalarValue::Int64(Some(v))) if v >= 0 && (t.is_integer() || t.is_string()) => {
+                    At::Version(v as u64)
+                }
                 _ => {
                     return plan_err!(
                         "table_as_of(): the version must be a non-negative integer or a \

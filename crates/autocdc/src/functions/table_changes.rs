@@ -36,10 +36,21 @@ fn literal(arg: &Expr) -> Option<&ScalarValue> {
 }
 
 fn version_arg(arg: &Expr, what: &str) -> Result<u64> {
-    let value = literal(arg).and_then(|v| v.cast_to(&arrow::datatypes::DataType::Int64).ok());
-    match value {
-        Some(ScalarValue::Int64(Some(v))) if v >= 0 => Ok(v as u64),
-        _ => plan_err!(
+    // integers only: 1.9 is no version (a cast would make it 1), and a
+    // time is not one either
+    let value = literal(arg)
+        .filter(|v| v.data_type().is_integer() || v.data_type().is_string())
+        .and_then(|v| v.cast_to(&arrow::datatypes::DataType::Int64).ok());
+    match (value, literal(arg)) {
+        (Some(ScalarValue::Int64(Some(v))), _) if v >= 0 => Ok(v as u64),
+        (_, Some(time)) if time.data_type().is_temporal() => plan_err!(
+            "table_changes(): {what} is a commit version, not a time: event_log('t') gives \
+             each commit's version and time"
+        ),
+        (_, Some(written)) => plan_err!(
+            "table_changes(): {what} must be a non-negative integer commit version, got {written}"
+        ),
+        (_, None) => plan_err!(
             "table_changes(): {what} must be a non-negative integer commit version, got {arg}"
         ),
     }
