@@ -2520,6 +2520,63 @@ async fn malformed_debezium_events_fail_or_are_rejects() {
     assert_eq!(rows(&s, "SELECT count(*) FROM t__rejects").await, ["| 2 |"]);
 }
 
+/// A widening update rewrites every file even when its events change no
+/// row (here its only event is late): the published schema's type is the
+/// type of every file a Delta reader reads. A RESTORE to a version whose
+/// files hold the narrower type is refused.
+#[tokio::test]
+async fn a_widening_update_rewrites_every_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let feed = dir.path().join("feed");
+    std::fs::create_dir_all(&feed).unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
+        .await
+        .unwrap();
+    let feed = feed.to_str().unwrap();
+    exec(&s, &format!("COPY (SELECT CAST(column1 AS INT) AS id, CAST(column2 AS INT) AS w, CAST(column3 AS INT) AS seq FROM (VALUES (1, 10, 5), (2, 20, 5))) TO '{feed}/a.parquet' STORED AS PARQUET")).await;
+    exec(
+        &s,
+        &format!("CREATE EXTERNAL TABLE feed STORED AS PARQUET LOCATION '{feed}/'"),
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM feed KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq)").await;
+    exec(&s, &format!("COPY (SELECT CAST(1 AS INT) AS id, CAST(99 AS BIGINT) AS w, CAST(3 AS INT) AS seq) TO '{feed}/b.parquet' STORED AS PARQUET")).await;
+    exec(&s, "DROP TABLE feed").await;
+    exec(&s, &format!("CREATE EXTERNAL TABLE feed (id INT, w BIGINT, seq INT) STORED AS PARQUET LOCATION '{feed}/'")).await;
+    assert_eq!(
+        rows(&s, "REFRESH STREAMING TABLE t").await,
+        ["| f | 0 | 0 | 1 | 1 | 2 |"]
+    );
+    let (published, _) = open_raw(dir.path().join("wh").join("public").join("t")).await;
+    let ctx = SessionContext::new();
+    let uris: Vec<String> = published.get_file_uris().unwrap().collect();
+    assert!(!uris.is_empty());
+    for uri in uris {
+        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_string();
+        let file = ctx
+            .read_parquet(path.as_str(), Default::default())
+            .await
+            .unwrap();
+        let field = file.schema().field_with_unqualified_name("w").unwrap();
+        assert_eq!(
+            field.data_type(),
+            &arrow::datatypes::DataType::Int64,
+            "{uri}"
+        );
+    }
+    assert_eq!(
+        rows(&s, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | 10 |", "| 2 | 20 |"]
+    );
+    let err = error_of(&s, "RESTORE STREAMING TABLE t TO VERSION AS OF 1").await;
+    assert!(
+        err.contains("column 'w' has widened since (Int32 → Int64)")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+}
+
 /// A warehouse whose rejects table is gone (an earlier version let DROP
 /// remove it alone) opens: the rejects table is created again and the
 /// target's next rejects reach it.

@@ -191,6 +191,10 @@ pub async fn commit_written(
             ))
         })?,
     };
+    // a widened column is rewritten in every file even when the events
+    // change no row: the new schema is committed with files of its types
+    let changed =
+        changed || matches!(&request.replaces, Replaces::Staged(stage) if stage.rewrites_all());
     if changed {
         // replace exactly the buckets this update read
         let views = data_files(&table).await?;

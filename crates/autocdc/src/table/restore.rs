@@ -105,6 +105,40 @@ pub struct Restored {
 /// Restore `table` (loaded at its latest version) to its version `to`,
 /// logging `event` (its counts are set here). `keys`: the target's key
 /// columns (`None`: a table without keys).
+/// Refuse a restore that would add back files of a column's type before
+/// it widened: the table's schema stays (see the module docs), and Delta
+/// readers without the type widening feature would read those files under
+/// the wider type.
+fn refuse_narrower_files(
+    table: &ScdTable,
+    now: &deltalake_core::DeltaTable,
+    then: &deltalake_core::DeltaTable,
+    to: u64,
+) -> Result<()> {
+    let schema = |t: &deltalake_core::DeltaTable| -> Result<SchemaRef> {
+        Ok(t.snapshot().map_err(delta_err)?.snapshot().arrow_schema())
+    };
+    let (current, restored) = (schema(now)?, schema(then)?);
+    for field in restored.fields() {
+        match current.field_with_name(field.name()) {
+            Ok(wider) if wider.data_type() != field.data_type() => {
+                return Err(DataFusionError::Plan(format!(
+                    "RESTORE of '{}' to version {to}: column '{}' has widened since ({} → {}), \
+                     and the files of version {to} hold {}, which Delta readers would read \
+                     under the wider type; nothing was changed",
+                    table.name(),
+                    field.name(),
+                    field.data_type(),
+                    wider.data_type(),
+                    field.data_type()
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 pub(crate) async fn restore(
     state: &SessionState,
     table: &ScdTable,
@@ -119,6 +153,9 @@ pub(crate) async fn restore(
 
     let (removed, added) = differing_files(&now, &then).await?;
     missing_files(table, &now, &added, to).await?;
+    if !added.is_empty() {
+        refuse_narrower_files(table, &now, &then, to)?;
+    }
     let (written, counts) = change_files(state, table, &removed, &added, keys).await?;
     #[allow(deprecated)] // the Add as logged, tags and statistics included
     let readded: Vec<Add> = added.iter().map(LogicalFileView::add_action).collect();

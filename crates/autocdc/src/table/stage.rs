@@ -223,6 +223,12 @@ impl UpdateStage {
             .map_err(DataFusionError::Shared)
     }
 
+    /// Whether the update rewrites every file whatever its events do (a
+    /// widened column: see [`StageConfig::rewrite_all`]).
+    pub fn rewrites_all(&self) -> bool {
+        self.config.rewrite_all
+    }
+
     /// What the update replaces, once the stage ran.
     pub fn replacement(&self) -> Option<&Replacement> {
         match self.staged.get() {
