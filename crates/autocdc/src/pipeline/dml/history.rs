@@ -20,10 +20,11 @@ use std::ops::Not;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
+use datafusion::functions::core::expr_fn::get_field;
 use datafusion::functions_aggregate::expr_fn::{bool_and, count, max};
 use datafusion::functions_window::expr_fn::lead;
 use datafusion::logical_expr::{
@@ -279,9 +280,33 @@ impl History {
     /// starts or before, or overlaps the next version of its key.
     async fn check(&self, state: &SessionState, windowed: LogicalPlan) -> Result<()> {
         let (start, end) = (column(START_AT_COL), column(END_AT_COL));
+        // a STRUCT sequence orders nothing with a NULL field in it
+        let seq_fields: Vec<String> = match self
+            .table
+            .raw_provider()
+            .schema()
+            .field_with_name(START_AT_COL)?
+            .data_type()
+        {
+            DataType::Struct(fields) => fields.iter().map(|f| f.name().clone()).collect(),
+            _ => Vec::new(),
+        };
+        let null_field = |c: &Expr| {
+            seq_fields
+                .iter()
+                .map(|f| {
+                    c.clone()
+                        .is_not_null()
+                        .and(get_field(c.clone(), f.as_str()).is_null())
+                })
+                .reduce(Expr::or)
+                .unwrap_or(lit(false))
+        };
         let bad = start
             .clone()
             .is_null()
+            .or(null_field(&start))
+            .or(null_field(&end))
             .or(end
                 .clone()
                 .is_not_null()
@@ -303,8 +328,22 @@ impl History {
         let key = self.describe_key(batch)?;
         let interval = |s: ScalarValue, e: ScalarValue| format!("[{s}, {e})");
         let (s, e) = (value(START_AT_COL)?, value(END_AT_COL)?);
+        let has_null_field = |v: &ScalarValue| match v {
+            ScalarValue::Struct(fields) => {
+                !v.is_null() && fields.columns().iter().any(|c| c.is_null(0))
+            }
+            _ => false,
+        };
         let why = if s.is_null() {
             format!("a version of key ({key}) has a NULL {START_AT_COL}")
+        } else if let Some((c, v)) = [(START_AT_COL, s.clone()), (END_AT_COL, e.clone())]
+            .into_iter()
+            .find(|(_, v)| has_null_field(v))
+        {
+            format!(
+                "a version of key ({key}) has a NULL field in {c} ({v}): a sequence orders \
+                 nothing with a NULL in it"
+            )
         } else if !e.is_null() && e <= s {
             format!(
                 "version {} of key ({key}) ends where it starts or before ({END_AT_COL} must be after {START_AT_COL})",
