@@ -159,12 +159,12 @@ impl CdcSession {
             let planning = if analyze {
                 // (an update run here delivers its rejects as REFRESH does:
                 // an interrupted update's first, then its own)
-                self.deliver_rejects(&table).await?;
+                self.deliver_rejects(table).await?;
                 Planning::Run
             } else {
                 Planning::Explain
             };
-            let plan = self.plan_flow_for_explain(&table, &flow, planning).await?;
+            let plan = self.plan_flow_for_explain(table, &flow, planning).await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain_option_format(
                     ExplainOption::default()
@@ -175,7 +175,7 @@ impl CdcSession {
                 .build()?;
             batches.extend(DataFrame::new(state.clone(), explained).collect().await?);
             if analyze {
-                self.deliver_rejects(&table).await?;
+                self.deliver_rejects(table).await?;
             }
         }
         if batches.is_empty() {

@@ -222,7 +222,7 @@ impl ScdTable {
     /// [`Self::commit_time`] gives it: one listing of the readers' log.
     pub async fn commit_times(&self) -> Result<BTreeMap<u64, i64>> {
         let mut times = commit_file_times(&self.readers_table()?).await?;
-        let latest = self.delta().version().map_or(0, |v| v as u64);
+        let latest = self.delta().version().unwrap_or(0);
         let published = times.last_key_value().map_or(0, |(&v, _)| v + 1);
         for version in published..=latest {
             if let Some(at) = super::event::commit_time_ms(&self.delta(), version).await? {
