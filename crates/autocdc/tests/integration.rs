@@ -86,6 +86,23 @@ async fn restart_on_the_same_local_warehouse() {
     );
 }
 
+/// A session on a local warehouse in `dir/wh`.
+async fn session_in(dir: &tempfile::TempDir) -> CdcSession {
+    let wh = dir.path().join("wh");
+    CdcSession::open(AutoCdcConfig::new(wh.to_str().unwrap()))
+        .await
+        .unwrap()
+}
+
+/// A PostgreSQL Debezium event (payload only) of the row `{id, name}`,
+/// `op` at LSN `lsn` (`None`: its source has no LSN).
+fn pg_event(op: &str, id: i64, name: &str, lsn: Option<i64>) -> String {
+    let lsn = lsn.map_or(String::new(), |l| format!(r#","lsn":{l}"#));
+    format!(
+        r#"{{"before":null,"after":{{"id":{id},"name":"{name}"}},"source":{{"connector":"postgresql","ts_ms":1700000000000{lsn}}},"op":"{op}","ts_ms":1700000000000}}"#
+    )
+}
+
 /// The folder of a streaming table's state store (`<table>/_autocdc/state`).
 fn state_dir(dir: &tempfile::TempDir, table: &str) -> std::path::PathBuf {
     dir.path()
@@ -2453,22 +2470,14 @@ async fn malformed_debezium_events_fail_or_are_rejects() {
     let dir = tempfile::tempdir().unwrap();
     let cdc = dir.path().join("cdc");
     std::fs::create_dir_all(&cdc).unwrap();
-    let event = |op: &str, id: i64, name: &str, lsn: i64| {
-        format!(
-            r#"{{"before":null,"after":{{"id":{id},"name":"{name}"}},"source":{{"connector":"postgresql","lsn":{lsn}}},"op":"{op}"}}"#
-        )
-    };
     let lines = [
-        event("c", 1, "Ann", 1),
+        pg_event("c", 1, "Ann", Some(1)),
         "{not json".to_string(),
-        event("x", 2, "Bob", 2),
-        event("u", 1, "Anna", 3),
+        pg_event("x", 2, "Bob", Some(2)),
+        pg_event("u", 1, "Anna", Some(3)),
     ];
     std::fs::write(cdc.join("part-0.json"), lines.join("\n") + "\n").unwrap();
-    let wh = dir.path().join("wh");
-    let s = CdcSession::open(AutoCdcConfig::new(wh.to_str().unwrap()))
-        .await
-        .unwrap();
+    let s = session_in(&dir).await;
     let path = format!("{}/", cdc.to_str().unwrap());
     exec(&s, "CREATE STREAMING TABLE strict").await;
     let err = error_of(
@@ -2529,9 +2538,7 @@ async fn a_widening_update_rewrites_every_file() {
     let dir = tempfile::tempdir().unwrap();
     let feed = dir.path().join("feed");
     std::fs::create_dir_all(&feed).unwrap();
-    let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
-        .await
-        .unwrap();
+    let s = session_in(&dir).await;
     let feed = feed.to_str().unwrap();
     exec(&s, &format!("COPY (SELECT CAST(column1 AS INT) AS id, CAST(column2 AS INT) AS w, CAST(column3 AS INT) AS seq FROM (VALUES (1, 10, 5), (2, 20, 5))) TO '{feed}/a.parquet' STORED AS PARQUET")).await;
     exec(
@@ -2620,23 +2627,17 @@ async fn debezium_updates_keep_their_sequence_and_read_rowless_files() {
     let dir = tempfile::tempdir().unwrap();
     let cdc = dir.path().join("cdc");
     std::fs::create_dir_all(&cdc).unwrap();
-    let event = |op: &str, id: i64, name: &str, lsn: Option<i64>| {
-        let lsn = lsn.map_or(String::new(), |l| format!(r#","lsn":{l}"#));
-        format!(
-            r#"{{"before":null,"after":{{"id":{id},"name":"{name}"}},"source":{{"connector":"postgresql","ts_ms":1700000000000{lsn}}},"op":"{op}","ts_ms":1700000000000}}"#
-        )
-    };
     let write = |file: &str, lines: &[String]| {
         std::fs::write(cdc.join(file), lines.join("\n") + "\n").unwrap();
     };
     write(
         "part-0.json",
-        &[event("c", 1, "v1", Some(10)), event("c", 2, "w1", Some(11))],
+        &[
+            pg_event("c", 1, "v1", Some(10)),
+            pg_event("c", 2, "w1", Some(11)),
+        ],
     );
-    let wh = dir.path().join("wh");
-    let s = CdcSession::open(AutoCdcConfig::new(wh.to_str().unwrap()))
-        .await
-        .unwrap();
+    let s = session_in(&dir).await;
     let path = format!("{}/", cdc.to_str().unwrap());
     exec(&s, "CREATE STREAMING TABLE t").await;
     exec(
@@ -2645,7 +2646,7 @@ async fn debezium_updates_keep_their_sequence_and_read_rowless_files() {
     )
     .await;
     // an event without an LSN fails the update
-    write("part-1.json", &[event("u", 1, "v2", None)]);
+    write("part-1.json", &[pg_event("u", 1, "v2", None)]);
     let err = error_of(&s, "REFRESH STREAMING TABLE t").await;
     assert!(
         err.contains("flow 'f': SEQUENCE BY value is NULL for key (id=1); nothing was committed"),
@@ -2653,7 +2654,7 @@ async fn debezium_updates_keep_their_sequence_and_read_rowless_files() {
     );
     // without it, later LSNs apply
     std::fs::remove_file(cdc.join("part-1.json")).unwrap();
-    write("part-2.json", &[event("u", 1, "v3", Some(30))]);
+    write("part-2.json", &[pg_event("u", 1, "v3", Some(30))]);
     exec(&s, "REFRESH STREAMING TABLE t").await;
     assert_eq!(
         rows(&s, "SELECT * FROM t ORDER BY id").await,
