@@ -53,7 +53,7 @@ use crate::fold::columns::{
     START_AT_COL, WRITTEN_AT_COL,
 };
 use crate::pipeline::deletion_vector_budget;
-use crate::spec::ScdType;
+use crate::spec::{sequence_groups, ScdType};
 use crate::sql::{MergeAction, MergeStatement};
 use crate::table::commit::EditKind;
 use crate::table::event::Operation;
@@ -794,6 +794,25 @@ async fn merge_versions(
 
 /// SCD 1: the table rewritten with the actions applied (live keys checked).
 #[allow(clippy::too_many_arguments)]
+/// The sequence groups of `table` (per-column sequencing): each group's
+/// state column and its members (positions in `user`); none without.
+fn assigned_groups(table: &ScdTable, user: &SchemaRef) -> Result<Vec<(String, Vec<usize>)>> {
+    let Some(declared) =
+        sequence_groups::declared(&table.name().to_string(), &table.meta().properties)?
+    else {
+        return Ok(Vec::new());
+    };
+    let flow = keyed_flow(table, "MERGE")?;
+    let keys = key_positions(table, &flow)?;
+    let names: Vec<String> = user.fields().iter().map(|f| f.name().clone()).collect();
+    Ok(
+        sequence_groups::resolve(&flow.name, &declared, &names, &keys)?
+            .into_iter()
+            .map(|g| (g.state_column(), g.members))
+            .collect(),
+    )
+}
+
 async fn apply_scd1(
     state: &SessionState,
     table: Arc<ScdTable>,
@@ -879,6 +898,9 @@ async fn apply_scd1(
 
     // 5. the new state and its change feed
     let columns = file_columns(&table);
+    // per-column sequencing: a group an update assigns counts as written
+    // at the row's sequence (as `UPDATE` makes it)
+    let groups = assigned_groups(&table, &user)?;
     let new = NewRows::new(&table, state, refuse)?;
     let now = new.now.clone();
     let all = || columns.iter().map(|c| column(c)).collect::<Vec<_>>();
@@ -901,7 +923,17 @@ async fn apply_scd1(
                             .otherwise(column(c))?
                     }
                     _ if c == KIND_COL => lit(kind),
-                    _ => column(c),
+                    _ => match groups.iter().find(|(state, _)| state == c) {
+                        Some((_, members)) => members
+                            .iter()
+                            .filter(|&&m| values.contains(&m))
+                            .map(|m| column(&format!("__has{m}")))
+                            .reduce(Expr::or)
+                            .map(|assigned| when(assigned, column(SEQ_COL)).otherwise(column(c)))
+                            .transpose()?
+                            .unwrap_or_else(|| column(c)),
+                        None => column(c),
+                    },
                 };
                 Ok(value.alias(c))
             })
