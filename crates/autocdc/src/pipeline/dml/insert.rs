@@ -87,12 +87,10 @@ pub(super) async fn insert_scd1(
         let changed = LogicalPlanBuilder::from(new_rows(Kind::Upsert as i8)?)
             .union(new_rows(CHANGE_INSERT)?)?
             .build()?;
-        let replacing = deletion_vector_budget(&state, &table)
-            .await?
-            .map_or(Replacing::Rewrite, Replacing::UpTo);
         return Ok(Statement {
             rows: StatementRows { changed, kept },
-            replacing,
+            // (stored rows have no key to be replaced by)
+            replacing: Replacing::Nothing,
             upserted: inserted,
             deleted: 0,
         });

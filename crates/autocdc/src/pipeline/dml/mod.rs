@@ -283,6 +283,9 @@ enum Replacing {
     UpTo(usize),
     /// The table is rewritten from `kept` and `changed`.
     Rewrite,
+    /// No stored row is replaced: `changed` is written, and that is all (an
+    /// `INSERT` into a table without keys).
+    Nothing,
 }
 
 /// The rows a small statement changes, held until written: at most one

@@ -314,6 +314,9 @@ async fn replace(
                 return Ok((changed.stream(), retired(replaced)));
             }
         }
+        Replacing::Nothing => {
+            return Ok((run(rows.changed).await?, retired(Retired::default())));
+        }
         Replacing::Rewrite => {}
     }
     let all = LogicalPlanBuilder::from(rows.kept)
