@@ -792,8 +792,6 @@ async fn merge_versions(
     history.replace(state, edited, Operation::Merge).await
 }
 
-/// SCD 1: the table rewritten with the actions applied (live keys checked).
-#[allow(clippy::too_many_arguments)]
 /// The sequence groups of `table` (per-column sequencing): each group's
 /// state column and its members (positions in `user`); none without.
 fn assigned_groups(table: &ScdTable, user: &SchemaRef) -> Result<Vec<(String, Vec<usize>)>> {
@@ -813,6 +811,8 @@ fn assigned_groups(table: &ScdTable, user: &SchemaRef) -> Result<Vec<(String, Ve
     )
 }
 
+/// SCD 1: the table rewritten with the actions applied (live keys checked).
+#[allow(clippy::too_many_arguments)]
 async fn apply_scd1(
     state: &SessionState,
     table: Arc<ScdTable>,
