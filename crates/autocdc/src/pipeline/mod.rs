@@ -40,10 +40,10 @@ use datafusion::logical_expr::{
 };
 
 use crate::fold::columns::{
-    Kind, Origin, END_AT_COL, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL, STORED_DELETE_EVENT,
-    STORED_DML_DELETE_EVENT, STORED_DML_UPSERT_EVENT, STORED_ERASED_AT, STORED_ERASED_THROUGH,
-    STORED_UPSERT_EVENT, SYSTEM_END_AT_COL, SYSTEM_SEQ_COL, SYSTEM_START_AT_COL, UPDATE_LIST_COL,
-    WRITTEN_AT_COL,
+    Kind, Origin, END_AT_COL, INTERNAL_PREFIX, KIND_COL, ORIGIN_COL, SEQ_COL, START_AT_COL,
+    STORED_DELETE_EVENT, STORED_DML_DELETE_EVENT, STORED_DML_UPSERT_EVENT, STORED_ERASED_AT,
+    STORED_ERASED_THROUGH, STORED_UPSERT_EVENT, SYSTEM_END_AT_COL, SYSTEM_SEQ_COL,
+    SYSTEM_START_AT_COL, UPDATE_LIST_COL, WRITTEN_AT_COL,
 };
 use crate::fold::snapshot_diff::{SIDE_COL, SIDE_LIVE, SIDE_SNAPSHOT};
 use crate::fold::FoldSpec;
@@ -221,7 +221,17 @@ pub(crate) fn check_expectations(
     rows: LogicalPlan,
     rejects: Option<Arc<RejectSink>>,
 ) -> Result<(LogicalPlan, Arc<ExpectationCounts>)> {
-    let schema = Arc::clone(rows.schema());
+    // conditions name the rows' visible columns: planned against those
+    // alone, a wrong name is told the columns a user has
+    let visible = datafusion::common::DFSchema::from_unqualified_fields(
+        rows.schema()
+            .fields()
+            .iter()
+            .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
+            .cloned()
+            .collect(),
+        Default::default(),
+    )?;
     let conditions = expectations
         .iter()
         .map(|e| {
@@ -233,9 +243,9 @@ pub(crate) fn check_expectations(
                     e.describe()
                 ))
             };
-            let condition = plan_sql_expr(state, &e.condition, &e.dialect, &schema)
+            let condition = plan_sql_expr(state, &e.condition, &e.dialect, &visible)
                 .map_err(|err| clause(err.to_string()))?;
-            match condition.get_type(schema.as_ref()) {
+            match condition.get_type(&visible) {
                 Ok(DataType::Boolean | DataType::Null) => Ok(condition),
                 Ok(t) => Err(clause(format!(
                     "the condition has type {t}, expected BOOLEAN"
