@@ -160,7 +160,11 @@ pub fn storage_type(dt: &DataType) -> DataType {
         DataType::UInt32 => DataType::Int64,
         DataType::UInt64 => DataType::Decimal128(20, 0),
         DataType::Float16 => DataType::Float32,
-        DataType::Timestamp(_, tz) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+        // Delta knows timestamps in UTC and without a zone: a zoned
+        // timestamp is an instant, kept as such in UTC
+        DataType::Timestamp(_, tz) => {
+            DataType::Timestamp(TimeUnit::Microsecond, tz.as_ref().map(|_| Arc::from("UTC")))
+        }
         DataType::Dictionary(_, v) => storage_type(v),
         DataType::Struct(fields) => DataType::Struct(
             fields
