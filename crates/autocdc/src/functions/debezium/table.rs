@@ -119,11 +119,7 @@ impl DebeziumTable {
             .map(|(meta, part)| (meta.clone(), part))
             .collect();
         let objects_only = unreadable.is_some();
-        let samples: Vec<(String, Vec<u8>)> = futures::stream::iter(parts)
-            .map(|(meta, part)| read_sample(Arc::clone(&store), meta, part, objects_only))
-            .buffered(SAMPLE_READS)
-            .try_collect()
-            .await?;
+        let samples = read_samples(&store, parts, objects_only).await?;
         let refs: Vec<(&str, &[u8])> = samples
             .iter()
             .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
@@ -134,14 +130,12 @@ impl DebeziumTable {
             // new files of tombstones, messages or truncates only: their
             // columns are those of the files read before
             None if !files.is_empty() && !sample.is_empty() => {
-                let earlier: Vec<(String, Vec<u8>)> =
-                    futures::stream::iter(sample.iter().take(SAMPLE_FILES).cloned())
-                        .map(|meta| {
-                            read_sample(Arc::clone(&store), meta, Sample::Head, objects_only)
-                        })
-                        .buffered(SAMPLE_READS)
-                        .try_collect()
-                        .await?;
+                let heads = sample
+                    .iter()
+                    .take(SAMPLE_FILES)
+                    .map(|meta| (meta.clone(), Sample::Head))
+                    .collect();
+                let earlier = read_samples(&store, heads, objects_only).await?;
                 let all: Vec<(&str, &[u8])> = earlier
                     .iter()
                     .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
@@ -181,6 +175,19 @@ enum Sample {
     Head,
     /// Its last [`TAIL_BYTES`].
     Tail,
+}
+
+/// The samples `parts` (see [`read_sample`]), [`SAMPLE_READS`] at once.
+async fn read_samples(
+    store: &Arc<dyn ObjectStore>,
+    parts: Vec<(ObjectMeta, Sample)>,
+    objects_only: bool,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    futures::stream::iter(parts)
+        .map(|(meta, part)| read_sample(Arc::clone(store), meta, part, objects_only))
+        .buffered(SAMPLE_READS)
+        .try_collect()
+        .await
 }
 
 /// The whole lines of one part of `meta` (`objects_only`: only the lines
