@@ -1009,6 +1009,17 @@ impl Inference {
         if columns.is_empty() {
             return Ok(None);
         }
+        if let Some(taken) = columns
+            .iter()
+            .find(|c| [OP_COL, SEQ_COL, BEFORE_COL].contains(&c.name.as_str()))
+        {
+            return Err(DataFusionError::Execution(format!(
+                "debezium: the events' rows have a column '{}', a name debezium() gives \
+                 a column of its own ({OP_COL}, {SEQ_COL}, {BEFORE_COL}); its values \
+                 cannot be read as a row column",
+                taken.name
+            )));
+        }
         Ok(Some(DebeziumLayout::new(
             columns,
             sequence,
@@ -1588,6 +1599,21 @@ mod tests {
             strings(batch.column_by_name(OP_COL).unwrap()),
             vec![Some("c".into()), Some("r".into())]
         );
+    }
+
+    #[test]
+    fn a_row_column_named_like_an_event_column_is_refused() {
+        for taken in [OP_COL, SEQ_COL, BEFORE_COL] {
+            let event = payload("c", Value::Null, json!({"id": 1, taken: 2}), pg_source(1, 1));
+            let bytes = lines(&[event.to_string()]);
+            let err = DebeziumLayout::infer(&[("rows.json", &bytes)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("the events' rows have a column '{taken}'")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

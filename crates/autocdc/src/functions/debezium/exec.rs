@@ -9,6 +9,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -32,6 +33,8 @@ pub(crate) struct DebeziumExec {
     store: Arc<dyn ObjectStore>,
     /// The files of each partition.
     partitions: Vec<Vec<ObjectMeta>>,
+    /// How messages name the files.
+    names: Arc<FileNames>,
     layout: Arc<DebeziumLayout>,
     moved: Option<Arc<MovedKeys>>,
     /// Where malformed events go instead of failing the scan.
@@ -42,6 +45,36 @@ pub(crate) struct DebeziumExec {
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+}
+
+/// How messages name the files of `debezium(path)`: under the path as
+/// given (`/events/part-1.json`), not as the store's locations, which have
+/// no leading `/`.
+#[derive(Debug)]
+pub(crate) struct FileNames {
+    given: String,
+    prefix: String,
+}
+
+impl FileNames {
+    pub(crate) fn new(path: &str) -> Result<Self> {
+        let url = ListingTableUrl::parse(path)?;
+        Ok(Self {
+            given: path.trim_end_matches('/').to_string(),
+            prefix: url.prefix().to_string(),
+        })
+    }
+
+    /// The name of the file at `location`.
+    pub(crate) fn of(&self, location: &object_store::path::Path) -> String {
+        let location = location.as_ref();
+        match location.strip_prefix(self.prefix.as_str()) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                format!("{}{rest}", self.given)
+            }
+            _ => location.to_string(),
+        }
+    }
 }
 
 /// Metrics of one partition of [`DebeziumExec`].
@@ -72,6 +105,7 @@ impl DebeziumExec {
     pub(crate) fn try_new(
         store: Arc<dyn ObjectStore>,
         files: Vec<ObjectMeta>,
+        names: Arc<FileNames>,
         layout: Arc<DebeziumLayout>,
         moved: Option<Arc<MovedKeys>>,
         unreadable: Option<Arc<UnreadableLines>>,
@@ -112,6 +146,7 @@ impl DebeziumExec {
         Ok(Self {
             store,
             partitions,
+            names,
             layout,
             moved,
             unreadable,
@@ -201,8 +236,9 @@ impl ExecutionPlan for DebeziumExec {
             ))
         })?;
         let metrics = Arc::new(ScanMetrics::new(&self.metrics, partition));
-        let (store, layout, moved) = (
+        let (store, names, layout, moved) = (
             Arc::clone(&self.store),
+            Arc::clone(&self.names),
             Arc::clone(&self.layout),
             self.moved.clone(),
         );
@@ -210,8 +246,9 @@ impl ExecutionPlan for DebeziumExec {
         let unreadable = self.unreadable.clone();
         let read = futures::stream::iter(files)
             .then(move |meta| {
-                let (store, layout, moved, projection, metrics, unreadable) = (
+                let (store, names, layout, moved, projection, metrics, unreadable) = (
                     Arc::clone(&store),
+                    Arc::clone(&names),
                     Arc::clone(&layout),
                     moved.clone(),
                     projection.clone(),
@@ -229,7 +266,7 @@ impl ExecutionPlan for DebeziumExec {
                     metrics.files_read.add(1);
                     metrics.bytes_read.add(bytes.len());
                     let timer = metrics.decode_time.timer();
-                    let name = meta.location.to_string();
+                    let name = names.of(&meta.location);
                     let decoded = match &unreadable {
                         None => layout.decode(&name, &bytes, batch_rows)?,
                         Some(lines) => {
@@ -290,5 +327,31 @@ impl ExecutionPlan for DebeziumExec {
             Arc::clone(&self.schema),
             limited,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::path::Path;
+
+    use super::FileNames;
+
+    #[test]
+    fn files_are_named_under_the_path_as_given() {
+        let folder = FileNames::new("/events/").unwrap();
+        assert_eq!(
+            folder.of(&Path::from("events/a/part-1.json")),
+            "/events/a/part-1.json"
+        );
+        let file = FileNames::new("/events/part-1.json").unwrap();
+        assert_eq!(
+            file.of(&Path::from("events/part-1.json")),
+            "/events/part-1.json"
+        );
+        let memory = FileNames::new("memory:///dbz/").unwrap();
+        assert_eq!(
+            memory.of(&Path::from("dbz/part-2.json")),
+            "memory:///dbz/part-2.json"
+        );
     }
 }

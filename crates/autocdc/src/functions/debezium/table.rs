@@ -14,7 +14,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::decode::DebeziumLayout;
-use super::exec::DebeziumExec;
+use super::exec::{DebeziumExec, FileNames};
 use super::moved_keys::MovedKeys;
 use crate::fold::ScdType;
 use crate::table::reject_sink::UnreadableLines;
@@ -77,6 +77,7 @@ pub(crate) struct FlowUse<'a> {
 pub(crate) struct DebeziumTable {
     store: Arc<dyn ObjectStore>,
     files: Vec<ObjectMeta>,
+    names: Arc<FileNames>,
     layout: Arc<DebeziumLayout>,
     moved: Option<Arc<MovedKeys>>,
     unreadable: Option<Arc<UnreadableLines>>,
@@ -119,7 +120,8 @@ impl DebeziumTable {
             .map(|(meta, part)| (meta.clone(), part))
             .collect();
         let objects_only = unreadable.is_some();
-        let samples = read_samples(&store, parts, objects_only).await?;
+        let names = Arc::new(FileNames::new(path)?);
+        let samples = read_samples(&store, &names, parts, objects_only).await?;
         let refs: Vec<(&str, &[u8])> = samples
             .iter()
             .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
@@ -135,7 +137,7 @@ impl DebeziumTable {
                     .take(SAMPLE_FILES)
                     .map(|meta| (meta.clone(), Sample::Head))
                     .collect();
-                let earlier = read_samples(&store, heads, objects_only).await?;
+                let earlier = read_samples(&store, &names, heads, objects_only).await?;
                 let all: Vec<(&str, &[u8])> = earlier
                     .iter()
                     .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
@@ -161,6 +163,7 @@ impl DebeziumTable {
         Ok(Self {
             store,
             files,
+            names,
             layout: Arc::new(layout),
             moved,
             unreadable,
@@ -180,21 +183,26 @@ enum Sample {
 /// The samples `parts` (see [`read_sample`]), [`SAMPLE_READS`] at once.
 async fn read_samples(
     store: &Arc<dyn ObjectStore>,
+    names: &FileNames,
     parts: Vec<(ObjectMeta, Sample)>,
     objects_only: bool,
 ) -> Result<Vec<(String, Vec<u8>)>> {
     futures::stream::iter(parts)
-        .map(|(meta, part)| read_sample(Arc::clone(store), meta, part, objects_only))
+        .map(|(meta, part)| {
+            let name = names.of(&meta.location);
+            read_sample(Arc::clone(store), meta, name, part, objects_only)
+        })
         .buffered(SAMPLE_READS)
         .try_collect()
         .await
 }
 
-/// The whole lines of one part of `meta` (`objects_only`: only the lines
-/// that are JSON objects, see [`json_objects_only`]).
+/// The whole lines of one part of `meta`, named `name` (`objects_only`:
+/// only the lines that are JSON objects, see [`json_objects_only`]).
 async fn read_sample(
     store: Arc<dyn ObjectStore>,
     meta: ObjectMeta,
+    name: String,
     part: Sample,
     objects_only: bool,
 ) -> Result<(String, Vec<u8>)> {
@@ -229,7 +237,7 @@ async fn read_sample(
         true => json_objects_only(bytes),
         false => bytes.to_vec(),
     };
-    Ok((meta.location.to_string(), bytes))
+    Ok((name, bytes))
 }
 
 /// The lines of `bytes` that are JSON objects (or tombstones).
@@ -267,6 +275,7 @@ impl TableProvider for DebeziumTable {
         Ok(Arc::new(DebeziumExec::try_new(
             Arc::clone(&self.store),
             self.files.clone(),
+            Arc::clone(&self.names),
             Arc::clone(&self.layout),
             self.moved.clone(),
             self.unreadable.clone(),
