@@ -57,6 +57,7 @@ use crate::spec::resolve::{
     plan_sql_expr, resolve, target_projection, update_list_type, written_at_type, written_at_value,
     ResolvedFlow,
 };
+use crate::spec::shared_target::check_tracked_alike;
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::{bucket_field, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::commit::{data_files, ChangeFeed, CommitRequest, MetadataChange, Replaces};
@@ -335,6 +336,17 @@ pub async fn plan_update(
                 }
             };
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
+            if !dml && flow.stored_as_scd_type == ScdType::Type2 {
+                // the columns this update adds may be tracked by this flow
+                // and not by the target's other flows, or the other way
+                let columns: Vec<String> = resolved
+                    .target_schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                check_tracked_alike(flow, meta.flows.values(), table.name(), &columns)?;
+            }
             let mut events = resolved.events.clone();
             if dml {
                 events = with_origin(events, Origin::Dml)?;

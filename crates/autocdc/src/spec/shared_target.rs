@@ -102,31 +102,49 @@ pub fn check_joins_target<'a>(
             ));
         }
         // and re-folds every key's history over one tracked set
-        let tracked = tracked_set(spec, target_columns);
-        if let Some(other) = others
-            .into_iter()
-            .filter(|f| f.stored_as_scd_type == ScdType::Type2)
-            .find(|f| tracked_set(f, target_columns) != tracked)
-            .filter(|_| {
-                let listed = match &spec.track_history {
-                    Some(ColumnSelection::Only(list) | ColumnSelection::Except(list)) => {
-                        list.as_slice()
-                    }
-                    None | Some(ColumnSelection::All) => &[],
-                };
-                all_known(listed, target_columns)
-            })
-        {
-            let list = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>().join(", ");
-            return plan_err(format!(
-                "TRACK HISTORY ON: the flow tracks ({}) but flow '{}' of target '{target}' tracks ({}); every SCD TYPE 2 flow of a target tracks the same columns",
-                list(&tracked),
-                other.name,
-                list(&tracked_set(other, target_columns))
-            ));
-        }
+        check_tracked_alike(spec, others, target, target_columns)?;
     }
     Ok(())
+}
+
+/// Check that the SCD 2 flow `spec` tracks the columns every other SCD 2
+/// flow of `target` (`others`) tracks over `target_columns`: when `spec` is
+/// defined, and again at each of its updates over the columns the target
+/// has after it (a column it adds is tracked by a flow without TRACK
+/// HISTORY, or with `* EXCEPT`, and not by a flow listing its columns).
+pub fn check_tracked_alike<'a>(
+    spec: &FlowSpec,
+    others: impl IntoIterator<Item = &'a FlowSpec>,
+    target: &impl Display,
+    target_columns: &[String],
+) -> Result<()> {
+    let tracked = tracked_set(spec, target_columns);
+    let listed = match &spec.track_history {
+        Some(ColumnSelection::Only(list) | ColumnSelection::Except(list)) => list.as_slice(),
+        None | Some(ColumnSelection::All) => &[],
+    };
+    if !all_known(listed, target_columns) {
+        // (the flow's own validation names the unknown column)
+        return Ok(());
+    }
+    let Some(other) = others.into_iter().find(|f| {
+        f.name != spec.name
+            && f.stored_as_scd_type == ScdType::Type2
+            && tracked_set(f, target_columns) != tracked
+    }) else {
+        return Ok(());
+    };
+    let list = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>().join(", ");
+    Err(DataFusionError::Plan(format!(
+        "flow '{}': TRACK HISTORY ON: the flow tracks ({}) but flow '{}' of target '{target}' \
+         tracks ({}); every SCD TYPE 2 flow of a target tracks the same columns (the \
+         target's columns: {})",
+        spec.name,
+        list(&tracked),
+        other.name,
+        list(&tracked_set(other, target_columns)),
+        target_columns.join(", ")
+    )))
 }
 
 /// `names` as the target names them (unknown names lower-cased).
