@@ -151,8 +151,9 @@ fn option_error(table: &str, option: &str) -> DataFusionError {
 /// Visits every table factor: finds the streams, or replaces them.
 struct Streams<'a> {
     found: Vec<Stream>,
-    /// Replacement subquery SQL by table as written (the replacing pass).
-    replace: Option<&'a BTreeMap<String, String>>,
+    /// Replacement subquery SQL by table as written and how it is read
+    /// (the replacing pass).
+    replace: Option<&'a BTreeMap<(String, StreamRead), String>>,
     dialect: &'a dyn Dialect,
 }
 
@@ -169,7 +170,7 @@ impl VisitorMut for Streams<'_> {
             self.found.push(stream);
             return ControlFlow::Continue(());
         };
-        let Some(sql) = replace.get(&stream.table) else {
+        let Some(sql) = replace.get(&(stream.table.clone(), stream.read)) else {
             return ControlFlow::Continue(());
         };
         let alias = match factor {
@@ -239,7 +240,7 @@ fn parse(query: &str, dialect_name: &str) -> Result<(DFStatement, Vec<Stream>)> 
 /// Replace the streams of `statement` by the subqueries of `replace`.
 fn replace_streams(
     statement: &mut DFStatement,
-    replace: &BTreeMap<String, String>,
+    replace: &BTreeMap<(String, StreamRead), String>,
     dialect_name: &str,
 ) -> Result<()> {
     let d = dialect(dialect_name)?;
@@ -327,33 +328,38 @@ pub(super) async fn plan_query(
     };
     let mut read_now = BTreeMap::new();
     let mut folders_now = BTreeMap::new();
-    let mut replace = BTreeMap::new();
+    let mut replace: BTreeMap<(String, StreamRead), String> = BTreeMap::new();
     // what the scan under each alias reads: a folder's new files, or a
     // streaming table at the version its checkpoint records
     let mut scans: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
     for stream in &found {
+        // (two streams of one table may read it in different ways)
+        let key = (stream.table.clone(), stream.read);
+        if replace.contains_key(&key) {
+            continue;
+        }
         let reference = TableReference::parse_str(&stream.table);
         let provider = match state.schema_for_ref(reference.clone()) {
             Ok(schema) => schema.table(reference.table()).await?,
             Err(_) => None,
         };
         if let Some(listing) = folder(provider.as_ref(), stream)? {
-            if replace.contains_key(&stream.table) {
+            // a folder's new files, however the stream reads them
+            let read_already = replace
+                .iter()
+                .find(|((table, _), _)| *table == stream.table)
+                .map(|(_, sql)| sql.clone());
+            if let Some(sql) = read_already {
+                replace.insert(key, sql);
                 continue;
             }
             let empty = BTreeSet::new();
             let read = folders_before.get(&stream.table).unwrap_or(&empty);
             let new = folders::new_files(state, listing, read).await?;
             let alias = format!("{SCAN_PREFIX}{}", scans.len());
-            replace.insert(
-                stream.table.clone(),
-                format!("SELECT * FROM {} AS {alias}", stream.table),
-            );
+            replace.insert(key, format!("SELECT * FROM {} AS {alias}", stream.table));
             scans.insert(alias, new.provider);
             folders_now.insert(stream.table.clone(), new.read);
-            continue;
-        }
-        if replace.contains_key(&stream.table) {
             continue;
         }
         let Some(table) = provider.as_ref().and_then(|p| p.downcast_ref::<ScdTable>()) else {
@@ -365,10 +371,7 @@ pub(super) async fn plan_query(
                 )));
             }
             // not a streaming table: read whole, as `stream(t)` does
-            replace.insert(
-                stream.table.clone(),
-                format!("SELECT * FROM {}", stream.table),
-            );
+            replace.insert(key, format!("SELECT * FROM {}", stream.table));
             continue;
         };
         // (the lookup brought it to its latest version)
@@ -427,7 +430,7 @@ pub(super) async fn plan_query(
                 sql
             }
         };
-        replace.insert(stream.table.clone(), sql);
+        replace.insert(key, sql);
         read_now.insert(stream.table.clone(), StreamCheckpoint { table_id, version });
     }
     replace_streams(&mut statement, &replace, dialect_name)?;

@@ -159,7 +159,9 @@ fn leave_out(selection: ColumnSelection, envelope: &[&str]) -> ColumnSelection {
 }
 
 /// How a flow reads a streaming table it names as its source.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub enum StreamRead {
     /// `FROM t`: the rows each new commit inserted or updated (their
     /// post-images).
