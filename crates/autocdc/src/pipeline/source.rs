@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
-use datafusion::common::{Column, DataFusionError, Result, TableReference};
+use datafusion::common::{Column, DataFusionError, Result, ScalarValue, TableReference};
 use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
@@ -154,10 +154,30 @@ pub async fn plan_changes(
             }) if read_id == table_id && read <= version => Some(read),
             _ => None,
         };
-        let plan = match (flow.stream, since) {
-            // each commit's changes once, from the table's creation on
-            (StreamRead::ChangeFeed, since) => {
-                let from = since.map_or(0, |read| read + 1);
+        // the first commit to read; `None`: a new stream starts at the
+        // table's current snapshot (SPEC §4.3)
+        let first = match (since, flow.starting_version) {
+            (Some(read), _) => Some(read + 1),
+            (None, Some(starting)) => Some(super::streams::check_starting(name, starting, version)?),
+            (None, None) => None,
+        };
+        let pinned = || {
+            LogicalPlanBuilder::scan(
+                reference.clone(),
+                provider_as_source(Arc::new(table.pinned())),
+                None,
+            )
+        };
+        let plan = match (flow.stream, first) {
+            // the snapshot as inserts at its version, as its change feed
+            // would have them
+            (StreamRead::ChangeFeed, None) => {
+                let at = table.commit_time(version).await?.unwrap_or(0);
+                let schema = changes_provider(table, version, Some(version))?.schema();
+                snapshot_as_changes(pinned()?.build()?, &schema, version, at)?
+            }
+            // each commit's changes once
+            (StreamRead::ChangeFeed, Some(from)) => {
                 let changes = changes_provider(table, from.min(version), None)?;
                 if from > version {
                     empty_with(changes.schema())?
@@ -173,20 +193,13 @@ pub async fn plan_changes(
                 }
             }
             // the version the checkpoint records, whatever later lookups load
-            (_, None) => LogicalPlanBuilder::scan(
-                reference.clone(),
-                provider_as_source(Arc::new(table.pinned())),
-                None,
-            )?
-            .build()?,
-            (_, Some(read)) if read == version => empty_with(provider.schema())?,
-            (StreamRead::Rows, Some(read)) => changed_rows(table, read + 1, &provider)?,
-            (mode, Some(read)) => {
-                appended_rows(state, table, read + 1, &provider, mode, name).await?
-            }
+            (_, None) => pinned()?.build()?,
+            (_, Some(from)) if from > version => empty_with(provider.schema())?,
+            (StreamRead::Rows, Some(from)) => changed_rows(table, from, &provider)?,
+            (mode, Some(from)) => appended_rows(state, table, from, &provider, mode, name).await?,
         };
-        let newest_input_ms = match since {
-            Some(read) if read >= version => None,
+        let newest_input_ms = match first {
+            Some(from) if from > version => None,
             _ => table.commit_time(version).await?,
         };
         return Ok(SourceRead {
@@ -359,4 +372,33 @@ fn empty_with(schema: arrow::datatypes::SchemaRef) -> Result<LogicalPlan> {
             schema: Arc::new(schema),
         },
     ))
+}
+
+/// The rows of `snapshot` (a streaming table at `version`, committed at
+/// `at_ms`) as its change feed would have them had they all been inserted
+/// then: the columns of `changes` (the table's change feed schema), each
+/// row an `insert` of that version.
+fn snapshot_as_changes(
+    snapshot: LogicalPlan,
+    changes: &arrow::datatypes::Schema,
+    version: u64,
+    at_ms: i64,
+) -> Result<LogicalPlan> {
+    let columns = changes
+        .fields()
+        .iter()
+        .map(|f| {
+            let value = match f.name().as_str() {
+                "_change_type" => lit("insert"),
+                "_commit_version" => lit(version as i64),
+                "_commit_timestamp" => lit(ScalarValue::TimestampMicrosecond(
+                    Some(at_ms.saturating_mul(1000)),
+                    Some("UTC".into()),
+                )),
+                name => col(Column::new_unqualified(name)),
+            };
+            cast(value, f.data_type().clone()).alias(f.name())
+        })
+        .collect::<Vec<_>>();
+    LogicalPlanBuilder::from(snapshot).project(columns)?.build()
 }

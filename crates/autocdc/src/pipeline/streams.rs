@@ -56,10 +56,13 @@ use crate::table::ScdTable;
 pub(super) const CHANGES_SCAN: &str = "__cdc_source_changes";
 
 /// One stream of a query: the table as written, how it is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Stream {
     pub(super) table: String,
     read: StreamRead,
+    /// `startingVersion`: where a new stream starts (`None`: at the
+    /// table's current snapshot).
+    starting: Option<u64>,
 }
 
 /// The stream a table factor names, if it is one; an error for a stream
@@ -96,12 +99,17 @@ pub(super) fn stream_of(factor: &TableFactor) -> Option<Result<Stream>> {
         (None, Some(alias)) => alias.name.value.clone(),
         (None, None) => return None,
     };
-    Some(options(&table, with_hints).map(|read| Stream { table, read }))
+    Some(options(&table, with_hints).map(|(read, starting)| Stream {
+        table,
+        read,
+        starting,
+    }))
 }
 
-/// The mode `WITH (...)` options give a stream.
-fn options(table: &str, hints: &[SqlExpr]) -> Result<StreamRead> {
+/// The mode and the starting version `WITH (...)` options give a stream.
+fn options(table: &str, hints: &[SqlExpr]) -> Result<(StreamRead, Option<u64>)> {
     let mut read = StreamRead::AppendOnly;
+    let mut starting = None;
     for hint in hints {
         let SqlExpr::BinaryOp {
             left,
@@ -114,6 +122,22 @@ fn options(table: &str, hints: &[SqlExpr]) -> Result<StreamRead> {
         let SqlExpr::Identifier(option) = left.as_ref() else {
             return Err(option_error(table, &hint.to_string()));
         };
+        if option.value.eq_ignore_ascii_case("startingVersion") {
+            let version = match right.as_ref() {
+                SqlExpr::Value(v) => match &v.value {
+                    Value::Number(n, _) | Value::SingleQuotedString(n) => n.parse::<u64>().ok(),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(version) = version else {
+                return Err(DataFusionError::Plan(format!(
+                    "STREAM {table}: startingVersion takes a version (a whole number from 0), not {right}"
+                )));
+            };
+            starting = Some(version);
+            continue;
+        }
         let on = match right.as_ref() {
             SqlExpr::Value(v) => match &v.value {
                 Value::Boolean(b) => *b,
@@ -139,12 +163,12 @@ fn options(table: &str, hints: &[SqlExpr]) -> Result<StreamRead> {
             read = chosen;
         }
     }
-    Ok(read)
+    Ok((read, starting))
 }
 
 fn option_error(table: &str, option: &str) -> DataFusionError {
     DataFusionError::Plan(format!(
-        "STREAM {table}: unknown option {option} (known: readChangeFeed = true, skipChangeCommits = true)"
+        "STREAM {table}: unknown option {option} (known: readChangeFeed = true, skipChangeCommits = true, startingVersion = n)"
     ))
 }
 
@@ -153,7 +177,7 @@ struct Streams<'a> {
     found: Vec<Stream>,
     /// Replacement subquery SQL by table as written and how it is read
     /// (the replacing pass).
-    replace: Option<&'a BTreeMap<(String, StreamRead), String>>,
+    replace: Option<&'a BTreeMap<Stream, String>>,
     dialect: &'a dyn Dialect,
 }
 
@@ -170,7 +194,7 @@ impl VisitorMut for Streams<'_> {
             self.found.push(stream);
             return ControlFlow::Continue(());
         };
-        let Some(sql) = replace.get(&(stream.table.clone(), stream.read)) else {
+        let Some(sql) = replace.get(&stream) else {
             return ControlFlow::Continue(());
         };
         let alias = match factor {
@@ -240,7 +264,7 @@ fn parse(query: &str, dialect_name: &str) -> Result<(DFStatement, Vec<Stream>)> 
 /// Replace the streams of `statement` by the subqueries of `replace`.
 fn replace_streams(
     statement: &mut DFStatement,
-    replace: &BTreeMap<(String, StreamRead), String>,
+    replace: &BTreeMap<Stream, String>,
     dialect_name: &str,
 ) -> Result<()> {
     let d = dialect(dialect_name)?;
@@ -328,13 +352,13 @@ pub(super) async fn plan_query(
     };
     let mut read_now = BTreeMap::new();
     let mut folders_now = BTreeMap::new();
-    let mut replace: BTreeMap<(String, StreamRead), String> = BTreeMap::new();
+    let mut replace: BTreeMap<Stream, String> = BTreeMap::new();
     // what the scan under each alias reads: a folder's new files, or a
     // streaming table at the version its checkpoint records
     let mut scans: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
     for stream in &found {
         // (two streams of one table may read it in different ways)
-        let key = (stream.table.clone(), stream.read);
+        let key = stream.clone();
         if replace.contains_key(&key) {
             continue;
         }
@@ -347,7 +371,7 @@ pub(super) async fn plan_query(
             // a folder's new files, however the stream reads them
             let read_already = replace
                 .iter()
-                .find(|((table, _), _)| *table == stream.table)
+                .find(|(other, _)| other.table == stream.table)
                 .map(|(_, sql)| sql.clone());
             if let Some(sql) = read_already {
                 replace.insert(key, sql);
@@ -382,9 +406,28 @@ pub(super) async fn plan_query(
             .filter(|read| read.table_id == table_id && read.version <= version)
             .map(|read| read.version);
         let name = quoted(&stream.table);
-        let sql = match (stream.read, since) {
-            (StreamRead::ChangeFeed, since) => {
-                let from = since.map_or(0, |read| read + 1);
+        // the first commit to read; `None`: a new stream starts at the
+        // table's current snapshot
+        let first = match (since, stream.starting) {
+            (Some(read), _) => Some(read + 1),
+            (None, Some(starting)) => Some(check_starting(&stream.table, starting, version)?),
+            (None, None) => None,
+        };
+        let sql = match (stream.read, first) {
+            // the snapshot as inserts at its version, as its change feed
+            // would have them
+            (StreamRead::ChangeFeed, None) => {
+                let alias = format!("{SCAN_PREFIX}{}", scans.len());
+                scans.insert(alias.clone(), Arc::new(table.pinned()));
+                let at_micros = table.commit_time(version).await?.unwrap_or(0) * 1000;
+                format!(
+                    "SELECT *, 'insert' AS _change_type, CAST({version} AS BIGINT) AS \
+                     _commit_version, arrow_cast({at_micros}, 'Timestamp(Microsecond, \
+                     Some(\"UTC\"))') AS _commit_timestamp FROM {} AS {alias}",
+                    stream.table
+                )
+            }
+            (StreamRead::ChangeFeed, Some(from)) => {
                 if from > version {
                     format!("SELECT * FROM table_changes({name}, 0) WHERE false")
                 } else {
@@ -399,11 +442,10 @@ pub(super) async fn plan_query(
                 scans.insert(alias.clone(), Arc::new(table.pinned()));
                 format!("SELECT * FROM {} AS {alias}", stream.table)
             }
-            (_, Some(read)) if read == version => {
+            (_, Some(from)) if from > version => {
                 format!("SELECT * FROM {} WHERE false", stream.table)
             }
-            (mode, Some(read)) => {
-                let from = read + 1;
+            (mode, Some(from)) => {
                 let skipped = changing_versions(state, table, from).await?;
                 if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
                     return Err(not_append_only(mode, &stream.table, *first));
@@ -441,6 +483,19 @@ pub(super) async fn plan_query(
         folders: folders_now,
     };
     Ok(Some((plan, checkpoint)))
+}
+
+/// The first version a new stream with `startingVersion = starting` reads
+/// of `table`, whose latest version is `version`: an error for a version
+/// it does not have yet.
+pub(super) fn check_starting(table: &str, starting: u64, version: u64) -> Result<u64> {
+    if starting > version {
+        return Err(DataFusionError::Plan(format!(
+            "STREAM {table} WITH (startingVersion = {starting}): '{table}' has versions 0 to \
+             {version}, not {starting}"
+        )));
+    }
+    Ok(starting)
 }
 
 /// Alias of the scan a stream becomes, before its source is replaced by

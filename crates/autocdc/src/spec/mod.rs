@@ -122,6 +122,11 @@ pub struct FlowSpec {
     /// How a streaming table source is read (SPEC §4.3).
     #[serde(default)]
     pub stream: StreamRead,
+    /// `WITH (startingVersion = n)`: a new stream (no checkpoint yet) reads
+    /// the commits from version `n` on, instead of the table's current
+    /// snapshot first (SPEC §4.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_version: Option<u64>,
     /// An append flow (`INSERT INTO t BY NAME query`, `CREATE STREAMING
     /// TABLE t AS query`): each run appends the rows its query yields from
     /// the new data of its streams; no keys, no sequence (SPEC §4.4).
@@ -210,6 +215,7 @@ impl FlowSpec {
             columns_to_update: None,
             dialect: "generic".to_string(),
             stream: StreamRead::Rows,
+            starting_version: None,
             append: false,
             previous_keys: vec![],
             post_images_only: false,

@@ -344,12 +344,13 @@ impl CdcParser<'_> {
         }
     }
 
-    /// `[WITH (readChangeFeed = true | skipChangeCommits = true)]` after a
-    /// stream source.
-    fn stream_options(&mut self, flow: &str) -> Result<StreamRead> {
+    /// `[WITH (readChangeFeed = true | skipChangeCommits = true,
+    /// startingVersion = n)]` after a stream source.
+    fn stream_options(&mut self, flow: &str) -> Result<(StreamRead, Option<u64>)> {
         let mut read = StreamRead::AppendOnly;
+        let mut starting = None;
         if !(self.peek_word(0, "WITH") && self.p.peek_nth_token(1).token == Token::LParen) {
-            return Ok(read);
+            return Ok((read, starting));
         }
         self.p.next_token();
         self.p.next_token();
@@ -359,9 +360,26 @@ impl CdcParser<'_> {
                 StreamRead::ChangeFeed
             } else if option.eq_ignore_ascii_case("skipChangeCommits") {
                 StreamRead::SkipChangeCommits
+            } else if option.eq_ignore_ascii_case("startingVersion") {
+                self.expect_token(Token::Eq)?;
+                let version = match self.p.next_token().token {
+                    Token::Number(n, _) => n.parse::<u64>().ok(),
+                    Token::SingleQuotedString(n) => n.parse::<u64>().ok(),
+                    _ => None,
+                };
+                let Some(version) = version else {
+                    return Err(perr(format!(
+                        "flow '{flow}': FROM STREAM option startingVersion takes a version (a whole number from 0)"
+                    )));
+                };
+                starting = Some(version);
+                if !self.p.consume_token(&Token::Comma) {
+                    break;
+                }
+                continue;
             } else {
                 return Err(perr(format!(
-                    "flow '{flow}': unknown FROM STREAM option '{option}' (known: readChangeFeed, skipChangeCommits)"
+                    "flow '{flow}': unknown FROM STREAM option '{option}' (known: readChangeFeed, skipChangeCommits, startingVersion)"
                 )));
             };
             self.expect_token(Token::Eq)?;
@@ -389,7 +407,7 @@ impl CdcParser<'_> {
             }
         }
         self.expect_token(Token::RParen)?;
-        Ok(read)
+        Ok((read, starting))
     }
 
     fn word(&mut self, w: &str) -> bool {
@@ -948,6 +966,7 @@ impl CdcParser<'_> {
     fn flow_from(&mut self, flow_name: String, target: &TableName, once: bool) -> Result<FlowSpec> {
         self.expect_word("FROM")?;
         let mut stream = StreamRead::Rows;
+        let mut starting_version = None;
         let source = if self.word("SNAPSHOT") {
             self.expect_token(Token::LParen)?;
             let query = self.p.parse_query()?.to_string();
@@ -974,7 +993,7 @@ impl CdcParser<'_> {
             } else {
                 self.p.parse_object_name(false)?
             };
-            stream = self.stream_options(&flow_name)?;
+            (stream, starting_version) = self.stream_options(&flow_name)?;
             FlowSource::Table(n.to_string())
         } else if self.p.consume_token(&Token::LParen) {
             let q = self.p.parse_query()?;
@@ -991,6 +1010,7 @@ impl CdcParser<'_> {
         };
         let mut spec = FlowSpec::new(flow_name, target.to_string(), source);
         spec.stream = stream;
+        spec.starting_version = starting_version;
         spec.once = once;
         spec.dialect = self.dialect.clone();
         self.flow_clauses(&mut spec)?;
