@@ -27,6 +27,7 @@ use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -40,12 +41,17 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
     Partitioning, PlanProperties,
 };
+use deltalake_core::kernel::Add;
 use futures::StreamExt;
 
 use crate::fold::FoldCounts;
 use crate::logical::UPDATE_RESULT_COLUMNS;
-use crate::table::commit::{commit_written, CommitOutcome, CommitRequest, StatementCommit};
+use crate::table::commit::{
+    commit_written, data_files, CommitOutcome, CommitRequest, StatementCommit, WrittenFiles,
+};
 use crate::table::manifest::Manifest;
+use crate::table::plain_files::{PlainFilesTable, TableLocation};
+use crate::table::restore::{net_change_files, target_keys, ChangeCounts};
 
 /// What a [`CdcCommitExec`] commits.
 #[derive(Debug, Clone)]
@@ -220,9 +226,9 @@ impl ExecutionPlan for CdcCommitExec {
         // every manifest: an input re-optimised elsewhere (a cluster's
         // scheduler) may come back with several partitions and no merge
         let mut input = if self.input.output_partitioning().partition_count() > 1 {
-            CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, context)?
+            CoalescePartitionsExec::new(Arc::clone(&self.input)).execute(0, Arc::clone(&context))?
         } else {
-            self.input.execute(0, context)?
+            self.input.execute(0, Arc::clone(&context))?
         };
         let committing = self.committing.clone();
         let metrics = CommitMetrics::new(&self.metrics);
@@ -244,6 +250,14 @@ impl ExecutionPlan for CdcCommitExec {
                         )));
                     }
                     let changed = manifest.changed();
+                    if request.clears {
+                        // (the fold wrote no change file: it saw no stored row)
+                        let (changes, counts) =
+                            refill_changes(&request, &manifest.written.adds, &context).await?;
+                        manifest.written.change_files = changes.change_files;
+                        manifest.counts.upserted = (counts.inserted + counts.updated) as usize;
+                        manifest.counts.deleted = counts.deleted as usize;
+                    }
                     let outcome =
                         commit_written(&request, manifest.written, changed, &manifest.counts)
                             .await?;
@@ -284,4 +298,34 @@ impl ExecutionPlan for CdcCommitExec {
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
     }
+}
+
+/// The change data files of an update carrying a full refresh's clear: the
+/// visible rows of every data file of the table against those of the files
+/// it wrote (`adds`), by identity, so that rows written again unchanged are
+/// no change; and their counts.
+async fn refill_changes(
+    request: &CommitRequest,
+    adds: &[Add],
+    context: &TaskContext,
+) -> Result<(WrittenFiles, ChangeCounts)> {
+    let table = &request.table;
+    let delta = table.delta();
+    let raw = table.raw_provider().schema();
+    let partition_columns = table.partition_columns()?;
+    let location = || TableLocation {
+        url: delta.table_url(),
+        store: delta.object_store(),
+        schema: Arc::clone(&raw),
+        partition_columns: &partition_columns,
+    };
+    let before = PlainFilesTable::with_vectors(location(), data_files(&delta).await?)?;
+    let after = PlainFilesTable::with_adds(location(), adds)?;
+    let state = SessionStateBuilder::new()
+        .with_config(context.session_config().clone())
+        .with_runtime_env(context.runtime_env())
+        .with_default_features()
+        .build();
+    let keys = target_keys(table);
+    net_change_files(&state, table, before, after, keys.as_deref()).await
 }

@@ -52,7 +52,12 @@ pub async fn plan_append(
     now: DateTime<Utc>,
 ) -> Result<LogicalPlan> {
     let started = Instant::now();
-    let meta = table.meta();
+    // (a full refresh's first update carries its clear: see `plan_update`)
+    let clearing = operation == Operation::FullRefresh;
+    let meta = match clearing {
+        true => table.meta().cleared(),
+        false => table.meta(),
+    };
     let read = source::plan_changes(state, flow, &meta)
         .await
         .map_err(|e| source::in_from_clause(&flow.name, e))?;
@@ -135,6 +140,9 @@ pub async fn plan_append(
         (rows, Some(counts))
     };
     let mut metadata = Vec::new();
+    if clearing {
+        metadata.push(MetadataChange::forget_reads());
+    }
     if meta.sequence_type.is_none() {
         // the first run fixes the table's columns
         let mut fields: Vec<Field> = user_schema
@@ -168,14 +176,18 @@ pub async fn plan_append(
         flow: flow.clone(),
         metadata,
         run: super::next_run(&table, &flow.name).await?,
-        // no stored row is replaced
-        replaces: Replaces::Nothing,
+        // no stored row is replaced (but by a clear)
+        replaces: match clearing {
+            true => Replaces::All,
+            false => Replaces::Nothing,
+        },
         operation,
         started,
         expectations,
         update_id: crate::table::event::current_update_id(),
         newest_input_ms: read.newest_input_ms,
         rejects,
+        clears: clearing,
     };
     let write = LogicalPlan::Extension(Extension {
         node: Arc::new(CdcWriteNode::try_new(Arc::new(write), rows)?),

@@ -286,7 +286,15 @@ pub async fn plan_update(
 ) -> Result<LogicalPlan> {
     let started = std::time::Instant::now();
     let register = operation == Operation::CreateFlow;
-    let meta = table.meta();
+    // a full refresh's first update carries its clear: it folds its events
+    // as into an empty table, forgets what the flows read, and its commit
+    // removes every file (so a failure or crash before it leaves the table
+    // as it was)
+    let clearing = operation == Operation::FullRefresh;
+    let meta = match clearing {
+        true => table.meta().cleared(),
+        false => table.meta(),
+    };
     let now_micros = now.timestamp_micros();
     // SCD 2 and BITEMPORAL targets keep every event and derive their rows
     let scd2 = flow.stored_as_scd_type != ScdType::Type1;
@@ -729,6 +737,9 @@ pub async fn plan_update(
     let delta = table.delta();
     let schema_needed = meta.sequence_type.is_none() || evolved;
     let mut metadata = Vec::new();
+    if clearing {
+        metadata.push(MetadataChange::forget_reads());
+    }
     if schema_needed {
         let mut fields: Vec<Field> = resolved
             .target_schema
@@ -788,10 +799,14 @@ pub async fn plan_update(
         update_id: crate::table::event::current_update_id(),
         newest_input_ms,
         rejects,
+        clears: clearing,
     };
     // a target without rows can only gain rows: Delta readers derive those
-    // inserts from the new files, no change file needed
-    let change_feed = if table.is_published() && data_files(&delta).await?.is_empty() {
+    // inserts from the new files, no change file needed; the update
+    // carrying a clear sees no stored row either (its commit works out
+    // what changed, `CdcCommitExec`)
+    let change_feed = if table.is_published() && (clearing || data_files(&delta).await?.is_empty())
+    {
         ChangeFeed::FromAdds
     } else {
         ChangeFeed::Files

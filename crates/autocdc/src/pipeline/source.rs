@@ -158,7 +158,9 @@ pub async fn plan_changes(
         // table's current snapshot (SPEC §4.3)
         let first = match (since, flow.starting_version) {
             (Some(read), _) => Some(read + 1),
-            (None, Some(starting)) => Some(super::streams::check_starting(name, starting, version)?),
+            (None, Some(starting)) => {
+                Some(super::streams::check_starting(name, starting, version)?)
+            }
             (None, None) => None,
         };
         let pinned = || {

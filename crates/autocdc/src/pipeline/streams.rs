@@ -630,7 +630,7 @@ mod tests {
     #[test]
     fn the_three_stream_forms_and_their_options_are_found() -> Result<()> {
         let found = streams(
-            "SELECT * FROM STREAM a WITH (readChangeFeed = true) \
+            "SELECT * FROM STREAM a WITH (readChangeFeed = true, startingVersion = 2) \
              JOIN STREAM(s.b) WITH (skipChangeCommits = 'true') ON true \
              JOIN stream(c) AS c2 ON true JOIN d ON true",
         )?;
@@ -639,22 +639,25 @@ mod tests {
             [
                 Stream {
                     table: "a".into(),
-                    read: StreamRead::ChangeFeed
+                    read: StreamRead::ChangeFeed,
+                    starting: Some(2),
                 },
                 Stream {
                     table: "s.b".into(),
-                    read: StreamRead::SkipChangeCommits
+                    read: StreamRead::SkipChangeCommits,
+                    starting: None,
                 },
                 Stream {
                     table: "c".into(),
-                    read: StreamRead::AppendOnly
+                    read: StreamRead::AppendOnly,
+                    starting: None,
                 },
             ]
         );
-        let err = streams("SELECT * FROM STREAM a WITH (startingVersion = 1)").unwrap_err();
+        let err = streams("SELECT * FROM STREAM a WITH (startingTimestamp = 1)").unwrap_err();
         assert!(
             err.to_string()
-                .contains("unknown option startingVersion = 1"),
+                .contains("unknown option startingTimestamp = 1"),
             "{err}"
         );
         Ok(())

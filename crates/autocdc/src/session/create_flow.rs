@@ -78,7 +78,7 @@ impl CdcSession {
             check_joins_target(&spec, meta.flows.values(), &target, &target_columns)?;
         }
         self.refuse_cycles(&spec, &target).await?;
-        self.run_flow(&table, &spec, true).await
+        self.run_flow(&table, &spec, Operation::CreateFlow).await
     }
 
     /// Commit a flow definition without data.
@@ -94,19 +94,21 @@ impl CdcSession {
         Ok(())
     }
 
-    /// Run one update of `spec`; an error that does not say which flow
-    /// failed (a source that cannot be read, say) is given that context.
+    /// Run one update of `spec`, which is `operation` (its first run, a
+    /// refresh, or the first of a full refresh, which carries its clear);
+    /// an error that does not say which flow failed (a source that cannot
+    /// be read, say) is given that context.
     pub(super) async fn run_flow(
         &self,
         table: &Arc<ScdTable>,
         spec: &FlowSpec,
-        register: bool,
+        operation: Operation,
     ) -> Result<Vec<RecordBatch>> {
         let named = format!("flow '{}'", spec.name);
         // rejects an interrupted update committed reach their table first
         self.deliver_rejects(table).await?;
         let out = self
-            .run_flow_unnamed(table, spec, register)
+            .run_flow_unnamed(table, spec, operation)
             .await
             .map_err(|e| {
                 if e.to_string().contains(&named) {
@@ -156,27 +158,21 @@ impl CdcSession {
         &self,
         table: &Arc<ScdTable>,
         spec: &FlowSpec,
-        register: bool,
+        operation: Operation,
     ) -> Result<Vec<RecordBatch>> {
         if spec.source.is_snapshot() {
+            let register = operation == Operation::CreateFlow;
             return self.run_snapshot_flow(table, spec, register).await;
         }
         let state = self.ctx.state();
         let plan = if spec.append {
-            plan_append(
-                &state,
-                Arc::clone(table),
-                spec,
-                Operation::flow_run(register),
-                self.clock.now(),
-            )
-            .await?
+            plan_append(&state, Arc::clone(table), spec, operation, self.clock.now()).await?
         } else {
             plan_update(
                 &state,
                 Arc::clone(table),
                 spec,
-                Operation::flow_run(register),
+                operation,
                 self.clock.now(),
                 UpdateSource::Changes,
                 Planning::Run,

@@ -31,24 +31,26 @@ impl CdcSession {
     /// The update plan of a flow's next run (its next snapshot, for snapshot
     /// flows). With [`Planning::Explain`] no data is read: a versioned
     /// snapshot flow's version query is planned, not run, and the snapshot
-    /// planned at a NULL version of its type.
+    /// planned at a NULL version of its type. `operation`: what the run is
+    /// (the first run of a full refresh carries its clear).
     pub(super) async fn plan_flow_for_explain(
         &self,
         table: &Arc<ScdTable>,
         flow: &FlowSpec,
         planning: Planning,
+        operation: Operation,
     ) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let now = self.clock.now();
         if flow.append {
-            return plan_append(&state, Arc::clone(table), flow, Operation::Refresh, now).await;
+            return plan_append(&state, Arc::clone(table), flow, operation, now).await;
         }
         if !flow.source.is_snapshot() {
             return plan_update(
                 &state,
                 Arc::clone(table),
                 flow,
-                Operation::Refresh,
+                operation,
                 now,
                 UpdateSource::Changes,
                 planning,
@@ -128,12 +130,16 @@ impl CdcSession {
             };
         let table = self.table(&name).await?;
         table.refresh().await?;
-        let cleared = match full && analyze {
-            true => Some(self.clear(&table).await?),
-            false => None,
-        };
+        // (without ANALYZE nothing runs: the plans are those of a refresh)
+        let full = full && analyze;
+        let before = table.delta().version().unwrap_or(0);
+        let (runs, clear_first) = Self::runs(&table, full);
+        if clear_first {
+            self.clear(&table).await?;
+        }
+        let cleared = full.then_some(before);
         match self
-            .explain_flows(&table, full, analyze, verbose, format)
+            .explain_flows(&table, runs, analyze, verbose, format)
             .await
         {
             Ok(batches) => self.ctx.read_batches(batches),
@@ -145,7 +151,7 @@ impl CdcSession {
     async fn explain_flows(
         &self,
         table: &Arc<ScdTable>,
-        full: bool,
+        runs: Vec<(FlowSpec, Operation)>,
         analyze: bool,
         verbose: bool,
         format: Option<&str>,
@@ -154,7 +160,7 @@ impl CdcSession {
         let state = self.ctx.state();
         let format = explain_format(&state, format, analyze, verbose)?;
         let mut batches = Vec::new();
-        for flow in Self::flows_to_run(table, full) {
+        for (flow, operation) in runs {
             // EXPLAIN plans without reading; EXPLAIN ANALYZE runs the update
             let planning = if analyze {
                 // (an update run here delivers its rejects as REFRESH does:
@@ -164,7 +170,9 @@ impl CdcSession {
             } else {
                 Planning::Explain
             };
-            let plan = self.plan_flow_for_explain(table, &flow, planning).await?;
+            let plan = self
+                .plan_flow_for_explain(table, &flow, planning, operation)
+                .await?;
             let explained: LogicalPlan = LogicalPlanBuilder::from(plan)
                 .explain_option_format(
                     ExplainOption::default()
@@ -232,7 +240,7 @@ impl CdcSession {
         let mut plans = Vec::new();
         for flow in Self::flows_to_run(&table, false) {
             let plan = self
-                .plan_flow_for_explain(&table, &flow, Planning::Explain)
+                .plan_flow_for_explain(&table, &flow, Planning::Explain, Operation::Refresh)
                 .await?;
             plans.push((flow.name.clone(), state.create_physical_plan(&plan).await?));
         }

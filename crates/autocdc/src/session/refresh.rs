@@ -1,6 +1,7 @@
-//! `REFRESH STREAMING TABLE [FULL]`: every flow of a target again (a full
-//! refresh clears the target and its checkpoints first, and brings them
-//! back if a flow then fails).
+//! `REFRESH STREAMING TABLE [FULL]`: every flow of a target again. A full
+//! refresh clears the target and its checkpoints with its first flow's
+//! commit (or first, by a commit of its own, see [`CdcSession::runs`]),
+//! and brings them back if a later flow fails.
 
 use std::sync::Arc;
 
@@ -12,9 +13,6 @@ use crate::physical::commit_exec::result_schema;
 use crate::spec::FlowSpec;
 use crate::table::commit::{Edit, EditKind, MetadataChange, Replaced};
 use crate::table::event::{CommitEvent, Operation};
-use crate::table::properties::{
-    SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
-};
 use crate::table::restore::restore;
 use crate::table::{ScdTable, TableName};
 
@@ -31,16 +29,46 @@ impl CdcSession {
             .collect()
     }
 
+    /// The runs of a refresh of `table`, each flow with what its run is;
+    /// for a full refresh, whether the table is to be cleared first. The
+    /// first run of a full refresh carries its clear, so that a failure or
+    /// a crash before its commit leaves the table as it was: not a snapshot
+    /// flow's (it commits each snapshot version by itself), nor on a table
+    /// of the earlier layout (its change feed would lack the clear's
+    /// deletes); then the clear is a commit of its own.
+    pub(super) fn runs(table: &ScdTable, full: bool) -> (Vec<(FlowSpec, Operation)>, bool) {
+        let mut flows = Self::flows_to_run(table, full);
+        if !full {
+            let runs = flows.into_iter().map(|f| (f, Operation::Refresh)).collect();
+            return (runs, false);
+        }
+        let carrier = flows
+            .iter()
+            .position(|f| !f.source.is_snapshot())
+            .filter(|_| table.is_published());
+        let Some(carrier) = carrier else {
+            let runs = flows.into_iter().map(|f| (f, Operation::Refresh)).collect();
+            return (runs, true);
+        };
+        let first = flows.remove(carrier);
+        let runs = std::iter::once((first, Operation::FullRefresh))
+            .chain(flows.into_iter().map(|f| (f, Operation::Refresh)))
+            .collect();
+        (runs, false)
+    }
+
     pub(crate) async fn refresh(&self, name: &TableName, full: bool) -> Result<Vec<RecordBatch>> {
         let table = self.table(name).await?;
         table.refresh().await?;
-        let cleared = match full {
-            true => Some(self.clear(&table).await?),
-            false => None,
-        };
+        let before = table.delta().version().unwrap_or(0);
+        let (runs, clear_first) = Self::runs(&table, full);
+        if clear_first {
+            self.clear(&table).await?;
+        }
+        let cleared = full.then_some(before);
         let mut out = Vec::new();
-        for flow in Self::flows_to_run(&table, full) {
-            match self.run_flow(&table, &flow, false).await {
+        for (flow, operation) in runs {
+            match self.run_flow(&table, &flow, operation).await {
                 Ok(batches) => out.extend(batches),
                 Err(e) => return Err(self.undo_clear(&table, cleared, e).await),
             }
@@ -65,13 +93,18 @@ impl CdcSession {
         let Some(before) = cleared else {
             return error;
         };
+        match table.refresh().await {
+            // nothing committed (the first run, carrying the clear, failed)
+            Ok(()) if table.delta().version().unwrap_or(0) == before => return error,
+            Ok(()) => {}
+            Err(e) => return error.context(format!("reloading '{}': {e}", table.name())),
+        }
         let undone = async {
-            table.refresh().await?;
             let event = CommitEvent::new(Operation::Restore, None, std::time::Instant::now())
                 .with_details(format!(
                     "restored version {before}: the full refresh after it failed"
                 ));
-            let keys = super::restore::target_keys(table);
+            let keys = crate::table::restore::target_keys(table);
             restore(&self.ctx.state(), table, before, keys.as_deref(), event).await
         };
         match undone.await {
@@ -90,11 +123,10 @@ impl CdcSession {
         }
     }
 
-    /// Remove every row of a table (full refresh), keeping its definition;
-    /// returns the version before (see [`Self::undo_clear`]).
-    pub(super) async fn clear(&self, table: &Arc<ScdTable>) -> Result<u64> {
+    /// Remove every row of a table (full refresh), keeping its definition,
+    /// as a commit of its own (see [`Self::runs`]).
+    pub(super) async fn clear(&self, table: &Arc<ScdTable>) -> Result<()> {
         let started = std::time::Instant::now();
-        let before = table.delta().version().unwrap_or(0);
         // its count: the rows its change feed deletes (SCD 2: versions)
         let rows = self
             .ctx
@@ -105,17 +137,12 @@ impl CdcSession {
         event.deleted = rows as u64;
         // forget what the flows read: they read their sources (and every
         // snapshot version) again
-        let checkpoints = MetadataChange::RemovePrefixed(vec![
-            SOURCE_CHECKPOINT_PREFIX.to_string(),
-            SNAPSHOT_PROPERTY_PREFIX.to_string(),
-            SNAPSHOT_WATERMARK_PROPERTY.to_string(),
-        ]);
         Edit::new(EditKind::Delete)
             .event(event)
             .replacing(Replaced::All)
-            .metadata(checkpoints)
+            .metadata(MetadataChange::forget_reads())
             .commit(table)
             .await?;
-        Ok(before)
+        Ok(())
     }
 }

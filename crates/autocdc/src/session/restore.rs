@@ -28,7 +28,7 @@ use crate::sql::RestoreTo;
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::properties::source_checkpoint_property;
 use crate::table::restore::restore;
-use crate::table::{ScdTable, TableName};
+use crate::table::TableName;
 
 use super::CdcSession;
 
@@ -110,7 +110,7 @@ impl CdcSession {
                 flow.name
             ));
         }
-        let keys = target_keys(&table);
+        let keys = crate::table::restore::target_keys(&table);
         let event = CommitEvent::new(Operation::Restore, None, started)
             .with_details(format!("restored version {version}"));
         let restored = restore(&self.ctx.state(), &table, version, keys.as_deref(), event).await?;
@@ -123,23 +123,4 @@ impl CdcSession {
             num_restored_files: restored.files_added,
         })
     }
-}
-
-/// The target's key columns as stored (`None`: no keyed flow, rows have no
-/// identity).
-pub(super) fn target_keys(table: &ScdTable) -> Option<Vec<String>> {
-    let meta = table.meta();
-    let flow = meta
-        .flows
-        .values()
-        .find(|f| !f.append && !f.keys.is_empty())?;
-    let stored: Vec<String> = flow
-        .keys
-        .iter()
-        .filter_map(|k| {
-            let position = meta.user_column(k)?;
-            Some(meta.user_schema.field(position).name().clone())
-        })
-        .collect();
-    (stored.len() == flow.keys.len()).then_some(stored)
 }

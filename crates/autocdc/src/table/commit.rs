@@ -103,6 +103,11 @@ pub struct CommitRequest {
     pub newest_input_ms: Option<i64>,
     /// Where the run's rejected events are (a target with rejects on).
     pub rejects: Option<Arc<RejectSink>>,
+    /// The update carries a full refresh's clear: every data file of the
+    /// table goes, whatever the update writes; its change feed is what
+    /// changed between the rows of those files and of the files it writes
+    /// (`CdcCommitExec` computes it, and its counts).
+    pub clears: bool,
 }
 
 /// What of the stored rows an update replaces.
@@ -193,8 +198,10 @@ pub async fn commit_written(
     };
     // a widened column is rewritten in every file even when the events
     // change no row: the new schema is committed with files of its types
-    let changed =
-        changed || matches!(&request.replaces, Replaces::Staged(stage) if stage.rewrites_all());
+    // (and a full refresh's clear removes every file)
+    let changed = changed
+        || request.clears
+        || matches!(&request.replaces, Replaces::Staged(stage) if stage.rewrites_all());
     if changed {
         // replace exactly the buckets this update read
         let views = data_files(&table).await?;

@@ -53,7 +53,8 @@ pub enum Operation {
     CreateFlow,
     /// A run of a flow by `REFRESH STREAMING TABLE`.
     Refresh,
-    /// `REFRESH ... FULL` clearing the table before its flows run again.
+    /// `REFRESH ... FULL`: the run of a flow that clears the table and
+    /// fills it again, or the clear alone (before its flows run again).
     FullRefresh,
     /// DML.
     Insert,
@@ -98,11 +99,11 @@ impl Operation {
         }
     }
 
-    /// Whether a flow runs in it (DML and clearing name none).
+    /// Whether a flow runs in it (DML names none, nor a clear alone).
     pub fn runs_flow(self) -> bool {
         matches!(
             self,
-            Self::CreateFlow | Self::Refresh | Self::SnapshotSkipped
+            Self::CreateFlow | Self::Refresh | Self::FullRefresh | Self::SnapshotSkipped
         )
     }
 }

@@ -16,7 +16,8 @@ use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::DEFAULT_BUCKETS;
 use crate::table::properties::{
-    BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
+    BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX, SNAPSHOT_PROPERTY_PREFIX,
+    SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
 };
 use crate::table::writer::FileCompression;
 
@@ -144,6 +145,25 @@ impl TableMeta {
     }
 
     /// What the target fixes for a new flow.
+    /// The properties a full refresh forgets: what the flows read (their
+    /// sources' checkpoints, every snapshot version), so that they read it
+    /// all again.
+    pub const CLEARED_PREFIXES: [&'static str; 3] = [
+        SOURCE_CHECKPOINT_PREFIX,
+        SNAPSHOT_PROPERTY_PREFIX,
+        SNAPSHOT_WATERMARK_PROPERTY,
+    ];
+
+    /// The table as the update carrying a full refresh's clear sees it: no
+    /// stored rows, nothing read (its columns, flows and other properties
+    /// stay).
+    pub fn cleared(mut self) -> Self {
+        self.sequence_type = None;
+        self.properties
+            .retain(|key, _| !Self::CLEARED_PREFIXES.iter().any(|p| key.starts_with(p)));
+        self
+    }
+
     pub fn shape(&self) -> TargetShape {
         TargetShape {
             columns: (!self.user_schema.fields().is_empty()).then(|| Arc::clone(&self.user_schema)),
@@ -212,4 +232,16 @@ pub enum MetadataChange {
     RemovePrefixed(Vec<String>),
     /// Replace the table's schema.
     Schema(SchemaRef),
+}
+
+impl MetadataChange {
+    /// Forget what the flows read ([`TableMeta::CLEARED_PREFIXES`]).
+    pub fn forget_reads() -> Self {
+        Self::RemovePrefixed(
+            TableMeta::CLEARED_PREFIXES
+                .iter()
+                .map(|p| p.to_string())
+                .collect(),
+        )
+    }
 }

@@ -31,6 +31,7 @@
 //! | `Deleted(v)` | rows whose position is not in `v` (its vector)     |
 //! | `Selected(v)`| rows whose position is in `v` (a small update's)   |
 
+use std::collections::HashMap;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -64,7 +65,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties,
 };
-use deltalake_core::kernel::{DeletionVectorDescriptor, LogicalFileView};
+use deltalake_core::kernel::{Add, DeletionVectorDescriptor, LogicalFileView};
 use futures::{Stream, StreamExt};
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -144,6 +145,24 @@ pub struct PlainFile {
     pub rows: FileRows,
 }
 
+/// A data file as the log names it: its path in the table, size and
+/// partition values (as text).
+struct FileEntry {
+    path: Path,
+    size: i64,
+    partition_values: HashMap<String, Option<String>>,
+}
+
+impl FileEntry {
+    fn of(view: &LogicalFileView) -> Self {
+        Self {
+            path: view.object_store_path(),
+            size: view.size(),
+            partition_values: view.partition_values_map(),
+        }
+    }
+}
+
 /// The stored rows of a target as plain Parquet scans (see the module docs).
 pub struct PlainFilesTable {
     /// The store the files are read from (registered in the session).
@@ -187,9 +206,28 @@ impl PlainFilesTable {
                     Some(descriptor) => FileRows::Vector(descriptor),
                     None => FileRows::All,
                 };
-                (view, rows)
+                (FileEntry::of(&view), rows)
             })
             .collect();
+        Self::try_new(table, files)
+    }
+
+    /// The data files `adds` (written, maybe not committed yet), each read
+    /// whole.
+    pub fn with_adds(table: TableLocation<'_>, adds: &[Add]) -> Result<Self> {
+        let files = adds
+            .iter()
+            .map(|add| {
+                let path = Path::from_url_path(&add.path)
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let entry = FileEntry {
+                    path,
+                    size: add.size,
+                    partition_values: add.partition_values.clone(),
+                };
+                Ok((entry, FileRows::All))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Self::try_new(table, files)
     }
 
@@ -200,12 +238,12 @@ impl PlainFilesTable {
     ) -> Result<Self> {
         let files = files
             .into_iter()
-            .map(|(view, mask)| (view, FileRows::Masked(mask)))
+            .map(|(view, mask)| (FileEntry::of(&view), FileRows::Masked(mask)))
             .collect();
         Self::try_new(table, files)
     }
 
-    fn try_new(table: TableLocation<'_>, files: Vec<(LogicalFileView, FileRows)>) -> Result<Self> {
+    fn try_new(table: TableLocation<'_>, files: Vec<(FileEntry, FileRows)>) -> Result<Self> {
         let TableLocation {
             url: location,
             store,
@@ -222,8 +260,8 @@ impl PlainFilesTable {
             .collect::<Result<Vec<_>>>()?;
         let files = files
             .into_iter()
-            .map(|(view, rows)| {
-                let values = view.partition_values_map();
+            .map(|(entry, rows)| {
+                let values = entry.partition_values;
                 let partition_values = partition_fields
                     .iter()
                     .map(|field| match values.get(field.name()).cloned().flatten() {
@@ -232,8 +270,8 @@ impl PlainFilesTable {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Ok(PlainFile {
-                    path: Path::from_iter(root.parts().chain(view.object_store_path().parts())),
-                    size: view.size().max(0) as u64,
+                    path: Path::from_iter(root.parts().chain(entry.path.parts())),
+                    size: entry.size.max(0) as u64,
                     partition_values,
                     rows,
                 })

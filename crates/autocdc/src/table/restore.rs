@@ -277,10 +277,10 @@ async fn missing_files(
 
 /// Counts of change rows by kind.
 #[derive(Debug, Default)]
-struct ChangeCounts {
-    inserted: u64,
-    updated: u64,
-    deleted: u64,
+pub(crate) struct ChangeCounts {
+    pub inserted: u64,
+    pub updated: u64,
+    pub deleted: u64,
 }
 
 /// Write the change data files of the restore: the visible rows of `removed`
@@ -301,12 +301,29 @@ async fn change_files(
         schema: Arc::clone(&raw),
         partition_columns: &partition_columns,
     };
-    // the visible rows of the removed files ("now") or of the files added
-    // again ("then")
+    let before = PlainFilesTable::with_vectors(location(), removed.to_vec())?;
+    let after = PlainFilesTable::with_vectors(location(), added.to_vec())?;
+    net_change_files(state, table, before, after, keys).await
+}
+
+/// Write the change data files that take `table`'s visible rows in the
+/// files `before` to those in the files `after`, matched by identity (see
+/// the module docs): a restore's, and a full refresh's, whose first update
+/// replaces every file (rows it writes again unchanged are no change).
+pub(crate) async fn net_change_files(
+    state: &SessionState,
+    table: &ScdTable,
+    before: PlainFilesTable,
+    after: PlainFilesTable,
+    keys: Option<&[String]>,
+) -> Result<(WrittenFiles, ChangeCounts)> {
+    let delta = table.delta();
+    let raw = table.raw_provider().schema();
+    let (before, after) = (Arc::new(before), Arc::new(after));
+    // the visible rows of the files before ("now") or after ("then")
     let visible = |side: &str| -> Result<LogicalPlanBuilder> {
-        let files = if side == NOW { removed } else { added };
-        let rows = PlainFilesTable::with_vectors(location(), files.to_vec())?;
-        LogicalPlanBuilder::scan(side, provider_as_source(Arc::new(rows)), None)?
+        let rows = if side == NOW { &before } else { &after };
+        LogicalPlanBuilder::scan(side, provider_as_source(Arc::clone(rows) as _), None)?
             .filter(qualified(side, KIND_COL).eq(lit(Kind::Upsert as i8)))
     };
     let columns: Vec<String> = raw
@@ -428,6 +445,25 @@ fn count(counts: &std::sync::Mutex<ChangeCounts>, batch: &RecordBatch) {
             }
         }
     }
+}
+
+/// The target's key columns as stored (`None`: no keyed flow, rows have no
+/// identity).
+pub(crate) fn target_keys(table: &ScdTable) -> Option<Vec<String>> {
+    let meta = table.meta();
+    let flow = meta
+        .flows
+        .values()
+        .find(|f| !f.append && !f.keys.is_empty())?;
+    let stored: Vec<String> = flow
+        .keys
+        .iter()
+        .filter_map(|k| {
+            let position = meta.user_column(k)?;
+            Some(meta.user_schema.field(position).name().clone())
+        })
+        .collect();
+    (stored.len() == flow.keys.len()).then_some(stored)
 }
 
 /// The columns that name a visible row of `table`: its keys, and the

@@ -1604,7 +1604,12 @@ mod tests {
     #[test]
     fn a_row_column_named_like_an_event_column_is_refused() {
         for taken in [OP_COL, SEQ_COL, BEFORE_COL] {
-            let event = payload("c", Value::Null, json!({"id": 1, taken: 2}), pg_source(1, 1));
+            let event = payload(
+                "c",
+                Value::Null,
+                json!({"id": 1, taken: 2}),
+                pg_source(1, 1),
+            );
             let bytes = lines(&[event.to_string()]);
             let err = DebeziumLayout::infer(&[("rows.json", &bytes)])
                 .unwrap_err()
