@@ -23,20 +23,7 @@ use super::CdcSession;
 impl CdcSession {
     pub(crate) async fn create_table(&self, c: CreateStreamingTable) -> Result<()> {
         if self.warehouse.exists(&c.name).await? {
-            if c.or_refresh || c.if_not_exists {
-                let table = self.table(&c.name).await?;
-                if c.or_refresh {
-                    self.redeclare(&table, &c).await?;
-                }
-                if takes_rejects(&table.meta().properties) {
-                    self.create_rejects_table(&c).await?;
-                }
-                return Ok(());
-            }
-            return Err(DataFusionError::Plan(format!(
-                "streaming table '{}' already exists",
-                c.name
-            )));
+            return self.create_existing(&c).await;
         }
         let reference = TableReference::partial(c.name.schema.clone(), c.name.table.clone());
         if self.ctx.table_exist(reference).unwrap_or(false) {
@@ -94,9 +81,17 @@ impl CdcSession {
                 Some("true".to_string()),
             ));
         }
-        self.warehouse
+        let created = self
+            .warehouse
             .create_state_store(&c.name, Schema::new(fields), config, deletion_vectors)
-            .await?;
+            .await;
+        if let Err(e) = created {
+            // another process created it meanwhile: as if it had been there
+            return match self.warehouse.exists(&c.name).await? {
+                true => self.create_existing(&c).await,
+                false => Err(e),
+            };
+        }
         let rejects = c
             .properties
             .iter()
@@ -105,6 +100,25 @@ impl CdcSession {
             self.create_rejects_table(&c).await?;
         }
         self.attach(c.name).await?;
+        Ok(())
+    }
+
+    /// `CREATE STREAMING TABLE` of a table that exists: refused, but with
+    /// `IF NOT EXISTS` or `OR REFRESH` (declared again).
+    async fn create_existing(&self, c: &CreateStreamingTable) -> Result<()> {
+        if !(c.or_refresh || c.if_not_exists) {
+            return Err(DataFusionError::Plan(format!(
+                "streaming table '{}' already exists",
+                c.name
+            )));
+        }
+        let table = self.table(&c.name).await?;
+        if c.or_refresh {
+            self.redeclare(&table, c).await?;
+        }
+        if takes_rejects(&table.meta().properties) {
+            self.create_rejects_table(c).await?;
+        }
         Ok(())
     }
 

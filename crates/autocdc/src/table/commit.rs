@@ -511,7 +511,13 @@ impl Edit {
             .with_actions(actions)
             .build(Some(snapshot), log_store, self.kind.operation())
             .await
-            .map_err(delta_err)?;
+            .map_err(|e| {
+                DataFusionError::Execution(format!(
+                    "commit to '{}' failed: {e}; nothing of this statement was committed \
+                     (another writer may have committed first): run it again",
+                    table.name()
+                ))
+            })?;
         table.committed(commit.snapshot()).await?;
         table.committed_runs(built_on, commit.version(), &[]);
         if publish {

@@ -56,6 +56,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int8Type, Schema};
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::{
     Action, Add, AddCDCFile, CommitInfo, DeletionVectorDescriptor, LogicalFileView, MetadataExt,
     StructType, Transaction,
@@ -288,6 +289,9 @@ async fn create(
             ),
         ])
         .with_raise_if_key_not_exists(false)
+        // (one another publisher creates meanwhile fails this one, which
+        // then reads it, rather than being replaced by it)
+        .with_commit_properties(CommitProperties::default().with_max_retries(0))
         .await
         .map_err(delta_err)
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use arrow::datatypes::Schema;
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::{Action, StructType};
 use deltalake_core::DeltaTableBuilder;
 use futures::TryStreamExt;
@@ -200,7 +201,8 @@ impl Warehouse {
         deletion_vectors: bool,
     ) -> Result<()> {
         let kernel: StructType = (&schema).try_into_kernel().map_err(delta_err)?;
-        self.delta_builder(name)?
+        let created = self
+            .delta_builder(name)?
             .build()
             .map_err(delta_err)?
             .create()
@@ -210,9 +212,11 @@ impl Warehouse {
             .with_actions([Action::Protocol(streaming_protocol(deletion_vectors)?)])
             .with_configuration(config)
             .with_raise_if_key_not_exists(false)
-            .await
-            .map_err(delta_err)?;
-        Ok(())
+            // (a table another process creates meanwhile fails this one,
+            // rather than being replaced by it)
+            .with_commit_properties(CommitProperties::default().with_max_retries(0))
+            .await;
+        created.map(|_| ()).map_err(delta_err)
     }
 
     /// A Delta table builder for the state store of `name`, on the shared store.
