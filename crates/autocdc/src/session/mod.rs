@@ -70,6 +70,9 @@ impl std::fmt::Debug for CdcSession {
 /// Names of `AUTO CDC (…)` relations while their query is planned.
 static RELATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// How those names start.
+const RELATION_PREFIX: &str = "__autocdc_relation_";
+
 impl CdcSession {
     /// Open a session on a warehouse; every streaming table already stored
     /// there is registered.
@@ -203,11 +206,12 @@ impl CdcSession {
             {
                 let name = || {
                     let n = RELATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    format!("__autocdc_relation_{n}")
+                    format!("{RELATION_PREFIX}{n}")
                 };
                 match crate::sql::replace_auto_cdc_relations(sql, &dialect, normalize, name)? {
                     Some((rewritten, relations)) => {
-                        self.sql_with_relations(&rewritten, relations).await
+                        self.sql_with_relations(&rewritten, relations, &dialect)
+                            .await
                     }
                     None => {
                         let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
@@ -223,22 +227,48 @@ impl CdcSession {
         }
     }
 
-    /// Plan `sql` with each of `relations` registered under its name while
-    /// it is planned (the plan keeps what it read of them).
+    /// Plan `sql` (in `dialect`) with each of `relations` registered under
+    /// its name while it is planned (the plan keeps what it read of them);
+    /// a relation's query sees the CTEs of `sql`
+    /// ([`crate::sql::with_outer_ctes`]).
     async fn sql_with_relations(
         &self,
         sql: &str,
         relations: Vec<(String, crate::sql::AutoCdcRelation)>,
+        dialect: &str,
     ) -> Result<DataFrame> {
         use crate::query::AutoCdcDataFrame;
-        let mut registered = Vec::new();
+        let mut registered: Vec<String> = Vec::new();
         let mut planned = Ok(());
-        for (name, relation) in relations {
-            let folded = match (
-                self.ctx.sql(&relation.query).await,
-                &relation.snapshot_version,
-                relation.changes,
-            ) {
+        let ctes = crate::sql::outer_ctes(sql, dialect);
+        let mut pending = relations;
+        while !pending.is_empty() {
+            // the first relation whose query, and the CTEs it may be given,
+            // read only relations planned already (a relation nested in
+            // another's query, or in a CTE another reads, comes first)
+            let ready = |(name, relation): &(String, crate::sql::AutoCdcRelation)| {
+                let planned =
+                    |text: &str| crate::sql::reads_only_planned(text, RELATION_PREFIX, &registered);
+                planned(&relation.query)
+                    && ctes
+                        .iter()
+                        .filter(|cte| !cte.contains(name.as_str()))
+                        .all(|cte| planned(cte))
+            };
+            let next = pending.iter().position(ready).unwrap_or(0);
+            let (name, relation) = pending.remove(next);
+            let query = crate::sql::with_outer_ctes(
+                sql,
+                &relation.query,
+                dialect,
+                RELATION_PREFIX,
+                &registered,
+            );
+            let events = match query {
+                Ok(query) => self.ctx.sql(&query).await,
+                Err(e) => Err(e),
+            };
+            let folded = match (events, &relation.snapshot_version, relation.changes) {
                 (Ok(events), None, false) => events.auto_cdc(&relation.spec),
                 (Ok(events), None, true) => events.auto_cdc_changes(&relation.spec),
                 (Ok(snapshots), Some(version), false) => {

@@ -23,9 +23,11 @@
 //! ```
 //! Every other statement goes to DataFusion unchanged.
 
+mod outer_ctes;
 mod parser;
 mod update_targets;
 
+pub use outer_ctes::{outer_ctes, reads_only_planned, with_outer_ctes};
 pub use parser::{
     parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,
     CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement, RestoreTo,
