@@ -227,6 +227,17 @@ fn check_snapshot_clauses(snapshots: &DataFrame, flow: &FlowSpec, version: &str)
             field.data_type()
         );
     }
+    let listed = match &flow.columns {
+        ColumnSelection::Only(list) | ColumnSelection::Except(list) => list.as_slice(),
+        ColumnSelection::All => &[],
+    };
+    if listed.iter().any(|c| c == version) {
+        return plan_err!(
+            "flow '{}': COLUMNS: column '{version}' is the VERSION BY column, which is never \
+             a column of the result",
+            flow.name
+        );
+    }
     for key in &flow.keys {
         if key == version {
             return plan_err!(

@@ -1147,11 +1147,18 @@ impl CdcParser<'_> {
             ("APPLY AS TRUNCATE WHEN", spec.apply_as_truncates.is_some()),
             ("IGNORE NULL UPDATES", spec.ignore_null_updates.is_some()),
             ("COLUMNS TO UPDATE", spec.columns_to_update.is_some()),
+            ("PREVIOUS KEYS", !spec.previous_keys.is_empty()),
         ];
         if let Some((clause, _)) = refused.iter().find(|(_, given)| *given) {
             return Err(perr(format!(
                 "{WHAT}: {clause} is not a clause of snapshots: they are sequenced by their \
                  version, and a key missing from a snapshot is deleted"
+            )));
+        }
+        if spec.stored_as_scd_type == ScdType::Bitemporal {
+            return Err(perr(format!(
+                "{WHAT}: STORED AS BITEMPORAL: snapshots are stored AS SCD TYPE 1 or SCD TYPE 2 \
+                 (a snapshot has no system time of its own)"
             )));
         }
         Ok(AutoCdcRelation {
