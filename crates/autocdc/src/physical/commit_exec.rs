@@ -47,7 +47,8 @@ use futures::StreamExt;
 use crate::fold::FoldCounts;
 use crate::logical::UPDATE_RESULT_COLUMNS;
 use crate::table::commit::{
-    commit_written, data_files, CommitOutcome, CommitRequest, StatementCommit, WrittenFiles,
+    commit_written, data_files, CommitOutcome, CommitRequest, MetadataChange, StatementCommit,
+    WrittenFiles,
 };
 use crate::table::manifest::Manifest;
 use crate::table::plain_files::{PlainFilesTable, TableLocation};
@@ -311,7 +312,17 @@ async fn refill_changes(
 ) -> Result<(WrittenFiles, ChangeCounts)> {
     let table = &request.table;
     let delta = table.delta();
-    let raw = table.raw_provider().schema();
+    // both sides in the schema the update commits (its columns may have
+    // widened or grown)
+    let raw = request
+        .metadata
+        .iter()
+        .rev()
+        .find_map(|change| match change {
+            MetadataChange::Schema(schema) => Some(Arc::clone(schema)),
+            _ => None,
+        })
+        .unwrap_or_else(|| table.raw_provider().schema());
     let partition_columns = table.partition_columns()?;
     let location = || TableLocation {
         url: delta.table_url(),

@@ -12,7 +12,9 @@
 //!
 //! **Files.** A data file is the same in both versions when its path and its
 //! deletion vector are; the others are removed, or added again as version
-//! `n` had them. Every file added again must still be in the store (VACUUM
+//! `n` had them — but when a column has widened since `n`: then their rows
+//! are written again in the wider type, as new files (every file of the
+//! table holds its schema's types, for readers without type widening). Every file added again must still be in the store (VACUUM
 //! removes files older than its retention): one that is gone refuses the
 //! restore, naming it.
 //!
@@ -69,8 +71,8 @@ use super::properties::{
 };
 use super::{delta_err, ScdTable};
 use crate::fold::columns::{
-    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, START_AT_COL,
-    SYSTEM_START_AT_COL,
+    Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, INTERNAL_PREFIX,
+    KIND_COL, START_AT_COL, SYSTEM_START_AT_COL,
 };
 use crate::fold::ScdType;
 
@@ -102,43 +104,27 @@ pub struct Restored {
     pub files_added: usize,
 }
 
-/// Restore `table` (loaded at its latest version) to its version `to`,
-/// logging `event` (its counts are set here). `keys`: the target's key
-/// columns (`None`: a table without keys).
-/// Refuse a restore that would add back files of a column's type before
-/// it widened: the table's schema stays (see the module docs), and Delta
-/// readers without the type widening feature would read those files under
-/// the wider type.
-fn refuse_narrower_files(
-    table: &ScdTable,
+/// Whether a column of `then`'s schema has widened in `now`'s: files of
+/// `then` hold the narrower type, which Delta readers (without the type
+/// widening feature) would read under the wider one.
+fn narrower_then(
     now: &deltalake_core::DeltaTable,
     then: &deltalake_core::DeltaTable,
-    to: u64,
-) -> Result<()> {
+) -> Result<bool> {
     let schema = |t: &deltalake_core::DeltaTable| -> Result<SchemaRef> {
         Ok(t.snapshot().map_err(delta_err)?.snapshot().arrow_schema())
     };
     let (current, restored) = (schema(now)?, schema(then)?);
-    for field in restored.fields() {
-        match current.field_with_name(field.name()) {
-            Ok(wider) if wider.data_type() != field.data_type() => {
-                return Err(DataFusionError::Plan(format!(
-                    "RESTORE of '{}' to version {to}: column '{}' has widened since ({} → {}), \
-                     and the files of version {to} hold {}, which Delta readers would read \
-                     under the wider type; nothing was changed",
-                    table.name(),
-                    field.name(),
-                    field.data_type(),
-                    wider.data_type(),
-                    field.data_type()
-                )))
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    Ok(restored.fields().iter().any(|field| {
+        current
+            .field_with_name(field.name())
+            .is_ok_and(|wider| wider.data_type() != field.data_type())
+    }))
 }
 
+/// Restore `table` (loaded at its latest version) to its version `to`,
+/// logging `event` (its counts are set here). `keys`: the target's key
+/// columns (`None`: a table without keys).
 pub(crate) async fn restore(
     state: &SessionState,
     table: &ScdTable,
@@ -153,12 +139,14 @@ pub(crate) async fn restore(
 
     let (removed, added) = differing_files(&now, &then).await?;
     missing_files(table, &now, &added, to).await?;
-    if !added.is_empty() {
-        refuse_narrower_files(table, &now, &then, to)?;
-    }
     let (written, counts) = change_files(state, table, &removed, &added, keys).await?;
-    #[allow(deprecated)] // the Add as logged, tags and statistics included
-    let readded: Vec<Add> = added.iter().map(LogicalFileView::add_action).collect();
+    // the files of `to` as they were; or, when a column has widened since,
+    // their rows written again in the wider type (the schema stays)
+    let readded: Vec<Add> = match !added.is_empty() && narrower_then(&now, &then)? {
+        true => rewritten(state, table, &added, keys).await?,
+        #[allow(deprecated)] // the Add as logged, tags and statistics included
+        false => added.iter().map(LogicalFileView::add_action).collect(),
+    };
 
     let then_properties = then
         .snapshot()
@@ -201,6 +189,43 @@ pub(crate) async fn restore(
         files_removed,
         files_added,
     })
+}
+
+/// The rows of the data files `files` (every state row their deletion
+/// vectors keep), read in the table's current types and written again as
+/// new data files: the `add`s of those files.
+async fn rewritten(
+    state: &SessionState,
+    table: &ScdTable,
+    files: &[LogicalFileView],
+    keys: Option<&[String]>,
+) -> Result<Vec<Add>> {
+    let delta = table.delta();
+    let raw = table.raw_provider().schema();
+    let partition_columns = table.partition_columns()?;
+    let location = TableLocation {
+        url: delta.table_url(),
+        store: delta.object_store(),
+        schema: Arc::clone(&raw),
+        partition_columns: &partition_columns,
+    };
+    let rows = PlainFilesTable::with_vectors(location, files.to_vec())?;
+    let columns: Vec<String> = row_columns(&raw);
+    let plan = LogicalPlanBuilder::scan(THEN, provider_as_source(Arc::new(rows)), None)?
+        .project(columns.iter().map(|c| qualified(THEN, c).alias(c)))?
+        .build()?;
+    let physical = state.create_physical_plan(&plan).await?;
+    let stream = datafusion::physical_plan::execute_stream(physical, state.task_ctx())?;
+    let written = write_rows(
+        &delta.object_store(),
+        stream,
+        &key_indices(&columns, keys),
+        table.meta().buckets,
+        file_writing(state, table),
+        ChangeFeed::Files,
+    )
+    .await?;
+    Ok(written.adds)
 }
 
 /// The data files of `now` that `then` does not have (same path and
@@ -318,7 +343,8 @@ pub(crate) async fn net_change_files(
     keys: Option<&[String]>,
 ) -> Result<(WrittenFiles, ChangeCounts)> {
     let delta = table.delta();
-    let raw = table.raw_provider().schema();
+    // (the files after are read in the table's schema after the change)
+    let raw = TableProvider::schema(&after);
     let (before, after) = (Arc::new(before), Arc::new(after));
     // the visible rows of the files before ("now") or after ("then")
     let visible = |side: &str| -> Result<LogicalPlanBuilder> {
@@ -326,12 +352,7 @@ pub(crate) async fn net_change_files(
         LogicalPlanBuilder::scan(side, provider_as_source(Arc::clone(rows) as _), None)?
             .filter(qualified(side, KIND_COL).eq(lit(Kind::Upsert as i8)))
     };
-    let columns: Vec<String> = raw
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .filter(|n| n != BUCKET_COL)
-        .collect();
+    let columns = row_columns(&raw);
     // the change rows in the data file layout, the kind column telling them apart
     let rows_of = |side: &str, kind: i8| -> Vec<Expr> {
         columns
@@ -359,10 +380,10 @@ pub(crate) async fn net_change_files(
                 .iter()
                 .map(|c| qualified(NOW, c).eq(qualified(THEN, c)))
                 .collect();
-            let user: SchemaRef = table.schema();
-            let differs = user
+            let differs = raw
                 .fields()
                 .iter()
+                .filter(|f| !f.name().starts_with(INTERNAL_PREFIX))
                 .filter(|f| !identity.contains(f.name()))
                 .map(|f| {
                     Expr::BinaryExpr(BinaryExpr::new(
@@ -398,25 +419,12 @@ pub(crate) async fn net_change_files(
         let counts = Arc::clone(&counts);
         stream.inspect_ok(move |batch: &RecordBatch| count(&counts, batch))
     };
-    let key_indices: Vec<usize> = match keys {
-        Some(keys) => keys
-            .iter()
-            .filter_map(|k| columns.iter().position(|c| c == k))
-            .collect(),
-        None => (0..columns.len())
-            .filter(|&i| !columns[i].starts_with(crate::fold::columns::INTERNAL_PREFIX))
-            .collect(),
-    };
     let written = write_rows(
         &delta.object_store(),
         Box::pin(RecordBatchStreamAdapter::new(schema, counted)),
-        &key_indices,
+        &key_indices(&columns, keys),
         table.meta().buckets,
-        FileWriting {
-            compression: table.meta().compression,
-            tasks: state.config().target_partitions(),
-            index_cache: Some(state.runtime_env().cache_manager.get_file_metadata_cache()),
-        },
+        file_writing(state, table),
         ChangeFeed::Files,
     )
     .await?;
@@ -426,6 +434,39 @@ pub(crate) async fn net_change_files(
             .map_err(|_| DataFusionError::Internal("poisoned restore counts".into()))?,
     );
     Ok((written, counts))
+}
+
+/// The columns of the rows a data file holds (its raw schema less the
+/// bucket, a partition column).
+fn row_columns(raw: &SchemaRef) -> Vec<String> {
+    raw.fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|n| n != BUCKET_COL)
+        .collect()
+}
+
+/// The positions in `columns` of what buckets its rows: the keys, or every
+/// user column of a table without keys.
+fn key_indices(columns: &[String], keys: Option<&[String]>) -> Vec<usize> {
+    match keys {
+        Some(keys) => keys
+            .iter()
+            .filter_map(|k| columns.iter().position(|c| c == k))
+            .collect(),
+        None => (0..columns.len())
+            .filter(|&i| !columns[i].starts_with(crate::fold::columns::INTERNAL_PREFIX))
+            .collect(),
+    }
+}
+
+/// How a restore writes its files: as the table's updates do.
+fn file_writing(state: &SessionState, table: &ScdTable) -> FileWriting {
+    FileWriting {
+        compression: table.meta().compression,
+        tasks: state.config().target_partitions(),
+        index_cache: Some(state.runtime_env().cache_manager.get_file_metadata_cache()),
+    }
 }
 
 /// Add the change rows of `batch` to `counts` (an update counts once, by
