@@ -188,6 +188,8 @@ pub fn parse_cdc_statement(
 ) -> Result<Option<CdcStatement>> {
     let d: Box<dyn Dialect> = dialect_from_str(dialect)
         .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
+    let parenthesised = parenthesised_streams(sql, d.as_ref());
+    let sql = parenthesised.as_deref().unwrap_or(sql);
     let p = match Parser::new(d.as_ref()).try_with_sql(sql) {
         Ok(p) => p,
         // not tokenizable by us: let DataFusion report it
@@ -308,6 +310,57 @@ pub fn replace_auto_cdc_relations(
         sql.replace_range(start..end, &format!("{placeholder} "));
     }
     Ok((!found.is_empty()).then_some((sql, found)))
+}
+
+/// `sql` with each stream of a qualified name, `STREAM schema.t` (after
+/// `FROM`, `JOIN` or `,`), written `STREAM(schema.t)`: SQL parsers read
+/// `STREAM schema` as a table aliased, then stop at the `.`; `None` when
+/// it has none.
+fn parenthesised_streams(sql: &str, dialect: &dyn Dialect) -> Option<String> {
+    let tokens = Tokenizer::new(dialect, sql).tokenize_with_location().ok()?;
+    let words: Vec<&TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .collect();
+    let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    let is_name = |t: &TokenWithSpan| matches!(t.token, Token::Word(_));
+    // (start of the name, end of its last part), first to last
+    let mut names = Vec::new();
+    let mut i = 1;
+    while i + 3 < words.len() {
+        let after = words[i - 1];
+        let stream =
+            (is_word(after, "FROM") || is_word(after, "JOIN") || after.token == Token::Comma)
+                && is_word(words[i], "STREAM")
+                && is_name(words[i + 1])
+                && words[i + 2].token == Token::Period
+                && is_name(words[i + 3]);
+        if !stream {
+            i += 1;
+            continue;
+        }
+        let mut last = i + 3;
+        while last + 2 < words.len()
+            && words[last + 1].token == Token::Period
+            && is_name(words[last + 2])
+        {
+            last += 2;
+        }
+        names.push((
+            byte_offset(sql, words[i + 1].span.start),
+            byte_offset(sql, words[last].span.end),
+        ));
+        i = last + 1;
+    }
+    if names.is_empty() {
+        return None;
+    }
+    let mut sql = sql.to_string();
+    for (start, end) in names.into_iter().rev() {
+        sql.insert(end, ')');
+        sql.insert(start, '(');
+    }
+    Some(sql)
 }
 
 /// The byte offset of a tokenizer location (1-based line and character).
