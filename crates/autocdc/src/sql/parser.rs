@@ -201,6 +201,33 @@ pub fn parse_cdc_statement(
         dialect: dialect.to_string(),
     };
     c.statement(true)
+        .map_err(|e| match has_relation(sql, d.as_ref()) {
+            // (our statements take queries DataFusion's parser reads)
+            true => e.context(
+                "a query relation (AUTO CDC (…) or SNAPSHOTS (…)) is not read inside this \
+             statement: define a view of the query holding it (CREATE VIEW v AS SELECT … \
+             FROM AUTO CDC (…) …) and read the view",
+            ),
+            false => e,
+        })
+}
+
+/// Whether `sql` has a query relation (`AUTO CDC (` or `SNAPSHOTS (` after
+/// `FROM`, `JOIN` or `,`).
+fn has_relation(sql: &str, dialect: &dyn Dialect) -> bool {
+    let Ok(tokens) = Tokenizer::new(dialect, sql).tokenize() else {
+        return false;
+    };
+    let words: Vec<&Token> = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let is_word = |t: &Token, w: &str| matches!(t, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    words.windows(4).any(|w| {
+        (is_word(w[0], "FROM") || is_word(w[0], "JOIN") || *w[0] == Token::Comma)
+            && ((is_word(w[1], "AUTO") && is_word(w[2], "CDC") && *w[3] == Token::LParen)
+                || (is_word(w[1], "SNAPSHOTS") && *w[2] == Token::LParen))
+    })
 }
 
 /// One `AUTO CDC (query) clauses…` relation of a query (SPEC §4.10).
