@@ -269,7 +269,7 @@ async fn a_statement_losing_a_commit_race_names_the_table() {
     let b = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
         .await
         .unwrap();
-    let mut conflicts = 0;
+    // (how many races are lost depends on timing: each loss is explained)
     for round in 0..10 {
         let (sql_a, sql_b) = (
             format!("UPDATE t SET v = 'a{round}' WHERE id = 1"),
@@ -278,7 +278,6 @@ async fn a_statement_losing_a_commit_race_names_the_table() {
         let (ra, rb) = tokio::join!(run(&a, &sql_a), run(&b, &sql_b));
         for r in [&ra, &rb] {
             if let Err(e) = r {
-                conflicts += 1;
                 let msg = e.to_string();
                 assert!(
                     msg.contains("commit to 't' failed")
@@ -289,6 +288,4 @@ async fn a_statement_losing_a_commit_race_names_the_table() {
         }
         assert!(ra.is_ok() || rb.is_ok(), "round {round}: both failed");
     }
-    // (how many races were lost depends on timing; any loss was explained)
-    let _ = conflicts;
 }

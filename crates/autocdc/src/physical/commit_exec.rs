@@ -51,8 +51,7 @@ use crate::table::commit::{
     WrittenFiles,
 };
 use crate::table::manifest::Manifest;
-use crate::table::plain_files::{PlainFilesTable, TableLocation};
-use crate::table::restore::{net_change_files, target_keys, ChangeCounts};
+use crate::table::restore::{net_change_files, target_keys, ChangeCounts, FilesAfter};
 
 /// What a [`CdcCommitExec`] commits.
 #[derive(Debug, Clone)]
@@ -323,20 +322,13 @@ async fn refill_changes(
             _ => None,
         })
         .unwrap_or_else(|| table.raw_provider().schema());
-    let partition_columns = table.partition_columns()?;
-    let location = || TableLocation {
-        url: delta.table_url(),
-        store: delta.object_store(),
-        schema: Arc::clone(&raw),
-        partition_columns: &partition_columns,
-    };
-    let before = PlainFilesTable::with_vectors(location(), data_files(&delta).await?)?;
-    let after = PlainFilesTable::with_adds(location(), adds)?;
+    let before = data_files(&delta).await?;
     let state = SessionStateBuilder::new()
         .with_config(context.session_config().clone())
         .with_runtime_env(context.runtime_env())
         .with_default_features()
         .build();
     let keys = target_keys(table);
-    net_change_files(&state, table, before, after, keys.as_deref()).await
+    let after = FilesAfter::Written(adds);
+    net_change_files(&state, table, raw, before, after, keys.as_deref()).await
 }

@@ -48,7 +48,6 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::provider_as_source;
-use datafusion::datasource::TableProvider;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{
     lit, BinaryExpr, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
@@ -317,8 +316,33 @@ async fn change_files(
     added: &[LogicalFileView],
     keys: Option<&[String]>,
 ) -> Result<(WrittenFiles, ChangeCounts)> {
-    let delta = table.delta();
     let raw = table.raw_provider().schema();
+    let after = FilesAfter::Logged(added.to_vec());
+    net_change_files(state, table, raw, removed.to_vec(), after, keys).await
+}
+
+/// The files of the table after a change.
+pub(crate) enum FilesAfter<'a> {
+    /// Data files of a version of the log.
+    Logged(Vec<LogicalFileView>),
+    /// Data files written for a commit not made yet.
+    Written(&'a [Add]),
+}
+
+/// Write the change data files that take `table`'s visible rows in the
+/// files `before` to those in the files `after`, both read in the raw
+/// schema `raw` (the table's after the change), matched by identity (see
+/// the module docs): a restore's, and a full refresh's, whose first update
+/// replaces every file (rows it writes again unchanged are no change).
+pub(crate) async fn net_change_files(
+    state: &SessionState,
+    table: &ScdTable,
+    raw: SchemaRef,
+    before: Vec<LogicalFileView>,
+    after: FilesAfter<'_>,
+    keys: Option<&[String]>,
+) -> Result<(WrittenFiles, ChangeCounts)> {
+    let delta = table.delta();
     let partition_columns = table.partition_columns()?;
     let location = || TableLocation {
         url: delta.table_url(),
@@ -326,25 +350,11 @@ async fn change_files(
         schema: Arc::clone(&raw),
         partition_columns: &partition_columns,
     };
-    let before = PlainFilesTable::with_vectors(location(), removed.to_vec())?;
-    let after = PlainFilesTable::with_vectors(location(), added.to_vec())?;
-    net_change_files(state, table, before, after, keys).await
-}
-
-/// Write the change data files that take `table`'s visible rows in the
-/// files `before` to those in the files `after`, matched by identity (see
-/// the module docs): a restore's, and a full refresh's, whose first update
-/// replaces every file (rows it writes again unchanged are no change).
-pub(crate) async fn net_change_files(
-    state: &SessionState,
-    table: &ScdTable,
-    before: PlainFilesTable,
-    after: PlainFilesTable,
-    keys: Option<&[String]>,
-) -> Result<(WrittenFiles, ChangeCounts)> {
-    let delta = table.delta();
-    // (the files after are read in the table's schema after the change)
-    let raw = TableProvider::schema(&after);
+    let before = PlainFilesTable::with_vectors(location(), before)?;
+    let after = match after {
+        FilesAfter::Logged(files) => PlainFilesTable::with_vectors(location(), files)?,
+        FilesAfter::Written(adds) => PlainFilesTable::with_adds(location(), adds)?,
+    };
     let (before, after) = (Arc::new(before), Arc::new(after));
     // the visible rows of the files before ("now") or after ("then")
     let visible = |side: &str| -> Result<LogicalPlanBuilder> {
