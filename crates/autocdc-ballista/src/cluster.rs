@@ -102,7 +102,15 @@ pub async fn start_standalone(
     for _ in 0..executors.max(1) {
         let client = loop {
             match SchedulerGrpcClient::connect(scheduler.clone()).await {
-                Ok(client) => break client,
+                // (in one process a message is not bounded by a network: a
+                // task whose plan holds an in-memory table of more than
+                // tonic's default 4 MiB would never reach the executor,
+                // and its job would wait for ever)
+                Ok(client) => {
+                    break client
+                        .max_decoding_message_size(usize::MAX)
+                        .max_encoding_message_size(usize::MAX)
+                }
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             }
         };

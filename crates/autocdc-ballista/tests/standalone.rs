@@ -215,3 +215,41 @@ async fn plans_that_cannot_travel_run_locally_and_say_so() -> Result<()> {
     );
     Ok(())
 }
+
+/// A plan holding an in-memory table of more than tonic's default 4 MiB
+/// reaches the standalone executors (its job waited for ever), for a query
+/// relation and a flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plans_holding_large_in_memory_tables_run() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = open_session(config(dir.path()), &Cluster::Standalone { executors: 2 }).await?;
+    let s = &cluster.session;
+    let count = |sql: &'static str| async move {
+        let batches = s.sql(sql).await?.collect().await?;
+        Ok::<_, datafusion::error::DataFusionError>(pretty_format_batches(&batches)?.to_string())
+    };
+    // 400 000 rows of two BIGINTs and a string: about 12 MiB
+    for sql in [
+        "CREATE TABLE big AS SELECT value % 5003 AS id, (value * 7919) % 200003 AS seq, \
+         'some text ' || value AS v FROM range(400000)",
+        "CREATE STREAMING TABLE t",
+        "CREATE FLOW f AS AUTO CDC INTO t FROM big KEYS (id) SEQUENCE BY seq",
+    ] {
+        tokio::time::timeout(std::time::Duration::from_secs(120), async {
+            s.sql(sql).await?.collect().await
+        })
+        .await
+        .expect("the statement's job never ended")?;
+    }
+    // (a job that waits for ever fails the test instead)
+    let folded = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        count("SELECT count(*) AS n FROM AUTO CDC (SELECT * FROM big) KEYS (id) SEQUENCE BY seq"),
+    )
+    .await
+    .expect("the relation's job never ended")?;
+    assert!(folded.contains("| 5003 |"), "{folded}");
+    let stored = count("SELECT count(*) AS n FROM t").await?;
+    assert!(stored.contains("| 5003 |"), "{stored}");
+    Ok(())
+}
