@@ -151,7 +151,7 @@ pub async fn plan_changes(
             Some(SourceCheckpoint::Delta {
                 table_id: read_id,
                 version: read,
-            }) if read_id == table_id && read <= version => Some(read),
+            }) => Some(super::streams::same_table(name, &read_id, read, &table_id, version)?),
             _ => None,
         };
         // the first commit to read; `None`: a new stream starts at the

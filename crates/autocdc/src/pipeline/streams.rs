@@ -401,10 +401,16 @@ pub(super) async fn plan_query(
         // (the lookup brought it to its latest version)
         let version = table.delta().version().unwrap_or(0);
         let table_id = table.delta_table_id();
-        let since = read_before
-            .get(&stream.table)
-            .filter(|read| read.table_id == table_id && read.version <= version)
-            .map(|read| read.version);
+        let since = match read_before.get(&stream.table) {
+            Some(read) => Some(same_table(
+                &stream.table,
+                &read.table_id,
+                read.version,
+                &table_id,
+                version,
+            )?),
+            None => None,
+        };
         let name = quoted(&stream.table);
         // the first commit to read; `None`: a new stream starts at the
         // table's current snapshot
@@ -483,6 +489,28 @@ pub(super) async fn plan_query(
         folders: folders_now,
     };
     Ok(Some((plan, checkpoint)))
+}
+
+/// The version `read` a checkpoint recorded of the table `name` (then of
+/// id `read_id`), checked against the table now (`table_id`, at
+/// `version`): a table dropped and created again since is another table,
+/// whose versions say nothing of what was read, so the stream fails
+/// rather than mix the two tables' rows (as Delta streams do).
+pub(super) fn same_table(
+    name: &str,
+    read_id: &str,
+    read: u64,
+    table_id: &str,
+    version: u64,
+) -> Result<u64> {
+    if read_id != table_id || read > version {
+        return Err(DataFusionError::Plan(format!(
+            "'{name}' is not the table read last (version {read} of table id \
+             {read_id}; it is now table id {table_id}): it was dropped and created again \
+             since; REFRESH … FULL of the reading table reads it from the start"
+        )));
+    }
+    Ok(read)
 }
 
 /// The first version a new stream with `startingVersion = starting` reads
