@@ -357,7 +357,6 @@ async fn run_continuously(
         let full = if first { full_refresh } else { None };
         let pause = match update_once(&shell.session, full, true).await {
             Ok(update) => {
-                backoff = interval;
                 let updated: Vec<&TableUpdate> = update
                     .tables
                     .iter()
@@ -384,12 +383,33 @@ async fn run_continuously(
                             format!("; {}", failed.join(", "))
                         }
                     );
+                    // why each failed or was skipped
+                    for table in updated
+                        .iter()
+                        .filter(|t| !matches!(t.status, TableStatus::Updated))
+                    {
+                        if let Some(message) = &table.message {
+                            eprintln!("  {} {}: {message}", table.table, table.status.name());
+                        }
+                    }
                 }
-                // go again at once while there is work
-                if updated.is_empty() {
-                    interval
-                } else {
-                    std::time::Duration::ZERO
+                let progressed = updated
+                    .iter()
+                    .any(|t| matches!(t.status, TableStatus::Updated));
+                if progressed || updated.is_empty() {
+                    backoff = interval;
+                }
+                match (progressed, updated.is_empty()) {
+                    // go again at once while there is work
+                    (true, _) => std::time::Duration::ZERO,
+                    (false, true) => interval,
+                    // only failures: retried after a pause that doubles
+                    // (at once, a table that keeps failing would spin)
+                    (false, false) => {
+                        let pause = backoff;
+                        backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
+                        pause
+                    }
                 }
             }
             Err(error) => {

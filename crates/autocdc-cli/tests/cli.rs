@@ -527,3 +527,65 @@ fn a_continuous_run_follows_its_sources_and_stops_cleanly() {
     assert!(run.wait().expect("the run ends").success());
     feed_is_exact();
 }
+
+/// `autocdc run --continuous` with a table that keeps failing: each cycle
+/// says why, and the cycles back off (they ran again at once, spinning).
+#[test]
+fn a_continuous_run_backs_off_from_a_failing_table() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let source = dir.path().join("events");
+    std::fs::create_dir_all(&source).expect("a source folder");
+    std::fs::write(source.join("1.csv"), "id,v,seq\n1,a,1\n").expect("a file");
+    let defs = dir.path().join("defs.sql");
+    std::fs::write(
+        &defs,
+        format!(
+            "CREATE EXTERNAL TABLE events (id INT, v TEXT, seq INT) STORED AS CSV LOCATION '{}/' \
+               OPTIONS ('format.has_header' 'true');
+             CREATE OR REFRESH STREAMING TABLE bronze FLOW AUTO CDC FROM events KEYS (id)
+               SEQUENCE BY seq COLUMNS (id, v);
+             CREATE OR REFRESH STREAMING TABLE silver AS SELECT id, v FROM STREAM(bronze);",
+            source.display()
+        ),
+    )
+    .expect("definitions");
+    let log = dir.path().join("run.log");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .arg("--warehouse")
+        .arg(dir.path().join("warehouse"))
+        .args(["run", "--continuous", "--trigger-interval", "100ms", "-f"])
+        .arg(&defs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("a log"))
+        .spawn()
+        .expect("autocdc run starts");
+    let begun = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("cycle 1")
+    {
+        assert!(begun.elapsed() < Duration::from_secs(90), "no first cycle");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // an update of bronze's row: silver's append-only stream fails on it
+    std::fs::write(source.join("2.csv"), "id,v,seq\n1,b,2\n").expect("a file");
+    std::thread::sleep(Duration::from_secs(4));
+    let pid = run.id().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    run.wait().expect("the run ends");
+    let text = std::fs::read_to_string(&log).expect("the log");
+    assert!(
+        text.contains("  silver failed: ") && text.contains("append-only"),
+        "{text}"
+    );
+    // 100 ms doubling: about 6 cycles in 4 s (at once, hundreds)
+    let failing = text
+        .lines()
+        .filter(|l| l.ends_with("silver failed"))
+        .count();
+    assert!((1..=12).contains(&failing), "{failing} cycles:\n{text}");
+}

@@ -151,7 +151,9 @@ pub async fn plan_changes(
             Some(SourceCheckpoint::Delta {
                 table_id: read_id,
                 version: read,
-            }) => Some(super::streams::same_table(name, &read_id, read, &table_id, version)?),
+            }) => Some(super::streams::same_table(
+                name, &read_id, read, &table_id, version,
+            )?),
             _ => None,
         };
         // the first commit to read; `None`: a new stream starts at the
