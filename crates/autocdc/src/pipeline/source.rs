@@ -14,16 +14,20 @@
 //!  ├─ no option ───────────────► rows added by the new versions; a version
 //!  │                              that updated or deleted rows fails the read
 //!  ├─ skipChangeCommits ───────► the same, such versions skipped whole
-//!  └─ readChangeFeed ──────────► the change feed of the new versions (from
-//!                                 version 0 at the first read), with
-//!                                 _change_type, _commit_version, _commit_timestamp
+//!  └─ readChangeFeed ──────────► the change feed of the new versions (at
+//!                                 the first read: the snapshot as inserts of
+//!                                 its version), with _change_type,
+//!                                 _commit_version, _commit_timestamp
+//!  WITH (startingVersion = n): the first read takes the versions from n on
+//!  instead of the snapshot; a table dropped and created again since the
+//!  checkpoint fails the read
 //!
 //!  FROM (query): its streams read the same way ([`super::streams`]), each
 //!  checkpointed; a query without streams is read whole
 //! ```
 //!
 //! The first update of a flow (and every update after `REFRESH ... FULL`)
-//! reads the whole source. A changed row of a streaming table read by `FROM
+//! reads the whole source (a streaming table: its current snapshot). A changed row of a streaming table read by `FROM
 //! t` arrives as its post-image; rows that did not change are not read again,
 //! and re-reading them would be a replay anyway, so the target is the same as
 //! with whole reads. Whether a version updated or deleted rows is read from
