@@ -125,6 +125,7 @@ pub mod append;
 pub mod checkpoint;
 pub mod dependencies;
 pub mod dml;
+mod fits;
 mod folders;
 pub mod source;
 pub(crate) mod streams;
@@ -343,6 +344,7 @@ pub async fn plan_update(
                     read.plan
                 }
             };
+            let source = fit_checked(flow, source, &meta)?;
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
             if !dml && flow.stored_as_scd_type == ScdType::Type2 {
                 // the columns this update adds may be tracked by this flow
@@ -378,7 +380,7 @@ pub async fn plan_update(
             let resolved = resolve(
                 state,
                 flow,
-                *plan,
+                fit_checked(flow, *plan, &meta)?,
                 &meta.shape(),
                 now_micros,
                 Some(lit(version.clone())),
@@ -824,6 +826,19 @@ pub async fn plan_update(
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(commit),
     }))
+}
+
+/// `source` with the checks of a declared target's narrower types
+/// ([`fits`]).
+fn fit_checked(
+    flow: &FlowSpec,
+    source: LogicalPlan,
+    meta: &crate::table::TableMeta,
+) -> Result<LogicalPlan> {
+    match meta.decl.declared_columns {
+        true => fits::with_fit_checks(&flow.name, source, &meta.user_schema),
+        false => Ok(source),
+    }
 }
 
 /// Run `stage` over `events` while planning (a plan for a cluster): what

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{Column, DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
-use datafusion::functions::expr_fn::{coalesce, concat, named_struct};
+use datafusion::functions::expr_fn::{coalesce, named_struct};
 use datafusion::logical_expr::{
-    cast, lit, try_cast, when, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
+    cast, lit, when, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
 };
 use datafusion::sql::parser::DFParserBuilder;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
@@ -19,7 +19,6 @@ use crate::fold::columns::{
     UPDATE_LIST_COL, WRITTEN_AT_COL,
 };
 use crate::fold::PartialUpdates;
-use crate::functions::raise::raise_if;
 
 /// SCD column names reserved in sources and targets.
 pub const RESERVED_COLUMNS: [&str; 4] = [
@@ -318,45 +317,6 @@ fn evolved_columns(
         }
     }
     Ok(Arc::new(Schema::new(fields)))
-}
-
-/// `source` with a check of every value it casts to a narrower target type
-/// (a declared INT column fed BIGINT, say): a value that does not fit fails
-/// the update with a message naming the flow, column and value, rather
-/// than with a cast error naming none.
-fn with_fit_checks(flow: &str, source: LogicalPlan, target_schema: &Schema) -> Result<LogicalPlan> {
-    let source_schema = Arc::clone(source.schema());
-    let mut checks = Vec::new();
-    for field in target_schema.fields() {
-        let Ok(column) = source_schema.field_with_unqualified_name(field.name()) else {
-            continue;
-        };
-        let from = storage_type(column.data_type());
-        let to = field.data_type();
-        if from == *to || from == DataType::Null || widens(&from, to) || !from.is_numeric() {
-            continue;
-        }
-        let value = Expr::Column(Column::new_unqualified(field.name()));
-        let message = concat(vec![
-            lit(format!(
-                "flow '{flow}': COLUMNS: column '{}' has the value ",
-                field.name()
-            )),
-            cast(value.clone(), DataType::Utf8),
-            lit(format!(
-                ", which the target's type {to} cannot hold; nothing was committed"
-            )),
-        ]);
-        let misfit = value
-            .clone()
-            .is_not_null()
-            .and(try_cast(value, to.clone()).is_null());
-        checks.push(raise_if(when(misfit, message).end()?));
-    }
-    match checks.into_iter().reduce(Expr::and) {
-        None => Ok(source),
-        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
-    }
 }
 
 /// Whether a column of type `from` may widen to `to` (SPEC §2.9), both
@@ -977,7 +937,6 @@ pub fn resolve(
             .alias(UPDATE_LIST_COL),
         );
     }
-    let source = with_fit_checks(flow, source, &target_schema)?;
     let events = if spec.previous_keys.is_empty() {
         LogicalPlanBuilder::from(source)
             .project(projection)?

@@ -222,9 +222,8 @@ fn has_relation(sql: &str, dialect: &dyn Dialect) -> bool {
         .iter()
         .filter(|t| !matches!(t, Token::Whitespace(_)))
         .collect();
-    let is_word = |t: &Token, w: &str| matches!(t, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
     words.windows(4).any(|w| {
-        (is_word(w[0], "FROM") || is_word(w[0], "JOIN") || *w[0] == Token::Comma)
+        starts_relation(w[0])
             && ((is_word(w[1], "AUTO") && is_word(w[2], "CDC") && *w[3] == Token::LParen)
                 || (is_word(w[1], "SNAPSHOTS") && *w[2] == Token::LParen))
     })
@@ -269,11 +268,8 @@ pub fn replace_auto_cdc_relations(
             .iter()
             .filter(|t| !matches!(t.token, Token::Whitespace(_)))
             .collect();
-        let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
-        let relation_at = |i: usize| {
-            let after = &words[i - 1];
-            is_word(after, "FROM") || is_word(after, "JOIN") || after.token == Token::Comma
-        };
+        let is_word = |t: &TokenWithSpan, w: &str| is_word(&t.token, w);
+        let relation_at = |i: usize| starts_relation(&words[i - 1].token);
         // the last one first: a relation nested in another's query starts
         // after it, and is a name by the time the outer one is parsed
         let at = (1..words.len().saturating_sub(2)).rev().find(|&i| {
@@ -349,7 +345,7 @@ fn parenthesised_streams(sql: &str, dialect: &dyn Dialect) -> Option<String> {
         .iter()
         .filter(|t| !matches!(t.token, Token::Whitespace(_)))
         .collect();
-    let is_word = |t: &TokenWithSpan, w: &str| matches!(&t.token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    let is_word = |t: &TokenWithSpan, w: &str| is_word(&t.token, w);
     let is_name = |t: &TokenWithSpan| matches!(t.token, Token::Word(_));
     // (start of the name, end of its last part), first to last
     let mut names = Vec::new();
@@ -388,6 +384,16 @@ fn parenthesised_streams(sql: &str, dialect: &dyn Dialect) -> Option<String> {
         sql.insert(start, '(');
     }
     Some(sql)
+}
+
+/// Whether `token` is the unquoted word `w` (any case).
+fn is_word(token: &Token, w: &str) -> bool {
+    matches!(token, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w))
+}
+
+/// Whether a relation may follow `token`: `FROM`, `JOIN` or `,`.
+fn starts_relation(token: &Token) -> bool {
+    is_word(token, "FROM") || is_word(token, "JOIN") || *token == Token::Comma
 }
 
 /// The byte offset of a tokenizer location (1-based line and character).
