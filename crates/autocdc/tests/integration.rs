@@ -2778,6 +2778,51 @@ async fn debezium_columns_added_after_the_first_files() {
     assert!(err.contains("column 'tmp'"), "{err}");
 }
 
+/// Schema-less Debezium events type a column by its values. An update whose
+/// new events leave a column NULL keeps the target's type for it (it was
+/// read as Utf8 and failed the flow as a type change), and numbers arriving
+/// for a column the first events left NULL (so the target holds it as
+/// text) are read as text.
+#[tokio::test]
+async fn debezium_null_only_columns_keep_the_targets_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdc = dir.path().join("cdc");
+    std::fs::create_dir_all(&cdc).unwrap();
+    let write = |file: &str, line: String| {
+        std::fs::write(cdc.join(file), line + "\n").unwrap();
+    };
+    let event = |id: i64, lsn: i64, score: &str, note: &str| {
+        format!(
+            r#"{{"before":null,"after":{{"id":{id},"score":{score},"note":{note}}},"source":{{"connector":"postgresql","lsn":{lsn}}},"op":"c"}}"#
+        )
+    };
+    write("part-0.json", event(1, 10, "3", "null"));
+    let s = session_in(&dir).await;
+    let path = format!("{}/", cdc.to_str().unwrap());
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        &format!("CREATE FLOW f AS AUTO CDC INTO t FROM debezium('{path}') KEYS (id)"),
+    )
+    .await;
+    write("part-1.json", event(2, 20, "null", "7"));
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    write("part-2.json", event(3, 30, "null", "true"));
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, score, note, arrow_typeof(score), arrow_typeof(note) FROM t ORDER BY id"
+        )
+        .await,
+        [
+            "| 1 | 3 | | Int64 | Utf8View |",
+            "| 2 | | 7 | Int64 | Utf8View |",
+            "| 3 | | true | Int64 | Utf8View |"
+        ]
+    );
+}
+
 /// An update whose events fail (a duplicate key in a snapshot) fails once:
 /// the operators that read the update's staged events after the failure get
 /// its error instead of running the events' plan a second time (which made

@@ -292,6 +292,7 @@ async fn debezium_changes(
         name: &flow.name,
         keys: &flow.keys,
         stored_as: flow.stored_as_scd_type,
+        known_columns: &target.user_schema,
     };
     let table =
         DebeziumTable::open(path, store, new, &old, Some(&reader), unreadable.clone()).await?;

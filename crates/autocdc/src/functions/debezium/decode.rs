@@ -59,7 +59,11 @@
 //!
 //! Without a schema the values decide: integers → Int64, fractions → Float64,
 //! strings → Utf8, booleans → Boolean, objects and arrays → Utf8 JSON text,
-//! only nulls → Utf8. All row columns are nullable.
+//! only nulls → Utf8. All row columns are nullable. A flow's events take
+//! its target's types where the values cannot tell: a column holding only
+//! nulls in the samples gets the target's type, and numbers or booleans of
+//! a column the target holds as text are read as text
+//! ([`DebeziumLayout::infer_known`]).
 //!
 //! When sample files disagree on a column's type, integers widen
 //! (int8 < int16 < int32 < int64) and integers meet floats at Float64; any
@@ -176,8 +180,15 @@ impl DebeziumLayout {
     /// Infer the layout from sample events: `(file name, file bytes)` pairs
     /// (the caller passes the first few files or first ~1 MiB of them).
     /// Error (naming the file) when no event is found.
+    #[cfg(test)]
     pub(crate) fn infer(samples: &[(&str, &[u8])]) -> Result<Self> {
-        Self::infer_if_any(samples)?.ok_or_else(|| {
+        Self::infer_known_or_fail(samples, &Schema::empty())
+    }
+
+    /// [`Self::infer_known`], but an error (naming the files) when no
+    /// event is found.
+    pub(crate) fn infer_known_or_fail(samples: &[(&str, &[u8])], known: &Schema) -> Result<Self> {
+        Self::infer_known(samples, known)?.ok_or_else(|| {
             let files: Vec<String> = samples.iter().map(|(f, _)| format!("'{f}'")).collect();
             DataFusionError::Execution(format!(
                 "debezium: no change event with a row found in {}",
@@ -190,14 +201,20 @@ impl DebeziumLayout {
         })
     }
 
-    /// The layout of `samples`, or `None` when no event in them has a row
-    /// (only tombstones, messages or truncates): their columns are unknown.
-    pub(crate) fn infer_if_any(samples: &[(&str, &[u8])]) -> Result<Option<Self>> {
+    /// The layout of `samples` (see [`Self::infer`]), or `None` when no
+    /// event in them has a row (only tombstones, messages or truncates):
+    /// their columns are unknown. For events whose columns were read before
+    /// as `known` (a flow's target), a schema-less column whose samples hold
+    /// only nulls takes its known type instead of Utf8, and numbers or
+    /// booleans of a column known as text are read as text: otherwise an
+    /// update whose new events happen to leave a column NULL (or the first
+    /// one, then later values) would change the column's type.
+    pub(crate) fn infer_known(samples: &[(&str, &[u8])], known: &Schema) -> Result<Option<Self>> {
         let mut inference = Inference::default();
         for (file, bytes) in samples {
             inference.add_file(file, bytes)?;
         }
-        inference.finish()
+        inference.finish(known)
     }
 
     /// Output schema: the row columns (in the order of the `after`/`before`
@@ -983,7 +1000,7 @@ impl Inference {
         Ok(())
     }
 
-    fn finish(self) -> Result<Option<DebeziumLayout>> {
+    fn finish(self, known: &Schema) -> Result<Option<DebeziumLayout>> {
         if self.events == 0 {
             return Ok(None);
         }
@@ -995,15 +1012,20 @@ impl Inference {
         let (columns, coerce_primitive) = if self.has_schema {
             (self.schema_columns, false)
         } else {
-            let mixed = self
-                .value_columns
-                .iter()
-                .any(|(_, k)| matches!(k, ValueKind::Mixed));
-            let columns = self
-                .value_columns
-                .into_iter()
-                .map(|(name, kind)| value_column(&name, kind))
-                .collect::<Result<Vec<_>>>()?;
+            let mut mixed = false;
+            let mut columns = Vec::with_capacity(self.value_columns.len());
+            for (name, kind) in self.value_columns {
+                let known = known.field_with_name(&name).ok().map(|f| f.data_type());
+                let kind = match (kind, known.and_then(known_kind)) {
+                    (ValueKind::Null, Some(kind)) => kind,
+                    (ValueKind::Bool | ValueKind::Int | ValueKind::Float, Some(ValueKind::Str)) => {
+                        ValueKind::Mixed
+                    }
+                    (kind, _) => kind,
+                };
+                mixed |= matches!(kind, ValueKind::Mixed);
+                columns.push(value_column(&name, kind)?);
+            }
             (columns, mixed)
         };
         if columns.is_empty() {
@@ -1306,6 +1328,18 @@ fn merge_kinds(seen: ValueKind, new: ValueKind) -> ValueKind {
         (Nested(a), _) | (_, Nested(a)) => Nested(a),
         (a, b) if std::mem::discriminant(&a) == std::mem::discriminant(&b) => a,
         _ => Mixed,
+    }
+}
+
+/// The kind of values a column of type `ty` read before holds (`None`:
+/// one schema-less events do not decode into, e.g. a nested column).
+fn known_kind(ty: &DataType) -> Option<ValueKind> {
+    match ty {
+        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => Some(ValueKind::Str),
+        DataType::Boolean => Some(ValueKind::Bool),
+        ty if ty.is_integer() => Some(ValueKind::Int),
+        ty if ty.is_floating() => Some(ValueKind::Float),
+        _ => None,
     }
 }
 
@@ -1896,9 +1930,11 @@ mod tests {
             truncate.to_string(),
             message.to_string(),
         ]);
-        assert!(DebeziumLayout::infer_if_any(&[("t.json", &bytes)])
-            .unwrap()
-            .is_none());
+        assert!(
+            DebeziumLayout::infer_known(&[("t.json", &bytes)], &Schema::empty())
+                .unwrap()
+                .is_none()
+        );
         let err = err_of(DebeziumLayout::infer(&[("t.json", &bytes)]));
         assert!(
             err.contains("no change event with a row found in 't.json'"),

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::{plan_err, DataFusionError, Result, ScalarValue};
@@ -69,6 +69,9 @@ pub(crate) struct FlowUse<'a> {
     /// fails the update (or is a reject) instead of reading as an event
     /// with NULL keys.
     pub stored_as: ScdType,
+    /// The columns its target has: what the source's earlier events were
+    /// read as (see [`DebeziumLayout::infer_known`]).
+    pub known_columns: &'a Schema,
 }
 
 /// Debezium change events in JSON files, one row per event (see
@@ -127,7 +130,9 @@ impl DebeziumTable {
             .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
             .collect();
         let context = |e: DataFusionError| e.context(format!("debezium('{path}')"));
-        let mut layout = match DebeziumLayout::infer_if_any(&refs).map_err(context)? {
+        let empty = Schema::empty();
+        let known = flow.map_or(&empty, |flow| flow.known_columns);
+        let mut layout = match DebeziumLayout::infer_known(&refs, known).map_err(context)? {
             Some(layout) => layout,
             // new files of tombstones, messages or truncates only: their
             // columns are those of the files read before
@@ -143,9 +148,9 @@ impl DebeziumTable {
                     .map(|(name, bytes)| (name.as_str(), bytes.as_ref()))
                     .chain(refs.iter().copied())
                     .collect();
-                DebeziumLayout::infer(&all).map_err(context)?
+                DebeziumLayout::infer_known_or_fail(&all, known).map_err(context)?
             }
-            None => DebeziumLayout::infer(&refs).map_err(context)?,
+            None => DebeziumLayout::infer_known_or_fail(&refs, known).map_err(context)?,
         };
         let moved = match flow {
             Some(flow) => Some(Arc::new(MovedKeys::try_new(&layout.schema(), flow.keys)?)),
