@@ -2805,6 +2805,17 @@ async fn debezium_null_only_columns_keep_the_targets_type() {
         &format!("CREATE FLOW f AS AUTO CDC INTO t FROM debezium('{path}') KEYS (id)"),
     )
     .await;
+    // (a second target, taking rejects)
+    exec(
+        &s,
+        "CREATE STREAMING TABLE r TBLPROPERTIES ('autocdc.rejects' = 'true')",
+    )
+    .await;
+    exec(
+        &s,
+        &format!("CREATE FLOW g AS AUTO CDC INTO r FROM debezium('{path}') KEYS (id)"),
+    )
+    .await;
     write("part-1.json", event(2, 20, "null", "7"));
     exec(&s, "REFRESH STREAMING TABLE t").await;
     write("part-2.json", event(3, 30, "null", "true"));
@@ -2820,6 +2831,70 @@ async fn debezium_null_only_columns_keep_the_targets_type() {
             "| 2 | | 7 | Int64 | Utf8View |",
             "| 3 | | true | Int64 | Utf8View |"
         ]
+    );
+
+    // a value that does not fit a typed column fails its event, naming it;
+    // with rejects on, it is one reject and the other events apply
+    write("part-3.json", event(4, 40, "\"many\"", "null"));
+    let err = error_of(&s, "REFRESH STREAMING TABLE t").await;
+    assert!(err.contains("part-3.json' line 1"), "{err}");
+    std::fs::write(
+        cdc.join("part-4.json"),
+        [event(5, 50, "\"many\"", "null"), event(6, 60, "6", "null")].join("\n") + "\n",
+    )
+    .unwrap();
+    exec(&s, "REFRESH STREAMING TABLE r").await;
+    assert_eq!(
+        rows(&s, "SELECT id, score FROM r ORDER BY id").await,
+        ["| 1 | 3 |", "| 2 | |", "| 3 | |", "| 6 | 6 |"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*) FROM r__rejects WHERE \"row\" LIKE '%many%'"
+        )
+        .await,
+        ["| 2 |"]
+    );
+}
+
+/// Without a target to go by, one object among a column's strings does
+/// not make the column nested (which failed every other event of the
+/// file): the column is text, and the object's event is the one that fails
+/// (or is a reject).
+#[tokio::test]
+async fn a_stray_nested_debezium_value_is_the_reject() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdc = dir.path().join("cdc");
+    std::fs::create_dir_all(&cdc).unwrap();
+    let event = |id: i64, name: &str| {
+        format!(
+            r#"{{"before":null,"after":{{"id":{id},"name":{name}}},"source":{{"connector":"postgresql","lsn":{id}}},"op":"c"}}"#
+        )
+    };
+    let lines = [event(1, "\"a\""), event(2, r#"{"x":1}"#), event(3, "\"c\"")];
+    std::fs::write(cdc.join("part-0.json"), lines.join("\n") + "\n").unwrap();
+    let s = session_in(&dir).await;
+    let path = format!("{}/", cdc.to_str().unwrap());
+    let err = error_of(&s, &format!("SELECT * FROM debezium('{path}')")).await;
+    assert!(err.contains("part-0.json' line 2"), "{err}");
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.rejects' = 'true')",
+    )
+    .await;
+    exec(
+        &s,
+        &format!("CREATE FLOW f AS AUTO CDC INTO t FROM debezium('{path}') KEYS (id)"),
+    )
+    .await;
+    assert_eq!(
+        rows(&s, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | a |", "| 3 | c |"]
+    );
+    assert_eq!(
+        rows(&s, "SELECT \"row\" LIKE '%\"x\":1%' FROM t__rejects").await,
+        ["| true |"]
     );
 }
 

@@ -59,11 +59,14 @@
 //!
 //! Without a schema the values decide: integers → Int64, fractions → Float64,
 //! strings → Utf8, booleans → Boolean, objects and arrays → Utf8 JSON text,
-//! only nulls → Utf8. All row columns are nullable. A flow's events take
-//! its target's types where the values cannot tell: a column holding only
-//! nulls in the samples gets the target's type, and numbers or booleans of
-//! a column the target holds as text are read as text
-//! ([`DebeziumLayout::infer_known`]).
+//! strings mixed with numbers or booleans → Utf8 (the others read as text),
+//! only nulls → Utf8. A column whose values are mostly objects or arrays is
+//! nested, else scalar: the values of the other sort fail their events (or
+//! are rejects) rather than decide the type of the rest. A flow's events take
+//! its target's types: a column the target holds as text stays text
+//! (numbers and booleans read as text), any other typed column keeps its
+//! type, and values that do not decode into it fail their events
+//! ([`DebeziumLayout::infer_known`]). All row columns are nullable.
 //!
 //! When sample files disagree on a column's type, integers widen
 //! (int8 < int16 < int32 < int64) and integers meet floats at Float64; any
@@ -863,7 +866,7 @@ struct Inference {
     /// Whether any sampled event carried a Connect schema.
     has_schema: bool,
     /// Columns from values (schema-less events), in first-seen order.
-    value_columns: Vec<(String, ValueKind)>,
+    value_columns: Vec<(String, SeenValues)>,
     /// The first connector seen and its file.
     connector: Option<(String, String)>,
 }
@@ -884,6 +887,59 @@ enum ValueKind {
 
 /// At most this many nested sample values are kept per column.
 const NESTED_SAMPLES: usize = 64;
+
+/// The values seen for one column of schema-less events.
+#[derive(Debug)]
+struct SeenValues {
+    /// The kind of its scalar values (`Null` when none).
+    scalar: ValueKind,
+    /// How many non-null scalar values were seen.
+    scalars: usize,
+    /// Objects and arrays seen, at most [`NESTED_SAMPLES`] kept.
+    nested: Vec<Value>,
+    nesteds: usize,
+}
+
+impl SeenValues {
+    fn new() -> Self {
+        Self {
+            scalar: ValueKind::Null,
+            scalars: 0,
+            nested: Vec::new(),
+            nesteds: 0,
+        }
+    }
+
+    fn add(&mut self, value: &Value) {
+        let kind = match value {
+            Value::Null => return,
+            Value::Array(_) | Value::Object(_) => {
+                self.nesteds += 1;
+                if self.nested.len() < NESTED_SAMPLES {
+                    self.nested.push(value.clone());
+                }
+                return;
+            }
+            Value::Bool(_) => ValueKind::Bool,
+            Value::Number(n) if n.is_i64() || n.is_u64() => ValueKind::Int,
+            Value::Number(_) => ValueKind::Float,
+            Value::String(_) => ValueKind::Str,
+        };
+        self.scalars += 1;
+        self.scalar = merge_kinds(std::mem::replace(&mut self.scalar, ValueKind::Null), kind);
+    }
+
+    /// The column's kind: nested when most of its values are objects or
+    /// arrays, else that of its scalars. The values of the other sort do
+    /// not decode (their events fail, or are rejects): one stray value does
+    /// not decide the type of every other event.
+    fn kind(self) -> ValueKind {
+        match self.nesteds > self.scalars {
+            true => ValueKind::Nested(self.nested),
+            false => self.scalar,
+        }
+    }
+}
 
 impl Inference {
     fn add_file(&mut self, file: &str, bytes: &[u8]) -> Result<()> {
@@ -990,10 +1046,14 @@ impl Inference {
                 continue;
             };
             for name in names.unwrap_or_default().0 {
-                let kind = value_kind(row.get(&name).unwrap_or(&Value::Null));
+                let value = row.get(&name).unwrap_or(&Value::Null);
                 match self.value_columns.iter_mut().find(|(n, _)| *n == name) {
-                    None => self.value_columns.push((name, kind)),
-                    Some((_, seen)) => *seen = merge_kinds(seen.clone(), kind),
+                    Some((_, seen)) => seen.add(value),
+                    None => {
+                        let mut seen = SeenValues::new();
+                        seen.add(value);
+                        self.value_columns.push((name, seen));
+                    }
                 }
             }
         }
@@ -1014,14 +1074,22 @@ impl Inference {
         } else {
             let mut mixed = false;
             let mut columns = Vec::with_capacity(self.value_columns.len());
-            for (name, kind) in self.value_columns {
+            for (name, seen) in self.value_columns {
                 let known = known.field_with_name(&name).ok().map(|f| f.data_type());
-                let kind = match (kind, known.and_then(known_kind)) {
-                    (ValueKind::Null, Some(kind)) => kind,
+                let kind = match (seen.kind(), known.and_then(known_kind)) {
+                    (kind, None) => kind,
+                    // (a column read as text takes numbers and booleans as
+                    // text, nested values as JSON text)
+                    (ValueKind::Null | ValueKind::Str, Some(ValueKind::Str)) => ValueKind::Str,
                     (ValueKind::Bool | ValueKind::Int | ValueKind::Float, Some(ValueKind::Str)) => {
                         ValueKind::Mixed
                     }
-                    (kind, _) => kind,
+                    (kind @ (ValueKind::Mixed | ValueKind::Nested(_)), Some(ValueKind::Str)) => {
+                        kind
+                    }
+                    // a typed column keeps its type: values that do not
+                    // decode into it fail their events (or are rejects)
+                    (_, Some(known)) => known,
                 };
                 mixed |= matches!(kind, ValueKind::Mixed);
                 columns.push(value_column(&name, kind)?);
@@ -1305,27 +1373,12 @@ fn widen(file: &str, seen: &RowColumn, new: RowColumn) -> Result<RowColumn> {
     ))
 }
 
-fn value_kind(value: &Value) -> ValueKind {
-    match value {
-        Value::Null => ValueKind::Null,
-        Value::Bool(_) => ValueKind::Bool,
-        Value::Number(n) if n.is_i64() || n.is_u64() => ValueKind::Int,
-        Value::Number(_) => ValueKind::Float,
-        Value::String(_) => ValueKind::Str,
-        Value::Array(_) | Value::Object(_) => ValueKind::Nested(vec![value.clone()]),
-    }
-}
-
+/// Two kinds of scalar values of one column.
 fn merge_kinds(seen: ValueKind, new: ValueKind) -> ValueKind {
     use ValueKind::*;
     match (seen, new) {
         (Null, k) | (k, Null) => k,
-        (Nested(mut a), Nested(b)) => {
-            a.extend(b.into_iter().take(NESTED_SAMPLES.saturating_sub(a.len())));
-            Nested(a)
-        }
         (Int, Float) | (Float, Int) => Float,
-        (Nested(a), _) | (_, Nested(a)) => Nested(a),
         (a, b) if std::mem::discriminant(&a) == std::mem::discriminant(&b) => a,
         _ => Mixed,
     }
