@@ -9,7 +9,9 @@
 //!   before new events of equal sequence, so it wins ties: a new event with a
 //!   sequence ≤ the stored one is late (or a replay) and is dropped;
 //! * two *new* events of one key with equal sequence must be the same event
-//!   (same kind and values), otherwise the update fails with a conflict;
+//!   (same kind and values), otherwise the update fails with a conflict —
+//!   unless they are late: below the stored row's sequence they are dropped
+//!   as late, whatever they hold (SPEC §2.2: SCD 1 keeps no events);
 //! * a key whose winning sequence is ≤ the truncate watermark `T` (the greatest
 //!   TRUNCATE sequence ever seen) disappears without a tombstone: `T` itself
 //!   keeps older events out. A stored row goes only by a TRUNCATE of this
@@ -105,6 +107,10 @@ struct Group {
     /// New events seen before the stored row (all superseded by it).
     new_before_stored: usize,
     stored_seen: bool,
+    /// Two new events of one sequence that differ, before any stored row:
+    /// a conflict unless a stored row of a greater sequence follows (then
+    /// both are late).
+    pending_conflict: Option<DataFusionError>,
 }
 
 /// Streaming SCD 1 fold over batches sorted by `(keys, seq, origin)`.
@@ -247,6 +253,7 @@ impl Scd1Fold {
                         .then_some(Slot::Here(i)),
                     new_before_stored: usize::from(origin == Origin::New),
                     stored_seen: origin == Origin::Stored,
+                    pending_conflict: None,
                 });
                 continue;
             }
@@ -258,6 +265,8 @@ impl Scd1Fold {
                 g.stored_live = kind == Kind::Upsert;
                 g.stored = g.stored_live.then_some(Slot::Here(i));
                 self.counts.late += g.new_before_stored;
+                // (the new events before it, conflicting or not, are late)
+                g.pending_conflict = None;
             } else if !g.stored_seen {
                 g.new_before_stored += 1;
             }
@@ -276,8 +285,14 @@ impl Scd1Fold {
                     (Origin::New | Origin::Dml, Origin::New | Origin::Dml) => {
                         if !self.same_event(batch, &g.prev, i)? {
                             let err = self.conflict_error(batch, i);
+                            if g.stored_seen {
+                                self.group = Some(g);
+                                return Err(err);
+                            }
+                            // (late if a stored row follows: counted so)
+                            g.pending_conflict.get_or_insert(err);
                             self.group = Some(g);
-                            return Err(err);
+                            continue;
                         }
                         self.counts.duplicates += 1;
                         if g.stored_seen {
@@ -345,6 +360,9 @@ impl Scd1Fold {
         batch: Option<&RecordBatch>,
         emit: &mut Emit,
     ) -> Result<()> {
+        if let Some(conflict) = g.pending_conflict {
+            return Err(conflict);
+        }
         let winner_seq = slot_seq(&g.winner, seqs);
         // a stored row goes only by a TRUNCATE of this update; a new event
         // by any (see `FoldKernel::observe_stored_watermark`)

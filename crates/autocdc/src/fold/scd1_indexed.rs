@@ -294,13 +294,21 @@ impl IndexedScd1Fold {
                 winner = group[i];
             } else {
                 if let Some(first) = news.first() {
-                    // (must be the same event: checked with all others at the end)
-                    for other in &news[1..] {
-                        checks.events.push(pair(first, other));
-                    }
-                    duplicates += news.len() - 1;
                     if stored_seq.is_some_and(|s| seq < s) {
+                        // late: the others are duplicates of it or late too,
+                        // never a conflict (told apart with all others at
+                        // the end)
                         late += 1;
+                        for other in &news[1..] {
+                            checks.late_events.push(pair(first, other));
+                        }
+                    } else {
+                        // (must be the same event: checked with all others
+                        // at the end)
+                        for other in &news[1..] {
+                            checks.events.push(pair(first, other));
+                        }
+                        duplicates += news.len() - 1;
                     }
                 }
                 winner = news.first().copied().unwrap_or(group[i]);
@@ -386,6 +394,12 @@ impl IndexedScd1Fold {
                 false,
             ));
         }
+        if !checks.late_events.is_empty() {
+            let same = equal_pairs(self.batches.batches(), &checks.late_events, &event_columns)?;
+            let duplicates = same.iter().filter(|same| **same).count();
+            self.counts.duplicates += duplicates;
+            self.counts.late += same.len() - duplicates;
+        }
         let target_columns: Vec<usize> = (0..self.layout.num_target()).collect();
         let same = equal_pairs(self.batches.batches(), &checks.values, &target_columns)?;
         for ([live_batch, live_row, batch, row], same) in checks.values.into_iter().zip(same) {
@@ -416,6 +430,8 @@ impl IndexedScd1Fold {
 struct Checks {
     /// (first copy, other copy) of events of one key and sequence.
     events: Vec<Pair>,
+    /// The same, below the key's stored sequence: a duplicate or late.
+    late_events: Vec<Pair>,
     /// (live stored row, new winning event) of an update.
     values: Vec<Pair>,
 }
@@ -666,6 +682,16 @@ mod tests {
                 (1, "n", 7, U, N),
                 (2, "", 4, D, S),
                 (2, "y", 2, U, N),
+            ],
+            // late events that differ from each other: late, no conflict
+            vec![
+                (1, "s", 5, U, S),
+                (1, "a", 3, U, N),
+                (1, "b", 3, U, N),
+                (1, "a", 3, U, N),
+                (2, "", 4, D, S),
+                (2, "y", 2, U, N),
+                (2, "", 2, D, N),
             ],
             // update to the same values: no change feed rows
             vec![(1, "s", 5, U, S), (1, "s", 6, U, N), (3, "z", 1, U, S)],

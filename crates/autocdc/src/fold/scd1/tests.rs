@@ -196,6 +196,42 @@ fn equal_sequences_are_duplicates_or_conflicts() {
     );
 }
 
+/// Below the key's stored sequence, events that differ from each other
+/// are late, not a conflict (SCD 1 keeps no events to conflict with):
+/// the first of a sequence and those differing from it count as late, the
+/// copies of it as duplicates.
+#[test]
+fn late_events_never_conflict() {
+    let (state, changes, counts) = run(
+        &[
+            up(1, "x", 3),
+            up(1, "y", 3),
+            up(1, "x", 3),
+            up(1, "a", 5).stored(),
+            up(2, "p", 1),
+            del(2, 1),
+            del(2, 4).stored(),
+        ],
+        None,
+    );
+    assert_eq!(state, ["id=1 v=a cdc_seq=5", "id=2 v=NULL cdc_seq=4"]);
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!((counts.late, counts.duplicates), (4, 1));
+    // above the stored sequence they still conflict
+    let err = fold(
+        &scd1(),
+        &[up(1, "a", 5).stored(), up(1, "x", 6), up(1, "y", 6)],
+        None,
+        3,
+    )
+    .expect_err("a conflict")
+    .to_string();
+    assert!(
+        err.contains("conflicting events for key (id=1) at SEQUENCE BY value 6"),
+        "{err}"
+    );
+}
+
 /// NULL keys and sequences are refused, naming the flow and the column.
 #[test]
 fn null_keys_and_sequences_are_errors() {
