@@ -385,14 +385,17 @@ fn find_column<'a>(names: &'a [String], name: &str) -> Option<&'a String> {
 /// | event                                        | becomes                          |
 /// |----------------------------------------------|----------------------------------|
 /// | UPSERT, previous key NULL (any part)         | itself                           |
+/// | UPSERT, key NULL (any part)                  | itself (it fails, or is a reject)|
 /// | UPSERT, previous key = key                   | itself                           |
 /// | UPSERT, previous key ≠ key                   | itself + DELETE of previous key  |
 /// | DELETE / TRUNCATE                            | itself                           |
 ///
-/// The DELETE carries the previous key, NULL in every other column, and the
-/// event's sequence (and system sequence): in SCD 1 the old key is gone, in
-/// SCD 2 its open version closes there. The source is read twice (the
-/// events, and the moves among them).
+/// The DELETE carries the previous key, the upsert's values in every other
+/// column, and the event's sequence (and system sequence): in SCD 1 the old
+/// key is gone, in SCD 2 its open version closes there. With the upsert's
+/// values, expectations judge the two alike: a row an expectation drops
+/// (or fails on) moves no key. The source is read twice (the events, and
+/// the moves among them).
 struct MovedKeys<'a> {
     target_schema: &'a SchemaRef,
     /// Key columns, as positions of the target columns.
@@ -464,7 +467,7 @@ impl MovedKeys<'_> {
         }
         let complete = moved
             .iter()
-            .map(|(old, _)| old.clone().is_not_null())
+            .map(|(old, now)| old.clone().is_not_null().and(now.clone().is_not_null()))
             .reduce(Expr::and)
             .unwrap_or(lit(false));
         let differs = moved
@@ -487,10 +490,9 @@ impl MovedKeys<'_> {
                     return e.clone();
                 };
                 let name = alias.name.clone();
-                if i < self.num_target {
+                if let Some(Some(old)) = previous.get(i) {
                     let data_type = self.target_schema.field(i).data_type().clone();
-                    let value = previous[i].clone().unwrap_or(lit(ScalarValue::Null));
-                    return cast(value, data_type).alias(name);
+                    return cast(old.clone(), data_type).alias(name);
                 }
                 match name.as_str() {
                     KIND_COL => lit(Kind::Delete as i8).alias(name),

@@ -5,15 +5,17 @@
 //! | event                                              | rows              |
 //! |----------------------------------------------------|-------------------|
 //! | `u`, `_before` NULL or a key column NULL in it      | the event         |
+//! | `u`, a key column NULL in its row                  | the event (it fails, or is a reject) |
 //! | `u`, `_before` key = row key                       | the event         |
-//! | `u`, `_before` key ≠ row key                       | the event + a `d` of the `_before` key (other columns NULL, same `_seq`, same `_before`) |
+//! | `u`, `_before` key ≠ row key                       | the event + a `d` of the `_before` key (other columns the row's, same `_seq`, same `_before`) |
 //! | `c`, `r`, `d`, `t`                                 | the event         |
+//!
+//! The `d` carries the row's values, so that a flow's expectations judge
+//! it as they judge the update: a row an expectation drops moves no key.
 
 use std::sync::Arc;
 
-use arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray,
-};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray};
 use arrow::compute::kernels::boolean::{and, or};
 use arrow::compute::kernels::cmp::{distinct, eq};
 use arrow::compute::{cast, filter_record_batch, is_not_null};
@@ -80,7 +82,7 @@ impl MovedKeys {
         for (&key, &field) in self.keys.iter().zip(&self.before_fields) {
             let now = batch.column(key);
             let old = cast(before.column(field), now.data_type())?;
-            moved = and(&moved, &is_not_null(&old)?)?;
+            moved = and(&moved, &and(&is_not_null(&old)?, &is_not_null(now)?)?)?;
             differs = or(&differs, &distinct(&old, now)?)?;
         }
         let moved = and(&moved, &differs)?;
@@ -102,20 +104,14 @@ impl MovedKeys {
             })
             .collect::<Result<_>>()?;
         let op = schema.index_of(OP_COL)?;
-        let before_at = schema.index_of(BEFORE_COL)?;
-        let columns: Vec<ArrayRef> = schema
-            .fields()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
+        let columns: Vec<ArrayRef> = (0..schema.fields().len())
+            .map(|i| {
                 if let Some((_, old)) = old_keys.iter().find(|(k, _)| *k == i) {
                     Arc::clone(old)
                 } else if i == op {
                     Arc::new(StringArray::from(vec!["d"; n])) as ArrayRef
-                } else if i == before_at || f.name() == super::decode::SEQ_COL {
-                    Arc::clone(rows.column(i))
                 } else {
-                    new_null_array(f.data_type(), n)
+                    Arc::clone(rows.column(i))
                 }
             })
             .collect();
