@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Per batch: an event whose sequence is NULL (or holds a NULL field, for a
-//! `STRUCT` sequence) is rejected for `NULL sequence`; an UPSERT or DELETE
+//! `STRUCT` sequence) is rejected for `NULL sequence`, one whose system
+//! sequence (BITEMPORAL) is NULL for `NULL system sequence`; an UPSERT or DELETE
 //! event with a NULL key column for `NULL key column 'k'`. Then, once the
 //! partition's events are all in (its input is partitioned by key, so a
 //! key's events are all here), events of one key and sequence (and system
@@ -247,6 +248,7 @@ impl ExecutionPlan for RejectsExec {
         let checks = NullChecks {
             kind,
             seq,
+            system_seq: schema.index_of(SYSTEM_SEQ_COL).ok(),
             keys,
             origin,
             sink: Arc::clone(&self.sink),
@@ -310,6 +312,8 @@ struct RejectsStream {
 struct NullChecks {
     kind: usize,
     seq: usize,
+    /// The system sequence (BITEMPORAL).
+    system_seq: Option<usize>,
     /// The key columns, by name and index.
     keys: Vec<(String, usize)>,
     /// The origin column, when stored events come along.
@@ -340,6 +344,15 @@ impl NullChecks {
         let new = self.of_origin(&batch, Origin::New)?;
         let mut rejected = and(&null_anywhere(batch.column(self.seq).as_ref())?, &new)?;
         self.sink.reject(&batch, &rejected, "NULL sequence")?;
+        if let Some(system) = self.system_seq {
+            let column = batch.column(system);
+            if column.null_count() > 0 {
+                let null_system = and(&and(&is_null(column.as_ref())?, &new)?, &not(&rejected)?)?;
+                self.sink
+                    .reject(&batch, &null_system, "NULL system sequence")?;
+                rejected = or(&rejected, &null_system)?;
+            }
+        }
         let kinds = batch
             .column(self.kind)
             .as_primitive_opt::<Int8Type>()
