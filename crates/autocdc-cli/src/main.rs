@@ -266,21 +266,47 @@ fn duration(text: &str) -> std::result::Result<std::time::Duration, String> {
     std::time::Duration::try_from_secs_f64(seconds).map_err(|e| format!("'{text}': {e}"))
 }
 
-/// Apply the definitions of `files` (see [`CdcSession::define`]).
-async fn apply_definitions(shell: &Shell, files: &[PathBuf]) -> Result<()> {
+/// Apply the definitions of `files` (see [`CdcSession::define`]); returns
+/// the statements that failed, each reported on stderr. A failed definition
+/// (a new table whose first update fails, say) is a table that failed: the
+/// others still apply and update.
+async fn apply_definitions(shell: &Shell, files: &[PathBuf]) -> Result<Vec<String>> {
+    let mut statements = Vec::new();
     for path in files {
         let script = std::fs::read_to_string(path).map_err(|error| {
             DataFusionError::Execution(format!("cannot read {}: {error}", path.display()))
         })?;
-        for statement in script_statements(&script) {
-            if let Defined::Unchanged(what) = shell.session.define(&statement).await? {
-                if !shell.print.quiet {
-                    eprintln!("{what}: unchanged");
-                }
+        statements.extend(script_statements(&script));
+    }
+    Ok(apply_statements(shell, statements).await)
+}
+
+/// Apply `statements` in order; returns those that failed.
+async fn apply_statements(shell: &Shell, statements: Vec<String>) -> Vec<String> {
+    let mut failed = Vec::new();
+    for statement in statements {
+        match shell.session.define(&statement).await {
+            Ok(Defined::Unchanged(what)) if !shell.print.quiet => {
+                eprintln!("{what}: unchanged");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                eprintln!("definition failed: {}: {error}", statement_head(&statement));
+                failed.push(statement);
             }
         }
     }
-    Ok(())
+    failed
+}
+
+/// The first words of a statement, to name it.
+fn statement_head(statement: &str) -> String {
+    let words: Vec<&str> = statement.split_whitespace().take(6).collect();
+    let head = words.join(" ");
+    match statement.split_whitespace().count() > words.len() {
+        true => format!("{head} …"),
+        false => head,
+    }
 }
 
 /// One pipeline update of `session`.
@@ -305,7 +331,7 @@ async fn run_pipeline(
     files: &[PathBuf],
     full_refresh: Option<&str>,
 ) -> Result<ExitCode> {
-    apply_definitions(shell, files).await?;
+    let failed = apply_definitions(shell, files).await?;
     let start = Instant::now();
     let update = update_once(&shell.session, full_refresh, false).await?;
     let result = pipeline_batch(&update)?;
@@ -315,10 +341,11 @@ async fn run_pipeline(
         std::slice::from_ref(&result),
         start.elapsed(),
     )?;
-    let ok = update
-        .tables
-        .iter()
-        .all(|t| t.status == TableStatus::Updated);
+    let ok = failed.is_empty()
+        && update
+            .tables
+            .iter()
+            .all(|t| t.status == TableStatus::Updated);
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -347,10 +374,15 @@ async fn run_continuously(
             stop.notify_one();
         });
     }
-    apply_definitions(shell, files).await?;
+    let mut failed_definitions = apply_definitions(shell, files).await?;
     let mut backoff = interval;
     for cycle in 1u64.. {
         let start = Instant::now();
+        // definitions that failed are tried again every cycle
+        if cycle > 1 && !failed_definitions.is_empty() {
+            failed_definitions = apply_statements(shell, failed_definitions).await;
+        }
+        let definitions_failing = !failed_definitions.is_empty();
         // every cycle updates what has something new to read; the first
         // also what --full-refresh names, from scratch
         let first = cycle == 1;
@@ -396,10 +428,10 @@ async fn run_continuously(
                 let progressed = updated
                     .iter()
                     .any(|t| matches!(t.status, TableStatus::Updated));
-                if progressed || updated.is_empty() {
+                if progressed || (updated.is_empty() && !definitions_failing) {
                     backoff = interval;
                 }
-                match (progressed, updated.is_empty()) {
+                match (progressed, updated.is_empty() && !definitions_failing) {
                     // go again at once while there is work
                     (true, _) => std::time::Duration::ZERO,
                     (false, true) => interval,

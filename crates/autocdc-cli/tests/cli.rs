@@ -382,6 +382,100 @@ fn run_applies_definitions_and_updates_the_pipeline() {
     );
 }
 
+/// `autocdc run` applies what changed in its definitions, and keeps going
+/// past one that fails:
+/// * a table's new expectation applies (it was reported `unchanged` and
+///   ignored), a changed property is an error naming it, and a table created
+///   without columns may be declared with its own columns;
+/// * `CREATE SCHEMA` of a schema that exists is left alone (the second run
+///   failed on it);
+/// * a new table whose first update fails is reported (`definition
+///   failed`) while the other tables still update, and the run exits non-zero
+///   (the run stopped at it, updating nothing).
+#[test]
+fn run_applies_changed_definitions_and_goes_on_past_a_failing_one() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let source = dir.path().join("events");
+    std::fs::create_dir_all(&source).expect("a source folder");
+    let write = |name: &str, rows: &str| {
+        std::fs::write(source.join(name), format!("id,v,seq\n{rows}")).expect("a file")
+    };
+    write("1.csv", "1,a,1\n2,b,1\n");
+    let warehouse = dir.path().join("warehouse");
+    let defs = dir.path().join("defs.sql");
+    let run = |bronze: &str, extra: &str| {
+        std::fs::write(
+            &defs,
+            format!(
+                "CREATE SCHEMA s;
+                 CREATE EXTERNAL TABLE events (id INT, v TEXT, seq INT) STORED AS CSV \
+                   LOCATION '{}/' OPTIONS ('format.has_header' 'true');
+                 CREATE OR REFRESH STREAMING TABLE s.bronze {bronze};
+                 CREATE FLOW bf AS AUTO CDC INTO s.bronze FROM events KEYS (id) \
+                   SEQUENCE BY seq COLUMNS (id, v);
+                 {extra}",
+                source.display()
+            ),
+        )
+        .expect("definitions");
+        Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .args(["run", "-q", "--format", "csv", "-f"])
+            .arg(&defs)
+            .output()
+            .expect("run autocdc")
+    };
+    let first = run("", "");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+
+    // the table's own columns, and an expectation: it applies
+    write("2.csv", "3,c,2\n9,z,2\n");
+    let declared = "(id INT, v STRING, CONSTRAINT small EXPECT (id < 5) ON VIOLATION DROP ROW)";
+    let second = run(declared, "");
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(
+        stdout(&second),
+        "table,status,num_upserted_rows,num_deleted_rows,message\ns.bronze,updated,1,0,\n"
+    );
+
+    // a property the table does not have: refused, naming it
+    let third = run("TBLPROPERTIES ('autocdc.buckets' = '4')", "");
+    assert!(!third.status.success());
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(
+        stderr.contains("definition failed: CREATE OR REFRESH STREAMING TABLE s.bronze")
+            && stderr.contains("autocdc.buckets = '4'"),
+        "{stderr}"
+    );
+
+    // a new table whose first update fails: the others still update
+    write("3.csv", "4,d,3\n");
+    let bad = "CREATE STREAMING TABLE s.bad FLOW AUTO CDC \
+               FROM (SELECT * FROM VALUES (CAST(NULL AS INT), 'x', 1) AS t(id, v, seq)) \
+               KEYS (id) SEQUENCE BY seq;";
+    let fourth = run(declared, bad);
+    assert!(!fourth.status.success());
+    let stderr = String::from_utf8_lossy(&fourth.stderr);
+    assert!(
+        stderr.contains("definition failed: CREATE STREAMING TABLE s.bad")
+            && stderr.contains("KEYS column 'id' is NULL"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stdout(&fourth),
+        "table,status,num_upserted_rows,num_deleted_rows,message\ns.bronze,updated,1,0,\n"
+    );
+}
+
 /// `autocdc run --continuous`: files landing in a folder source over a few
 /// seconds reach the targets; SIGTERM ends the run with exit code 0; a run
 /// killed mid-cycle (SIGKILL) leaves nothing half-applied: the next run

@@ -112,14 +112,23 @@ impl CdcSession {
                 c.name
             )));
         }
+        self.declare_existing(c, c.or_refresh).await.map(|_| ())
+    }
+
+    /// `c` of a table that exists: declared again (when `redeclare`, see
+    /// [`Self::redeclare`]), and its rejects table created if missing.
+    /// Whether anything changed.
+    pub(super) async fn declare_existing(
+        &self,
+        c: &CreateStreamingTable,
+        redeclare: bool,
+    ) -> Result<bool> {
         let table = self.table(&c.name).await?;
-        if c.or_refresh {
-            self.redeclare(&table, c).await?;
-        }
+        let changed = redeclare && self.redeclare(&table, c).await?;
         if takes_rejects(&table.meta().properties) {
             self.create_rejects_table(c).await?;
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// The columns `c` declares, as stored (none when it declares none).
@@ -155,7 +164,8 @@ impl CdcSession {
     /// expectations become the table's (a commit of its declaration, read
     /// by the next update); the columns and properties it states must be
     /// the table's own, which it keeps (stored rows are laid out by them).
-    async fn redeclare(&self, table: &ScdTable, c: &CreateStreamingTable) -> Result<()> {
+    /// Whether it committed (new expectations).
+    async fn redeclare(&self, table: &ScdTable, c: &CreateStreamingTable) -> Result<bool> {
         let meta = table.meta();
         let refuse = |what: String| {
             DataFusionError::Plan(format!(
@@ -170,7 +180,7 @@ impl CdcSession {
                 .iter()
                 .zip(stored.iter())
                 .all(|(d, s)| d.name() == s.name() && d.data_type() == s.data_type());
-        let keeps_columns = declared.is_empty() || (meta.decl.declared_columns && same_columns);
+        let keeps_columns = declared.is_empty() || same_columns;
         if !keeps_columns {
             return Err(refuse(format!(
                 "it declares the columns ({}), and the table has ({}); a table keeps its \
@@ -197,7 +207,7 @@ impl CdcSession {
             }
         }
         if c.expectations == meta.decl.expectations {
-            return Ok(());
+            return Ok(false);
         }
         if let Some(flow) = meta.flows.values().find(|f| f.source.is_snapshot()) {
             if !c.expectations.is_empty() {
@@ -219,7 +229,8 @@ impl CdcSession {
             ))
             .commit(table)
             .await?;
-        table.refresh().await
+        table.refresh().await?;
+        Ok(true)
     }
 
     /// `<t>__rejects` of a target with rejects on, unless it exists.

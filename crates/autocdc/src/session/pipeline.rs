@@ -52,6 +52,30 @@ use crate::table::properties::last_version_property;
 use crate::table::ScdTable;
 use crate::table::TableName;
 
+/// The parts of flow definition `new` that differ from `stored`, by name.
+fn differences(stored: &FlowSpec, new: &FlowSpec) -> String {
+    let (Ok(serde_json::Value::Object(old)), Ok(serde_json::Value::Object(new))) =
+        (serde_json::to_value(stored), serde_json::to_value(new))
+    else {
+        return "its clauses".to_string();
+    };
+    let parts: Vec<String> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .map(|(k, v)| {
+            format!(
+                "{k}: {} here, {} stored",
+                v,
+                old.get(k).unwrap_or(&serde_json::Value::Null)
+            )
+        })
+        .collect();
+    match parts.is_empty() {
+        true => "its clauses".to_string(),
+        false => parts.join("; "),
+    }
+}
+
 /// What [`CdcSession::define`] did with a statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Defined {
@@ -64,9 +88,13 @@ pub enum Defined {
 impl CdcSession {
     /// Run one statement of a pipeline's definitions idempotently (`autocdc
     /// run -f defs.sql`): a `CREATE [OR REFRESH] STREAMING TABLE` of an
-    /// existing table and a `CREATE FLOW` of an existing flow with the same
-    /// definition do nothing; a flow defined differently from its stored
-    /// definition is an error naming it; anything else runs as `sql` runs it.
+    /// existing table is declared again as `CREATE OR REFRESH` declares it
+    /// (its expectations become the table's; other columns or properties
+    /// are an error naming them) without an update; a `CREATE FLOW` of an
+    /// existing flow with the same definition and a `CREATE SCHEMA` of an
+    /// existing schema do nothing; a flow defined differently from its
+    /// stored definition is an error naming it and what differs; anything
+    /// else runs as `sql` runs it.
     pub async fn define(&self, sql: &str) -> Result<Defined> {
         let state = self.ctx.state();
         let options = state.config().options();
@@ -78,6 +106,12 @@ impl CdcSession {
                 if !self.warehouse.exists(&c.name).await? {
                     self.sql(sql).await?.collect().await?;
                     return Ok(Defined::Applied);
+                }
+                if self.declare_existing(&c, true).await? {
+                    // (new expectations: the flows below are unchanged)
+                    if c.query.is_none() && c.flow.is_none() {
+                        return Ok(Defined::Applied);
+                    }
                 }
                 let flow = c.query.clone().map(|query| {
                     FlowSpec::append(
@@ -95,6 +129,9 @@ impl CdcSession {
             _ => None,
         };
         let Some(flow) = flow else {
+            if let Some(schema) = self.existing_schema_created(sql, &dialect)? {
+                return Ok(Defined::Unchanged(format!("schema '{schema}'")));
+            }
             self.sql(sql).await?.collect().await?;
             return Ok(Defined::Applied);
         };
@@ -105,13 +142,53 @@ impl CdcSession {
                     return Ok(Defined::Unchanged(format!("flow '{}'", flow.name)));
                 }
                 return Err(DataFusionError::Plan(format!(
-                    "flow '{}': its definition differs from the one '{target}' holds; drop the table (or define the flow under another name) to change it",
-                    flow.name
+                    "flow '{}': its definition differs from the one '{target}' holds ({}); \
+                     a flow keeps its definition: drop the table to change it",
+                    flow.name,
+                    differences(stored, &flow)
                 )));
             }
         }
         self.sql(sql).await?.collect().await?;
         Ok(Defined::Applied)
+    }
+
+    /// The schema `sql` creates, when it is a `CREATE SCHEMA` of one that
+    /// exists (in a definitions file, one that exists as defined).
+    fn existing_schema_created(&self, sql: &str, dialect: &str) -> Result<Option<String>> {
+        use datafusion::sql::parser::{DFParser, Statement};
+        use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+        let Ok(statements) = DFParser::parse_sql_with_dialect(
+            sql,
+            datafusion::sql::sqlparser::dialect::dialect_from_str(dialect)
+                .as_deref()
+                .unwrap_or(&datafusion::sql::sqlparser::dialect::GenericDialect {}),
+        ) else {
+            return Ok(None);
+        };
+        let [Statement::Statement(statement)] = statements.iter().collect::<Vec<_>>()[..] else {
+            return Ok(None);
+        };
+        let SqlStatement::CreateSchema { schema_name, .. } = statement.as_ref() else {
+            return Ok(None);
+        };
+        let name = schema_name.to_string();
+        let state = self.ctx.state();
+        let normalize = state
+            .config()
+            .options()
+            .sql_parser
+            .enable_ident_normalization;
+        let name = match (normalize, name.starts_with('"')) {
+            (true, false) => name.to_lowercase(),
+            _ => name.trim_matches('"').to_string(),
+        };
+        let catalog = state.config().options().catalog.default_catalog.clone();
+        let exists = self
+            .ctx
+            .catalog(&catalog)
+            .is_some_and(|c| c.schema(&name).is_some());
+        Ok(exists.then_some(name))
     }
 
     /// The pipeline of the warehouse's streaming tables (of `schema` only).
