@@ -121,11 +121,20 @@ pub(crate) async fn deliver(
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?;
     // an event rejected again (a source read whole by every update) is the
-    // same event: it is kept once, with the version that first rejected it
+    // same event: it is kept once, with the version that first rejected it.
+    // An append flow's rows are not events: each is new (its streams read
+    // every row once), however alike two are.
     let known = delivered_events(rejects).await?;
+    let target_meta = target.meta();
+    let appending: HashSet<&str> = target_meta
+        .flows
+        .values()
+        .filter(|f| f.append)
+        .map(|f| f.name.as_str())
+        .collect();
     let rows = read_pending(bytes, version)?
         .into_iter()
-        .map(|batch| new_events(batch, &known))
+        .map(|batch| new_events(batch, &known, &appending))
         .collect::<Result<Vec<_>>>()?;
     let count: usize = rows.iter().map(RecordBatch::num_rows).sum();
     let meta = rejects.meta();
@@ -219,12 +228,22 @@ async fn delivered_events(rejects: &ScdTable) -> Result<HashSet<String>> {
     Ok(known)
 }
 
-/// The rows of `batch` not in `known` (nor earlier in `batch`).
-fn new_events(batch: RecordBatch, known: &HashSet<String>) -> Result<RecordBatch> {
+/// The rows of `batch` not in `known` (nor earlier in `batch`), and every
+/// row of the `appending` flows.
+fn new_events(
+    batch: RecordBatch,
+    known: &HashSet<String>,
+    appending: &HashSet<&str>,
+) -> Result<RecordBatch> {
     let columns = pending_columns(&batch)?;
+    // (`flow` is the first pending column)
+    let flows = columns[0];
     let mut seen = HashSet::new();
     let keep: BooleanArray = (0..batch.num_rows())
         .map(|row| {
+            if flows.is_valid(row) && appending.contains(flows.value(row)) {
+                return Some(true);
+            }
             let id = identity(&columns, row);
             Some(!known.contains(&id) && seen.insert(id))
         })
