@@ -4,15 +4,35 @@
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::Int8Type;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::{DataFusionError, ScalarValue};
 
 use super::columns::{EventLayout, Kind};
 use crate::error::CdcError;
 
+/// The value at `row` of `column`, as SQL shows it (a timestamp as a
+/// time, not as its count of units).
 fn value(batch: &RecordBatch, column: usize, row: usize) -> String {
-    ScalarValue::try_from_array(batch.column(column), row)
-        .map(|s| s.to_string())
-        .unwrap_or_default()
+    let options = FormatOptions::default().with_null("NULL");
+    match ArrayFormatter::try_new(batch.column(column).as_ref(), &options) {
+        Ok(formatter) => formatter.value(row).to_string(),
+        Err(_) => ScalarValue::try_from_array(batch.column(column), row)
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// `value` as SQL shows it (see [`value`]).
+pub(crate) fn scalar_text(value: &ScalarValue) -> String {
+    let options = FormatOptions::default().with_null("NULL");
+    value
+        .to_array()
+        .ok()
+        .and_then(|array| {
+            let formatter = ArrayFormatter::try_new(array.as_ref(), &options).ok()?;
+            Some(formatter.value(0).to_string())
+        })
+        .unwrap_or_else(|| value.to_string())
 }
 
 /// `k1=v1, k2=v2` for the key of `row`.

@@ -207,7 +207,8 @@ impl SnapshotDiff {
 /// The error for a key found twice in a snapshot.
 pub(crate) fn duplicate_key_error(flow: &str, key: &str, version: &ScalarValue) -> DataFusionError {
     DataFusionError::Execution(format!(
-        "flow '{flow}': duplicate key ({key}) in the snapshot at version {version}; nothing was committed"
+        "flow '{flow}': duplicate key ({key}) in the snapshot at version {}; nothing was committed",
+        super::errors::scalar_text(version)
     ))
 }
 

@@ -33,8 +33,11 @@ impl RejectsNode {
         }
     }
 
-    /// Reject the truncate events of `input` with a NULL sequence.
-    pub fn truncates(sink: Arc<RejectSink>, input: LogicalPlan) -> Self {
+    /// Reject only the events of `input` with a NULL sequence or key (a
+    /// truncate's keys are ignored): truncate events, and a snapshot's rows
+    /// (whose duplicate keys the diff refuses: a key rejected for them would
+    /// read as deleted).
+    pub fn null_checks(sink: Arc<RejectSink>, input: LogicalPlan) -> Self {
         Self {
             conflicts: false,
             ..Self::new(sink, input)
@@ -85,7 +88,7 @@ impl UserDefinedLogicalNodeCore for RejectsNode {
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "Rejects: flow={}", self.sink.flow())?;
         if !self.conflicts {
-            write!(f, ", truncates")?;
+            write!(f, ", null checks")?;
         }
         Ok(())
     }

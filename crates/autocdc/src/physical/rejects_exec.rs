@@ -31,8 +31,10 @@
 //! | conflicts   | partition, at its end   | the events buffered (under the memory pool), one row encoding of the key and sequence and of the values per batch, one hash table of (key, sequence) |
 //! | conflicts, past the pool | identity, as it completes | the events sorted by key and sequence (DataFusion's sort, spilling; every partition then sorts), checked in order ([`super::sorted_conflicts`]) |
 //!
-//! Over truncate events (`RejectsExec: flow=f, truncates`) only the NULL
-//! sequence check applies (their keys are ignored), batch by batch.
+//! Over truncate events and a snapshot's rows (`RejectsExec: flow=f, null
+//! checks`) only the NULL checks apply (a truncate's keys are ignored; a
+//! snapshot's duplicate keys are its diff's error: a key rejected there
+//! would read as deleted), batch by batch.
 //!
 //! Like `ExpectationsExec`, the operator cannot travel to a cluster: its
 //! sink lives in this process.
@@ -144,7 +146,7 @@ impl DisplayAs for RejectsExec {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
                 write!(f, "RejectsExec: flow={}", self.sink.flow())?;
                 if !self.conflicts {
-                    write!(f, ", truncates")?;
+                    write!(f, ", null checks")?;
                 }
                 Ok(())
             }

@@ -323,8 +323,19 @@ pub async fn plan_update(
     // snapshot flows take none)
     let expected = matches!(source, UpdateSource::Changes) && !meta.decl.expectations.is_empty();
     // a target with rejects on takes the failing events of its flows (not
-    // of DML, nor of snapshots) out of their updates
-    let rejecting = matches!(source, UpdateSource::Changes) && takes_rejects(&meta.properties);
+    // of DML) out of their updates; a snapshot's rows with a NULL key before
+    // the diff
+    let rejecting = !matches!(source, UpdateSource::Dml(_)) && takes_rejects(&meta.properties);
+    let sink_for = |resolved: &ResolvedFlow| {
+        let keys = resolved
+            .layout
+            .key_indices
+            .iter()
+            .map(|&k| resolved.layout.target_columns[k].clone())
+            .collect();
+        RejectSink::new(flow.name.clone(), keys)
+    };
+    let mut snapshot_rejects = None;
     // the snapshot watermark new events are late against (`fold::late`)
     let mut late_through = None;
     // `truncates`: whether the update has truncate events (snapshots never
@@ -394,7 +405,17 @@ pub async fn plan_update(
                 cols.push(lit(side).alias(SIDE_COL));
                 cols
             };
-            let snapshot_rows = LogicalPlanBuilder::from(resolved.events.clone())
+            let checked = match rejecting {
+                true => {
+                    let sink = Arc::new(sink_for(&resolved));
+                    snapshot_rejects = Some(Arc::clone(&sink));
+                    LogicalPlan::Extension(Extension {
+                        node: Arc::new(RejectsNode::null_checks(sink, resolved.events.clone())),
+                    })
+                }
+                false => resolved.events.clone(),
+            };
+            let snapshot_rows = LogicalPlanBuilder::from(checked)
                 .project(target_columns(SIDE_SNAPSHOT))?
                 .build()?;
             let tagged = if meta.sequence_type.is_some() {
@@ -529,15 +550,13 @@ pub async fn plan_update(
             .build()?,
         None => events.clone(),
     };
-    let rejects = rejecting.then(|| {
-        let keys = resolved
-            .layout
-            .key_indices
-            .iter()
-            .map(|&k| resolved.layout.target_columns[k].clone())
-            .collect();
-        Arc::new(RejectSink::new(flow.name.clone(), keys).with_unreadable(unreadable.clone()))
-    });
+    let snapshot = snapshot_rejects.is_some();
+    let rejects = match snapshot_rejects {
+        Some(sink) => Some(sink),
+        None => {
+            rejecting.then(|| Arc::new(sink_for(&resolved).with_unreadable(unreadable.clone())))
+        }
+    };
     let (new_rows, expectations) = if expected {
         let (rows, counts) = check_expectations(
             state,
@@ -559,7 +578,8 @@ pub async fn plan_update(
         }),
         None => rows,
     };
-    let new_rows = if scd2 {
+    // (a snapshot's rows were checked before its diff)
+    let new_rows = if scd2 || snapshot {
         new_rows
     } else {
         rejecting_new(new_rows)
@@ -578,7 +598,7 @@ pub async fn plan_update(
             // a truncate with a NULL sequence is rejected like any event
             let truncates = match &rejects {
                 Some(sink) => LogicalPlan::Extension(Extension {
-                    node: Arc::new(RejectsNode::truncates(Arc::clone(sink), truncates)),
+                    node: Arc::new(RejectsNode::null_checks(Arc::clone(sink), truncates)),
                 }),
                 None => truncates,
             };
