@@ -73,9 +73,14 @@ pub struct FoldCounts {
 }
 
 impl FoldCounts {
-    /// Whether the fold changed the stored state at all.
+    /// Whether the fold changed the stored state at all: a new event that
+    /// was neither late nor a duplicate changed it, if only the key's
+    /// stored sequence (an upsert of the values the row holds; under
+    /// per-column sequencing, a column's), which later events are late
+    /// against.
     pub fn changed_state(&self) -> bool {
         self.upserted + self.deleted + self.tombstones + self.events_added > 0
+            || self.input_rows > self.late + self.duplicates
     }
 }
 
