@@ -1,6 +1,8 @@
-//! `DROP STREAMING TABLE`.
+//! `DROP STREAMING TABLE`, and DataFusion DDL refused on streaming tables.
 
 use datafusion::common::{DataFusionError, Result, TableReference};
+
+use crate::sql::{plain_ddl_targets, PlainDdl};
 
 use crate::table::rejects::{rejects_table_name, takes_rejects, REJECTS_SUFFIX};
 use crate::table::TableName;
@@ -8,6 +10,63 @@ use crate::table::TableName;
 use super::CdcSession;
 
 impl CdcSession {
+    /// Refuse DataFusion DDL of `sql` that names a streaming table (see
+    /// [`crate::sql::plain_ddl_targets`]): it would report success and only
+    /// forget the table in this session.
+    pub(super) async fn refuse_plain_ddl(
+        &self,
+        sql: &str,
+        dialect: &str,
+        normalize: bool,
+    ) -> Result<()> {
+        let mentions = |word: &[u8]| {
+            sql.as_bytes()
+                .windows(word.len())
+                .any(|w| w.eq_ignore_ascii_case(word))
+        };
+        if !(mentions(b"DROP") || mentions(b"REPLACE")) {
+            return Ok(());
+        }
+        for ddl in plain_ddl_targets(sql, dialect, normalize) {
+            let (names, what) = match ddl {
+                PlainDdl::Drop(names) => (
+                    names,
+                    "DROP TABLE and DROP VIEW only forget it in this session",
+                ),
+                PlainDdl::Replace(name) => (
+                    vec![name],
+                    "CREATE OR REPLACE would only hide it in this session",
+                ),
+                PlainDdl::DropSchema(schema) => {
+                    let held: Vec<String> = self
+                        .warehouse
+                        .list_tables()
+                        .await?
+                        .into_iter()
+                        .filter(|t| t.schema == schema)
+                        .map(|t| t.to_string())
+                        .collect();
+                    if !held.is_empty() {
+                        return Err(DataFusionError::Plan(format!(
+                            "DROP SCHEMA {schema}: it holds streaming tables ({}), which DROP SCHEMA \
+                             would only forget in this session; DROP STREAMING TABLE each first",
+                            held.join(", ")
+                        )));
+                    }
+                    continue;
+                }
+            };
+            for name in names {
+                if self.warehouse.exists(&name).await? {
+                    return Err(DataFusionError::Plan(format!(
+                        "'{name}' is a streaming table: {what}; DROP STREAMING TABLE {name} drops it"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(super) async fn drop_table(&self, name: &TableName, if_exists: bool) -> Result<()> {
         if !self.warehouse.exists(name).await? {
             if if_exists {

@@ -214,12 +214,14 @@ impl CdcSession {
                             .await
                     }
                     None => {
+                        self.refuse_plain_ddl(sql, &dialect, normalize).await?;
                         let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
                         self.ctx.sql(&sql).await
                     }
                 }
             }
             None => {
+                self.refuse_plain_ddl(sql, &dialect, normalize).await?;
                 let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
                 self.ctx.sql(&sql).await
             }

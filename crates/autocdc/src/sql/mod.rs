@@ -21,10 +21,12 @@
 //! SELECT … FROM AUTO CDC (query) KEYS (k, ...) [the clauses of a flow] [AS alias] …
 //! SELECT … FROM SNAPSHOTS (query) VERSION BY v KEYS (k, ...) [COLUMNS …] [STORED AS …] [AS alias] …
 //! ```
-//! Every other statement goes to DataFusion unchanged.
+//! Every other statement goes to DataFusion unchanged, but DataFusion DDL
+//! that would only forget a streaming table in the session ([`plain_ddl`]).
 
 mod outer_ctes;
 mod parser;
+mod plain_ddl;
 mod update_targets;
 
 pub use outer_ctes::{outer_ctes, reads_only_planned, with_outer_ctes};
@@ -32,4 +34,5 @@ pub use parser::{
     parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,
     CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement, RestoreTo,
 };
+pub use plain_ddl::{plain_ddl_targets, PlainDdl};
 pub use update_targets::fold_update_targets;
