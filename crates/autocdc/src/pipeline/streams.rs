@@ -85,10 +85,11 @@ pub(super) fn stream_of(factor: &TableFactor) -> Option<Result<Stream>> {
         // stream(t), STREAM(schema.t)
         (Some(args), _) => match args.args.as_slice() {
             [FunctionArg::Unnamed(FunctionArgExpr::Expr(e))] => match e {
-                SqlExpr::Identifier(i) => i.value.clone(),
+                // (quoted parts stay quoted: `STREAM("MyT")` is not `myt`)
+                SqlExpr::Identifier(i) => i.to_string(),
                 SqlExpr::CompoundIdentifier(parts) => parts
                     .iter()
-                    .map(|p| p.value.clone())
+                    .map(|p| p.to_string())
                     .collect::<Vec<_>>()
                     .join("."),
                 _ => return None,
@@ -96,7 +97,7 @@ pub(super) fn stream_of(factor: &TableFactor) -> Option<Result<Stream>> {
             _ => return None,
         },
         // STREAM t: parsed as the table `STREAM` aliased `t`
-        (None, Some(alias)) => alias.name.value.clone(),
+        (None, Some(alias)) => alias.name.to_string(),
         (None, None) => return None,
     };
     Some(options(&table, with_hints).map(|(read, starting)| Stream {
@@ -172,6 +173,15 @@ fn option_error(table: &str, option: &str) -> DataFusionError {
     ))
 }
 
+/// The last part of a table name as written (`s."MyT"` → `"MyT"`).
+fn last_ident(table: &str) -> Ident {
+    let last = table.rsplit('.').next().unwrap_or(table);
+    match last.strip_prefix('"').and_then(|l| l.strip_suffix('"')) {
+        Some(quoted) => Ident::with_quote('"', quoted),
+        None => Ident::new(last),
+    }
+}
+
 /// Visits every table factor: finds the streams, or replaces them.
 struct Streams<'a> {
     found: Vec<Stream>,
@@ -206,7 +216,7 @@ impl VisitorMut for Streams<'_> {
             } => alias.clone(),
             _ => TableAlias {
                 explicit: true,
-                name: Ident::new(stream.table.rsplit('.').next().unwrap_or(&stream.table)),
+                name: last_ident(&stream.table),
                 columns: vec![],
                 at: None,
             },
@@ -304,6 +314,12 @@ pub(crate) async fn check_append_sources(state: &SessionState, flow: &FlowSpec) 
             Ok(schema) => schema.table(reference.table()).await?,
             Err(_) => None,
         };
+        if provider.is_none() {
+            return Err(DataFusionError::Plan(format!(
+                "append flow '{}': STREAM {}: no table of that name (define it before the flow)",
+                flow.name, stream.table
+            )));
+        }
         let incremental = provider
             .as_ref()
             .is_some_and(|p| p.downcast_ref::<ScdTable>().is_some())
