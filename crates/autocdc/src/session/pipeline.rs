@@ -206,6 +206,21 @@ impl CdcSession {
             }
             tables.push((name, flows));
         }
+        if let Some(schema) = schema.filter(|_| tables.is_empty()) {
+            // (a schema without streaming tables is an empty pipeline; a
+            // name that is no schema at all, a mistake)
+            let state = self.ctx.state();
+            let catalog = state.config().options().catalog.default_catalog.clone();
+            let known = self
+                .ctx
+                .catalog(&catalog)
+                .is_some_and(|c| c.schema(schema).is_some());
+            if !known {
+                return Err(DataFusionError::Plan(format!(
+                    "REFRESH PIPELINE {schema}: there is no schema '{schema}'"
+                )));
+            }
+        }
         let members: BTreeSet<TableName> = tables.iter().map(|(n, _)| n.clone()).collect();
         let views = self.views_among(reads, &members).await?;
         PipelineGraph::with_views(tables.iter().map(|(n, f)| (n.clone(), f.iter())), &views)
