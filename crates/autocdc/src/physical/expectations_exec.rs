@@ -232,7 +232,13 @@ impl ExpectationsStream {
         }));
         let mut dropped: Option<BooleanArray> = None;
         for (i, condition) in self.conditions.iter().enumerate() {
-            let value = condition.evaluate(&batch)?.into_array(batch.num_rows())?;
+            let value = match condition
+                .evaluate(&batch)
+                .and_then(|v| v.into_array(batch.num_rows()))
+            {
+                Ok(value) => value,
+                Err(e) => return Err(self.evaluation_error(i, condition, &batch, e)),
+            };
             let value = value.as_boolean_opt().ok_or_else(|| {
                 DataFusionError::Plan(format!(
                     "flow '{}': expectation '{}': EXPECT ({}) is of type {}, not BOOLEAN",
@@ -292,6 +298,39 @@ impl ExpectationsStream {
             Some(dropped) => Ok(filter_record_batch(&batch, &not(&dropped)?)?),
             None => Ok(batch),
         }
+    }
+}
+
+impl ExpectationsStream {
+    /// The error of expectation `i`, whose `condition` could not be
+    /// evaluated over `batch`: it names the flow, the expectation and the
+    /// first row it fails on (found row by row, on this error path only).
+    fn evaluation_error(
+        &self,
+        i: usize,
+        condition: &Arc<dyn PhysicalExpr>,
+        batch: &RecordBatch,
+        error: DataFusionError,
+    ) -> DataFusionError {
+        let expectation = &self.counts.expectations()[i];
+        let row = (0..batch.num_rows()).find(|&r| {
+            condition
+                .evaluate(&batch.slice(r, 1))
+                .and_then(|v| v.into_array(1))
+                .is_err()
+        });
+        let on_row = match row.map(|r| describe_row(batch, r)) {
+            Some(Ok(row)) => format!(" on the row {row}"),
+            _ => String::new(),
+        };
+        DataFusionError::Execution(format!(
+            "flow '{}': expectation '{}' (EXPECT ({})) cannot be evaluated{on_row}: {}; nothing \
+             was committed",
+            self.flow,
+            expectation.name,
+            expectation.condition,
+            error.strip_backtrace()
+        ))
     }
 }
 
