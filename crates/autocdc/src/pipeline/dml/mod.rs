@@ -160,11 +160,24 @@ fn session_state(state: &dyn datafusion::catalog::Session) -> Result<SessionStat
 
 /// The flow that defines a table's keys (DML needs them).
 fn keyed_flow(table: &ScdTable, statement: &str) -> Result<FlowSpec> {
-    table.meta().flows.into_values().next().ok_or_else(|| {
-        DataFusionError::Plan(format!(
-            "{statement} on streaming table '{}': it has no flow yet, so its keys are unknown",
-            table.name()
-        ))
+    let meta = table.meta();
+    meta.flows.into_values().next().ok_or_else(|| {
+        let name = table.name();
+        // (a rejects table holds rows, written by its target's updates)
+        let rejects_of = name
+            .table
+            .strip_suffix(crate::table::rejects::REJECTS_SUFFIX)
+            .filter(|_| meta.sequence_type.is_some());
+        match rejects_of {
+            Some(target) => DataFusionError::Plan(format!(
+                "{statement} on streaming table '{name}': it is the rejects table of \
+                 '{target}', appended to by its updates only; it takes no DML"
+            )),
+            None => DataFusionError::Plan(format!(
+                "{statement} on streaming table '{name}': it has no flow yet, so its keys are \
+                 unknown"
+            )),
+        }
     })
 }
 
