@@ -30,9 +30,6 @@ pub(super) async fn delete(
 ) -> Result<Planned> {
     let hit = predicate(filters);
     let deleted = count_rows(&state, history.versions()?.filter(hit.clone())?).await?;
-    if deleted == 0 {
-        return Ok((None, 0));
-    }
     let touched = history.keys_of(history.versions()?.filter(hit.clone())?)?;
     if history.bitemporal() {
         whole_keys(&history, &state, touched.clone(), hit.clone()).await?;
@@ -110,9 +107,6 @@ pub(super) async fn update(
     }
     let hit = predicate(filters);
     let updated = count_rows(&state, history.versions()?.filter(hit.clone())?).await?;
-    if updated == 0 {
-        return Ok((None, 0));
-    }
     let touched = history.keys_of(history.versions()?.filter(hit.clone())?)?;
     let versions = history.versions_of(touched)?;
     let schema = Arc::clone(versions.schema());
