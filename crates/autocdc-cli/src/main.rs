@@ -278,7 +278,24 @@ async fn apply_definitions(shell: &Shell, files: &[PathBuf]) -> Result<Vec<Strin
         })?;
         statements.extend(script_statements(&script));
     }
-    Ok(apply_statements(shell, statements).await)
+    // the tables the files define, and their flows
+    let mut tables = std::collections::BTreeSet::new();
+    let mut flows = std::collections::BTreeSet::new();
+    for statement in &statements {
+        if let Ok((table, flow)) = shell.session.defined_by(statement) {
+            tables.extend(table);
+            flows.extend(flow);
+        }
+    }
+    let failed = apply_statements(shell, statements).await;
+    // a flow taken out of the files still runs: say so
+    for (table, flow) in shell.session.flows_besides(&tables, &flows).await? {
+        eprintln!(
+            "flow '{flow}' of '{table}' is not in the definitions and still runs \
+             (DROP FLOW {flow} removes it)"
+        );
+    }
+    Ok(failed)
 }
 
 /// Apply `statements` in order; returns those that failed.

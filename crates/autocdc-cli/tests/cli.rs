@@ -474,6 +474,27 @@ fn run_applies_changed_definitions_and_goes_on_past_a_failing_one() {
         stdout(&fourth),
         "table,status,num_upserted_rows,num_deleted_rows,message\ns.bronze,updated,1,0,\n"
     );
+
+    // a flow no longer in the files still runs: the run says so
+    let renamed = std::fs::read_to_string(&defs)
+        .expect("definitions")
+        .replace("CREATE FLOW bf AS", "CREATE FLOW bf2 AS")
+        .replace(bad, "");
+    std::fs::write(&defs, renamed).expect("definitions");
+    let fifth = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .arg("--warehouse")
+        .arg(&warehouse)
+        .args(["run", "-q", "--format", "csv", "-f"])
+        .arg(&defs)
+        .output()
+        .expect("run autocdc");
+    let stderr = String::from_utf8_lossy(&fifth.stderr);
+    assert!(
+        stderr.contains(
+            "flow 'bf' of 's.bronze' is not in the definitions and still runs (DROP FLOW bf removes it)"
+        ),
+        "{stderr}"
+    );
 }
 
 /// `autocdc run --continuous`: files landing in a folder source over a few

@@ -33,6 +33,7 @@ use latest_schema::LatestSchema;
 
 mod create_flow;
 mod create_table;
+mod drop_flow;
 mod drop_table;
 mod explain;
 mod latest_schema;
@@ -352,6 +353,10 @@ impl CdcSession {
             }
             CdcStatement::Drop { name, if_exists } => {
                 self.drop_table(&name, if_exists).await?;
+                self.empty()
+            }
+            CdcStatement::DropFlow { name, if_exists } => {
+                self.drop_flow(&name, if_exists).await?;
                 self.empty()
             }
             CdcStatement::Merge(merge) => {

@@ -143,14 +143,59 @@ impl CdcSession {
                 }
                 return Err(DataFusionError::Plan(format!(
                     "flow '{}': its definition differs from the one '{target}' holds ({}); \
-                     a flow keeps its definition: drop the table to change it",
+                     a flow keeps its definition: DROP FLOW {} and define it again (it then \
+                     starts afresh), or drop the table",
                     flow.name,
-                    differences(stored, &flow)
+                    differences(stored, &flow),
+                    flow.name
                 )));
             }
         }
         self.sql(sql).await?.collect().await?;
         Ok(Defined::Applied)
+    }
+
+    /// The streaming table and the flow statement `sql` defines, if any
+    /// (`CREATE STREAMING TABLE t … [AS query | FLOW …]` defines the table
+    /// and the flow named after it; `CREATE FLOW f … INTO t` the flow).
+    pub fn defined_by(&self, sql: &str) -> Result<(Option<TableName>, Option<String>)> {
+        let state = self.ctx.state();
+        let options = state.config().options();
+        let dialect = options.sql_parser.dialect.to_string();
+        let normalize = options.sql_parser.enable_ident_normalization;
+        Ok(
+            match crate::sql::parse_cdc_statement(sql, &dialect, normalize)? {
+                Some(crate::sql::CdcStatement::CreateFlow(spec)) => (None, Some(spec.name)),
+                Some(crate::sql::CdcStatement::CreateStreamingTable(c)) => {
+                    let flow =
+                        (c.query.is_some() || c.flow.is_some()).then(|| c.name.table.clone());
+                    (Some(c.name), flow)
+                }
+                _ => (None, None),
+            },
+        )
+    }
+
+    /// The flows of `tables` whose names are not among `flows`: flows a
+    /// definitions file no longer names, which still run (`DROP FLOW`
+    /// removes one).
+    pub async fn flows_besides(
+        &self,
+        tables: &BTreeSet<TableName>,
+        flows: &BTreeSet<String>,
+    ) -> Result<Vec<(TableName, String)>> {
+        let mut besides = Vec::new();
+        for name in tables {
+            if !self.warehouse.exists(name).await? {
+                continue;
+            }
+            for flow in self.table(name).await?.meta().flows.into_keys() {
+                if !flows.contains(&flow) {
+                    besides.push((name.clone(), flow));
+                }
+            }
+        }
+        Ok(besides)
     }
 
     /// The schema `sql` creates, when it is a `CREATE SCHEMA` of one that

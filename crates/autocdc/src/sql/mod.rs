@@ -17,6 +17,7 @@
 //! REFRESH PIPELINE [schema] [FULL [(name, ...)]]
 //! RESTORE [STREAMING] TABLE name [TO] {VERSION AS OF n | TIMESTAMP AS OF 'ts'}
 //! DROP STREAMING TABLE [IF EXISTS] name
+//! DROP FLOW [IF EXISTS] flow
 //! EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f] REFRESH STREAMING TABLE name
 //! SELECT … FROM AUTO CDC (query) KEYS (k, ...) [the clauses of a flow] [AS alias] …
 //! SELECT … FROM SNAPSHOTS (query) VERSION BY v KEYS (k, ...) [COLUMNS …] [STORED AS …] [AS alias] …

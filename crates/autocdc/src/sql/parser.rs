@@ -144,6 +144,13 @@ pub enum CdcStatement {
         /// `IF EXISTS`.
         if_exists: bool,
     },
+    /// `DROP FLOW [IF EXISTS] name`.
+    DropFlow {
+        /// The flow (flows are named across the warehouse).
+        name: String,
+        /// `IF EXISTS`.
+        if_exists: bool,
+    },
     /// `MERGE INTO target USING source ON ... WHEN ...`.
     Merge(Box<MergeStatement>),
     /// `SHOW TBLPROPERTIES name [(key)]`.
@@ -700,6 +707,15 @@ impl CdcParser<'_> {
             let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
             let name = self.table_name()?;
             CdcStatement::Drop { name, if_exists }
+        } else if self.peek_word(0, "DROP") && self.peek_word(1, "FLOW") {
+            self.p.next_token();
+            self.p.next_token();
+            let if_exists = self.p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+            let name = self.p.parse_identifier()?;
+            CdcStatement::DropFlow {
+                name: self.ident(&name),
+                if_exists,
+            }
         } else if self.peek_word(0, "MERGE") {
             self.merge()?
         } else if top && self.peek_word(0, "SHOW") && self.peek_word(1, "TBLPROPERTIES") {

@@ -538,6 +538,15 @@ fn changed_metadata(
             MetadataChange::Set(key, value) => metadata
                 .add_config_key(key.clone(), value.clone())
                 .map_err(delta_err)?,
+            MetadataChange::Remove(keys) => keys
+                .iter()
+                .filter(|k| metadata.configuration().contains_key(k.as_str()))
+                .cloned()
+                .collect::<Vec<_>>()
+                .into_iter()
+                .try_fold(metadata, |m, name| {
+                    m.remove_config_key(&name).map_err(delta_err)
+                })?,
             MetadataChange::RemovePrefixed(prefixes) => {
                 let names: Vec<String> = metadata
                     .configuration()

@@ -71,6 +71,8 @@ pub enum Operation {
     Rejects,
     /// `RESTORE STREAMING TABLE`.
     Restore,
+    /// `DROP FLOW`: the flow's definition and checkpoints leave its target.
+    DropFlow,
 }
 
 impl Operation {
@@ -96,6 +98,7 @@ impl Operation {
             Self::SnapshotSkipped => "SNAPSHOT SKIPPED",
             Self::Rejects => "REJECTS",
             Self::Restore => "RESTORE",
+            Self::DropFlow => "DROP FLOW",
         }
     }
 

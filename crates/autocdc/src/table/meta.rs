@@ -230,6 +230,8 @@ pub enum MetadataChange {
     Set(String, String),
     /// Remove the table properties whose names start with one of these.
     RemovePrefixed(Vec<String>),
+    /// Remove these table properties (those the table has).
+    Remove(Vec<String>),
     /// Replace the table's schema.
     Schema(SchemaRef),
 }
