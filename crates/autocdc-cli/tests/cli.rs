@@ -475,11 +475,33 @@ fn run_applies_changed_definitions_and_goes_on_past_a_failing_one() {
         "table,status,num_upserted_rows,num_deleted_rows,message\ns.bronze,updated,1,0,\n"
     );
 
+    // the same flow spelled otherwise is the same flow
+    let respelled = std::fs::read_to_string(&defs)
+        .expect("definitions")
+        .replace("FROM events KEYS (id)", "from EVENTS keys (ID)")
+        .replace(
+            "SEQUENCE BY seq COLUMNS (id, v)",
+            "sequence by SEQ columns ( Id,V )",
+        )
+        .replace(bad, "");
+    std::fs::write(&defs, respelled).expect("definitions");
+    let again = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .arg("--warehouse")
+        .arg(&warehouse)
+        .args(["run", "-q", "--format", "csv", "-f"])
+        .arg(&defs)
+        .output()
+        .expect("run autocdc");
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
     // a flow no longer in the files still runs: the run says so
     let renamed = std::fs::read_to_string(&defs)
         .expect("definitions")
-        .replace("CREATE FLOW bf AS", "CREATE FLOW bf2 AS")
-        .replace(bad, "");
+        .replace("CREATE FLOW bf AS", "CREATE FLOW bf2 AS");
     std::fs::write(&defs, renamed).expect("definitions");
     let fifth = Command::new(env!("CARGO_BIN_EXE_autocdc"))
         .arg("--warehouse")

@@ -52,11 +52,40 @@ use crate::table::properties::last_version_property;
 use crate::table::ScdTable;
 use crate::table::TableName;
 
-/// The parts of flow definition `new` that differ from `stored`, by name.
-fn differences(stored: &FlowSpec, new: &FlowSpec) -> String {
-    let (Ok(serde_json::Value::Object(old)), Ok(serde_json::Value::Object(new))) =
-        (serde_json::to_value(stored), serde_json::to_value(new))
-    else {
+/// A flow definition as JSON, its SQL texts in one spelling
+/// ([`crate::sql::equivalent_sql`]): definitions that differ only in case
+/// or layout compare equal.
+fn spelled(spec: &FlowSpec, normalize: bool) -> serde_json::Value {
+    fn walk(value: &mut serde_json::Value, key: Option<&str>, dialect: &str, normalize: bool) {
+        match value {
+            // (names and paths are not SQL)
+            serde_json::Value::String(text)
+                if !matches!(key, Some("name" | "target" | "dialect" | "path")) =>
+            {
+                *text = crate::sql::equivalent_sql(text, dialect, normalize);
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    walk(item, key, dialect, normalize);
+                }
+            }
+            serde_json::Value::Object(fields) => {
+                for (k, v) in fields.iter_mut() {
+                    walk(v, Some(k.as_str()), dialect, normalize);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+    walk(&mut value, None, &spec.dialect, normalize);
+    value
+}
+
+/// The parts of flow definition `new` that differ from `stored` (both
+/// [`spelled`]), by name.
+fn differences(stored: &serde_json::Value, new: &serde_json::Value) -> String {
+    let (serde_json::Value::Object(old), serde_json::Value::Object(new)) = (stored, new) else {
         return "its clauses".to_string();
     };
     let parts: Vec<String> = new
@@ -136,18 +165,20 @@ impl CdcSession {
             return Ok(Defined::Applied);
         };
         let target = TableName::parse(&flow.target)?;
+        let name = flow.name.clone();
         if self.warehouse.exists(&target).await? {
             if let Some(stored) = self.table(&target).await?.meta().flows.get(&flow.name) {
-                if stored == &flow {
-                    return Ok(Defined::Unchanged(format!("flow '{}'", flow.name)));
+                let (stored, flow) = (spelled(stored, normalize), spelled(&flow, normalize));
+                if stored == flow {
+                    return Ok(Defined::Unchanged(format!("flow '{name}'")));
                 }
                 return Err(DataFusionError::Plan(format!(
                     "flow '{}': its definition differs from the one '{target}' holds ({}); \
                      a flow keeps its definition: DROP FLOW {} and define it again (it then \
                      starts afresh), or drop the table",
-                    flow.name,
-                    differences(stored, &flow),
-                    flow.name
+                    name,
+                    differences(&stored, &flow),
+                    name
                 )));
             }
         }

@@ -25,11 +25,13 @@
 //! Every other statement goes to DataFusion unchanged, but DataFusion DDL
 //! that would only forget a streaming table in the session ([`plain_ddl`]).
 
+mod equivalent;
 mod outer_ctes;
 mod parser;
 mod plain_ddl;
 mod update_targets;
 
+pub use equivalent::equivalent_sql;
 pub use outer_ctes::{outer_ctes, reads_only_planned, with_outer_ctes};
 pub use parser::{
     parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,

@@ -1,0 +1,160 @@
+//! One spelling for SQL texts that mean the same, so that a flow written
+//! again in another case or layout is the flow it was (`autocdc run`
+//! compares a definitions file's flows with the warehouse's).
+//!
+//! | written                                  | compared as                    |
+//! |------------------------------------------|--------------------------------|
+//! | keywords in any case, any whitespace     | sqlparser's rendering          |
+//! | an unquoted identifier (normalising on)  | in lower case                  |
+//! | a quoted identifier                      | as written, quoted             |
+//! | `STREAM t`                               | `stream(t)`                    |
+//! | an expression in outer parentheses       | without them                   |
+//! | text that does not parse                 | as written                     |
+//!
+//! The rendering keeps the parse tree's structure (inner parentheses
+//! included), so two texts compare equal only when their trees do.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, Ident, ObjectName, ObjectNamePart, Select, SelectItem,
+    TableFactor, TableFunctionArgs, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, GenericDialect};
+use datafusion::sql::sqlparser::parser::Parser;
+
+/// `text` (an expression, or statements) in the one spelling of the module
+/// docs; unchanged when it does not parse in `dialect`.
+pub fn equivalent_sql(text: &str, dialect: &str, normalize: bool) -> String {
+    let dialect: Box<dyn Dialect> =
+        dialect_from_str(dialect).unwrap_or(Box::new(GenericDialect {}));
+    let mut spelling = Spelling { normalize };
+    // an expression, whole
+    let mut parser = match Parser::new(dialect.as_ref()).try_with_sql(text) {
+        Ok(parser) => parser,
+        Err(_) => return text.to_string(),
+    };
+    if let Ok(mut expr) = parser.parse_expr() {
+        if parser.peek_token().token == datafusion::sql::sqlparser::tokenizer::Token::EOF {
+            while let Expr::Nested(inner) = expr {
+                expr = *inner;
+            }
+            let _ = expr.visit(&mut spelling);
+            return expr.to_string();
+        }
+    }
+    match Parser::parse_sql(dialect.as_ref(), text) {
+        Ok(mut statements) => {
+            let _ = statements.visit(&mut spelling);
+            statements
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+        Err(_) => text.to_string(),
+    }
+}
+
+/// Rewrites identifiers and streams as the module docs say.
+struct Spelling {
+    normalize: bool,
+}
+
+impl Spelling {
+    fn ident(&self, ident: &mut Ident) {
+        if ident.quote_style.is_none() && self.normalize {
+            ident.value = ident.value.to_lowercase();
+        }
+    }
+
+    fn name(&self, name: &mut ObjectName) {
+        for part in &mut name.0 {
+            if let ObjectNamePart::Identifier(ident) = part {
+                self.ident(ident);
+            }
+        }
+    }
+}
+
+impl VisitorMut for Spelling {
+    type Break = ();
+
+    fn pre_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<()> {
+        self.name(relation);
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Table {
+            name, args, alias, ..
+        } = factor
+        {
+            // `STREAM t` (the table `STREAM` aliased `t`) is `stream(t)`
+            let stream = name.0.len() == 1 && name.to_string().eq_ignore_ascii_case("stream");
+            if stream && args.is_none() {
+                if let Some(table) = alias.take() {
+                    *args = Some(TableFunctionArgs {
+                        args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(
+                            Expr::Identifier(table.name),
+                        ))],
+                        settings: None,
+                    });
+                }
+            }
+            if let Some(alias) = alias {
+                self.ident(&mut alias.name);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
+        for item in &mut select.projection {
+            if let SelectItem::ExprWithAlias { alias, .. } = item {
+                self.ident(alias);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        match expr {
+            Expr::Identifier(ident) => self.ident(ident),
+            Expr::CompoundIdentifier(parts) => parts.iter_mut().for_each(|i| self.ident(i)),
+            Expr::Function(function) => self.name(&mut function.name),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn same(a: &str, b: &str) -> bool {
+        equivalent_sql(a, "generic", true) == equivalent_sql(b, "generic", true)
+    }
+
+    #[test]
+    fn spellings_of_one_text_compare_equal() {
+        assert!(same("op = 'D'", "OP  =  'D'"));
+        assert!(same("(op = 'D')", "op = 'D'"));
+        assert!(same("COALESCE(a, 1) > 0", "coalesce(A, 1) > 0"));
+        assert!(same(
+            "SELECT id, v FROM STREAM(bronze) WITH (skipChangeCommits = true)",
+            "select ID, V from stream bronze with (skipchangecommits = TRUE)"
+        ));
+        assert!(same(
+            "SELECT 1 AS Tag FROM events",
+            "SELECT 1 AS tag FROM EVENTS"
+        ));
+        // what differs stays apart
+        assert!(!same("op = 'D'", "op = 'd'"));
+        assert!(!same("\"Op\" = 'D'", "op = 'D'"));
+        assert!(!same("a * (b + c)", "a * b + c"));
+        assert!(!same("SELECT * FROM a", "SELECT * FROM b"));
+        assert_eq!(equivalent_sql("not ( sql", "generic", true), "not ( sql");
+    }
+}
