@@ -146,6 +146,7 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
                     query: None,
                     flow: None,
                     expectations: vec![],
+                    comment: None,
                 },
             };
             let mut statement = declared;

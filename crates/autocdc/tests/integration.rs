@@ -2858,6 +2858,47 @@ async fn debezium_null_only_columns_keep_the_targets_type() {
     );
 }
 
+/// `COMMENT '…'` is the table's description, in the Delta table readers
+/// see (it was parsed and thrown away); a declaration with another comment
+/// is refused, naming both.
+#[tokio::test]
+async fn a_table_comment_is_its_delta_description() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_in(&dir).await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t (id INT, v STRING) COMMENT 'users by id'",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM (SELECT * FROM VALUES (1, 'a', 1) AS s(id, v, seq)) \
+         KEYS (id) SEQUENCE BY seq COLUMNS (id, v)",
+    )
+    .await;
+    let log = std::fs::read_dir(dir.path().join("wh/public/t/_delta_log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect::<String>();
+    assert!(log.contains(r#""description":"users by id""#), "{log}");
+    exec(
+        &s,
+        "CREATE OR REFRESH STREAMING TABLE t (id INT, v STRING) COMMENT 'users by id'",
+    )
+    .await;
+    let err = error_of(
+        &s,
+        "CREATE OR REFRESH STREAMING TABLE t (id INT, v STRING) COMMENT 'other'",
+    )
+    .await;
+    assert!(
+        err.contains("it says COMMENT 'other', and the table has 'users by id'"),
+        "{err}"
+    );
+}
+
 /// Without a target to go by, one object among a column's strings does
 /// not make the column nested (which failed every other event of the
 /// file): the column is text, and the object's event is the one that fails

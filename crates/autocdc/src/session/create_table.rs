@@ -56,6 +56,7 @@ impl CdcSession {
         let decl = TableDecl {
             declared_columns: !c.columns.is_empty(),
             expectations: c.expectations.clone(),
+            comment: c.comment.clone(),
         };
         let mut config: Vec<(String, Option<String>)> = vec![(
             TABLE_KEY.to_string(),
@@ -83,7 +84,13 @@ impl CdcSession {
         }
         let created = self
             .warehouse
-            .create_state_store(&c.name, Schema::new(fields), config, deletion_vectors)
+            .create_state_store(
+                &c.name,
+                Schema::new(fields),
+                config,
+                deletion_vectors,
+                c.comment.as_deref(),
+            )
             .await;
         if let Err(e) = created {
             // another process created it meanwhile: as if it had been there
@@ -206,6 +213,19 @@ impl CdcSession {
                 )));
             }
         }
+        if let Some(comment) = c
+            .comment
+            .as_ref()
+            .filter(|c| meta.decl.comment.as_ref() != Some(*c))
+        {
+            return Err(refuse(format!(
+                "it says COMMENT '{comment}', and the table has {}; a table keeps its comment",
+                match &meta.decl.comment {
+                    Some(stored) => format!("'{stored}'"),
+                    None => "none".to_string(),
+                }
+            )));
+        }
         if c.expectations == meta.decl.expectations {
             return Ok(false);
         }
@@ -221,6 +241,7 @@ impl CdcSession {
         let decl = TableDecl {
             declared_columns: meta.decl.declared_columns,
             expectations: c.expectations.clone(),
+            comment: meta.decl.comment.clone(),
         };
         Edit::new(EditKind::SetProperties)
             .metadata(MetadataChange::Set(
@@ -258,6 +279,7 @@ impl CdcSession {
             query: None,
             flow: None,
             expectations: vec![],
+            comment: Some(format!("the rejected events of '{target}'")),
         };
         Box::pin(self.create_table(rejects)).await
     }

@@ -39,6 +39,8 @@ pub struct CreateStreamingTable {
     /// `CONSTRAINT name EXPECT (condition) [ON VIOLATION …]` among the
     /// columns.
     pub expectations: Vec<Expectation>,
+    /// `COMMENT '…'`: the table's description.
+    pub comment: Option<String>,
 }
 
 /// `MERGE INTO target USING source ON condition WHEN ...`, its parts as SQL
@@ -779,9 +781,10 @@ impl CdcParser<'_> {
             self.expect_token(Token::RParen)?;
         }
         let mut properties = Vec::new();
+        let mut comment = None;
         loop {
             if self.word("COMMENT") {
-                self.p.parse_literal_string()?;
+                comment = Some(self.p.parse_literal_string()?);
             } else if self.word("TBLPROPERTIES") {
                 self.expect_token(Token::LParen)?;
                 loop {
@@ -836,6 +839,7 @@ impl CdcParser<'_> {
             query,
             flow,
             expectations,
+            comment,
         }))
     }
 

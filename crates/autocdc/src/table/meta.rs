@@ -32,6 +32,9 @@ pub struct TableDecl {
     /// Its `CONSTRAINT … EXPECT …` clauses, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expectations: Vec<crate::spec::expectations::Expectation>,
+    /// Its `COMMENT` (also the Delta tables' description).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
 }
 
 /// Table-level metadata decoded from a Delta snapshot.

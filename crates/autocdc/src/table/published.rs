@@ -194,8 +194,10 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
                 // version 0 stands for the state store's version 0 (the
                 // CREATE), with the columns known now; the state versions
                 // after it follow one by one
-                let vectors = takes_deletion_vectors(state.snapshot().map_err(delta_err)?);
-                match create(published.builder()?, &user_schema, vectors).await {
+                let snapshot = state.snapshot().map_err(delta_err)?;
+                let vectors = takes_deletion_vectors(snapshot);
+                let comment = declared_comment(snapshot.metadata().configuration());
+                match create(published.builder()?, &user_schema, vectors, comment).await {
                     Ok(table) => table,
                     Err(_) if attempts < 2 => {
                         attempts += 1;
@@ -272,10 +274,14 @@ async fn create(
     published: DeltaTableBuilder,
     schema: &StructType,
     deletion_vectors: bool,
+    comment: Option<String>,
 ) -> Result<DeltaTable> {
     let table = published.build().map_err(delta_err)?;
-    table
-        .create()
+    let mut create = table.create();
+    if let Some(comment) = comment {
+        create = create.with_comment(comment);
+    }
+    create
         .with_columns(schema.fields().cloned())
         .with_actions([Action::Protocol(streaming_protocol(deletion_vectors)?)])
         .with_configuration([
@@ -294,6 +300,14 @@ async fn create(
         .with_commit_properties(CommitProperties::default().with_max_retries(0))
         .await
         .map_err(delta_err)
+}
+
+/// The `COMMENT` the table was declared with (its state store's
+/// declaration, [`super::properties::TABLE_KEY`]).
+fn declared_comment(configuration: &std::collections::HashMap<String, String>) -> Option<String> {
+    let decl: super::meta::TableDecl =
+        serde_json::from_str(configuration.get(super::properties::TABLE_KEY)?).ok()?;
+    decl.comment
 }
 
 /// What one state version did.

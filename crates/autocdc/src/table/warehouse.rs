@@ -192,20 +192,26 @@ impl Warehouse {
 
     /// Create the state store of a new streaming table `name`: `schema`
     /// (user columns, `__cdc_kind`, the bucket), partitioned by bucket, with
-    /// the streaming protocol and the table properties `config`.
+    /// the streaming protocol, the table properties `config` and the
+    /// description `comment`.
     pub(crate) async fn create_state_store(
         &self,
         name: &TableName,
         schema: Schema,
         config: Vec<(String, Option<String>)>,
         deletion_vectors: bool,
+        comment: Option<&str>,
     ) -> Result<()> {
         let kernel: StructType = (&schema).try_into_kernel().map_err(delta_err)?;
-        let created = self
+        let mut create = self
             .delta_builder(name)?
             .build()
             .map_err(delta_err)?
-            .create()
+            .create();
+        if let Some(comment) = comment {
+            create = create.with_comment(comment);
+        }
+        let created = create
             .with_table_name(name.table.clone())
             .with_columns(kernel.fields().cloned())
             .with_partition_columns([BUCKET_COL])
