@@ -424,8 +424,12 @@ async fn hidden_of(
                     }
                 }
             }
-            // a file not published (nothing of it visible) stays so
-            (Some(_), None) => return Ok(None),
+            // a file not published now (a RESTORE adds back one removed
+            // since) shows what its kinds and the state's vector leave
+            (Some(retired), None) => {
+                let (kinds, rows) = hidden_rows(state_store, add).await?;
+                (retired | kinds, rows)
+            }
             (None, _) => hidden_rows(state_store, add).await?,
         },
     };

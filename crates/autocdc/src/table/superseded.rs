@@ -238,6 +238,11 @@ impl Superseded {
         }
         let descriptors = write_vectors(store, &vectors).await?;
         for (view, descriptor) in kept.into_iter().zip(descriptors) {
+            // (the file keeps its tags: whether its rows are visible is what
+            // the published table goes by, now and when a RESTORE adds it
+            // back)
+            #[allow(deprecated)]
+            let tags = view.add_action().tags;
             actions.push(Action::Add(Add {
                 path: view.path().to_string(),
                 partition_values: view.partition_values_map(),
@@ -245,7 +250,7 @@ impl Superseded {
                 modification_time: view.modification_time(),
                 data_change: true,
                 stats: view.stats().map(|s| wide_bounds(&s)),
-                tags: None,
+                tags,
                 deletion_vector: Some(descriptor),
                 base_row_id: None,
                 default_row_commit_version: None,
