@@ -12,7 +12,7 @@
 //! | `NullKey`        | a KEYS column is NULL in an event           | nothing   |
 //! | `NullSequence`   | a SEQUENCE BY value is NULL                 | nothing   |
 //! | `ConflictingEvents` | one key, one sequence, two different events | nothing |
-//! | `CommitFailed` | the Delta commit failed (another writer may have committed first) | nothing |
+//! | `CommitFailed` | the Delta commit failed (another writer committed first, or Delta refused it) | nothing |
 //! | `Internal`       | an invariant of ours broke (a bug)          | nothing   |
 
 use std::fmt;
@@ -61,6 +61,9 @@ pub enum CdcError {
         target: String,
         /// What the Delta commit said.
         cause: String,
+        /// Whether another writer committed first (then running it again
+        /// may succeed).
+        conflict: bool,
     },
     /// A broken invariant of ours.
     Internal(String),
@@ -141,9 +144,15 @@ impl fmt::Display for CdcError {
                 flow,
                 target,
                 cause,
+                conflict,
             } => write!(
                 f,
-                "flow '{flow}': commit to '{target}' failed: {cause}; nothing of this update was committed (another writer may have committed first): run it again"
+                "flow '{flow}': commit to '{target}' failed: {cause}; nothing of this update was committed{}",
+                if *conflict {
+                    " (another writer committed first): run it again"
+                } else {
+                    ""
+                }
             ),
             Self::Internal(message) => write!(f, "internal error of datafusion-autocdc: {message}"),
         }

@@ -48,6 +48,11 @@ impl CdcSession {
         if let Some(v) = property(TOMBSTONE_GC_PROPERTY) {
             parse_tombstone_retention(v).map_err(invalid)?;
         }
+        let deletion_vectors =
+            crate::config::autocdc_options(self.ctx.state().config()).deletion_vectors;
+        for (key, value) in &c.properties {
+            delta_property_allowed(key, value, deletion_vectors).map_err(invalid)?;
+        }
         // per-column sequencing: the properties are read now, the groups
         // checked against the columns when a flow plans
         let properties: std::collections::HashMap<String, String> =
@@ -74,8 +79,6 @@ impl CdcSession {
             CHANGE_DATA_FEED_PROPERTY.to_string(),
             Some("true".to_string()),
         ));
-        let deletion_vectors =
-            crate::config::autocdc_options(self.ctx.state().config()).deletion_vectors;
         if deletion_vectors {
             config.push((
                 DELETION_VECTORS_PROPERTY.to_string(),
@@ -291,4 +294,55 @@ fn describe<'a>(fields: impl Iterator<Item = &'a Field>) -> String {
         .map(|f| format!("{} {}", f.name(), f.data_type()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Delta table properties (`delta.*`) a streaming table may be created
+/// with: those that change no table feature nor how files are written (log
+/// and file retention, checkpoints). Its state store and published table
+/// manage the rest — the change data feed is always on, deletion vectors
+/// follow `autocdc.deletion_vectors` — and others (column mapping, row
+/// tracking, append-only, …) would make its commits fail or be misread.
+fn delta_property_allowed(
+    key: &str,
+    value: &str,
+    deletion_vectors: bool,
+) -> std::result::Result<(), String> {
+    const ALLOWED: [&str; 7] = [
+        "delta.logRetentionDuration",
+        "delta.deletedFileRetentionDuration",
+        "delta.checkpointInterval",
+        "delta.checkpoint.writeStatsAsJson",
+        "delta.checkpoint.writeStatsAsStruct",
+        "delta.enableExpiredLogCleanup",
+        "delta.dataSkippingNumIndexedCols",
+    ];
+    let Some(_) = key.strip_prefix("delta.") else {
+        return Ok(());
+    };
+    if ALLOWED.iter().any(|a| a.eq_ignore_ascii_case(key)) {
+        return Ok(());
+    }
+    // (stating what the table has anyway)
+    let says = |on: bool| value.eq_ignore_ascii_case(if on { "true" } else { "false" });
+    if key.eq_ignore_ascii_case(CHANGE_DATA_FEED_PROPERTY) && says(true)
+        || key.eq_ignore_ascii_case(DELETION_VECTORS_PROPERTY) && says(deletion_vectors)
+    {
+        return Ok(());
+    }
+    let why = if key.eq_ignore_ascii_case(CHANGE_DATA_FEED_PROPERTY) {
+        "the change data feed of a streaming table is always on".to_string()
+    } else if key.eq_ignore_ascii_case(DELETION_VECTORS_PROPERTY) {
+        format!(
+            "deletion vectors follow the session setting autocdc.deletion_vectors \
+             (now {deletion_vectors})"
+        )
+    } else {
+        format!(
+            "the table's Delta features are its own; the delta.* properties it takes are {}",
+            ALLOWED.join(", ")
+        )
+    };
+    Err(format!(
+        "TBLPROPERTIES '{key}' = '{value}' is not supported: {why}"
+    ))
 }

@@ -153,7 +153,12 @@ impl CdcSession {
         };
         let mut attached = Vec::new();
         for name in session.warehouse.list_tables().await? {
-            attached.push(session.attach(name).await?);
+            // (a table that cannot be opened does not close the warehouse:
+            // the others open, and statements naming it say why it cannot)
+            match session.attach(name.clone()).await {
+                Ok(table) => attached.push(table),
+                Err(e) => log::warn!("streaming table '{name}' cannot be opened: {e}"),
+            }
         }
         // rejects an interrupted update committed reach their table, as its
         // published table catches up when opened

@@ -258,6 +258,7 @@ pub async fn commit_written(
         .map_err(|e| CdcError::CommitFailed {
             flow: request.flow.name.clone(),
             target: request.target.to_string(),
+            conflict: lost_a_race(&e),
             cause: e.to_string(),
         })?;
     request.table.committed(commit.snapshot()).await?;
@@ -513,9 +514,12 @@ impl Edit {
             .await
             .map_err(|e| {
                 DataFusionError::Execution(format!(
-                    "commit to '{}' failed: {e}; nothing of this statement was committed \
-                     (another writer may have committed first): run it again",
-                    table.name()
+                    "commit to '{}' failed: {e}; nothing of this statement was committed{}",
+                    table.name(),
+                    match lost_a_race(&e) {
+                        true => " (another writer committed first): run it again",
+                        false => "",
+                    }
                 ))
             })?;
         table.committed(commit.snapshot()).await?;
@@ -880,4 +884,18 @@ mod tests {
         }
         Ok(())
     }
+}
+
+/// Whether a failed commit lost a race with another writer (running it
+/// again may succeed), rather than being refused for what it holds.
+fn lost_a_race(error: &deltalake_core::DeltaTableError) -> bool {
+    use deltalake_core::kernel::transaction::TransactionError;
+    matches!(
+        error,
+        deltalake_core::DeltaTableError::Transaction {
+            source: TransactionError::VersionAlreadyExists(_)
+                | TransactionError::CommitConflict(_)
+                | TransactionError::MaxCommitAttempts(_)
+        }
+    )
 }
