@@ -772,7 +772,27 @@ impl CdcParser<'_> {
                     expectations.push(expectation);
                 } else {
                     let def = self.p.parse_column_def()?;
-                    columns.push((self.ident(&def.name), def.data_type.to_string()));
+                    let column = self.ident(&def.name);
+                    // (an option the table would not keep is refused, not
+                    // dropped)
+                    if let Some(option) = def.options.first() {
+                        let not_null = matches!(
+                            option.option,
+                            datafusion::sql::sqlparser::ast::ColumnOption::NotNull
+                        );
+                        return Err(perr(format!(
+                            "streaming table '{name}': column '{column}': {} is not supported{}",
+                            option.option,
+                            match not_null {
+                                true => format!(
+                                    "; CONSTRAINT {column}_not_null EXPECT ({column} IS NOT NULL) \
+                                     ON VIOLATION FAIL UPDATE checks it"
+                                ),
+                                false => String::new(),
+                            }
+                        )));
+                    }
+                    columns.push((column, def.data_type.to_string()));
                 }
                 if !self.p.consume_token(&Token::Comma) {
                     break;
