@@ -109,8 +109,11 @@ struct Group {
     stored_live: bool,
     /// That live row (the pre-image of a change).
     stored: Option<Slot>,
-    /// New events seen before the stored row (all superseded by it).
+    /// New events seen before the stored row (all late, if one follows).
     new_before_stored: usize,
+    /// Of those, copies of an earlier one: duplicates, unless a stored
+    /// row follows (then late, as the copies of a stored event are).
+    copies_before_stored: usize,
     stored_seen: bool,
     /// Two new events of one sequence that differ, before any stored row:
     /// a conflict unless a stored row of a greater sequence follows (then
@@ -258,6 +261,7 @@ impl Scd1Fold {
                         .then_some(Slot::Here(i)),
                     new_before_stored: usize::from(origin == Origin::New),
                     stored_seen: origin == Origin::Stored,
+                    copies_before_stored: 0,
                     pending_conflict: None,
                 });
                 continue;
@@ -270,7 +274,8 @@ impl Scd1Fold {
                 g.stored_live = kind == Kind::Upsert;
                 g.stored = g.stored_live.then_some(Slot::Here(i));
                 self.counts.late += g.new_before_stored;
-                // (the new events before it, conflicting or not, are late)
+                // (the new events before it, copies or conflicting, are late)
+                g.copies_before_stored = 0;
                 g.pending_conflict = None;
             } else if !g.stored_seen {
                 g.new_before_stored += 1;
@@ -299,11 +304,10 @@ impl Scd1Fold {
                             self.group = Some(g);
                             continue;
                         }
-                        self.counts.duplicates += 1;
                         if g.stored_seen {
-                            // already counted as superseded by the stored row
+                            self.counts.duplicates += 1;
                         } else {
-                            g.new_before_stored -= 1;
+                            g.copies_before_stored += 1;
                         }
                     }
                     // stored rows sort first at equal sequence
@@ -368,6 +372,8 @@ impl Scd1Fold {
         if let Some(conflict) = g.pending_conflict {
             return Err(conflict);
         }
+        // no stored row followed: the copies were duplicates
+        self.counts.duplicates += g.copies_before_stored;
         let winner_seq = slot_seq(&g.winner, seqs);
         // a stored row goes only by a TRUNCATE of this update; a new event
         // by any (see `FoldKernel::observe_stored_watermark`)

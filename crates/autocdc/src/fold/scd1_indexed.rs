@@ -295,13 +295,9 @@ impl IndexedScd1Fold {
             } else {
                 if let Some(first) = news.first() {
                     if stored_seq.is_some_and(|s| seq < s) {
-                        // late: the others are duplicates of it or late too,
-                        // never a conflict (told apart with all others at
-                        // the end)
-                        late += 1;
-                        for other in &news[1..] {
-                            checks.late_events.push(pair(first, other));
-                        }
+                        // late, every one: never a conflict, nor a
+                        // duplicate (as at the stored sequence)
+                        late += news.len();
                     } else {
                         // (must be the same event: checked with all others
                         // at the end)
@@ -394,12 +390,6 @@ impl IndexedScd1Fold {
                 false,
             ));
         }
-        if !checks.late_events.is_empty() {
-            let same = equal_pairs(self.batches.batches(), &checks.late_events, &event_columns)?;
-            let duplicates = same.iter().filter(|same| **same).count();
-            self.counts.duplicates += duplicates;
-            self.counts.late += same.len() - duplicates;
-        }
         let target_columns: Vec<usize> = (0..self.layout.num_target()).collect();
         let same = equal_pairs(self.batches.batches(), &checks.values, &target_columns)?;
         for ([live_batch, live_row, batch, row], same) in checks.values.into_iter().zip(same) {
@@ -430,8 +420,6 @@ impl IndexedScd1Fold {
 struct Checks {
     /// (first copy, other copy) of events of one key and sequence.
     events: Vec<Pair>,
-    /// The same, below the key's stored sequence: a duplicate or late.
-    late_events: Vec<Pair>,
     /// (live stored row, new winning event) of an update.
     values: Vec<Pair>,
 }
