@@ -24,9 +24,9 @@ use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use crate::metrics::RestoreMetrics;
+use crate::pipeline::source::{in_from_clause, plan_changes};
 use crate::sql::RestoreTo;
 use crate::table::event::{CommitEvent, Operation};
-use crate::table::properties::source_checkpoint_property;
 use crate::table::restore::restore;
 use crate::table::TableName;
 
@@ -96,13 +96,25 @@ impl CdcSession {
                 ))
             }
         }
-        if let Some(flow) = meta.flows.values().find(|f| {
-            !f.once
-                && !f.source.is_snapshot()
-                && !meta
-                    .properties
-                    .contains_key(&source_checkpoint_property(&f.name))
-        }) {
+        // a flow reads its source whole when planning its next read yields
+        // no checkpoint (one without a checkpoint now, after a RESTORE to a
+        // version before it, still reads a stream)
+        let state = self.ctx.state();
+        let mut whole = None;
+        for flow in meta
+            .flows
+            .values()
+            .filter(|f| !f.once && !f.source.is_snapshot())
+        {
+            let read = plan_changes(&state, flow, &meta)
+                .await
+                .map_err(|e| in_from_clause(&flow.name, e))?;
+            if read.checkpoint.is_none() {
+                whole = Some(flow);
+                break;
+            }
+        }
+        if let Some(flow) = whole {
             return refuse(format!(
                 "flow '{}' reads its source whole at every update (an in-memory table or a \
                  query without streams), so its source cannot go back to version {version}: \
