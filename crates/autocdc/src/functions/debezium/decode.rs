@@ -270,7 +270,11 @@ impl DebeziumLayout {
                 Ok(_) => good.push((no, line)),
                 Err(e) => bad.push(UnreadableLine {
                     line: no,
-                    reason: e.to_string(),
+                    // (the message alone: no "Execution error: " before it)
+                    reason: match e {
+                        DataFusionError::Execution(message) => message,
+                        other => other.strip_backtrace(),
+                    },
                     text: String::from_utf8_lossy(line).into_owned(),
                 }),
             }
