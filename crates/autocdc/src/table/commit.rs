@@ -848,6 +848,20 @@ async fn write_routed(
     futures::try_join!(visible.finish(), hidden.finish(), changes.finish())
 }
 
+/// Whether a failed commit lost a race with another writer (running it
+/// again may succeed), rather than being refused for what it holds.
+fn lost_a_race(error: &deltalake_core::DeltaTableError) -> bool {
+    use deltalake_core::kernel::transaction::TransactionError;
+    matches!(
+        error,
+        deltalake_core::DeltaTableError::Transaction {
+            source: TransactionError::VersionAlreadyExists(_)
+                | TransactionError::CommitConflict(_)
+                | TransactionError::MaxCommitAttempts(_)
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -884,18 +898,4 @@ mod tests {
         }
         Ok(())
     }
-}
-
-/// Whether a failed commit lost a race with another writer (running it
-/// again may succeed), rather than being refused for what it holds.
-fn lost_a_race(error: &deltalake_core::DeltaTableError) -> bool {
-    use deltalake_core::kernel::transaction::TransactionError;
-    matches!(
-        error,
-        deltalake_core::DeltaTableError::Transaction {
-            source: TransactionError::VersionAlreadyExists(_)
-                | TransactionError::CommitConflict(_)
-                | TransactionError::MaxCommitAttempts(_)
-        }
-    )
 }
