@@ -152,6 +152,24 @@ pub fn written_at_value(micros: i64) -> ScalarValue {
 
 /// Map a column type to the type it is stored with in Delta.
 pub fn storage_type(dt: &DataType) -> DataType {
+    let mapped = mapped_type(dt);
+    as_delta_stores(&mapped).unwrap_or(mapped)
+}
+
+/// `dt` as a Delta table gives it back (its reader's Arrow types: a list's
+/// item named `element`, a map's entries `key_value`, fixed-size binaries
+/// and lists plain, Date64 as Date32), so that a source column and the
+/// stored one compare equal; `None` for a type Delta cannot store (a time,
+/// a duration, an interval, Decimal256).
+pub fn as_delta_stores(dt: &DataType) -> Option<DataType> {
+    use deltalake_core::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
+    let kernel: deltalake_core::kernel::DataType = dt.try_into_kernel().ok()?;
+    (&kernel).try_into_arrow().ok()
+}
+
+/// The type a source column is stored as, before Delta's own round trip
+/// ([`storage_type`]).
+fn mapped_type(dt: &DataType) -> DataType {
     match dt {
         DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
         DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
@@ -165,16 +183,40 @@ pub fn storage_type(dt: &DataType) -> DataType {
         DataType::Timestamp(_, tz) => {
             DataType::Timestamp(TimeUnit::Microsecond, tz.as_ref().map(|_| Arc::from("UTC")))
         }
-        DataType::Dictionary(_, v) => storage_type(v),
+        DataType::Dictionary(_, v) => mapped_type(v),
         DataType::Struct(fields) => DataType::Struct(
             fields
                 .iter()
-                .map(|f| Field::new(f.name(), storage_type(f.data_type()), true))
+                .map(|f| Field::new(f.name(), mapped_type(f.data_type()), true))
                 .collect::<Fields>(),
         ),
-        DataType::List(f) | DataType::LargeList(f) | DataType::ListView(f) => DataType::List(
-            Arc::new(Field::new(f.name(), storage_type(f.data_type()), true)),
-        ),
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _) => DataType::List(Arc::new(Field::new(
+            f.name(),
+            mapped_type(f.data_type()),
+            true,
+        ))),
+        DataType::Map(entries, sorted) => match entries.data_type() {
+            DataType::Struct(fields) => DataType::Map(
+                Arc::new(Field::new(
+                    entries.name(),
+                    DataType::Struct(
+                        fields
+                            .iter()
+                            .map(|f| {
+                                Field::new(f.name(), mapped_type(f.data_type()), f.is_nullable())
+                            })
+                            .collect::<Fields>(),
+                    ),
+                    entries.is_nullable(),
+                )),
+                *sorted,
+            ),
+            _ => dt.clone(),
+        },
         other => other.clone(),
     }
 }
@@ -267,7 +309,25 @@ fn new_column(flow: &str, c: &str, source_schema: &DFSchema) -> Result<Field> {
     if *dt == DataType::Null {
         return Err(flow_err(flow, "COLUMNS", format!("column '{c}' has no type (only NULL literals): CAST it, or declare the target's columns")));
     }
+    storable(flow, c, dt)?;
     Ok(Field::new(c, storage_type(dt), true))
+}
+
+/// Error naming `flow` and column `c` when a Delta table cannot store its
+/// type `dt` (a time, a duration, an interval, Decimal256): refused when
+/// the flow plans, rather than when its commit fails.
+fn storable(flow: &str, c: &str, dt: &DataType) -> Result<()> {
+    match as_delta_stores(&mapped_type(dt)) {
+        Some(_) => Ok(()),
+        None => Err(flow_err(
+            flow,
+            "COLUMNS",
+            format!(
+                "column '{c}' has type {dt}, which a Delta table cannot store: CAST it (to a \
+                 TIMESTAMP, a BIGINT or a STRING, say), or leave it out"
+            ),
+        )),
+    }
 }
 
 /// An undeclared target's columns after this flow (SPEC §2.9): its columns
