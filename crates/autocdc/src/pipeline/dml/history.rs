@@ -32,7 +32,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
-use super::column;
+use super::{column, unqualified};
 use crate::fold::columns::{END_AT_COL, START_AT_COL, SYSTEM_START_AT_COL};
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::{ColumnSelection, FlowSpec, ScdType, SequenceBy};
@@ -141,7 +141,7 @@ impl History {
         self.versions()?.join(
             keys,
             JoinType::LeftSemi,
-            (self.keys.clone(), self.key_aliases()),
+            (unqualified(&self.keys), unqualified(&self.key_aliases())),
             None,
         )
     }

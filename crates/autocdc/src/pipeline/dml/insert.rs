@@ -11,7 +11,8 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 
 use super::rows_exec::Statement;
 use super::{
-    column, file_columns, key_positions, raw_plan, InsertedRows, NewRows, Replacing, StatementRows,
+    column, file_columns, key_positions, raw_plan, unqualified, InsertedRows, NewRows, Replacing,
+    StatementRows,
 };
 use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL};
 use crate::pipeline::deletion_vector_budget;
@@ -137,7 +138,7 @@ pub(super) async fn insert_scd1(
         .join(
             stored(Kind::Upsert)?.build()?,
             datafusion::logical_expr::JoinType::LeftSemi,
-            (keys.clone(), stored_keys.clone()),
+            (unqualified(&keys), unqualified(&stored_keys)),
             None,
         )?
         .build()?;
@@ -155,7 +156,7 @@ pub(super) async fn insert_scd1(
         .join(
             stored(Kind::Delete)?.build()?,
             datafusion::logical_expr::JoinType::Left,
-            (keys.clone(), stored_keys.clone()),
+            (unqualified(&keys), unqualified(&stored_keys)),
             None,
         )?
         .build()?;
@@ -181,7 +182,7 @@ pub(super) async fn insert_scd1(
                 .join(
                     source()?.project(key_cols())?.build()?,
                     datafusion::logical_expr::JoinType::LeftAnti,
-                    (keys.clone(), keys.clone()),
+                    (unqualified(&keys), unqualified(&keys)),
                     None,
                 )?
                 .project(all())?

@@ -46,7 +46,7 @@ use super::history::{History, DROP_COL};
 use super::rows_exec::{Prepare, Statement};
 use super::{
     column, counted, file_columns, find_keys, found_scan, key_positions, keyed_flow, raw_plan,
-    read_found, statement_plan, InsertedRows, NewRows, Replacing, StatementRows,
+    read_found, statement_plan, unqualified, InsertedRows, NewRows, Replacing, StatementRows,
 };
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
@@ -771,13 +771,13 @@ async fn merge_versions(
         .join(
             updated,
             JoinType::Left,
-            (identity.to_vec(), key_names.clone()),
+            (unqualified(identity), unqualified(&key_names)),
             None,
         )?
         .join(
             deleted,
             JoinType::Left,
-            (identity.to_vec(), identity_of("__d")),
+            (unqualified(identity), unqualified(&identity_of("__d"))),
             None,
         )?
         .project(edited)?;
@@ -879,7 +879,7 @@ async fn apply_scd1(
         .join(
             live()?.build()?,
             JoinType::LeftSemi,
-            (inserted_keys_cols.clone(), keys.clone()),
+            (unqualified(&inserted_keys_cols), unqualified(&keys)),
             None,
         )?
         .limit(0, Some(1))?
@@ -908,7 +908,7 @@ async fn apply_scd1(
         .join(
             affected_keys,
             JoinType::LeftAnti,
-            (keys.clone(), key_names.clone()),
+            (unqualified(&keys), unqualified(&key_names)),
             None,
         )?
         .project(all())?
@@ -942,7 +942,7 @@ async fn apply_scd1(
             .join(
                 updated_table.clone(),
                 JoinType::Inner,
-                (keys.clone(), key_names.clone()),
+                (unqualified(&keys), unqualified(&key_names)),
                 None,
             )?
             .project(projection)?
@@ -961,7 +961,7 @@ async fn apply_scd1(
             .join(
                 target.clone(),
                 JoinType::LeftSemi,
-                (keys.clone(), key_names.clone()),
+                (unqualified(&keys), unqualified(&key_names)),
                 None,
             )?
             .project(projection)?
@@ -988,11 +988,13 @@ async fn apply_scd1(
                 tombstones.clone(),
                 JoinType::Left,
                 (
-                    inserted_keys_cols.clone(),
-                    key_names
-                        .iter()
-                        .map(|n| format!("__t{n}"))
-                        .collect::<Vec<_>>(),
+                    unqualified(&inserted_keys_cols),
+                    unqualified(
+                        &key_names
+                            .iter()
+                            .map(|n| format!("__t{n}"))
+                            .collect::<Vec<_>>(),
+                    ),
                 ),
                 None,
             )?

@@ -231,6 +231,12 @@ fn column(name: &str) -> Expr {
     Expr::Column(Column::new_unqualified(name))
 }
 
+/// Columns named exactly `names` (a join's keys: a `String` would be read
+/// as SQL, `"userId"` folded to `userid` and `a.b` split at the dot).
+fn unqualified(names: &[String]) -> Vec<Column> {
+    names.iter().map(Column::new_unqualified).collect()
+}
+
 /// `WHERE` filters as one predicate that is false where they are NULL.
 fn predicate(filters: Vec<Expr>) -> Expr {
     let filter = filters
