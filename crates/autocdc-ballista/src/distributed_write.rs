@@ -200,8 +200,9 @@ impl ExecutionPlan for DistributedWriteExec {
                 session_id,
                 session_config,
             )
-            .await?;
-            let batches: Vec<_> = stream.try_collect().await?;
+            .await
+            .map_err(cluster_error)?;
+            let batches: Vec<_> = stream.try_collect().await.map_err(cluster_error)?;
             timer.done();
             Ok::<_, DataFusionError>(futures::stream::iter(batches.into_iter().map(Ok)))
         };
@@ -213,6 +214,16 @@ impl ExecutionPlan for DistributedWriteExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+/// A failed job's error as the error that failed its task (Ballista gives
+/// it back as debug text, `…DataFusionError(Shared(External(…)))`), so that
+/// it reads as it does when the update runs here.
+fn cluster_error(e: DataFusionError) -> DataFusionError {
+    match datafusion_autocdc::error::remote_message(&e.to_string()) {
+        Some(message) => DataFusionError::Execution(message),
+        None => e,
     }
 }
 

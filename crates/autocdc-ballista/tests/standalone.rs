@@ -253,3 +253,44 @@ async fn plans_holding_large_in_memory_tables_run() -> Result<()> {
     assert!(stored.contains("| 5003 |"), "{stored}");
     Ok(())
 }
+
+/// An error raised on an executor (a NULL key) reads as it does when the
+/// update runs here: its message, not the debug text of the errors around
+/// it that Ballista hands back; the target is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn errors_raised_on_executors_read_as_local_ones() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = open_session(config(dir.path()), &Cluster::Standalone { executors: 2 }).await?;
+    let s = &cluster.session;
+    for sql in [
+        "CREATE TABLE c (id INT, name VARCHAR, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+        "CREATE STREAMING TABLE t",
+        "CREATE FLOW f AS AUTO CDC INTO t FROM c KEYS (id) SEQUENCE BY seq",
+        "INSERT INTO c VALUES (NULL, 'x', 2), (3, 'c', 2)",
+    ] {
+        s.sql(sql).await?.collect().await?;
+    }
+    let expected = "flow 'f': KEYS column 'id' is NULL in a UPSERT event with sequence 2; \
+                    nothing was committed";
+    let refresh = match s.sql("REFRESH STREAMING TABLE t").await {
+        Ok(df) => df.collect().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let err = refresh.expect_err("a NULL key").to_string();
+    assert!(err.contains(expected), "{err}");
+    assert!(!err.contains("DataFusionError("), "{err}");
+    let query = s
+        .sql("SELECT * FROM AUTO CDC (SELECT * FROM c) KEYS (id) SEQUENCE BY seq")
+        .await?
+        .collect()
+        .await
+        .expect_err("a NULL key")
+        .to_string();
+    assert!(
+        query.contains("KEYS column 'id' is NULL") && !query.contains("DataFusionError("),
+        "{query}"
+    );
+    let rows = pretty_format_batches(&s.sql("SELECT count(*) FROM t").await?.collect().await?)?;
+    assert!(rows.to_string().contains("| 2 "), "{rows}");
+    Ok(())
+}

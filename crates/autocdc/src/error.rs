@@ -19,8 +19,10 @@ use std::fmt;
 
 use datafusion::common::DataFusionError;
 
-/// A typed AUTO CDC error (see the module docs).
-#[derive(Debug)]
+/// A typed AUTO CDC error (see the module docs). Its `Debug` is its
+/// message (`CdcError("flow 'f': …")`): an error raised on a cluster's
+/// executor reaches the client as the debug text of the errors around it,
+/// and [`remote_message`] finds the message there.
 pub enum CdcError {
     /// A KEYS column is NULL in an UPSERT or DELETE event.
     NullKey {
@@ -100,6 +102,51 @@ impl CdcError {
     }
 }
 
+impl fmt::Debug for CdcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CdcError").field(&self.to_string()).finish()
+    }
+}
+
+/// The message of the error that failed a cluster's task, in `text` (a
+/// Ballista job failure, which carries the executor's error as its debug
+/// text: `…DataFusionError(Shared(External(CdcError("flow 'f': …"))))`):
+/// that of the innermost `CdcError`, else of the innermost execution or
+/// planning error; `None` when `text` holds neither.
+pub fn remote_message(text: &str) -> Option<String> {
+    let start = [
+        "CdcError(\"",
+        "Execution(\"",
+        "Plan(\"",
+        "NotImplemented(\"",
+    ]
+    .iter()
+    .filter_map(|marker| text.rfind(marker).map(|at| (at, marker.len())))
+    // (a CdcError wins: it says the most; otherwise the innermost)
+    .max_by_key(|(at, len)| (text[*at..].starts_with("CdcError"), *at + *len))?;
+    let mut message = String::new();
+    let mut chars = text[start.0 + start.1..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(message),
+            '\\' => match chars.next()? {
+                'n' => message.push('\n'),
+                't' => message.push('\t'),
+                'r' => message.push('\r'),
+                '0' => message.push('\0'),
+                'u' => {
+                    // \u{…}
+                    let code: String = chars.by_ref().skip(1).take_while(|c| *c != '}').collect();
+                    message.push(char::from_u32(u32::from_str_radix(&code, 16).ok()?)?);
+                }
+                other => message.push(other),
+            },
+            c => message.push(c),
+        }
+    }
+    None
+}
+
 impl fmt::Display for CdcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -170,6 +217,37 @@ impl From<CdcError> for DataFusionError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The message of an error raised on an executor is found in the debug
+    /// text Ballista hands back.
+    #[test]
+    fn a_remote_message_is_found_in_debug_text() {
+        let error = CdcError::NullKey {
+            flow: "f".into(),
+            column: "id".into(),
+            kind: "UPSERT",
+            sequence: "2".into(),
+        };
+        let wrapped = DataFusionError::Shared(std::sync::Arc::new(DataFusionError::External(
+            Box::new(DataFusionError::External(Box::new(error))),
+        )));
+        let text = format!(
+            "Job 0 failed: Task failed due to runtime execution error: {wrapped:?} and more"
+        );
+        assert_eq!(
+            remote_message(&text).as_deref(),
+            Some(
+                "flow 'f': KEYS column 'id' is NULL in a UPSERT event with sequence 2; nothing \
+                 was committed"
+            )
+        );
+        let plain = DataFusionError::Execution("flow 'f': COLUMNS TO UPDATE: 'a\"b' \u{e9}".into());
+        assert_eq!(
+            remote_message(&format!("Job failed: {plain:?}")).as_deref(),
+            Some("flow 'f': COLUMNS TO UPDATE: 'a\"b' \u{e9}")
+        );
+        assert_eq!(remote_message("a plain message"), None);
+    }
 
     /// The typed error survives the wrapping DataFusion adds and still names
     /// its flow, key and value in its message.
