@@ -251,12 +251,18 @@ impl PhysicalOptimizerRule for DistributeWrites {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let codec = physical_codec();
         let placement = |input: &Arc<dyn ExecutionPlan>| {
+            if let Some(store) = process_store(input) {
+                return Placement::Local(format!(
+                    "it reads through {store}, a store of this process that the cluster's \
+                     executors cannot reach (a table's change data, read by deltalake)"
+                ));
+            }
             let encoded =
                 PhysicalPlanNode::try_from_physical_plan(Arc::clone(input), codec.as_ref());
             match (self.scheduler.get(), encoded) {
                 (Some(url), Ok(_)) => Placement::Cluster(url.clone()),
                 (None, _) => Placement::Local("no cluster yet".to_string()),
-                (_, Err(e)) => Placement::Local(first_line(&e.to_string())),
+                (_, Err(e)) => Placement::Local(untravelled(&e.to_string())),
             }
         };
         let folds = plan.exists(|n| {
@@ -316,4 +322,42 @@ impl PhysicalOptimizerRule for DistributeWrites {
 /// The first line of an error message (they can hold whole plans).
 fn first_line(message: &str) -> String {
     message.lines().next().unwrap_or_default().to_string()
+}
+
+/// Why a plan the codec refused runs here: the operator it could not
+/// encode (one that works with this process's state, such as
+/// `RejectsExec`, whose rejects the commit here writes), else the
+/// codec's first line.
+fn untravelled(message: &str) -> String {
+    let operator = message
+        .split("Unsupported plan node, name: [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next());
+    match operator {
+        Some(name) => format!("{name} works with this process's state and cannot travel"),
+        None => first_line(message),
+    }
+}
+
+/// The object store of this process only (deltalake's `delta-rs://` stores,
+/// registered per table as it is read) that a file scan of `plan` reads,
+/// if any: a cluster's executors resolve stores by URL and have none of it.
+fn process_store(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    use datafusion::datasource::physical_plan::FileScanConfig;
+    use datafusion::datasource::source::DataSourceExec;
+    let mut found = None;
+    let _ = plan.apply(|node| {
+        let url = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|exec| exec.data_source().downcast_ref::<FileScanConfig>())
+            .map(|config| config.object_store_url.as_str().to_string());
+        match url {
+            Some(url) if url.starts_with("delta-rs://") => {
+                found = Some(url);
+                Ok(TreeNodeRecursion::Stop)
+            }
+            _ => Ok(TreeNodeRecursion::Continue),
+        }
+    });
+    found
 }

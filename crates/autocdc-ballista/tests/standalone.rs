@@ -294,3 +294,54 @@ async fn errors_raised_on_executors_read_as_local_ones() -> Result<()> {
     assert!(rows.to_string().contains("| 2 "), "{rows}");
     Ok(())
 }
+
+/// A plan reading a table's change data through deltalake's store of this
+/// process (an append flow's stream of a streaming table) runs here and
+/// says why (on a cluster of other processes its executors could not
+/// decode it: "No suitable object store found for delta-rs://…"); so do
+/// rejects, named by their operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plans_reading_stores_of_this_process_run_locally() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = open_session(config(dir.path()), &Cluster::Standalone { executors: 2 }).await?;
+    let s = &cluster.session;
+    for sql in [
+        "CREATE TABLE c (id INT, name VARCHAR, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+        "CREATE STREAMING TABLE up",
+        "CREATE FLOW upf AS AUTO CDC INTO up FROM c KEYS (id) SEQUENCE BY seq",
+        "CREATE STREAMING TABLE app AS SELECT id, name FROM STREAM up",
+        "INSERT INTO c VALUES (3, 'c', 2)",
+        "REFRESH STREAMING TABLE up",
+        "CREATE STREAMING TABLE r TBLPROPERTIES ('autocdc.rejects' = 'true')",
+        "CREATE FLOW rf AS AUTO CDC INTO r FROM c KEYS (id) SEQUENCE BY seq",
+    ] {
+        s.sql(sql).await?.collect().await?;
+    }
+    let explain = |table: &'static str| async move {
+        let plan = s
+            .sql(&format!(
+                "EXPLAIN FORMAT indent REFRESH STREAMING TABLE {table}"
+            ))
+            .await?
+            .collect()
+            .await?;
+        Ok::<_, datafusion::error::DataFusionError>(pretty_format_batches(&plan)?.to_string())
+    };
+    let app = explain("app").await?;
+    assert!(
+        app.contains("DistributedWriteExec: runs locally (it reads through delta-rs://"),
+        "{app}"
+    );
+    let r = explain("r").await?;
+    assert!(
+        r.contains("runs locally (RejectsExec works with this process's state"),
+        "{r}"
+    );
+    s.sql("REFRESH STREAMING TABLE app")
+        .await?
+        .collect()
+        .await?;
+    let rows = pretty_format_batches(&s.sql("SELECT count(*) FROM app").await?.collect().await?)?;
+    assert!(rows.to_string().contains("| 3 "), "{rows}");
+    Ok(())
+}
