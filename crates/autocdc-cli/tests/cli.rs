@@ -547,7 +547,8 @@ fn a_continuous_run_follows_its_sources_and_stops_cleanly() {
              CREATE OR REFRESH STREAMING TABLE bronze FLOW AUTO CDC FROM events KEYS (id)
                SEQUENCE BY seq COLUMNS (id, v);
              CREATE OR REFRESH STREAMING TABLE feed AS
-               SELECT id, v, _change_type, _commit_version FROM STREAM(bronze) WITH (readChangeFeed = true);",
+               SELECT id, v, _change_type AS change_type, _commit_version AS commit_version
+               FROM STREAM(bronze) WITH (readChangeFeed = true);",
             source.display()
         ),
     )
@@ -602,8 +603,8 @@ fn a_continuous_run_follows_its_sources_and_stops_cleanly() {
     let feed_is_exact = || {
         let sql = "SELECT id, v, _change_type, _commit_version FROM table_changes('bronze', 0) \
                    ORDER BY _commit_version, id, _change_type";
-        let feed = "SELECT id, v, _change_type, _commit_version FROM feed \
-                    ORDER BY _commit_version, id, _change_type";
+        let feed = "SELECT id, v, change_type AS _change_type, commit_version AS _commit_version \
+                    FROM feed ORDER BY _commit_version, id, _change_type";
         assert_eq!(query(feed), query(sql));
     };
 

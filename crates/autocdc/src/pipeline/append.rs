@@ -32,7 +32,9 @@ use datafusion::scalar::ScalarValue;
 use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
 use crate::logical::{CdcCommitNode, CdcWriteNode};
-use crate::spec::resolve::{storage_type, written_at_type, written_at_value, RESERVED_COLUMNS};
+use crate::spec::resolve::{
+    check_change_feed_names, storage_type, written_at_type, written_at_value, RESERVED_COLUMNS,
+};
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;
 use crate::table::commit::{ChangeFeed, CommitRequest, MetadataChange, Replaces};
@@ -74,6 +76,12 @@ pub async fn plan_append(
     } else {
         Arc::clone(&meta.user_schema)
     };
+    let names: Vec<String> = user_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    check_change_feed_names(&flow.name, &names)?;
     for field in source_schema.fields() {
         if field.name().starts_with(INTERNAL_PREFIX) {
             return Err(DataFusionError::Plan(format!(

@@ -54,8 +54,8 @@ use crate::logical::{
 use crate::physical::TargetRowsTable;
 use crate::spec::expectations::{Expectation, ExpectationCounts};
 use crate::spec::resolve::{
-    plan_sql_expr, resolve, target_projection, update_list_type, written_at_type, written_at_value,
-    ResolvedFlow,
+    check_change_feed_names, plan_sql_expr, resolve, target_projection, update_list_type,
+    written_at_type, written_at_value, ResolvedFlow,
 };
 use crate::spec::shared_target::check_tracked_alike;
 use crate::spec::{FlowSpec, ScdType};
@@ -451,6 +451,7 @@ pub async fn plan_update(
             (resolved, diff, false, true)
         }
     };
+    check_change_feed_names(&flow.name, &resolved.layout.target_columns)?;
     let seq_type = resolved.sequence_type.clone();
     // per-column sequencing (SPEC §2.6): SCD 1 keeps each group's sequence
     // in its state; SCD 2 folds every event in sequence order anyway and

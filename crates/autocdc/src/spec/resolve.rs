@@ -28,6 +28,29 @@ pub const RESERVED_COLUMNS: [&str; 4] = [
     "__system_end_at",
 ];
 
+/// Error naming `flow` when one of its target columns has a name of the
+/// change data feed's own columns (a readChangeFeed source without a
+/// `COLUMNS` clause brings all three): the target's feed would have the
+/// column twice. (A query relation has no feed: it keeps them.)
+pub fn check_change_feed_names(flow: &str, target_columns: &[String]) -> Result<()> {
+    const CHANGE_FEED_COLUMNS: [&str; 3] = ["_change_type", "_commit_version", "_commit_timestamp"];
+    match target_columns
+        .iter()
+        .find(|c| CHANGE_FEED_COLUMNS.contains(&c.to_ascii_lowercase().as_str()))
+    {
+        Some(name) => Err(flow_err(
+            flow,
+            "COLUMNS",
+            format!(
+                "column '{name}' would be a target column, and the target's change data feed \
+                 has a column of that name: leave it out (COLUMNS * EXCEPT (_change_type, \
+                 _commit_version, _commit_timestamp), or SELECT * EXCEPT (…) in a query)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// What the target already fixes for its flows.
 #[derive(Debug, Clone, Default)]
 pub struct TargetShape {
