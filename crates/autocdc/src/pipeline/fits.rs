@@ -4,16 +4,23 @@
 //! update with a message naming the flow, column and value, rather than
 //! with a cast error naming none. (An undeclared target widens instead,
 //! SPEC §2.9: its casts never fail.)
+//!
+//! Sequences are kept to the microsecond (Delta's timestamps): a
+//! nanosecond `SEQUENCE BY` or `SYSTEM SEQUENCE BY` column whose value has
+//! nanoseconds would order events wrongly (two within one microsecond
+//! compare equal, a newer one reads as late), so such a value fails the
+//! update naming the flow, clause and value.
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Schema};
+use arrow::datatypes::{DataType, Schema, TimeUnit};
 use datafusion::common::{Column, Result};
 use datafusion::functions::expr_fn::concat;
 use datafusion::logical_expr::{cast, lit, try_cast, when, Expr, LogicalPlan, LogicalPlanBuilder};
 
 use crate::functions::raise::raise_if;
 use crate::spec::resolve::{storage_type, widens};
+use crate::spec::{FlowSpec, SequenceBy};
 
 /// `source` with a check of every value it casts to a narrower target type
 /// (a declared INT column fed BIGINT, say): a value that does not fit fails
@@ -51,6 +58,48 @@ pub(super) fn with_fit_checks(
             .is_not_null()
             .and(try_cast(value, to.clone()).is_null());
         checks.push(raise_if(when(misfit, message).end()?));
+    }
+    match checks.into_iter().reduce(Expr::and) {
+        None => Ok(source),
+        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
+    }
+}
+
+/// `source` with a check that the values of `flow`'s sequence columns (a
+/// column each) lose nothing when kept to the microsecond (see the module
+/// docs).
+pub(super) fn with_sequence_precision_checks(
+    flow: &FlowSpec,
+    source: LogicalPlan,
+) -> Result<LogicalPlan> {
+    let source_schema = Arc::clone(source.schema());
+    let mut sequences: Vec<(&str, &str)> = Vec::new();
+    if let Some(SequenceBy::Column(c)) = &flow.sequence_by {
+        sequences.push(("SEQUENCE BY", c));
+    }
+    if let Some(c) = &flow.system_sequence_by {
+        sequences.push(("SYSTEM SEQUENCE BY", c));
+    }
+    let mut checks = Vec::new();
+    for (clause, name) in sequences {
+        let Ok(field) = source_schema.field_with_unqualified_name(name) else {
+            continue;
+        };
+        let DataType::Timestamp(TimeUnit::Nanosecond, zone) = field.data_type() else {
+            continue;
+        };
+        let value = Expr::Column(Column::new_unqualified(field.name()));
+        let micros = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
+        let kept = cast(cast(value.clone(), micros), field.data_type().clone());
+        let message = concat(vec![
+            lit(format!("flow '{}': {clause} value ", flow.name)),
+            cast(value.clone(), DataType::Utf8),
+            lit(
+                " has nanoseconds, and sequences are kept to the microsecond: events within \
+                 one microsecond would be ordered wrongly; nothing was committed",
+            ),
+        ]);
+        checks.push(raise_if(when(kept.not_eq(value), message).end()?));
     }
     match checks.into_iter().reduce(Expr::and) {
         None => Ok(source),

@@ -856,6 +856,7 @@ fn fit_checked(
     source: LogicalPlan,
     meta: &crate::table::TableMeta,
 ) -> Result<LogicalPlan> {
+    let source = fits::with_sequence_precision_checks(flow, source)?;
     match meta.decl.declared_columns {
         true => fits::with_fit_checks(&flow.name, source, &meta.user_schema),
         false => Ok(source),
