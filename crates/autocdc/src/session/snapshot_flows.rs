@@ -246,10 +246,12 @@ impl CdcSession {
             DataFusionError::Plan(format!("flow '{}': WITH VERSION: {e}", spec.name))
         };
         // the function's column takes the name and type of the query's output:
-        // plan once with a guess, again with what the query produced
+        // plan once with a guess (the name the query's first column is given,
+        // the stored type, else NULL's type, which any comparison takes),
+        // again with what the query produced
         let mut column = (
-            "version".to_string(),
-            sequence_type.unwrap_or(DataType::Int64),
+            output_name(version_query, &spec.dialect).unwrap_or_else(|| "version".to_string()),
+            sequence_type.unwrap_or(DataType::Null),
         );
         let mut plan = None;
         for _ in 0..2 {
@@ -315,4 +317,30 @@ impl CdcSession {
             .await
             .map_err(|e| DataFusionError::Plan(format!("flow '{}': FROM SNAPSHOT: {e}", spec.name)))
     }
+}
+
+/// The name a query's first output column is given, when it says it (`AS
+/// name`, or a plain column): what `last_snapshot_version()`'s column is
+/// named before the query is planned.
+fn output_name(query: &str, dialect: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{Expr, SelectItem, SetExpr, Statement};
+    use datafusion::sql::sqlparser::dialect::{dialect_from_str, GenericDialect};
+    use datafusion::sql::sqlparser::parser::Parser;
+    let dialect = dialect_from_str(dialect).unwrap_or(Box::new(GenericDialect {}));
+    let statements = Parser::parse_sql(dialect.as_ref(), query).ok()?;
+    let Some(Statement::Query(query)) = statements.first() else {
+        return None;
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let ident = match select.projection.first()? {
+        SelectItem::ExprWithAlias { alias, .. } => alias.clone(),
+        SelectItem::UnnamedExpr(Expr::Identifier(ident)) => ident.clone(),
+        _ => return None,
+    };
+    Some(match ident.quote_style {
+        Some(_) => ident.value,
+        None => ident.value.to_lowercase(),
+    })
 }
