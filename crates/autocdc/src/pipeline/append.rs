@@ -76,12 +76,6 @@ pub async fn plan_append(
     } else {
         Arc::clone(&meta.user_schema)
     };
-    let names: Vec<String> = user_schema
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    check_change_feed_names(&flow.name, &names)?;
     for field in source_schema.fields() {
         if field.name().starts_with(INTERNAL_PREFIX) {
             return Err(DataFusionError::Plan(format!(
@@ -117,6 +111,12 @@ pub async fn plan_append(
             )));
         }
     }
+    let names: Vec<String> = user_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    check_change_feed_names(&flow.name, &names)?;
     // by name; a column the query lacks is NULL
     let mut columns: Vec<Expr> = user_schema
         .fields()
@@ -133,9 +133,10 @@ pub async fn plan_append(
     columns.push(cast(lit(ScalarValue::Null), DataType::Int64).alias(SEQ_COL));
     columns.push(lit(Kind::Upsert as i8).alias(KIND_COL));
     columns.push(lit(written_at_value(now.timestamp_micros())).alias(WRITTEN_AT_COL));
-    let rows = LogicalPlanBuilder::from(read.plan)
-        .project(columns)?
-        .build()?;
+    // (a value the table's narrower column cannot hold, an upstream column
+    // widened since, fails naming the flow, column and value)
+    let source = super::fits::with_fit_checks(&flow.name, read.plan, &user_schema)?;
+    let rows = LogicalPlanBuilder::from(source).project(columns)?.build()?;
     // the table's expectations check the rows to append
     // with rejects on, the rows an expectation drops go to the rejects
     let rejects = takes_rejects(&meta.properties)
