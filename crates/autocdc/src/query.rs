@@ -32,7 +32,7 @@ use crate::fold::columns::{
 };
 use crate::functions::raise::raise_if;
 use crate::logical::AutoCdcNode;
-use crate::pipeline::fold_spec;
+use crate::pipeline::{fold_spec, with_sequence_precision_checks};
 use crate::spec::resolve::{is_orderable, resolve, TargetShape};
 use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 use crate::table::commit::CHANGE_TYPE_COL;
@@ -285,6 +285,9 @@ fn fold(events: DataFrame, flow: &FlowSpec, output: Output) -> Result<DataFrame>
     let (state, events) = events.into_parts();
     let now = state.execution_props().query_execution_start_time;
     let now_micros = now.map_or(0, |t| t.timestamp_micros());
+    // (sequences are kept to the microsecond here too: a value with
+    // nanoseconds fails, naming it, as in a flow)
+    let events = with_sequence_precision_checks(flow, events)?;
     let resolved = resolve(
         &state,
         flow,

@@ -68,7 +68,7 @@ pub(super) fn with_fit_checks(
 /// `source` with a check that the values of `flow`'s sequence columns (a
 /// column each) lose nothing when kept to the microsecond (see the module
 /// docs).
-pub(super) fn with_sequence_precision_checks(
+pub(crate) fn with_sequence_precision_checks(
     flow: &FlowSpec,
     source: LogicalPlan,
 ) -> Result<LogicalPlan> {
