@@ -396,6 +396,25 @@ fn evolved_columns(
     }
     for c in flow_columns {
         if existing.field_with_name(c).is_err() {
+            // (Delta's column names ignore case: this would be the same
+            // column twice, the target's left NULL)
+            if let Some(same) = existing
+                .fields()
+                .iter()
+                .find(|f| f.name().eq_ignore_ascii_case(c))
+            {
+                return Err(flow_err(
+                    flow,
+                    "COLUMNS",
+                    format!(
+                        "column '{c}' of the source and the target's column '{}' differ only \
+                         in case: name it as the target does in the source (SELECT \"{c}\" AS \
+                         \"{}\" …); nothing was committed",
+                        same.name(),
+                        same.name()
+                    ),
+                ));
+            }
             fields.push(new_column(flow, c, source_schema)?);
         }
     }
