@@ -627,10 +627,12 @@ fn by_key_seq_st(e: &Event) -> (i32, i32, i32, bool) {
 
 /// `events` with some upserts moving their row from another key (`moves[i]`
 /// for event `i`, kept in `st` as old key + 1): only where the old key has
-/// no other event at that sequence (so that the model's DELETE is the only
-/// event of its key and sequence, as the engine requires).
+/// no other event at that sequence, and no other row moves from it at that
+/// sequence (so that the model's DELETE is the only event of its key and
+/// sequence, as the engine requires: two rows moving from one key at one
+/// sequence are two DELETEs carrying different rows, a conflict).
 fn with_moves(mut events: Vec<Event>, moves: &[Option<i32>]) -> Vec<Event> {
-    let taken: HashSet<(i32, i32)> = events
+    let mut taken: HashSet<(i32, i32)> = events
         .iter()
         .filter(|e| e.kind != Kind::Truncate)
         .map(|e| (e.id, e.seq))
@@ -638,7 +640,7 @@ fn with_moves(mut events: Vec<Event>, moves: &[Option<i32>]) -> Vec<Event> {
     for (i, e) in events.iter_mut().enumerate() {
         e.st = 0;
         if let Some(Some(old)) = moves.get(i) {
-            if e.kind == Kind::Upsert && *old != e.id && !taken.contains(&(*old, e.seq)) {
+            if e.kind == Kind::Upsert && *old != e.id && taken.insert((*old, e.seq)) {
                 e.st = old + 1;
             }
         }
