@@ -19,6 +19,18 @@ fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `autocdc --warehouse <warehouse> run -q --format csv -f <defs> <extra>`.
+fn run_defs(warehouse: &std::path::Path, defs: &std::path::Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .arg("--warehouse")
+        .arg(warehouse)
+        .args(["run", "-q", "--format", "csv", "-f"])
+        .arg(defs)
+        .args(extra)
+        .output()
+        .expect("run autocdc")
+}
+
 #[test]
 fn command_prints_result_table() {
     let (output, dir) = autocdc(&["-c", "SELECT 1 AS x"]);
@@ -315,16 +327,7 @@ fn run_applies_definitions_and_updates_the_pipeline() {
     )
     .expect("definitions");
     let warehouse = dir.path().join("warehouse");
-    let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_autocdc"))
-            .arg("--warehouse")
-            .arg(&warehouse)
-            .args(["run", "-q", "--format", "csv", "-f"])
-            .arg(&defs)
-            .args(extra)
-            .output()
-            .expect("run autocdc")
-    };
+    let run = |extra: &[&str]| run_defs(&warehouse, &defs, extra);
     // (definitions apply in file order: a flow's upstream tables first)
     let first = run(&[]);
     assert!(
@@ -418,13 +421,7 @@ fn run_applies_changed_definitions_and_goes_on_past_a_failing_one() {
             ),
         )
         .expect("definitions");
-        Command::new(env!("CARGO_BIN_EXE_autocdc"))
-            .arg("--warehouse")
-            .arg(&warehouse)
-            .args(["run", "-q", "--format", "csv", "-f"])
-            .arg(&defs)
-            .output()
-            .expect("run autocdc")
+        run_defs(&warehouse, &defs, &[])
     };
     let first = run("", "");
     assert!(
@@ -485,13 +482,7 @@ fn run_applies_changed_definitions_and_goes_on_past_a_failing_one() {
         )
         .replace(bad, "");
     std::fs::write(&defs, respelled).expect("definitions");
-    let again = Command::new(env!("CARGO_BIN_EXE_autocdc"))
-        .arg("--warehouse")
-        .arg(&warehouse)
-        .args(["run", "-q", "--format", "csv", "-f"])
-        .arg(&defs)
-        .output()
-        .expect("run autocdc");
+    let again = run_defs(&warehouse, &defs, &[]);
     assert!(
         again.status.success(),
         "{}",
@@ -503,13 +494,7 @@ fn run_applies_changed_definitions_and_goes_on_past_a_failing_one() {
         .expect("definitions")
         .replace("CREATE FLOW bf AS", "CREATE FLOW bf2 AS");
     std::fs::write(&defs, renamed).expect("definitions");
-    let fifth = Command::new(env!("CARGO_BIN_EXE_autocdc"))
-        .arg("--warehouse")
-        .arg(&warehouse)
-        .args(["run", "-q", "--format", "csv", "-f"])
-        .arg(&defs)
-        .output()
-        .expect("run autocdc");
+    let fifth = run_defs(&warehouse, &defs, &[]);
     let stderr = String::from_utf8_lossy(&fifth.stderr);
     assert!(
         stderr.contains(

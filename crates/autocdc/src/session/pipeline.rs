@@ -52,59 +52,6 @@ use crate::table::properties::last_version_property;
 use crate::table::ScdTable;
 use crate::table::TableName;
 
-/// A flow definition as JSON, its SQL texts in one spelling
-/// ([`crate::sql::equivalent_sql`]): definitions that differ only in case
-/// or layout compare equal.
-fn spelled(spec: &FlowSpec, normalize: bool) -> serde_json::Value {
-    fn walk(value: &mut serde_json::Value, key: Option<&str>, dialect: &str, normalize: bool) {
-        match value {
-            // (names and paths are not SQL)
-            serde_json::Value::String(text)
-                if !matches!(key, Some("name" | "target" | "dialect" | "path")) =>
-            {
-                *text = crate::sql::equivalent_sql(text, dialect, normalize);
-            }
-            serde_json::Value::Array(items) => {
-                for item in items {
-                    walk(item, key, dialect, normalize);
-                }
-            }
-            serde_json::Value::Object(fields) => {
-                for (k, v) in fields.iter_mut() {
-                    walk(v, Some(k.as_str()), dialect, normalize);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
-    walk(&mut value, None, &spec.dialect, normalize);
-    value
-}
-
-/// The parts of flow definition `new` that differ from `stored` (both
-/// [`spelled`]), by name.
-fn differences(stored: &serde_json::Value, new: &serde_json::Value) -> String {
-    let (serde_json::Value::Object(old), serde_json::Value::Object(new)) = (stored, new) else {
-        return "its clauses".to_string();
-    };
-    let parts: Vec<String> = new
-        .iter()
-        .filter(|(k, v)| old.get(*k) != Some(*v))
-        .map(|(k, v)| {
-            format!(
-                "{k}: {} here, {} stored",
-                v,
-                old.get(k).unwrap_or(&serde_json::Value::Null)
-            )
-        })
-        .collect();
-    match parts.is_empty() {
-        true => "its clauses".to_string(),
-        false => parts.join("; "),
-    }
-}
-
 /// What [`CdcSession::define`] did with a statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Defined {
@@ -158,7 +105,7 @@ impl CdcSession {
             _ => None,
         };
         let Some(flow) = flow else {
-            if let Some(schema) = self.existing_schema_created(sql, &dialect)? {
+            if let Some(schema) = self.existing_schema_created(sql, &dialect, normalize) {
                 return Ok(Defined::Unchanged(format!("schema '{schema}'")));
             }
             self.sql(sql).await?.collect().await?;
@@ -168,7 +115,10 @@ impl CdcSession {
         let name = flow.name.clone();
         if self.warehouse.exists(&target).await? {
             if let Some(stored) = self.table(&target).await?.meta().flows.get(&flow.name) {
-                let (stored, flow) = (spelled(stored, normalize), spelled(&flow, normalize));
+                let (stored, flow) = (
+                    crate::sql::spelled_flow(stored, normalize),
+                    crate::sql::spelled_flow(&flow, normalize),
+                );
                 if stored == flow {
                     return Ok(Defined::Unchanged(format!("flow '{name}'")));
                 }
@@ -177,7 +127,7 @@ impl CdcSession {
                      a flow keeps its definition: DROP FLOW {} and define it again (it then \
                      starts afresh), or drop the table",
                     name,
-                    differences(&stored, &flow),
+                    crate::sql::flow_differences(&stored, &flow),
                     name
                 )));
             }
@@ -231,40 +181,15 @@ impl CdcSession {
 
     /// The schema `sql` creates, when it is a `CREATE SCHEMA` of one that
     /// exists (in a definitions file, one that exists as defined).
-    fn existing_schema_created(&self, sql: &str, dialect: &str) -> Result<Option<String>> {
-        use datafusion::sql::parser::{DFParser, Statement};
-        use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
-        let Ok(statements) = DFParser::parse_sql_with_dialect(
-            sql,
-            datafusion::sql::sqlparser::dialect::dialect_from_str(dialect)
-                .as_deref()
-                .unwrap_or(&datafusion::sql::sqlparser::dialect::GenericDialect {}),
-        ) else {
-            return Ok(None);
-        };
-        let [Statement::Statement(statement)] = statements.iter().collect::<Vec<_>>()[..] else {
-            return Ok(None);
-        };
-        let SqlStatement::CreateSchema { schema_name, .. } = statement.as_ref() else {
-            return Ok(None);
-        };
-        let name = schema_name.to_string();
+    fn existing_schema_created(&self, sql: &str, dialect: &str, normalize: bool) -> Option<String> {
+        let name = crate::sql::created_schema(sql, dialect, normalize)?;
         let state = self.ctx.state();
-        let normalize = state
-            .config()
-            .options()
-            .sql_parser
-            .enable_ident_normalization;
-        let name = match (normalize, name.starts_with('"')) {
-            (true, false) => name.to_lowercase(),
-            _ => name.trim_matches('"').to_string(),
-        };
         let catalog = state.config().options().catalog.default_catalog.clone();
         let exists = self
             .ctx
             .catalog(&catalog)
             .is_some_and(|c| c.schema(&name).is_some());
-        Ok(exists.then_some(name))
+        exists.then_some(name)
     }
 
     /// The pipeline of the warehouse's streaming tables (of `schema` only).

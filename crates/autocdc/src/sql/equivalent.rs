@@ -23,6 +23,61 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect, GenericDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 
+use crate::spec::FlowSpec;
+
+/// A flow definition as JSON, its SQL texts in one spelling
+/// ([`equivalent_sql`]): definitions that differ only in case
+/// or layout compare equal.
+pub fn spelled_flow(spec: &FlowSpec, normalize: bool) -> serde_json::Value {
+    fn walk(value: &mut serde_json::Value, key: Option<&str>, dialect: &str, normalize: bool) {
+        match value {
+            // (names and paths are not SQL)
+            serde_json::Value::String(text)
+                if !matches!(key, Some("name" | "target" | "dialect" | "path")) =>
+            {
+                *text = equivalent_sql(text, dialect, normalize);
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    walk(item, key, dialect, normalize);
+                }
+            }
+            serde_json::Value::Object(fields) => {
+                for (k, v) in fields.iter_mut() {
+                    walk(v, Some(k.as_str()), dialect, normalize);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+    walk(&mut value, None, &spec.dialect, normalize);
+    value
+}
+
+/// The parts of flow definition `new` that differ from `stored` (both
+/// [`spelled_flow`]), by name.
+pub fn flow_differences(stored: &serde_json::Value, new: &serde_json::Value) -> String {
+    let (serde_json::Value::Object(old), serde_json::Value::Object(new)) = (stored, new) else {
+        return "its clauses".to_string();
+    };
+    let parts: Vec<String> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .map(|(k, v)| {
+            format!(
+                "{k}: {} here, {} stored",
+                v,
+                old.get(k).unwrap_or(&serde_json::Value::Null)
+            )
+        })
+        .collect();
+    match parts.is_empty() {
+        true => "its clauses".to_string(),
+        false => parts.join("; "),
+    }
+}
+
 /// `text` (an expression, or statements) in the one spelling of the module
 /// docs; unchanged when it does not parse in `dialect`.
 pub fn equivalent_sql(text: &str, dialect: &str, normalize: bool) -> String {

@@ -31,11 +31,11 @@ mod parser;
 mod plain_ddl;
 mod update_targets;
 
-pub use equivalent::equivalent_sql;
+pub use equivalent::{equivalent_sql, flow_differences, spelled_flow};
 pub use outer_ctes::{outer_ctes, reads_only_planned, with_outer_ctes};
 pub use parser::{
     parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,
     CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement, RestoreTo,
 };
-pub use plain_ddl::{plain_ddl_targets, PlainDdl};
+pub use plain_ddl::{created_schema, plain_ddl_targets, PlainDdl};
 pub use update_targets::fold_update_targets;

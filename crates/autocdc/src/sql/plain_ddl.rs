@@ -13,6 +13,9 @@
 //! | `CREATE OR REPLACE TABLE` / `VIEW` name     | `Replace(name)`           |
 //! | `DROP SCHEMA s` (with or without `CASCADE`) | `DropSchema(s)`           |
 //! | anything else, or SQL that does not parse   | none                      |
+//!
+//! [`created_schema`] names the schema of a lone `CREATE SCHEMA`, which
+//! `autocdc run` leaves alone when the schema exists.
 
 use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectType, Statement as SqlStatement};
@@ -30,6 +33,27 @@ pub enum PlainDdl {
     Replace(TableName),
     /// `DROP SCHEMA` of this schema.
     DropSchema(String),
+}
+
+/// The schema a lone `CREATE SCHEMA` statement `sql` names (folded to lower
+/// case when `normalize` and unquoted); `None` for anything else.
+pub fn created_schema(sql: &str, dialect: &str, normalize: bool) -> Option<String> {
+    let parsed = match dialect_from_str(dialect) {
+        Some(d) => DFParser::parse_sql_with_dialect(sql, d.as_ref()),
+        None => DFParser::parse_sql_with_dialect(sql, &GenericDialect {}),
+    };
+    let statements = parsed.ok()?;
+    let [Statement::Statement(statement)] = statements.iter().collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    let SqlStatement::CreateSchema { schema_name, .. } = statement.as_ref() else {
+        return None;
+    };
+    let name = schema_name.to_string();
+    Some(match (normalize, name.starts_with('"')) {
+        (true, false) => name.to_lowercase(),
+        _ => name.trim_matches('"').to_string(),
+    })
 }
 
 /// The DDL of `sql` (one or more statements, in `dialect`; identifiers
