@@ -44,6 +44,7 @@ use datafusion_proto::protobuf::PhysicalPlanNode;
 use futures::TryStreamExt;
 
 use crate::codec::physical_codec;
+use crate::window_sorts::with_explicit_window_sorts;
 
 /// Where the input of a commit runs.
 #[derive(Debug, Clone)]
@@ -250,6 +251,8 @@ impl PhysicalOptimizerRule for DistributeWrites {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let codec = physical_codec();
+        // (stages of a cluster know no constants of the stages before them)
+        let plan = with_explicit_window_sorts(plan)?;
         let placement = |input: &Arc<dyn ExecutionPlan>| {
             if let Some(store) = process_store(input) {
                 return Placement::Local(format!(

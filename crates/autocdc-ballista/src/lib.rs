@@ -29,6 +29,7 @@ mod distributed_write;
 pub mod process;
 mod session;
 mod task_count;
+mod window_sorts;
 
 pub use cluster::{scheduler_url, start_standalone, Cluster, Standalone, DEFAULT_SCHEDULER_PORT};
 pub use codec::physical_codec;

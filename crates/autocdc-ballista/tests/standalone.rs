@@ -62,7 +62,7 @@ async fn standalone_updates_equal_local_ones() -> Result<()> {
     )
     .await?;
     let got = run(&cluster.session, cluster_dir.path()).await?;
-    assert_eq!(got.len(), 8);
+    assert_eq!(got.len(), 10);
     for (g, e) in got.iter().zip(&expected) {
         assert_eq!(g, e);
     }
