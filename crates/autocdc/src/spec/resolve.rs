@@ -93,6 +93,31 @@ fn flow_err(flow: &str, clause: &str, msg: impl std::fmt::Display) -> DataFusion
     DataFusionError::Plan(format!("flow '{flow}': {clause}: {msg}"))
 }
 
+/// Whether a `PREVIOUS KEYS` expression of type `previous` may name keys
+/// of type `key`: the same type, NULL, or the same kind (integers, text,
+/// binary), whose cast to the key's type changes no value it can hold (an
+/// integer beyond the key's range fails the cast). A decimal cast to an
+/// integer key, or text parsed as a number, would name another key.
+fn previous_key_fits(previous: &DataType, key: &DataType) -> bool {
+    let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    let binary = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+        )
+    };
+    let value = |t: &DataType| match t {
+        DataType::Dictionary(_, value) => value.as_ref().clone(),
+        other => other.clone(),
+    };
+    let (previous, key) = (value(previous), value(key));
+    previous == key
+        || previous == DataType::Null
+        || (previous.is_integer() && key.is_integer())
+        || (text(&previous) && text(&key))
+        || (binary(&previous) && binary(&key))
+}
+
 /// Storage type of a `COLUMNS TO UPDATE` list: `List<Utf8>`.
 pub fn update_list_type() -> DataType {
     DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
@@ -557,8 +582,23 @@ impl MovedKeys<'_> {
             let field = self.target_schema.field(position);
             let expr = plan_sql_expr(state, text, &spec.dialect, &source_schema)
                 .map_err(|e| flow_err(flow, CLAUSE, e))?;
-            expr.get_type(&source_schema)
+            let typed = expr
+                .get_type(&source_schema)
                 .map_err(|e| flow_err(flow, CLAUSE, e))?;
+            if !previous_key_fits(&typed, field.data_type()) {
+                return Err(flow_err(
+                    flow,
+                    CLAUSE,
+                    format!(
+                        "expression '{text}' is of type {typed}, key column '{}' of type {}: \
+                         a previous key must be of the key's kind (integers for integers, \
+                         text for text, else the same type), since a cast could \
+                         delete another key; cast it if that is meant",
+                        field.name(),
+                        field.data_type()
+                    ),
+                ));
+            }
             let old = cast(expr, field.data_type().clone());
             let now = cast(
                 Expr::Column(Column::new_unqualified(field.name())),
