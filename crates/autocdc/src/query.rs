@@ -33,7 +33,7 @@ use crate::fold::columns::{
 use crate::functions::raise::raise_if;
 use crate::logical::AutoCdcNode;
 use crate::pipeline::{fold_spec, with_sequence_precision_checks};
-use crate::spec::resolve::{is_orderable, resolve, TargetShape};
+use crate::spec::resolve::{check_change_feed_names, is_orderable, resolve, TargetShape};
 use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 use crate::table::commit::CHANGE_TYPE_COL;
 
@@ -149,8 +149,19 @@ fn snapshot_events_of(
     message.push(lit(") in the snapshot at version "));
     message.push(cast(column(version), arrow::datatypes::DataType::Utf8));
     message.push(lit("; nothing was committed"));
+    let mut unversioned = vec![lit(format!(
+        "flow '{flow}': VERSION BY: column '{version}' is NULL in a row of key ("
+    ))];
+    for (i, k) in keys.iter().enumerate() {
+        let separator = if i == 0 { "" } else { ", " };
+        unversioned.push(lit(format!("{separator}{k}=")));
+        unversioned.push(cast(column(k), arrow::datatypes::DataType::Utf8));
+    }
+    unversioned.push(lit("): every snapshot row needs its version; nothing was committed"));
     let key_next = key_next.filter(raise_if(
-        when(twice, concat(message)).otherwise(lit(ScalarValue::Utf8(None)))?,
+        when(column(version).is_null(), concat(unversioned))
+            .when(twice, concat(message))
+            .otherwise(lit(ScalarValue::Utf8(None)))?,
     ))?;
     let present = key_next.clone().select(
         values
@@ -296,6 +307,10 @@ fn fold(events: DataFrame, flow: &FlowSpec, output: Output) -> Result<DataFrame>
         now_micros,
         None,
     )?;
+    if output == Output::Changes {
+        // (the feed's own columns come after the target's)
+        check_change_feed_names(&flow.name, &resolved.layout.target_columns)?;
+    }
     let kind_is = |k: Kind| col(KIND_COL).eq(lit(k as i8));
     let (rows, truncates) = match flow.apply_as_truncates {
         Some(_) => (
