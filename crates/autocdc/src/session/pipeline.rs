@@ -80,8 +80,20 @@ impl CdcSession {
             Some(crate::sql::CdcStatement::CreateFlow(spec)) => Some(*spec),
             Some(crate::sql::CdcStatement::CreateStreamingTable(c)) => {
                 if !self.warehouse.exists(&c.name).await? {
-                    self.sql(sql).await?.collect().await?;
-                    return Ok(Defined::Applied);
+                    let created = match self.sql(sql).await {
+                        Ok(df) => df.collect().await.map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    match created {
+                        Ok(()) => return Ok(Defined::Applied),
+                        // another process created it meanwhile: declared
+                        // again below, as a table that was there
+                        Err(e) if e.to_string().contains(&format!(
+                            "streaming table '{}' already exists",
+                            c.name
+                        )) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 if self.declare_existing(&c, true).await? {
                     // (new expectations: the flows below are unchanged)
@@ -112,28 +124,51 @@ impl CdcSession {
             return Ok(Defined::Applied);
         };
         let target = TableName::parse(&flow.target)?;
-        let name = flow.name.clone();
-        if self.warehouse.exists(&target).await? {
-            if let Some(stored) = self.table(&target).await?.meta().flows.get(&flow.name) {
-                let (stored, flow) = (
-                    crate::sql::spelled_flow(stored, normalize),
-                    crate::sql::spelled_flow(&flow, normalize),
-                );
-                if stored == flow {
-                    return Ok(Defined::Unchanged(format!("flow '{name}'")));
-                }
-                return Err(DataFusionError::Plan(format!(
-                    "flow '{}': its definition differs from the one '{target}' holds ({}); \
-                     a flow keeps its definition: DROP FLOW {} and define it again (it then \
-                     starts afresh), or drop the table",
-                    name,
-                    crate::sql::flow_differences(&stored, &flow),
-                    name
-                )));
-            }
+        if let Some(defined) = self.stored_as_defined(&target, &flow, normalize).await? {
+            return Ok(defined);
         }
-        self.sql(sql).await?.collect().await?;
-        Ok(Defined::Applied)
+        match self.sql(sql).await {
+            Ok(df) => df.collect().await.map(|_| Defined::Applied),
+            // another process defined it meanwhile (its commit came first):
+            // as if it had been there
+            Err(e) => match self.stored_as_defined(&target, &flow, normalize).await {
+                Ok(Some(defined)) => Ok(defined),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// `Unchanged` when `target` holds `flow` as defined, an error saying
+    /// what differs when it holds another definition of it, `None` when it
+    /// has no such flow.
+    async fn stored_as_defined(
+        &self,
+        target: &TableName,
+        flow: &FlowSpec,
+        normalize: bool,
+    ) -> Result<Option<Defined>> {
+        if !self.warehouse.exists(target).await? {
+            return Ok(None);
+        }
+        let table = self.table(target).await?;
+        table.refresh().await?;
+        let Some(stored) = table.meta().flows.get(&flow.name).cloned() else {
+            return Ok(None);
+        };
+        let name = &flow.name;
+        let (stored, flow) = (
+            crate::sql::spelled_flow(&stored, normalize),
+            crate::sql::spelled_flow(flow, normalize),
+        );
+        if stored == flow {
+            return Ok(Some(Defined::Unchanged(format!("flow '{name}'"))));
+        }
+        Err(DataFusionError::Plan(format!(
+            "flow '{name}': its definition differs from the one '{target}' holds ({}); \
+             a flow keeps its definition: DROP FLOW {name} and define it again (it then \
+             starts afresh), or drop the table",
+            crate::sql::flow_differences(&stored, &flow),
+        )))
     }
 
     /// The streaming table and the flow statement `sql` defines, if any
