@@ -44,7 +44,8 @@ pub(crate) fn with_explicit_window_sorts(
         if missing.is_empty() {
             return Ok(Transformed::no(node));
         }
-        let Some(ordering) = LexOrdering::new(missing.into_iter().chain(sort.expr().iter().cloned()))
+        let Some(ordering) =
+            LexOrdering::new(missing.into_iter().chain(sort.expr().iter().cloned()))
         else {
             return Ok(Transformed::no(node));
         };

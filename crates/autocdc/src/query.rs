@@ -157,7 +157,9 @@ fn snapshot_events_of(
         unversioned.push(lit(format!("{separator}{k}=")));
         unversioned.push(cast(column(k), arrow::datatypes::DataType::Utf8));
     }
-    unversioned.push(lit("): every snapshot row needs its version; nothing was committed"));
+    unversioned.push(lit(
+        "): every snapshot row needs its version; nothing was committed",
+    ));
     let key_next = key_next.filter(raise_if(
         when(column(version).is_null(), concat(unversioned))
             .when(twice, concat(message))

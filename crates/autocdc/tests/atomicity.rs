@@ -368,3 +368,91 @@ async fn snapshot_update_is_atomic_at_every_call() {
     check("SNAPSHOT", Fault::Fail).await;
     check("SNAPSHOT", Fault::Crash).await;
 }
+
+/// Two flows of one target, the second `ONCE`, over file folders.
+async fn setup_two_flows(s: &CdcSession) {
+    for (folder, values) in [
+        ("a", "(1, 'a', 'U', 1), (2, 'b', 'U', 1)"),
+        ("b", "(3, 'c', 'U', 1), (4, 'd', 'U', 1)"),
+    ] {
+        run(
+            s,
+            &format!(
+                "COPY (SELECT CAST(column1 AS INT) AS id, column2 AS v, column3 AS op, CAST(column4 AS INT) AS seq \
+                 FROM (VALUES {values})) TO 'memory:///{folder}/1.parquet' STORED AS PARQUET"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    register_two_sources(s).await;
+    for sql in [
+        "CREATE STREAMING TABLE t",
+        "CREATE FLOW fa AS AUTO CDC INTO t FROM a KEYS (id) SEQUENCE BY seq COLUMNS (id, v)",
+        "CREATE FLOW fb AS AUTO CDC ONCE INTO t FROM b KEYS (id) SEQUENCE BY seq COLUMNS (id, v)",
+    ] {
+        run(s, sql).await.unwrap();
+    }
+}
+
+/// The folder sources of [`setup_two_flows`] (a new process registers them
+/// again).
+async fn register_two_sources(s: &CdcSession) {
+    for folder in ["a", "b"] {
+        run(
+            s,
+            &format!("CREATE EXTERNAL TABLE IF NOT EXISTS {folder} STORED AS PARQUET LOCATION 'memory:///{folder}/'"),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// A full refresh of two flows is two commits: one that clears the table
+/// and runs the first flow, then the second flow's. A process that stops
+/// at any call between them leaves the second flow marked as still to run,
+/// and the next update runs it, `ONCE` though it is: its rows come back
+/// (the update without the mark ran only the first flow, and the `ONCE`
+/// flow's rows were gone until another full refresh).
+#[tokio::test]
+async fn a_full_refresh_stopped_at_any_call_is_completed_by_the_next_update() {
+    let clean_memory = Arc::new(InMemory::new());
+    let clean = CdcSession::open(AutoCdcConfig::in_memory_on(clean_memory.clone()))
+        .await
+        .unwrap();
+    setup_two_flows(&clean).await;
+    run(&clean, "REFRESH STREAMING TABLE t FULL").await.unwrap();
+    let expected = observe(&clean, &clean_memory).await.rows;
+    assert!(expected.contains("| 4  | d |"), "{expected}");
+    for n in 1.. {
+        let memory = Arc::new(InMemory::new());
+        let store = Arc::new(ObservedStore::new(memory.clone(), Faults::default()));
+        let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
+            .await
+            .unwrap();
+        setup_two_flows(&s).await;
+        store.observer().arm(n, Fault::Crash);
+        let _ = run(&s, "REFRESH STREAMING TABLE t FULL").await;
+        let fired = store.observer().fired();
+        drop(s);
+        let again = CdcSession::open(AutoCdcConfig::in_memory_on(memory.clone()))
+            .await
+            .unwrap();
+        register_two_sources(&again).await;
+        run(&again, "REFRESH STREAMING TABLE t")
+            .await
+            .unwrap_or_else(|e| panic!("the update after a stop at call {n}: {e}"));
+        assert_eq!(
+            observe(&again, &memory).await.rows,
+            expected,
+            "the update after a stop at call {n}"
+        );
+        if !fired {
+            eprintln!(
+                "a full refresh stopped at each of its {} storage calls",
+                n - 1
+            );
+            break;
+        }
+    }
+}

@@ -152,6 +152,7 @@ pub async fn plan_append(
     if clearing {
         metadata.push(MetadataChange::forget_reads());
     }
+    metadata.extend(meta.full_refresh_marks(&flow.name, clearing));
     if meta.sequence_type.is_none() {
         // the first run fixes the table's columns
         let mut fields: Vec<Field> = user_schema

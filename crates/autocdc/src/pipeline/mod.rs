@@ -764,6 +764,7 @@ pub async fn plan_update(
     if clearing {
         metadata.push(MetadataChange::forget_reads());
     }
+    metadata.extend(meta.full_refresh_marks(&flow.name, clearing));
     if schema_needed {
         let mut fields: Vec<Field> = resolved
             .target_schema

@@ -88,10 +88,11 @@ impl CdcSession {
                         Ok(()) => return Ok(Defined::Applied),
                         // another process created it meanwhile: declared
                         // again below, as a table that was there
-                        Err(e) if e.to_string().contains(&format!(
-                            "streaming table '{}' already exists",
-                            c.name
-                        )) => {}
+                        Err(e)
+                            if e.to_string().contains(&format!(
+                                "streaming table '{}' already exists",
+                                c.name
+                            )) => {}
                         Err(e) => return Err(e),
                     }
                 }
@@ -500,6 +501,8 @@ impl CdcSession {
             };
             match self.has_new_data(&table).await {
                 Ok(true) => {}
+                // (a full refresh that did not finish is completed)
+                Ok(false) if !table.meta().full_refresh_pending().is_empty() => {}
                 Ok(false) => return outcome(TableStatus::Unchanged, None),
                 Err(e) => return outcome(TableStatus::Failed, Some(first_line(&e))),
             }

@@ -13,19 +13,22 @@ use crate::physical::commit_exec::result_schema;
 use crate::spec::FlowSpec;
 use crate::table::commit::{Edit, EditKind, MetadataChange, Replaced};
 use crate::table::event::{CommitEvent, Operation};
+use crate::table::properties::full_refresh_pending_property;
 use crate::table::restore::restore;
 use crate::table::{ScdTable, TableName};
 
 use super::CdcSession;
 
 impl CdcSession {
-    /// Flows of a table to run on a refresh.
+    /// Flows of a table to run on a refresh: on a full one all; else those
+    /// not `ONCE`, and those a full refresh that did not finish (its process
+    /// stopped) left to run, which complete it.
     pub(super) fn flows_to_run(table: &ScdTable, full: bool) -> Vec<FlowSpec> {
-        table
-            .meta()
-            .flows
+        let meta = table.meta();
+        let pending = meta.full_refresh_pending();
+        meta.flows
             .into_values()
-            .filter(|f| full || !f.once)
+            .filter(|f| full || !f.once || pending.contains(&f.name))
             .collect()
     }
 
@@ -61,6 +64,9 @@ impl CdcSession {
         let table = self.table(name).await?;
         table.refresh().await?;
         let before = table.delta().version().unwrap_or(0);
+        // (a full refresh, or one completing a full refresh that did not
+        // finish, ends by removing the marks of flows that committed nothing)
+        let completing = full || !table.meta().full_refresh_pending().is_empty();
         let (runs, clear_first) = Self::runs(&table, full);
         if clear_first {
             self.clear(&table).await?;
@@ -72,6 +78,9 @@ impl CdcSession {
                 Ok(batches) => out.extend(batches),
                 Err(e) => return Err(self.undo_clear(&table, cleared, e).await),
             }
+        }
+        if completing {
+            self.finish_full_refresh(&table).await?;
         }
         if out.is_empty() {
             out.push(RecordBatch::new_empty(result_schema()));
@@ -123,6 +132,27 @@ impl CdcSession {
         }
     }
 
+    /// After every flow of `table` ran in a refresh: the marks of flows
+    /// still to run of a full refresh removed (the flows ran but committed
+    /// nothing, having nothing to add), in one commit of properties.
+    pub(super) async fn finish_full_refresh(&self, table: &ScdTable) -> Result<()> {
+        table.refresh().await?;
+        let pending = table.meta().full_refresh_pending();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        Edit::new(EditKind::SetProperties)
+            .metadata(MetadataChange::Remove(
+                pending
+                    .iter()
+                    .map(|f| full_refresh_pending_property(f))
+                    .collect(),
+            ))
+            .commit(table)
+            .await?;
+        table.refresh().await
+    }
+
     /// Remove every row of a table (full refresh), keeping its definition,
     /// as a commit of its own (see [`Self::runs`]).
     pub(super) async fn clear(&self, table: &Arc<ScdTable>) -> Result<()> {
@@ -137,12 +167,17 @@ impl CdcSession {
         event.deleted = rows as u64;
         // forget what the flows read: they read their sources (and every
         // snapshot version) again
-        Edit::new(EditKind::Delete)
+        let edit = Edit::new(EditKind::Delete)
             .event(event)
             .replacing(Replaced::All)
-            .metadata(MetadataChange::forget_reads())
-            .commit(table)
-            .await?;
+            .metadata(MetadataChange::forget_reads());
+        // (every flow is still to run)
+        let edit = table
+            .meta()
+            .full_refresh_marks("", true)
+            .into_iter()
+            .fold(edit, Edit::metadata);
+        edit.commit(table).await?;
         Ok(())
     }
 }

@@ -99,7 +99,8 @@ fn flow_err(flow: &str, clause: &str, msg: impl std::fmt::Display) -> DataFusion
 /// integer beyond the key's range fails the cast). A decimal cast to an
 /// integer key, or text parsed as a number, would name another key.
 fn previous_key_fits(previous: &DataType, key: &DataType) -> bool {
-    let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    let text =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
     let binary = |t: &DataType| {
         matches!(
             t,

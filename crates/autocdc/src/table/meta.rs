@@ -16,8 +16,9 @@ use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::DEFAULT_BUCKETS;
 use crate::table::properties::{
-    BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX, SNAPSHOT_PROPERTY_PREFIX,
-    SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
+    full_refresh_pending_property, BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX,
+    FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
+    SOURCE_CHECKPOINT_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
 };
 use crate::table::writer::FileCompression;
 
@@ -147,15 +148,52 @@ impl TableMeta {
         })
     }
 
-    /// What the target fixes for a new flow.
     /// The properties a full refresh forgets: what the flows read (their
     /// sources' checkpoints, every snapshot version), so that they read it
-    /// all again.
-    pub const CLEARED_PREFIXES: [&'static str; 3] = [
+    /// all again, and the marks of an earlier full refresh that did not
+    /// finish.
+    pub const CLEARED_PREFIXES: [&'static str; 4] = [
         SOURCE_CHECKPOINT_PREFIX,
         SNAPSHOT_PROPERTY_PREFIX,
         SNAPSHOT_WATERMARK_PROPERTY,
+        FULL_REFRESH_PENDING_PREFIX,
     ];
+
+    /// The flows a full refresh cleared the table for and that have not
+    /// committed since: a process that stopped mid-refresh left them (the
+    /// next update of the table runs them, `ONCE` flows included).
+    pub fn full_refresh_pending(&self) -> Vec<String> {
+        self.properties
+            .keys()
+            .filter_map(|k| k.strip_prefix(FULL_REFRESH_PENDING_PREFIX))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The marks a run of `flow` commits (this being the table as the run
+    /// sees it): the run clearing the table for a full refresh marks every
+    /// other flow as still to run; a run of a marked flow removes its mark.
+    ///
+    /// | run                         | marks                          |
+    /// |-----------------------------|--------------------------------|
+    /// | clears the table (`FULL`)   | set for every other flow       |
+    /// | of a marked flow            | its own removed                |
+    /// | any other                   | none                           |
+    pub fn full_refresh_marks(&self, flow: &str, clearing: bool) -> Vec<MetadataChange> {
+        if clearing {
+            return self
+                .flows
+                .keys()
+                .filter(|f| f.as_str() != flow)
+                .map(|f| MetadataChange::Set(full_refresh_pending_property(f), "true".to_string()))
+                .collect();
+        }
+        let mark = full_refresh_pending_property(flow);
+        match self.properties.contains_key(&mark) {
+            true => vec![MetadataChange::Remove(vec![mark])],
+            false => Vec::new(),
+        }
+    }
 
     /// The table as the update carrying a full refresh's clear sees it: no
     /// stored rows, nothing read (its columns, flows and other properties
@@ -167,6 +205,7 @@ impl TableMeta {
         self
     }
 
+    /// What the target fixes for a new flow.
     pub fn shape(&self) -> TargetShape {
         TargetShape {
             columns: (!self.user_schema.fields().is_empty()).then(|| Arc::clone(&self.user_schema)),

@@ -45,6 +45,16 @@ pub fn last_version_property(flow: &str) -> String {
     format!("{SNAPSHOT_PROPERTY_PREFIX}{flow}.last_version")
 }
 
+/// Prefix of the keys marking the flows a full refresh has still to run:
+/// set by the commit that clears the table, each removed by its flow's
+/// commit (see [`crate::table::meta::TableMeta::full_refresh_marks`]).
+pub const FULL_REFRESH_PENDING_PREFIX: &str = "autocdc.full_refresh_pending.";
+
+/// The key marking `flow` as still to run in a full refresh.
+pub fn full_refresh_pending_property(flow: &str) -> String {
+    format!("{FULL_REFRESH_PENDING_PREFIX}{flow}")
+}
+
 /// Number of key buckets.
 pub const BUCKETS_PROPERTY: &str = "autocdc.buckets";
 

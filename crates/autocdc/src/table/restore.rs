@@ -66,7 +66,8 @@ use super::commit::{
 use super::event::CommitEvent;
 use super::plain_files::{PlainFilesTable, TableLocation};
 use super::properties::{
-    SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
+    FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
+    SOURCE_CHECKPOINT_PREFIX,
 };
 use super::{delta_err, ScdTable};
 use crate::fold::columns::{
@@ -80,10 +81,11 @@ const NOW: &str = "now";
 const THEN: &str = "then";
 
 /// The properties a restore takes from the version it restores.
-const RESTORED_PREFIXES: [&str; 3] = [
+const RESTORED_PREFIXES: [&str; 4] = [
     SOURCE_CHECKPOINT_PREFIX,
     SNAPSHOT_PROPERTY_PREFIX,
     SNAPSHOT_WATERMARK_PROPERTY,
+    FULL_REFRESH_PENDING_PREFIX,
 ];
 
 /// What a restore did.
