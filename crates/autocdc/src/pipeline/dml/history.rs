@@ -23,7 +23,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::provider_as_source;
-use datafusion::execution::session_state::SessionState;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::functions::core::expr_fn::get_field;
 use datafusion::functions_aggregate::expr_fn::{bool_and, count, max};
 use datafusion::functions_window::expr_fn::lead;
@@ -273,7 +273,19 @@ impl History {
             Planning::Run,
         )
         .await?;
-        state.create_physical_plan(&plan).await
+        if operation == Operation::Merge {
+            // (MERGE runs the plan as planned here)
+            return state.create_physical_plan(&plan).await;
+        }
+        // DataFusion optimizes the plan its DELETE, UPDATE and INSERT get
+        // back, with the statement's: planned here unoptimized, it is
+        // optimized once (a second pass would swap the inputs of joins
+        // whose dynamic filters the first pass built, an internal error)
+        SessionStateBuilder::new_from_existing(state.clone())
+            .with_physical_optimizer_rules(vec![])
+            .build()
+            .create_physical_plan(&plan)
+            .await
     }
 
     /// Fail naming the first version that has no start, ends where it
