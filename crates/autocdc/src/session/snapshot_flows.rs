@@ -86,7 +86,15 @@ impl CdcSession {
                             version.data_type()
                         )));
                     }
-                    version.cast_to(t)?
+                    version.cast_to(t).map_err(|_| {
+                        DataFusionError::Plan(format!(
+                            "flow '{}': the snapshot version {} does not fit the target's \
+                             sequence type {t} (its versions are stored as that type, which \
+                             cannot widen); nothing was committed",
+                            spec.name,
+                            crate::fold::errors::scalar_text(&version)
+                        ))
+                    })?
                 }
                 _ => version,
             };
