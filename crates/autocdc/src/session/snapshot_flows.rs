@@ -74,12 +74,23 @@ impl CdcSession {
                 .next_snapshot(table, spec, last.clone(), meta.sequence_type.clone(), now)
                 .await?;
             let Some((plan, version)) = next else { break };
-            let version = match &meta.sequence_type {
+            // (the type of the stored sequences, or of a declared SCD 2
+            // target's __START_AT)
+            let fixed = meta.sequence_type.clone().or(meta.start_at_type.clone());
+            let version = match &fixed {
                 Some(t) if version.data_type() != *t => {
                     // the version as stored (a timestamp's microseconds, say),
-                    // or an integer of another width
+                    // an integer of another width, or a time in another
+                    // zone's notation (the same instant)
                     let stored = crate::spec::resolve::storage_type(&version.data_type());
-                    if stored != *t && !(version.data_type().is_integer() && t.is_integer()) {
+                    let same_instants = matches!(
+                        (&stored, t),
+                        (DataType::Timestamp(a, _), DataType::Timestamp(b, _)) if a == b
+                    );
+                    if stored != *t
+                        && !same_instants
+                        && !(version.data_type().is_integer() && t.is_integer())
+                    {
                         return Err(DataFusionError::Plan(format!(
                             "flow '{}': the snapshot version type {} differs from the target's sequence type {t}",
                             spec.name,
