@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
 use datafusion::functions::expr_fn::{coalesce, named_struct};
@@ -90,6 +91,9 @@ pub struct ResolvedFlow {
 }
 
 fn flow_err(flow: &str, clause: &str, msg: impl std::fmt::Display) -> DataFusionError {
+    // (a planning error of the clause's expression, without its prefix)
+    let msg = msg.to_string();
+    let msg = msg.strip_prefix("Error during planning: ").unwrap_or(&msg);
     DataFusionError::Plan(format!("flow '{flow}': {clause}: {msg}"))
 }
 
@@ -137,7 +141,21 @@ pub fn plan_sql_expr(
         .with_dialect(d.as_ref())
         .build()?
         .parse_into_expr()?;
-    state.create_logical_expr_from_sql_expr(sql_expr, schema)
+    let expr = state.create_logical_expr_from_sql_expr(sql_expr, schema)?;
+    // (a clause is evaluated per event: it cannot run a query)
+    let subquery = expr.exists(|e| {
+        Ok(matches!(
+            e,
+            Expr::ScalarSubquery(_) | Expr::InSubquery(_) | Expr::Exists(_)
+        ))
+    })?;
+    if subquery {
+        return Err(DataFusionError::Plan(format!(
+            "'{text}' holds a subquery, which a clause cannot run: join what it reads into \
+             the source query instead"
+        )));
+    }
+    Ok(expr)
 }
 
 /// Plan a flow source (table name or query text in `dialect`).
@@ -868,6 +886,13 @@ pub fn resolve(
                     format!("key column '{name}' is not among the target columns"),
                 )
             })?;
+        if key_indices.contains(&idx) {
+            return Err(flow_err(
+                flow,
+                "KEYS",
+                format!("column '{name}' is named twice"),
+            ));
+        }
         key_indices.push(idx);
     }
 
