@@ -100,10 +100,10 @@ pub async fn plan_changes(
     if let FlowSource::Query(query) = &flow.source {
         return Ok(
             match streams::plan_query(state, query, &flow.dialect, previous).await? {
-                Some((plan, checkpoint)) => SourceRead {
-                    plan,
-                    checkpoint: Some((key, encode(&checkpoint)?)),
-                    newest_input_ms: None,
+                Some(read) => SourceRead {
+                    plan: read.plan,
+                    checkpoint: Some((key, encode(&read.checkpoint)?)),
+                    newest_input_ms: read.newest_input_ms,
                     unreadable: None,
                 },
                 None => SourceRead {

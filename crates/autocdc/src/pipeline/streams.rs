@@ -345,6 +345,18 @@ fn in_flow(flow: &str, e: DataFusionError) -> DataFusionError {
     DataFusionError::Plan(format!("append flow '{flow}': {message}"))
 }
 
+/// A source query with its streams reading what is new ([`plan_query`]).
+pub(super) struct StreamsRead {
+    /// The query, each stream replaced by what it reads.
+    pub(super) plan: LogicalPlan,
+    /// What the streams will have read.
+    pub(super) checkpoint: SourceCheckpoint,
+    /// When the newest input the streams read arrived (milliseconds since
+    /// the epoch): a new file's modification time, or the commit time of a
+    /// streaming table's version; `None` when they read nothing new.
+    pub(super) newest_input_ms: Option<i64>,
+}
+
 /// Plan `query` (a flow's source query, in `dialect`) with each stream of a
 /// streaming table reading what is new since `previous`; `None` when the
 /// query has no stream (it is read whole).
@@ -353,7 +365,7 @@ pub(super) async fn plan_query(
     query: &str,
     dialect_name: &str,
     previous: Option<SourceCheckpoint>,
-) -> Result<Option<(LogicalPlan, SourceCheckpoint)>> {
+) -> Result<Option<StreamsRead>> {
     let (mut statement, found) = parse(query, dialect_name)?;
     if found.is_empty() {
         return Ok(None);
@@ -372,6 +384,7 @@ pub(super) async fn plan_query(
     // what the scan under each alias reads: a folder's new files, or a
     // streaming table at the version its checkpoint records
     let mut scans: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
+    let mut newest_input_ms: Option<i64> = None;
     for stream in &found {
         // (two streams of one table may read it in different ways)
         let key = stream.clone();
@@ -396,6 +409,7 @@ pub(super) async fn plan_query(
             let empty = BTreeSet::new();
             let read = folders_before.get(&stream.table).unwrap_or(&empty);
             let new = folders::new_files(state, listing, read).await?;
+            newest_input_ms = newest_input_ms.max(new.newest_ms);
             let alias = format!("{SCAN_PREFIX}{}", scans.len());
             replace.insert(key, format!("SELECT * FROM {} AS {alias}", stream.table));
             scans.insert(alias, new.provider);
@@ -435,6 +449,9 @@ pub(super) async fn plan_query(
             (None, Some(starting)) => Some(check_starting(&stream.table, starting, version)?),
             (None, None) => None,
         };
+        if first.is_none_or(|from| from <= version) {
+            newest_input_ms = newest_input_ms.max(table.commit_time(version).await?);
+        }
         let sql = match (stream.read, first) {
             // the snapshot as inserts at its version, as its change feed
             // would have them
@@ -504,7 +521,11 @@ pub(super) async fn plan_query(
         tables: read_now,
         folders: folders_now,
     };
-    Ok(Some((plan, checkpoint)))
+    Ok(Some(StreamsRead {
+        plan,
+        checkpoint,
+        newest_input_ms,
+    }))
 }
 
 /// The version `read` a checkpoint recorded of the table `name` (then of

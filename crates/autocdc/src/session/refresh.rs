@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::Int64Type;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, Result};
 
@@ -68,14 +69,22 @@ impl CdcSession {
         // finish, ends by removing the marks of flows that committed nothing)
         let completing = full || !table.meta().full_refresh_pending().is_empty();
         let (runs, clear_first) = Self::runs(&table, full);
-        if clear_first {
-            self.clear(&table).await?;
-        }
+        let mut cleared_rows = match clear_first {
+            true => self.clear(&table).await?,
+            false => 0,
+        };
         let cleared = full.then_some(before);
         let mut out = Vec::new();
         for (flow, operation) in runs {
             match self.run_flow(&table, &flow, operation).await {
-                Ok(batches) => out.extend(batches),
+                Ok(batches) => {
+                    // (a clear of its own counts with the first run, as a
+                    // clear the first run carries does)
+                    for batch in batches {
+                        out.push(with_deleted_added(batch, cleared_rows)?);
+                        cleared_rows = 0;
+                    }
+                }
                 Err(e) => return Err(self.undo_clear(&table, cleared, e).await),
             }
         }
@@ -154,8 +163,9 @@ impl CdcSession {
     }
 
     /// Remove every row of a table (full refresh), keeping its definition,
-    /// as a commit of its own (see [`Self::runs`]).
-    pub(super) async fn clear(&self, table: &Arc<ScdTable>) -> Result<()> {
+    /// as a commit of its own (see [`Self::runs`]); the rows removed (SCD 2:
+    /// versions).
+    pub(super) async fn clear(&self, table: &Arc<ScdTable>) -> Result<u64> {
         let started = std::time::Instant::now();
         // its count: the rows its change feed deletes (SCD 2: versions)
         let rows = self
@@ -178,6 +188,22 @@ impl CdcSession {
             .into_iter()
             .fold(edit, Edit::metadata);
         edit.commit(table).await?;
-        Ok(())
+        Ok(rows as u64)
     }
+}
+
+/// `batch` (a flow run's result row) with `rows` more deleted rows.
+fn with_deleted_added(batch: RecordBatch, rows: u64) -> Result<RecordBatch> {
+    if rows == 0 {
+        return Ok(batch);
+    }
+    let index = batch.schema().index_of("num_deleted_rows")?;
+    let deleted = batch
+        .column(index)
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| DataFusionError::Internal("num_deleted_rows is not Int64".into()))?;
+    let added: Int64Array = deleted.unary(|n| n + rows as i64);
+    let mut columns = batch.columns().to_vec();
+    columns[index] = Arc::new(added);
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }

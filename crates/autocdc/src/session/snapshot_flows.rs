@@ -47,6 +47,7 @@ impl CdcSession {
         register: bool,
     ) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
+        let mut skipped_at = None;
         let mut register = register;
         loop {
             let meta = table.meta();
@@ -123,7 +124,7 @@ impl CdcSession {
                         std::time::Instant::now(),
                     )
                     .with_details(details);
-                    commit_event(table, event).await?;
+                    skipped_at = Some(commit_event(table, event).await?);
                     break;
                 }
             }
@@ -154,7 +155,8 @@ impl CdcSession {
             self.commit_definition(table, spec).await?;
         }
         if out.is_empty() {
-            out.push(result_batch(&spec.name, Default::default(), None)?);
+            // (a skipped version's commit is the run's)
+            out.push(result_batch(&spec.name, Default::default(), skipped_at)?);
         }
         Ok(out)
     }

@@ -274,13 +274,10 @@ pub async fn commit_written(
 }
 
 /// Commit `event` alone (no data, no checkpoint moves) to `table`'s state
-/// store: an event-log entry such as a skipped snapshot version.
-pub(crate) async fn commit_event(table: &ScdTable, event: CommitEvent) -> Result<()> {
-    Edit::new(EditKind::Update)
-        .event(event)
-        .commit(table)
-        .await?;
-    Ok(())
+/// store: an event-log entry such as a skipped snapshot version. Returns
+/// the version committed.
+pub(crate) async fn commit_event(table: &ScdTable, event: CommitEvent) -> Result<i64> {
+    Edit::new(EditKind::Update).event(event).commit(table).await
 }
 
 /// What an [`Edit`] replaces of the stored rows.
