@@ -105,13 +105,9 @@ pub(crate) fn sort_share(context: &TaskContext, partitions: usize) -> usize {
     }
 }
 
-/// The smallest pool a fall-back sort is given (DataFusion's sort reserves
-/// `sort_spill_reservation_bytes` for its merge and needs room for batches
-/// beside it).
-const MIN_SORT_POOL: usize = 32 * 1024 * 1024;
-
-/// Below this (or twice `sort_spill_reservation_bytes`) a share is not
-/// carved out and the sort uses the session's pool, as without a share.
+/// Below this (or twice `sort_spill_reservation_bytes`), with two batches
+/// beside it, a share is not carved out and the sort uses the session's
+/// pool, as without a share.
 const MIN_VIABLE_SORT_POOL: usize = 1024 * 1024;
 
 /// `retained` batches followed by the rest of `input`, sorted by `ordering`
@@ -122,8 +118,9 @@ const MIN_VIABLE_SORT_POOL: usize = 1024 * 1024;
 /// kept at what the pool allows) and the sort runs in a pool of that size,
 /// the reservation living as long as the sort's output. Without a share, or
 /// when the pool cannot give one large enough for DataFusion's sort (twice
-/// `sort_spill_reservation_bytes`, at least 1 MiB), the reservation is freed
-/// and the sort uses the session's pool.
+/// `sort_spill_reservation_bytes`, at least 1 MiB, and room for two of the
+/// largest retained batch), the reservation is freed and the sort uses the
+/// session's pool.
 pub(crate) fn sort_retained_and_rest(
     retained: Vec<arrow::array::RecordBatch>,
     input: SendableRecordBatchStream,
@@ -137,19 +134,24 @@ pub(crate) fn sort_retained_and_rest(
         context
     } else {
         // what the pool refuses the sort goes without: it spills sooner
-        for wanted in [share.max(MIN_SORT_POOL), share] {
-            if reservation.size() >= wanted || reservation.try_resize(wanted).is_ok() {
-                break;
-            }
+        // (never more than the share: the other partitions have theirs)
+        if reservation.size() < share {
+            let _ = reservation.try_resize(share);
         }
-        // a share too small for the sort's merge reservation and a batch
-        // beside it would fail the sort: it then uses the session's pool
+        // a share too small for the sort's merge reservation and two
+        // batches beside it would fail the sort: it then uses the session's
+        // pool
         let merge = context
             .session_config()
             .options()
             .execution
             .sort_spill_reservation_bytes;
-        if reservation.size() < (2 * merge).max(MIN_VIABLE_SORT_POOL) {
+        let batch = retained
+            .iter()
+            .map(|b| b.get_array_memory_size())
+            .max()
+            .unwrap_or(0);
+        if reservation.size() < (2 * merge).max(MIN_VIABLE_SORT_POOL) + 2 * batch {
             reservation.free();
             context
         } else {

@@ -390,11 +390,14 @@ impl RejectsStream {
         if batch.num_rows() == 0 {
             return true;
         }
+        // in a bounded pool, a quarter of it for the partitions' events:
+        // the fold above holds up to half while they pass on, and its
+        // sorts need the rest
+        let size = batch.get_array_memory_size();
+        let cap = sort_share(&self.context, self.partitions) / 2;
         let held = !self.sorting.load(Ordering::Relaxed)
-            && self
-                .reservation
-                .try_grow(batch.get_array_memory_size())
-                .is_ok();
+            && (cap == 0 || self.reservation.size() + size <= cap)
+            && self.reservation.try_grow(size).is_ok();
         self.buffered.push(batch);
         held
     }
