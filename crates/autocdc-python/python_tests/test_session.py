@@ -175,7 +175,7 @@ class Flows(unittest.TestCase):
 
         self.s.create_streaming_table("prices")
         with self.assertRaisesRegex(
-            Exception, "cannot be called from inside one of its own callbacks"
+            Exception, "cannot be called from inside a snapshot callback"
         ):
             self.s.create_auto_cdc_from_snapshot_flow(
                 target="prices", source=next_snapshot_and_version, keys=["id"],
@@ -503,3 +503,80 @@ class AutoCdcInAQuery(unittest.TestCase):
             [tuple(r.values()) for r in changes],
             [(1, "b", "insert"), (2, "c", "insert")],
         )
+
+
+class Arguments(unittest.TestCase):
+    """Parameters mean what their SQL means, or are refused naming themselves."""
+
+    def setUp(self) -> None:
+        self.warehouse = os.path.join(tempfile.mkdtemp(), "warehouse")
+        self.s = cdc.CdcSession(self.warehouse)
+        self.s.register(
+            "feed",
+            pa.table({"id": [1, 1, 1], "a": ["a1", "a2", "a2"], "b": ["b1", "b1", "b2"], "seq": [1, 2, 3]}),
+        )
+
+    def test_comment_is_the_tables_description(self) -> None:
+        self.s.create_streaming_table("t", comment="my table", table_properties={"autocdc.buckets": "4"})
+        properties = {r["key"]: r["value"] for r in pa.table(self.s.sql("SHOW TBLPROPERTIES t")).to_pylist()}
+        self.assertNotIn("comment", properties)
+        self.assertEqual(properties["autocdc.buckets"], "4")
+        # the same declaration in SQL is the table as it is
+        self.s.sql("CREATE OR REFRESH STREAMING TABLE t COMMENT 'my table'")
+        logs = [
+            os.path.join(folder, name)
+            for folder, _, names in os.walk(os.path.join(self.warehouse, "public", "t"))
+            for name in names
+            if name.endswith(".json") and folder.endswith("_delta_log")
+        ]
+        self.assertTrue(logs)
+        described = [p for p in logs if '"description":"my table"' in open(p).read()]
+        self.assertTrue(described, logs)
+
+    def test_exclusive_pairs_and_bad_values_are_refused(self) -> None:
+        self.s.create_streaming_table("h")
+        for pair in [
+            {"track_history_column_list": ["a"], "track_history_except_column_list": ["a"]},
+            {"ignore_null_updates_column_list": ["a"], "ignore_null_updates_except_column_list": ["a"]},
+        ]:
+            with self.assertRaises(ValueError):
+                self.s.create_auto_cdc_flow(
+                    target="h", source="feed", keys=["id"], sequence_by="seq",
+                    except_column_list=["seq"], stored_as_scd_type=2, **pair)
+        with self.assertRaises(TypeError):
+            self.s.create_auto_cdc_flow(target="h", source="feed", keys=["id"], sequence_by="seq", stored_as_scd_type=True)
+        with self.assertRaises(ValueError):
+            self.s.create_auto_cdc_flow(target="h", source="feed", keys=["id"], sequence_by="seq", name="")
+        with self.assertRaisesRegex(TypeError, "expect_all"):
+            self.s.create_streaming_table("x", expect_all={"a": 1})
+        with self.assertRaisesRegex(cdc.AutoCdcError, "expectation 'bad'"):
+            self.s.create_streaming_table("y", expect_all_or_drop={"bad": "v >"})
+
+    def test_providers_outlive_their_session(self) -> None:
+        def lend() -> datafusion.SessionContext:
+            s = cdc.CdcSession(os.path.join(tempfile.mkdtemp(), "warehouse"))
+            s.register("feed", pa.table({"id": [1], "seq": [1]}))
+            s.create_streaming_table("t")
+            s.create_auto_cdc_flow(target="t", source="feed", keys=["id"], sequence_by="seq")
+            ctx = datafusion.SessionContext()
+            ctx.register_table("t", s.table_provider("t"))
+            return ctx
+
+        ctx = lend()
+        import gc
+
+        gc.collect()
+        self.assertEqual(ctx.sql("SELECT * FROM t").to_arrow_table().to_pylist(), [{"id": 1, "seq": 1}])
+
+    def test_a_snapshot_callback_may_open_another_session(self) -> None:
+        other = os.path.join(tempfile.mkdtemp(), "warehouse")
+        self.s.create_streaming_table("p")
+
+        def snapshot(latest):
+            if latest is not None:
+                return None
+            cdc.CdcSession(other)
+            return (pa.table({"id": [1]}), 1)
+
+        self.s.create_auto_cdc_from_snapshot_flow(target="p", source=snapshot, keys=["id"])
+        self.assertEqual(pa.table(self.s.sql("SELECT * FROM p")).to_pylist(), [{"id": 1}])

@@ -21,6 +21,7 @@ mod arrow_io;
 mod provider;
 mod result;
 mod session;
+mod shared_runtime;
 mod table_function;
 mod version;
 

@@ -26,6 +26,8 @@ use futures::StreamExt;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use crate::shared_runtime::SharedRuntime;
+
 const PROVIDER: &CStr = c"datafusion_table_provider";
 const CODEC: &CStr = c"datafusion_logical_extension_codec";
 
@@ -36,14 +38,14 @@ const CODEC: &CStr = c"datafusion_logical_extension_codec";
 pub(crate) struct OwnSessionScan {
     table: Arc<dyn TableProvider>,
     state: SessionState,
-    runtime: tokio::runtime::Handle,
+    runtime: Arc<SharedRuntime>,
 }
 
 impl OwnSessionScan {
     pub(crate) fn new(
         table: Arc<dyn TableProvider>,
         state: SessionState,
-        runtime: tokio::runtime::Handle,
+        runtime: Arc<SharedRuntime>,
     ) -> Self {
         Self {
             table,
@@ -75,6 +77,7 @@ impl TableProvider for OwnSessionScan {
         let task_ctx = state.task_ctx();
         let plan = self
             .runtime
+            .handle()
             .spawn(async move {
                 table
                     .scan(&state, projection.as_ref(), &filters, limit)
@@ -86,7 +89,7 @@ impl TableProvider for OwnSessionScan {
             properties: Arc::clone(plan.properties()),
             inner: plan,
             task_ctx,
-            runtime: self.runtime.clone(),
+            runtime: Arc::clone(&self.runtime),
         }))
     }
 }
@@ -98,7 +101,7 @@ struct OwnRuntimeExec {
     inner: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
     task_ctx: Arc<TaskContext>,
-    runtime: tokio::runtime::Handle,
+    runtime: Arc<SharedRuntime>,
 }
 
 impl DisplayAs for OwnRuntimeExec {
@@ -134,10 +137,10 @@ impl ExecutionPlan for OwnRuntimeExec {
         partition: usize,
         _context: Arc<TaskContext>,
     ) -> datafusion::error::Result<SendableRecordBatchStream> {
-        let _entered = self.runtime.enter();
+        let _entered = self.runtime.handle().enter();
         let mut stream = self.inner.execute(partition, Arc::clone(&self.task_ctx))?;
         let (tx, rx) = tokio::sync::mpsc::channel(2);
-        self.runtime.spawn(async move {
+        self.runtime.handle().spawn(async move {
             while let Some(batch) = stream.next().await {
                 if tx.send(batch).await.is_err() {
                     break;
@@ -183,14 +186,11 @@ pub(crate) fn foreign_codec(
 #[pyclass(name = "TableProvider", module = "datafusion_autocdc", frozen)]
 pub(crate) struct PyTableProvider {
     provider: Arc<dyn TableProvider>,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<SharedRuntime>,
 }
 
 impl PyTableProvider {
-    pub(crate) fn new(
-        provider: Arc<dyn TableProvider>,
-        runtime: Arc<tokio::runtime::Runtime>,
-    ) -> Self {
+    pub(crate) fn new(provider: Arc<dyn TableProvider>, runtime: Arc<SharedRuntime>) -> Self {
         Self { provider, runtime }
     }
 }

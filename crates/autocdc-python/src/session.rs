@@ -18,6 +18,7 @@ use crate::arrow_io::read_stream;
 use crate::engine_error;
 use crate::provider::{OwnSessionScan, PyTableProvider};
 use crate::result::QueryResult;
+use crate::shared_runtime::SharedRuntime;
 use crate::table_function::PyTableFunction;
 use crate::version::{self, Version};
 
@@ -27,7 +28,7 @@ use crate::version::{self, Version};
 #[pyclass(name = "CdcSession", module = "datafusion_autocdc", frozen)]
 pub(crate) struct PyCdcSession {
     session: Arc<CdcSession>,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<SharedRuntime>,
 }
 
 impl PyCdcSession {
@@ -36,7 +37,7 @@ impl PyCdcSession {
         let scan = OwnSessionScan::new(
             provider,
             self.session.context().state(),
-            self.runtime.handle().clone(),
+            Arc::clone(&self.runtime),
         );
         PyTableProvider::new(Arc::new(scan), Arc::clone(&self.runtime))
     }
@@ -78,12 +79,13 @@ impl PyCdcSession {
         F: Future<Output = datafusion::error::Result<T>> + Send,
         T: Send,
     {
-        // a callback of this session's (`next_snapshot_and_version`) runs
-        // inside its runtime, which cannot be entered again
+        // a snapshot callback (`next_snapshot_and_version`) runs inside a
+        // session's runtime, which cannot be entered again
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(PyRuntimeError::new_err(
-                "a CdcSession cannot be called from inside one of its own callbacks \
-                 (next_snapshot_and_version): return the snapshot and let the flow run",
+                "a CdcSession cannot be called from inside a snapshot callback \
+                 (next_snapshot_and_version): return the snapshot and let the flow run \
+                 (a datafusion-python DataFrame may read other data there)",
             ));
         }
         let session = Arc::clone(&self.session);
@@ -95,6 +97,19 @@ impl PyCdcSession {
 
 /// `stored_as_scd_type`: 1, 2, "1", "2" or "BITEMPORAL".
 fn scd_type(value: &Bound<'_, PyAny>) -> PyResult<ScdType> {
+    // (a bool is an int to Python: True is no storage type)
+    if value.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "stored_as_scd_type: expected 1, 2 or \"BITEMPORAL\", got {}",
+            value.repr()?
+        )));
+    }
+    if value.is_instance_of::<pyo3::types::PyInt>() && value.extract::<i64>().is_err() {
+        return Err(PyValueError::new_err(format!(
+            "stored_as_scd_type: expected 1, 2 or \"BITEMPORAL\", got {}",
+            value.repr()?
+        )));
+    }
     if let Ok(n) = value.extract::<i64>() {
         return match n {
             1 => Ok(ScdType::Type1),
@@ -174,13 +189,49 @@ fn with<B, T>(builder: B, value: Option<T>, set: impl FnOnce(B, T) -> B) -> B {
 
 /// Runs' metrics as a list of dicts.
 /// `{name: condition}` of an `expect_all*` argument, in its order.
-fn expectations(dict: Option<Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+/// The expectations `{name: condition}` of parameter `parameter`.
+fn expectations(
+    parameter: &str,
+    dict: Option<Bound<'_, PyDict>>,
+) -> PyResult<Vec<(String, String)>> {
     let Some(dict) = dict else {
         return Ok(Vec::new());
     };
     dict.iter()
-        .map(|(name, condition)| Ok((name.extract()?, condition.extract()?)))
+        .map(
+            |(name, condition)| match (name.extract(), condition.extract()) {
+                (Ok(name), Ok(condition)) => Ok((name, condition)),
+                _ => Err(PyTypeError::new_err(format!(
+                    "{parameter}: expected {{name: condition}} with text for both, got {{{}: {}}}",
+                    name.repr()?,
+                    condition.repr()?
+                ))),
+            },
+        )
         .collect()
+}
+
+/// `table_properties`: a dict `{key: value}` or a list of `(key, value)`
+/// pairs, text both.
+fn properties_of(value: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
+    if let Ok(dict) = value.cast::<PyDict>() {
+        return dict
+            .iter()
+            .map(|(k, v)| match (k.extract(), v.extract()) {
+                (Ok(k), Ok(v)) => Ok((k, v)),
+                _ => Err(PyTypeError::new_err(format!(
+                    "table_properties: expected text keys and values, got {{{}: {}}}",
+                    k.repr()?,
+                    v.repr()?
+                ))),
+            })
+            .collect();
+    }
+    value.extract::<Vec<(String, String)>>().map_err(|_| {
+        PyTypeError::new_err(
+            "table_properties: expected a dict {key: value} or a list of (key, value) pairs, text both",
+        )
+    })
 }
 
 fn metrics_list<'py>(py: Python<'py>, runs: &[UpdateMetrics]) -> PyResult<Bound<'py, PyList>> {
@@ -200,9 +251,22 @@ impl PyCdcSession {
             .enable_all()
             .build()
             .map_err(|e| PyValueError::new_err(format!("CdcSession: no tokio runtime: {e}")))?;
+        let runtime = SharedRuntime::new(runtime);
         let config = AutoCdcConfig::new(warehouse);
+        let open = || runtime.block_on(CdcSession::open(config));
+        // (inside a runtime, a snapshot callback of another session's say,
+        // this thread cannot block on one: a thread of its own does)
         let session = py
-            .detach(|| runtime.block_on(CdcSession::open(config)))
+            .detach(|| match tokio::runtime::Handle::try_current() {
+                Ok(_) => std::thread::scope(|scope| {
+                    scope.spawn(open).join().unwrap_or_else(|_| {
+                        Err(datafusion::error::DataFusionError::Execution(
+                            "CdcSession: opening the warehouse panicked".into(),
+                        ))
+                    })
+                }),
+                Err(_) => open(),
+            })
             .map_err(engine_error)?;
         Ok(Self {
             session: Arc::new(session),
@@ -249,18 +313,18 @@ impl PyCdcSession {
         name: String,
         schema: Option<String>,
         comment: Option<String>,
-        table_properties: Option<Vec<(String, String)>>,
+        table_properties: Option<&Bound<'_, PyAny>>,
         expect_all: Option<Bound<'_, PyDict>>,
         expect_all_or_drop: Option<Bound<'_, PyDict>>,
         expect_all_or_fail: Option<Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        let expect_all = expectations(expect_all)?;
-        let expect_all_or_drop = expectations(expect_all_or_drop)?;
-        let expect_all_or_fail = expectations(expect_all_or_fail)?;
-        let mut properties = table_properties.unwrap_or_default();
-        if let Some(comment) = comment {
-            properties.push(("comment".to_string(), comment));
-        }
+        let expect_all = expectations("expect_all", expect_all)?;
+        let expect_all_or_drop = expectations("expect_all_or_drop", expect_all_or_drop)?;
+        let expect_all_or_fail = expectations("expect_all_or_fail", expect_all_or_fail)?;
+        let properties = match table_properties {
+            None => Vec::new(),
+            Some(p) => properties_of(p)?,
+        };
         self.run(py, move |s| async move {
             let mut builder = s
                 .create_streaming_table(&name)
@@ -270,6 +334,9 @@ impl PyCdcSession {
                 .expect_all_or_fail(expect_all_or_fail);
             if let Some(schema) = schema {
                 builder = builder.schema(schema);
+            }
+            if let Some(comment) = comment {
+                builder = builder.comment(comment);
             }
             builder.await
         })
@@ -327,9 +394,30 @@ impl PyCdcSession {
             }
         };
         let scd = stored_as_scd_type.map(scd_type).transpose()?;
-        if column_list.is_some() && except_column_list.is_some() {
+        for (pair, both) in [
+            (
+                "column_list or except_column_list",
+                column_list.is_some() && except_column_list.is_some(),
+            ),
+            (
+                "track_history_column_list or track_history_except_column_list",
+                track_history_column_list.is_some() && track_history_except_column_list.is_some(),
+            ),
+            (
+                "ignore_null_updates_column_list or ignore_null_updates_except_column_list",
+                ignore_null_updates_column_list.is_some()
+                    && ignore_null_updates_except_column_list.is_some(),
+            ),
+        ] {
+            if both {
+                return Err(PyValueError::new_err(format!(
+                    "create_auto_cdc_flow: give {pair}, not both"
+                )));
+            }
+        }
+        if name.as_deref().is_some_and(|n| n.trim().is_empty()) {
             return Err(PyValueError::new_err(
-                "create_auto_cdc_flow: give column_list or except_column_list, not both",
+                "create_auto_cdc_flow: name must not be empty",
             ));
         }
         let metrics = self.run(py, move |s| async move {

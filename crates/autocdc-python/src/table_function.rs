@@ -22,6 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::provider::{foreign_codec, OwnSessionScan};
+use crate::shared_runtime::SharedRuntime;
 
 const FUNCTION: &CStr = c"datafusion_table_function";
 
@@ -31,7 +32,7 @@ const FUNCTION: &CStr = c"datafusion_table_function";
 struct OwnSessionFunction {
     function: Arc<datafusion::catalog::TableFunction>,
     state: SessionState,
-    runtime: tokio::runtime::Handle,
+    runtime: Arc<SharedRuntime>,
 }
 
 impl TableFunctionImpl for OwnSessionFunction {
@@ -44,7 +45,7 @@ impl TableFunctionImpl for OwnSessionFunction {
         Ok(Arc::new(OwnSessionScan::new(
             table,
             self.state.clone(),
-            self.runtime.clone(),
+            Arc::clone(&self.runtime),
         )))
     }
 }
@@ -53,19 +54,19 @@ impl TableFunctionImpl for OwnSessionFunction {
 #[pyclass(name = "TableFunction", module = "datafusion_autocdc", frozen)]
 pub(crate) struct PyTableFunction {
     function: Arc<OwnSessionFunction>,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<SharedRuntime>,
 }
 
 impl PyTableFunction {
     pub(crate) fn new(
         function: Arc<datafusion::catalog::TableFunction>,
         state: SessionState,
-        runtime: Arc<tokio::runtime::Runtime>,
+        runtime: Arc<SharedRuntime>,
     ) -> Self {
         let function = Arc::new(OwnSessionFunction {
             function,
             state,
-            runtime: runtime.handle().clone(),
+            runtime: Arc::clone(&runtime),
         });
         Self { function, runtime }
     }

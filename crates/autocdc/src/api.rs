@@ -23,6 +23,9 @@ use datafusion::catalog::TableFunctionArgs;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{lit, Expr};
 use datafusion::prelude::DataFrame;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::Token;
 
 pub use crate::metrics::{PipelineUpdate, RestoreMetrics, TableStatus, TableUpdate, UpdateMetrics};
 use crate::session::{CdcSession, SnapshotFunction};
@@ -32,18 +35,27 @@ pub use crate::sql::RestoreTo;
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateStreamingTable, FullRefresh};
 use crate::table::TableName;
 
-/// Builder of `create_streaming_table` (the Python parameters `schema` and
-/// `table_properties`); `.await` creates the table.
+/// Builder of `create_streaming_table` (the Python parameters `schema`,
+/// `comment`, `table_properties` and `expect_all*`); `.await` creates the
+/// table.
 #[must_use = "a table builder does nothing until awaited"]
 pub struct CreateStreamingTableBuilder<'a> {
     session: &'a CdcSession,
     name: String,
     schema: Option<String>,
+    comment: Option<String>,
     properties: Vec<(String, String)>,
     expectations: Vec<Expectation>,
 }
 
 impl CreateStreamingTableBuilder<'_> {
+    /// `comment`: the table's description (`COMMENT '…'`), in the Delta
+    /// table readers see.
+    pub fn comment(mut self, comment: impl Into<String>) -> Self {
+        self.comment = Some(comment.into());
+        self
+    }
+
     /// `expect_all`: expectations `(name, condition)` whose failing rows are
     /// kept and counted.
     pub fn expect_all<I, K, V>(self, expectations: I) -> Self
@@ -151,7 +163,24 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
             };
             let mut statement = declared;
             statement.properties.extend(self.properties);
+            if self.comment.is_some() {
+                statement.comment = self.comment;
+            }
             for expectation in self.expectations {
+                // (refused now, as `CONSTRAINT … EXPECT (…)` is when parsed)
+                let parsed = Parser::new(&GenericDialect {})
+                    .try_with_sql(&expectation.condition)
+                    .and_then(|mut p| {
+                        let expr = p.parse_expr()?;
+                        p.expect_token(&Token::EOF)?;
+                        Ok(expr)
+                    });
+                if let Err(e) = parsed {
+                    return Err(DataFusionError::Plan(format!(
+                        "create_streaming_table('{}'): expectation '{}': '{}' is not a condition: {e}",
+                        self.name, expectation.name, expectation.condition
+                    )));
+                }
                 if statement
                     .expectations
                     .iter()
@@ -187,6 +216,7 @@ impl CdcSession {
             session: self,
             name: name.to_string(),
             schema: None,
+            comment: None,
             properties: Vec::new(),
             expectations: Vec::new(),
         }
