@@ -68,6 +68,17 @@ impl Observer for Faults {
     }
 }
 
+/// A session on a fresh in-memory warehouse whose storage calls go
+/// through [`Faults`] (unarmed), and the store under them.
+async fn faulty_session() -> (Arc<InMemory>, Arc<ObservedStore<Faults>>, CdcSession) {
+    let memory = Arc::new(InMemory::new());
+    let store = Arc::new(ObservedStore::new(memory.clone(), Faults::default()));
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
+        .await
+        .unwrap();
+    (memory, store, s)
+}
+
 async fn run(s: &CdcSession, sql: &str) -> datafusion::error::Result<String> {
     let batches = s.sql(sql).await?.collect().await?;
     Ok(pretty_format_batches(&batches)?.to_string())
@@ -130,11 +141,16 @@ const FEED: &str =
 
 /// One file of the folder source of the `RESTORE` case.
 async fn land_file(s: &CdcSession, name: &str, values: &str) {
+    land_file_in(s, "feeds", name, values).await
+}
+
+/// One Parquet file of events `values` at `memory:///<folder>/<name>.parquet`.
+async fn land_file_in(s: &CdcSession, folder: &str, name: &str, values: &str) {
     run(
         s,
         &format!(
             "COPY (SELECT CAST(column1 AS INT) AS id, column2 AS v, column3 AS op, CAST(column4 AS INT) AS seq \
-             FROM (VALUES {values})) TO 'memory:///feeds/{name}.parquet' STORED AS PARQUET"
+             FROM (VALUES {values})) TO 'memory:///{folder}/{name}.parquet' STORED AS PARQUET"
         ),
     )
     .await
@@ -275,11 +291,7 @@ async fn check(stored_as: &str, fault: Fault) {
     }
 
     for n in 1.. {
-        let memory = Arc::new(InMemory::new());
-        let store = Arc::new(ObservedStore::new(memory.clone(), Faults::default()));
-        let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-            .await
-            .unwrap();
+        let (memory, store, s) = faulty_session().await;
         setup(&s, stored_as).await;
         store.observer().arm(n, fault);
         let failed = second_update(&s, stored_as).await.is_err();
@@ -371,20 +383,8 @@ async fn snapshot_update_is_atomic_at_every_call() {
 
 /// Two flows of one target, the second `ONCE`, over file folders.
 async fn setup_two_flows(s: &CdcSession) {
-    for (folder, values) in [
-        ("a", "(1, 'a', 'U', 1), (2, 'b', 'U', 1)"),
-        ("b", "(3, 'c', 'U', 1), (4, 'd', 'U', 1)"),
-    ] {
-        run(
-            s,
-            &format!(
-                "COPY (SELECT CAST(column1 AS INT) AS id, column2 AS v, column3 AS op, CAST(column4 AS INT) AS seq \
-                 FROM (VALUES {values})) TO 'memory:///{folder}/1.parquet' STORED AS PARQUET"
-            ),
-        )
-        .await
-        .unwrap();
-    }
+    land_file_in(s, "a", "1", "(1, 'a', 'U', 1), (2, 'b', 'U', 1)").await;
+    land_file_in(s, "b", "1", "(3, 'c', 'U', 1), (4, 'd', 'U', 1)").await;
     register_two_sources(s).await;
     for sql in [
         "CREATE STREAMING TABLE t",
@@ -425,11 +425,7 @@ async fn a_full_refresh_stopped_at_any_call_is_completed_by_the_next_update() {
     let expected = observe(&clean, &clean_memory).await.rows;
     assert!(expected.contains("| 4  | d |"), "{expected}");
     for n in 1.. {
-        let memory = Arc::new(InMemory::new());
-        let store = Arc::new(ObservedStore::new(memory.clone(), Faults::default()));
-        let s = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-            .await
-            .unwrap();
+        let (memory, store, s) = faulty_session().await;
         setup_two_flows(&s).await;
         store.observer().arm(n, Fault::Crash);
         let _ = run(&s, "REFRESH STREAMING TABLE t FULL").await;
