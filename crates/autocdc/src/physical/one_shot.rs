@@ -105,9 +105,8 @@ pub(crate) fn sort_share(context: &TaskContext, partitions: usize) -> usize {
     }
 }
 
-/// Below this (or twice `sort_spill_reservation_bytes`), with two batches
-/// beside it, a share is not carved out and the sort uses the session's
-/// pool, as without a share.
+/// Below this (or twice `sort_spill_reservation_bytes`) a share is not
+/// carved out and the sort uses the session's pool, as without a share.
 const MIN_VIABLE_SORT_POOL: usize = 1024 * 1024;
 
 /// `retained` batches followed by the rest of `input`, sorted by `ordering`
@@ -118,9 +117,8 @@ const MIN_VIABLE_SORT_POOL: usize = 1024 * 1024;
 /// kept at what the pool allows) and the sort runs in a pool of that size,
 /// the reservation living as long as the sort's output. Without a share, or
 /// when the pool cannot give one large enough for DataFusion's sort (twice
-/// `sort_spill_reservation_bytes`, at least 1 MiB, and room for two of the
-/// largest retained batch), the reservation is freed and the sort uses the
-/// session's pool.
+/// `sort_spill_reservation_bytes`, at least 1 MiB), the reservation is freed
+/// and the sort uses the session's pool.
 pub(crate) fn sort_retained_and_rest(
     retained: Vec<arrow::array::RecordBatch>,
     input: SendableRecordBatchStream,
@@ -138,20 +136,14 @@ pub(crate) fn sort_retained_and_rest(
         if reservation.size() < share {
             let _ = reservation.try_resize(share);
         }
-        // a share too small for the sort's merge reservation and two
-        // batches beside it would fail the sort: it then uses the session's
-        // pool
+        // a share too small for the sort's merge reservation and a batch
+        // beside it would fail the sort: it then uses the session's pool
         let merge = context
             .session_config()
             .options()
             .execution
             .sort_spill_reservation_bytes;
-        let batch = retained
-            .iter()
-            .map(|b| b.get_array_memory_size())
-            .max()
-            .unwrap_or(0);
-        if reservation.size() < (2 * merge).max(MIN_VIABLE_SORT_POOL) + 2 * batch {
+        if reservation.size() < (2 * merge).max(MIN_VIABLE_SORT_POOL) {
             reservation.free();
             context
         } else {
