@@ -140,26 +140,32 @@ fn snapshot_events_of(
         .iter()
         .map(|k| column(k).is_not_null())
         .fold(column(KEY_NEXT).eq(column(version)), Expr::and);
-    let mut message = vec![lit(format!("flow '{flow}': duplicate key ("))];
-    for (i, k) in keys.iter().enumerate() {
-        let separator = if i == 0 { "" } else { ", " };
-        message.push(lit(format!("{separator}{k}=")));
-        message.push(cast(column(k), arrow::datatypes::DataType::Utf8));
-    }
-    message.push(lit(") in the snapshot at version "));
-    message.push(cast(column(version), arrow::datatypes::DataType::Utf8));
-    message.push(lit("; nothing was committed"));
-    let mut unversioned = vec![lit(format!(
+    // `k1=v1, k2=v2` of a row's key, as text parts
+    let key_text = || {
+        keys.iter().enumerate().flat_map(|(i, k)| {
+            let separator = if i == 0 { "" } else { ", " };
+            [
+                lit(format!("{separator}{k}=")),
+                cast(column(k), arrow::datatypes::DataType::Utf8),
+            ]
+        })
+    };
+    let message: Vec<Expr> = std::iter::once(lit(format!("flow '{flow}': duplicate key (")))
+        .chain(key_text())
+        .chain([
+            lit(") in the snapshot at version "),
+            cast(column(version), arrow::datatypes::DataType::Utf8),
+            lit("; nothing was committed"),
+        ])
+        .collect();
+    let unversioned: Vec<Expr> = std::iter::once(lit(format!(
         "flow '{flow}': VERSION BY: column '{version}' is NULL in a row of key ("
-    ))];
-    for (i, k) in keys.iter().enumerate() {
-        let separator = if i == 0 { "" } else { ", " };
-        unversioned.push(lit(format!("{separator}{k}=")));
-        unversioned.push(cast(column(k), arrow::datatypes::DataType::Utf8));
-    }
-    unversioned.push(lit(
+    )))
+    .chain(key_text())
+    .chain([lit(
         "): every snapshot row needs its version; nothing was committed",
-    ));
+    )])
+    .collect();
     let key_next = key_next.filter(raise_if(
         when(column(version).is_null(), concat(unversioned))
             .when(twice, concat(message))

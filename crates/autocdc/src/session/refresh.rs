@@ -181,10 +181,9 @@ impl CdcSession {
             .event(event)
             .replacing(Replaced::All)
             .metadata(MetadataChange::forget_reads());
-        // (every flow is still to run)
         let edit = table
             .meta()
-            .full_refresh_marks("", true)
+            .marks_of_flows_but(None)
             .into_iter()
             .fold(edit, Edit::metadata);
         edit.commit(table).await?;

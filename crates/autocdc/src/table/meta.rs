@@ -181,12 +181,7 @@ impl TableMeta {
     /// | any other                   | none                           |
     pub fn full_refresh_marks(&self, flow: &str, clearing: bool) -> Vec<MetadataChange> {
         if clearing {
-            return self
-                .flows
-                .keys()
-                .filter(|f| f.as_str() != flow)
-                .map(|f| MetadataChange::Set(full_refresh_pending_property(f), "true".to_string()))
-                .collect();
+            return self.marks_of_flows_but(Some(flow));
         }
         let mark = full_refresh_pending_property(flow);
         match self.properties.contains_key(&mark) {
@@ -203,6 +198,16 @@ impl TableMeta {
         self.properties
             .retain(|key, _| !Self::CLEARED_PREFIXES.iter().any(|p| key.starts_with(p)));
         self
+    }
+
+    /// Marks setting every flow but `flow` as still to run in a full
+    /// refresh (a clear of its own: `None`, every flow).
+    pub fn marks_of_flows_but(&self, flow: Option<&str>) -> Vec<MetadataChange> {
+        self.flows
+            .keys()
+            .filter(|f| Some(f.as_str()) != flow)
+            .map(|f| MetadataChange::Set(full_refresh_pending_property(f), "true".to_string()))
+            .collect()
     }
 
     /// What the target fixes for a new flow.
