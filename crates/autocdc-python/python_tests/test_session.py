@@ -568,6 +568,31 @@ class Arguments(unittest.TestCase):
         gc.collect()
         self.assertEqual(ctx.sql("SELECT * FROM t").to_arrow_table().to_pylist(), [{"id": 1, "seq": 1}])
 
+    def test_a_refused_snapshot_flow_keeps_the_function_it_would_replace(self) -> None:
+        self.s.create_streaming_table("q")
+        calls = []
+
+        def first(latest):
+            calls.append("first")
+            return None if latest is not None else (pa.table({"id": [1], "v": [1]}), 1)
+
+        def second(latest):
+            calls.append("second")
+            return (pa.table({"id": [9], "v": [9]}), 5)
+
+        self.s.create_auto_cdc_from_snapshot_flow(target="q", source=first, keys=["id"])
+        with self.assertRaisesRegex(cdc.AutoCdcError, "already exists"):
+            self.s.create_auto_cdc_from_snapshot_flow(target="q", source=second, keys=["id"])
+        calls.clear()
+        self.s.update_pipeline()
+        self.assertEqual(calls, ["first"])
+        self.assertEqual(pa.table(self.s.sql("SELECT * FROM q")).to_pylist(), [{"id": 1, "v": 1}])
+
+    def test_restore_refuses_a_negative_version(self) -> None:
+        self.s.create_streaming_table("r")
+        with self.assertRaisesRegex(ValueError, "version"):
+            self.s.restore("r", version=-1)
+
     def test_a_snapshot_callback_may_open_another_session(self) -> None:
         other = os.path.join(tempfile.mkdtemp(), "warehouse")
         self.s.create_streaming_table("p")

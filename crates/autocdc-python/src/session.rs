@@ -731,20 +731,25 @@ impl PyCdcSession {
         &self,
         py: Python<'py>,
         name: String,
-        version: Option<u64>,
+        version: Option<i64>,
         timestamp: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let to =
-            match (version, timestamp) {
-                (Some(version), None) => RestoreTo::Version(version),
-                (None, Some(ts)) => RestoreTo::Timestamp(match ts.extract::<String>() {
-                    Ok(text) => text,
-                    Err(_) => ts.call_method0("isoformat")?.extract()?,
-                }),
-                _ => return Err(PyTypeError::new_err(
+        let to = match (version, timestamp) {
+            (Some(version), None) => RestoreTo::Version(u64::try_from(version).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "restore: version must be a commit version (0 or more), not {version}"
+                ))
+            })?),
+            (None, Some(ts)) => RestoreTo::Timestamp(match ts.extract::<String>() {
+                Ok(text) => text,
+                Err(_) => ts.call_method0("isoformat")?.extract()?,
+            }),
+            _ => {
+                return Err(PyTypeError::new_err(
                     "restore(name, version=…) or restore(name, timestamp=…): exactly one of them",
-                )),
-            };
+                ))
+            }
+        };
         let m = self.run(py, move |s| async move {
             s.restore_streaming_table(&name, to).await
         })?;

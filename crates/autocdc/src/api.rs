@@ -580,14 +580,14 @@ impl<'a> IntoFuture for SnapshotFlowBuilder<'a> {
                     self.spec.name
                 )));
             }
-            if let Some(function) = self.function {
-                self.session.register_snapshot_function(
-                    &TableName::parse(&self.spec.target)?,
-                    &self.spec.name,
-                    function,
-                );
-            }
-            let batches = self.session.create_flow(self.spec).await?;
+            let batches = match self.function {
+                Some(function) => {
+                    self.session
+                        .create_function_flow(self.spec, function)
+                        .await?
+                }
+                None => self.session.create_flow(self.spec).await?,
+            };
             UpdateMetrics::from_batches(&batches)
         })
     }

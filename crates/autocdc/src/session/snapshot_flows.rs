@@ -38,6 +38,42 @@ impl CdcSession {
         }
     }
 
+    /// Create a snapshot flow that reads the Rust `function`. The function is
+    /// registered before the flow runs; when the definition does not land
+    /// (the flow is refused, or fails before its first commit) the function
+    /// registered before is put back: a refused call changes nothing.
+    pub(crate) async fn create_function_flow(
+        &self,
+        spec: FlowSpec,
+        function: SnapshotFunction,
+    ) -> Result<Vec<RecordBatch>> {
+        let target = TableName::parse(&spec.target)?;
+        let key = (target.clone(), spec.name.clone());
+        let before = self.stored_flow(&target, &spec.name).await;
+        let previous = self
+            .snapshot_functions
+            .lock()
+            .ok()
+            .and_then(|mut f| f.insert(key.clone(), function));
+        let created = self.create_flow(spec).await;
+        if created.is_err() && self.stored_flow(&target, &key.1).await == before {
+            if let Ok(mut f) = self.snapshot_functions.lock() {
+                match previous {
+                    Some(previous) => f.insert(key, previous),
+                    None => f.remove(&key),
+                };
+            }
+        }
+        created
+    }
+
+    /// The stored definition of flow `name` of `target`, if both exist.
+    async fn stored_flow(&self, target: &TableName, name: &str) -> Option<FlowSpec> {
+        let table = self.table(target).await.ok()?;
+        let flow = table.meta().flows.get(name).cloned();
+        flow
+    }
+
     /// Run a snapshot flow: every available version in ascending order, each
     /// committed on its own. One result row per version.
     pub(super) async fn run_snapshot_flow(
