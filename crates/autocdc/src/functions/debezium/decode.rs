@@ -91,7 +91,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::known_columns::KnownColumns;
+use super::known_columns::{KnownColumns, RowProblem};
 
 /// Name of the column holding the event's `op` (`c`, `u`, `d`, `r`, `t`).
 pub(crate) const OP_COL: &str = "_op";
@@ -321,23 +321,38 @@ impl DebeziumLayout {
         Ok(out)
     }
 
-    /// Error when the event at `line` has a row column the layout lacks:
-    /// decoding would leave its values out.
+    /// Error when the event at `line` has a row column the layout lacks
+    /// (decoding would leave its values out), or a fraction for a column
+    /// read as a whole number (decoding would cut it off).
     fn check_columns(&self, file: &str, no: usize, line: &[u8]) -> Result<()> {
-        let Some(column) = self.known.unknown(line) else {
-            return Ok(());
-        };
-        let columns: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
-        Err(line_error(
-            file,
-            no,
-            format!(
-                "the event has column '{column}', which is not among the columns \
-                 ({}) of the samples of the files' first and last events; decoding \
-                 it would lose the column's values",
-                columns.join(", ")
-            ),
-        ))
+        match self.known.check(line) {
+            None => Ok(()),
+            Some(RowProblem::Unknown(column)) => {
+                let columns: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
+                Err(line_error(
+                    file,
+                    no,
+                    format!(
+                        "the event has column '{column}', which is not among the columns \
+                         ({}) of the samples of the files' first and last events; decoding \
+                         it would lose the column's values",
+                        columns.join(", ")
+                    ),
+                ))
+            }
+            Some(RowProblem::Fraction(i, value)) => {
+                let column = &self.columns[i];
+                Err(line_error(
+                    file,
+                    no,
+                    format!(
+                        "column '{}' is {} and the event gives it {value}, which has a \
+                         fraction; reading it would cut the fraction off",
+                        column.name, column.out
+                    ),
+                ))
+            }
+        }
     }
 
     fn raw_decoder(
@@ -1140,7 +1155,11 @@ impl DebeziumLayout {
             // only to catch payload-only events among enveloped ones
             Field::new("op", DataType::Utf8, true),
         ]);
-        let known = KnownColumns::new(columns.iter().map(|c| c.name.as_str()));
+        let known = KnownColumns::new(
+            columns
+                .iter()
+                .map(|c| (c.name.as_str(), reads_whole_numbers(&c.raw))),
+        );
         Self {
             columns,
             sequence,
@@ -1152,6 +1171,22 @@ impl DebeziumLayout {
             bare_raw: Arc::new(Schema::new(payload)),
         }
     }
+}
+
+/// Whether `arrow::json` reads a number into `raw` as a whole number (an
+/// integer, or a date, time, duration or timestamp count), cutting off any
+/// fraction.
+fn reads_whole_numbers(raw: &DataType) -> bool {
+    raw.is_integer()
+        || matches!(
+            raw,
+            DataType::Date32
+                | DataType::Date64
+                | DataType::Time32(_)
+                | DataType::Time64(_)
+                | DataType::Duration(_)
+                | DataType::Timestamp(..)
+        )
 }
 
 /// The payload fields `arrow::json` reads; everything else is skipped.
@@ -2119,6 +2154,33 @@ mod tests {
         let layout = layout_of("t.json", &lines(&[ev(json!(1))]));
         let err = err_of(layout.decode("t.json", &bytes, 100));
         assert!(err.contains("file 't.json' line 4: invalid event"), "{err}");
+    }
+
+    #[test]
+    fn a_fraction_in_an_integer_column_is_an_error_not_cut_off() {
+        let ev = |id: Value, qty: Value| {
+            payload(
+                "c",
+                Value::Null,
+                json!({"id": id, "qty": qty}),
+                pg_source(1, 1),
+            )
+            .to_string()
+        };
+        let layout = layout_of("t.json", &lines(&[ev(json!(1), json!(5))]));
+        let err = err_of(layout.decode("t.json", &lines(&[ev(json!(2), json!(1.5))]), 100));
+        assert!(
+            err.contains("file 't.json' line 1: column 'qty' is Int64 and the event gives it 1.5"),
+            "{err}"
+        );
+        let err = err_of(layout.decode("t.json", &lines(&[ev(json!("2.7"), json!(1))]), 100));
+        assert!(err.contains("column 'id' is Int64"), "{err}");
+        // whole numbers written as fractions are those numbers
+        let whole = lines(&[ev(json!(1), json!(5)), ev(json!(2.0), json!(1e1))]);
+        let batches = layout.decode("t.json", &whole, 100).unwrap();
+        let batch = &batches[0];
+        assert_eq!(col::<Int64Array>(batch, "id").values(), &[1, 2]);
+        assert_eq!(col::<Int64Array>(batch, "qty").values(), &[5, 10]);
     }
 
     #[test]

@@ -1,19 +1,25 @@
-//! Does an event name a row column its source's layout does not have?
+//! Does an event name a row column its source's layout does not have, or
+//! give an integer column a fraction?
 //!
 //! A source's layout is inferred from samples of its files
 //! ([`super::table`]); `arrow::json` leaves out any field its schema does
 //! not name. A column added to the source table after the samples would
-//! therefore vanish from the events without a word. [`KnownColumns::unknown`]
-//! finds such a column in one event line before it is decoded, without
-//! parsing the line: it looks for the `"before"` and `"after"` keys and
-//! reads only the key names of their objects, skipping the values.
+//! therefore vanish from the events without a word. And `arrow::json` reads
+//! `1.5` (or `"1.5"`) into an integer column as `1`: a fraction in an event
+//! the samples did not show would be cut off without a word, a key merged
+//! with another. [`KnownColumns::check`] finds both in one event line before
+//! it is decoded, without parsing the line: it looks for the `"before"` and
+//! `"after"` keys and reads the key names of their objects, skipping the
+//! values but those of integer columns that hold a `.`, `e` or `E`.
 //!
 //! | the line's `before` / `after`          | result                    |
 //! |----------------------------------------|---------------------------|
-//! | absent, `null`, not an object          | no unknown column         |
-//! | an object whose keys are all columns   | no unknown column         |
-//! | an object with another key             | that key                  |
-//! | malformed JSON                         | no unknown column (the decoder reports the line) |
+//! | absent, `null`, not an object          | no problem                |
+//! | an object whose keys are all columns   | no problem                |
+//! | an object with another key             | [`RowProblem::Unknown`]: that key |
+//! | an integer column's value with a fraction (`1.5`, `"2.7"`, `1e-3`) | [`RowProblem::Fraction`] |
+//! | an integer column's value written with `.` or an exponent but whole (`1.0`, `1e3`) | no problem (read as that integer) |
+//! | malformed JSON                         | no problem (the decoder reports the line) |
 //!
 //! Debezium writes `before` first in the payload, so the first `"before"`
 //! and `"after"` keys of a line are the payload's: the Connect schema that
@@ -29,25 +35,40 @@ use memchr::memmem::Finder;
 #[derive(Debug, Clone)]
 pub(crate) struct KnownColumns {
     columns: Vec<Box<[u8]>>,
+    /// Whether each column is read as an integer.
+    integers: Vec<bool>,
     before: Finder<'static>,
     after: Finder<'static>,
 }
 
+/// What [`KnownColumns::check`] found wrong with an event's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RowProblem<'l> {
+    /// A key that is not a row column.
+    Unknown(Cow<'l, str>),
+    /// A value with a fraction for the integer column at this index (the
+    /// value as written).
+    Fraction(usize, Cow<'l, str>),
+}
+
 impl KnownColumns {
-    pub(crate) fn new<'a>(columns: impl IntoIterator<Item = &'a str>) -> Self {
+    /// The columns' names, each with whether it is read as an integer.
+    pub(crate) fn new<'a>(columns: impl IntoIterator<Item = (&'a str, bool)>) -> Self {
+        let (columns, integers) = columns
+            .into_iter()
+            .map(|(c, integer)| (c.as_bytes().to_vec().into_boxed_slice(), integer))
+            .unzip();
         Self {
-            columns: columns
-                .into_iter()
-                .map(|c| c.as_bytes().to_vec().into_boxed_slice())
-                .collect(),
+            columns,
+            integers,
             before: Finder::new(b"\"before\"").into_owned(),
             after: Finder::new(b"\"after\"").into_owned(),
         }
     }
 
-    /// The first key of the line's `before` or `after` object that is not
-    /// a row column, if any (see the module docs).
-    pub(crate) fn unknown<'l>(&self, line: &'l [u8]) -> Option<Cow<'l, str>> {
+    /// The first problem of the line's `before` or `after` object, if any
+    /// (see the module docs).
+    pub(crate) fn check<'l>(&self, line: &'l [u8]) -> Option<RowProblem<'l>> {
         // (`after` is searched for after `before`'s object, where it is)
         let mut from = 0;
         for finder in [&self.before, &self.after] {
@@ -58,7 +79,7 @@ impl KnownColumns {
             };
             match self.unknown_in(&line[object..]) {
                 Ok(end) => from = object + end,
-                Err(Some(key)) => return Some(key),
+                Err(Some(problem)) => return Some(problem),
                 Err(None) => return None,
             }
         }
@@ -66,8 +87,9 @@ impl KnownColumns {
     }
 
     /// The end of the object starting at `object[0] == b'{'` when all its
-    /// keys are columns; else its first unknown key (`None`: malformed).
-    fn unknown_in<'l>(&self, object: &'l [u8]) -> Result<usize, Option<Cow<'l, str>>> {
+    /// keys are columns and its values fit them; else its first problem
+    /// (`None`: malformed).
+    fn unknown_in<'l>(&self, object: &'l [u8]) -> Result<usize, Option<RowProblem<'l>>> {
         let mut at = 1;
         let mut expected = 0;
         loop {
@@ -80,15 +102,22 @@ impl KnownColumns {
             let end = string_end(object, at).ok_or(None)?;
             let raw = &object[at..end];
             let name = &raw[1..raw.len() - 1];
-            match self.position(name, expected) {
-                Some(i) => expected = i + 1,
-                None => return Err(Some(key_text(raw))),
-            }
+            let column = match self.position(name, expected) {
+                Some(i) => i,
+                None => return Err(Some(RowProblem::Unknown(key_text(raw)))),
+            };
+            expected = column + 1;
             at = skip_space(object, end);
             if object.get(at) != Some(&b':') {
                 return Err(None);
             }
-            at = value_end(object, skip_space(object, at + 1)).ok_or(None)?;
+            let value = skip_space(object, at + 1);
+            at = value_end(object, value).ok_or(None)?;
+            if self.integers[column] {
+                if let Some(fraction) = fraction(&object[value..at]) {
+                    return Err(Some(RowProblem::Fraction(column, fraction)));
+                }
+            }
             at = skip_space(object, at);
             match object.get(at) {
                 Some(b',') => at += 1,
@@ -185,6 +214,20 @@ fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
     }
 }
 
+/// The value as written when it is a number (or a string of one) with a
+/// fraction; whole numbers written with `.` or an exponent, and anything
+/// else, are left to the decoder.
+fn fraction(value: &[u8]) -> Option<Cow<'_, str>> {
+    let value = value.trim_ascii_end();
+    memchr::memchr3(b'.', b'e', b'E', value)?;
+    let number = match value {
+        [b'"', inner @ .., b'"'] => inner,
+        _ => value,
+    };
+    let number: f64 = std::str::from_utf8(number).ok()?.parse().ok()?;
+    (number.fract() != 0.0).then(|| String::from_utf8_lossy(value))
+}
+
 /// A raw JSON string (quotes included) as text.
 fn key_text(raw: &[u8]) -> Cow<'_, str> {
     match serde_json::from_slice::<String>(raw) {
@@ -198,11 +241,48 @@ mod tests {
     use super::*;
 
     fn columns() -> KnownColumns {
-        KnownColumns::new(["id", "name", "a\"b"])
+        KnownColumns::new([("id", true), ("name", false), ("a\"b", false)])
     }
 
     fn unknown(line: &str) -> Option<String> {
-        columns().unknown(line.as_bytes()).map(|k| k.into_owned())
+        match columns().check(line.as_bytes()) {
+            None => None,
+            Some(RowProblem::Unknown(key)) => Some(key.into_owned()),
+            Some(other) => panic!("{other:?}"),
+        }
+    }
+
+    fn fraction_of(line: &str) -> Option<(usize, String)> {
+        match columns().check(line.as_bytes()) {
+            None => None,
+            Some(RowProblem::Fraction(column, value)) => Some((column, value.into_owned())),
+            Some(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn fractions_of_integer_columns() {
+        assert_eq!(
+            fraction_of(r#"{"before":null,"after":{"id":1.5,"name":"x"}}"#),
+            Some((0, "1.5".into()))
+        );
+        assert_eq!(
+            fraction_of(r#"{"before":{"id": -2.9 },"after":null}"#),
+            Some((0, "-2.9".into()))
+        );
+        assert_eq!(
+            fraction_of(r#"{"after":{"name":"x","id":"2.7"}}"#),
+            Some((0, "\"2.7\"".into()))
+        );
+        assert_eq!(
+            fraction_of(r#"{"after":{"id":1e-3}}"#),
+            Some((0, "1e-3".into()))
+        );
+        // whole numbers however written, and other columns' fractions
+        assert_eq!(fraction_of(r#"{"after":{"id":1.0,"name":"1.5"}}"#), None);
+        assert_eq!(fraction_of(r#"{"after":{"id":1E3,"a\"b":2.5}}"#), None);
+        assert_eq!(fraction_of(r#"{"after":{"id":12,"name":null}}"#), None);
+        assert_eq!(fraction_of(r#"{"after":{"id":"x.y"}}"#), None);
     }
 
     #[test]
