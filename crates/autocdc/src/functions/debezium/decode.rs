@@ -69,8 +69,10 @@
 //! ([`DebeziumLayout::infer_known`]). All row columns are nullable.
 //!
 //! When sample files disagree on a column's type, integers widen
-//! (int8 < int16 < int32 < int64) and integers meet floats at Float64; any
-//! other change is an error.
+//! (int8 < int16 < int32 < int64), integers meet floats at Float64, and
+//! decimals of one scale take the larger precision; any other change (a
+//! date become a timestamp, a timestamp's unit, a decimal's scale) is an
+//! error: one layout decodes every file, and those values read otherwise.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -1403,6 +1405,19 @@ fn widen(file: &str, seen: &RowColumn, new: RowColumn) -> Result<RowColumn> {
             return Ok(RowColumn::direct(&new.name, DataType::Float64));
         }
     }
+    // a decimal's unscaled value reads alike at any precision: the wider
+    // one holds both (another scale would read it another way)
+    if let (
+        Conv::Base64Decimal,
+        Conv::Base64Decimal,
+        DataType::Decimal128(p1, s1),
+        DataType::Decimal128(p2, s2),
+    ) = (seen.conv, new.conv, &seen.out, &new.out)
+    {
+        if s1 == s2 {
+            return Ok(if p1 >= p2 { seen.clone() } else { new });
+        }
+    }
     Err(file_error(
         file,
         format!(
@@ -2112,6 +2127,37 @@ mod tests {
         let err = err_of(DebeziumLayout::infer(&[("f1.json", &f1), ("f3.json", &f3)]));
         assert!(err.contains("'f3.json'") && err.contains("'name'"), "{err}");
         assert!(err.contains("Utf8") && err.contains("Boolean"), "{err}");
+    }
+
+    #[test]
+    fn decimals_of_one_scale_widen_to_the_larger_precision() {
+        let decimal = |precision: &str, scale: &str| {
+            json!({"type": "bytes", "optional": true, "field": "price",
+                   "name": "org.apache.kafka.connect.data.Decimal",
+                   "parameters": {"scale": scale, "connect.decimal.precision": precision}})
+        };
+        let file = |precision: &str, scale: &str, id: i64, price: &str| {
+            let id_field = json!({"type": "int64", "optional": false, "field": "id"});
+            let after = json!({"id": id, "price": price});
+            let event = payload("c", Value::Null, after, pg_source(id, 1));
+            lines(&[envelope(&[id_field, decimal(precision, scale)], event)])
+        };
+        // 1.23 and 12345678.90 (unscaled 123 and 1234567890)
+        let f1 = file("5", "2", 1, "ew==");
+        let f2 = file("10", "2", 2, "SZYC0g==");
+        let layout = DebeziumLayout::infer(&[("f1.json", &f1), ("f2.json", &f2)]).unwrap();
+        assert_eq!(
+            layout.schema().field(1).data_type(),
+            &DataType::Decimal128(10, 2)
+        );
+        let b1 = &layout.decode("f1.json", &f1, 10).unwrap()[0];
+        let b2 = &layout.decode("f2.json", &f2, 10).unwrap()[0];
+        assert_eq!(col::<Decimal128Array>(b1, "price").value(0), 123);
+        assert_eq!(col::<Decimal128Array>(b2, "price").value(0), 1234567890);
+        // another scale reads the unscaled values otherwise: an error
+        let f3 = file("10", "3", 3, "ew==");
+        let err = err_of(DebeziumLayout::infer(&[("f1.json", &f1), ("f3.json", &f3)]));
+        assert!(err.contains("'price' has type Decimal128(5, 2)"), "{err}");
     }
 
     #[test]

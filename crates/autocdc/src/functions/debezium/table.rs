@@ -31,7 +31,8 @@ const SAMPLE_READS: usize = 8;
 
 /// The event files under `path` (a file, or a folder: its `*.json` and
 /// `*.jsonl` files at any depth), sorted by location, with the store that
-/// holds them.
+/// holds them. Empty files hold no event and are left out (a file being
+/// created, say: read once it has events).
 pub(crate) async fn list_event_files(
     runtime: &RuntimeEnv,
     path: &str,
@@ -54,6 +55,7 @@ pub(crate) async fn list_event_files(
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?,
     };
+    files.retain(|meta| meta.size > 0);
     files.sort_by(|a, b| a.location.cmp(&b.location));
     Ok((store, files))
 }
