@@ -31,8 +31,10 @@
 //! | both, values differ | `update_preimage` (now), `update_postimage` (at `n`) |
 //! | both, equal         | none                                               |
 //!
-//! A table without keys (append flows only) has no identity: the rows of
-//! removed files are deletes, those of files added again inserts.
+//! A table without keys (append flows only) has no identity: its rows match
+//! by their values, copy by copy (a row twice now and once at `n` is one
+//! `delete`), and the rows left over are `delete`s (now) and `insert`s (at
+//! `n`).
 //!
 //! **Metadata.** The flows' source checkpoints and the snapshot versions
 //! (`autocdc.source.*`, `autocdc.snapshot.*`, `autocdc.snapshot_watermark`)
@@ -46,11 +48,13 @@ use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Int8Type, SchemaRef};
+use datafusion::common::NullEquality;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
+use datafusion::functions_window::expr_fn::row_number;
 use datafusion::logical_expr::{
-    lit, BinaryExpr, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
+    lit, BinaryExpr, Expr, ExprFunctionExt, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use deltalake_core::kernel::{Add, LogicalFileView};
@@ -75,6 +79,9 @@ use crate::fold::columns::{
     KIND_COL, START_AT_COL, SYSTEM_START_AT_COL,
 };
 use crate::fold::ScdType;
+
+/// The number of a keyless row's copy among the equal rows of its side.
+const COPY_COL: &str = "__autocdc_copy";
 
 /// The two sides of the comparison: the table now, and at the version restored.
 const NOW: &str = "now";
@@ -379,14 +386,43 @@ pub(crate) async fn net_change_files(
             .collect()
     };
     let plan: LogicalPlan = match identity(table, keys) {
-        None => visible(NOW)?
-            .project(rows_of(NOW, CHANGE_DELETE))?
-            .union(
-                visible(THEN)?
-                    .project(rows_of(THEN, CHANGE_INSERT))?
-                    .build()?,
-            )?
-            .build()?,
+        None => {
+            // rows match by their values, the i-th copy of a row on one
+            // side with its i-th copy on the other (NULLs equal)
+            let values: Vec<&String> = columns
+                .iter()
+                .filter(|c| !c.starts_with(INTERNAL_PREFIX))
+                .collect();
+            let numbered = |side: &str| -> Result<LogicalPlan> {
+                let copy = row_number()
+                    .partition_by(values.iter().map(|c| qualified(side, c)).collect())
+                    .build()?
+                    .alias(COPY_COL);
+                visible(side)?.window(vec![copy])?.alias(side)?.build()
+            };
+            let on = |side: &str| -> Vec<Column> {
+                values
+                    .iter()
+                    .map(|c| Column::new(Some(side), c.as_str()))
+                    .chain([Column::new(Some(side), COPY_COL)])
+                    .collect()
+            };
+            let unmatched = |join: JoinType, side: &str, kind: i8| -> Result<LogicalPlan> {
+                LogicalPlanBuilder::from(numbered(NOW)?)
+                    .join_detailed(
+                        numbered(THEN)?,
+                        join,
+                        (on(NOW), on(THEN)),
+                        None,
+                        NullEquality::NullEqualsNull,
+                    )?
+                    .project(rows_of(side, kind))?
+                    .build()
+            };
+            LogicalPlanBuilder::from(unmatched(JoinType::LeftAnti, NOW, CHANGE_DELETE)?)
+                .union(unmatched(JoinType::RightAnti, THEN, CHANGE_INSERT)?)?
+                .build()?
+        }
         Some(identity) => {
             let on: Vec<Expr> = identity
                 .iter()
