@@ -138,6 +138,13 @@ struct Shell {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if matches!(args.command, Some(Subcommand::Run { .. })) && !args.commands.is_empty() {
+        // (clap takes `-c` before the subcommand; `run` reads only `-f`)
+        eprintln!(
+            "error: `-c` cannot be used with `run`, which applies the definitions of its `-f` files"
+        );
+        return ExitCode::from(2);
+    }
 
     if let Err(error) = create_local_warehouse(&args.warehouse) {
         eprintln!("Error: cannot create warehouse {}: {error}", args.warehouse);

@@ -89,6 +89,18 @@ fn missing_script_is_an_error() {
 /// `SHOW COLUMNS`), `SHOW TBLPROPERTIES` lists a table's properties (not our
 /// bookkeeping), and `--format csv` with `-q` prints bare CSV.
 #[test]
+fn a_command_before_run_is_refused_not_ignored() {
+    let (output, dir) = autocdc(&["-c", "CREATE STREAMING TABLE lost", "run"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("`-c` cannot be used with `run`"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("warehouse").exists(), "nothing opened");
+}
+
+#[test]
 fn show_tables_and_properties_print_as_csv() {
     let (output, _warehouse) = autocdc(&[
         "--format",

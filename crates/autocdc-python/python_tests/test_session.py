@@ -494,6 +494,14 @@ class AutoCdcInAQuery(unittest.TestCase):
         with self.assertRaisesRegex(cdc.AutoCdcError, "SEQUENCE BY"):
             s.query_provider("SELECT * FROM AUTO CDC (SELECT * FROM events) KEYS (id) "
                              "SEQUENCE BY nope")
+        # a statement would run when planned: refused, nothing run
+        for statement in ["CREATE TABLE made AS SELECT 1 AS x", "DROP TABLE events",
+                          "INSERT INTO events VALUES (9, 'z', 9)", "SELECT 1; DROP TABLE events"]:
+            with self.assertRaisesRegex(cdc.AutoCdcError, "not a query"):
+                s.query_provider(statement)
+        self.assertEqual(pa.table(s.sql("SELECT count(*) AS n FROM events")).to_pylist(), [{"n": 3}])
+        with self.assertRaises(cdc.AutoCdcError):
+            s.sql("SELECT * FROM made")
         # WITH CHANGES: the change feed that update writes
         changes = pa.table(s.sql(
             "SELECT id, v, _change_type FROM AUTO CDC (SELECT * FROM events) KEYS (id) "
@@ -547,6 +555,12 @@ class Arguments(unittest.TestCase):
             self.s.create_auto_cdc_flow(target="h", source="feed", keys=["id"], sequence_by="seq", stored_as_scd_type=True)
         with self.assertRaises(ValueError):
             self.s.create_auto_cdc_flow(target="h", source="feed", keys=["id"], sequence_by="seq", name="")
+        with self.assertRaisesRegex(ValueError, "sequence_by must name at least one column"):
+            self.s.create_auto_cdc_flow(target="h", source="feed", keys=["id"], sequence_by=[])
+        with self.assertRaisesRegex(TypeError, "keys must be a list of column names"):
+            self.s.create_auto_cdc_flow(target="h", source="feed", keys="id", sequence_by="seq")
+        with self.assertRaisesRegex(TypeError, "keys must be a list of column names"):
+            self.s.create_auto_cdc_from_snapshot_flow(target="h", source="feed", keys="id")
         with self.assertRaisesRegex(TypeError, "expect_all"):
             self.s.create_streaming_table("x", expect_all={"a": 1})
         with self.assertRaisesRegex(cdc.AutoCdcError, "expectation 'bad'"):

@@ -359,7 +359,7 @@ impl PyCdcSession {
         py: Python<'py>,
         target: String,
         source: String,
-        keys: Vec<String>,
+        keys: &Bound<'py, PyAny>,
         sequence_by: Option<&Bound<'py, PyAny>>,
         apply_as_deletes: Option<String>,
         apply_as_truncates: Option<String>,
@@ -377,16 +377,20 @@ impl PyCdcSession {
         once: bool,
         previous_keys: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        if keys.is_empty() {
-            return Err(PyValueError::new_err(
-                "create_auto_cdc_flow: keys must name at least one column",
-            ));
-        }
+        let keys = key_list(keys, "create_auto_cdc_flow")?;
         // (None: derived from a change source, else the flow says it is required)
         let sequence: Option<Result<String, Vec<String>>> = match sequence_by {
             None => None,
             Some(s) if s.extract::<String>().is_ok() => Some(Ok(s.extract::<String>()?)),
-            Some(s) if s.extract::<Vec<String>>().is_ok() => Some(Err(s.extract::<Vec<String>>()?)),
+            Some(s) if s.extract::<Vec<String>>().is_ok() => {
+                let columns = s.extract::<Vec<String>>()?;
+                if columns.is_empty() {
+                    return Err(PyValueError::new_err(
+                        "create_auto_cdc_flow: sequence_by must name at least one column",
+                    ));
+                }
+                Some(Err(columns))
+            }
             Some(_) => {
                 return Err(PyTypeError::new_err(
                     "create_auto_cdc_flow: sequence_by must be a column name or a list of them (a STRUCT sequence)",
@@ -472,13 +476,14 @@ impl PyCdcSession {
         py: Python<'py>,
         target: String,
         source: &Bound<'py, PyAny>,
-        keys: Vec<String>,
+        keys: &Bound<'py, PyAny>,
         stored_as_scd_type: Option<&Bound<'py, PyAny>>,
         track_history_column_list: Option<Vec<String>>,
         track_history_except_column_list: Option<Vec<String>>,
         name: Option<String>,
         once: bool,
     ) -> PyResult<Bound<'py, PyList>> {
+        let keys = key_list(keys, "create_auto_cdc_from_snapshot_flow")?;
         let source: Result<String, Py<PyAny>> = if let Ok(table) = source.extract::<String>() {
             Ok(table)
         } else if source.is_callable() {
@@ -629,12 +634,12 @@ impl PyCdcSession {
     /// as a table for a datafusion-python `SessionContext`:
     /// `ctx.register_table("t", s.query_provider("SELECT … FROM AUTO CDC (…) …"))`.
     /// Planned now (a bad clause fails here, named as in `sql`); each scan
-    /// there runs it here.
+    /// there runs it here. Only a query: a statement (DDL, DML, `REFRESH`)
+    /// is refused, as it would run now.
     fn query_provider(&self, py: Python<'_>, query: String) -> PyResult<PyTableProvider> {
-        let view = self.run(
-            py,
-            move |s| async move { Ok(s.sql(&query).await?.into_view()) },
-        )?;
+        let view = self.run(py, move |s| async move {
+            Ok(s.query(&query).await?.into_view())
+        })?;
         Ok(self.foreign(view))
     }
 
@@ -777,4 +782,23 @@ impl PyCdcSession {
         })?;
         metrics_list(py, &runs)
     }
+}
+
+/// The `keys` argument of `function`: a list of at least one column name
+/// (a lone string is refused, not read as its characters).
+fn key_list(keys: &Bound<'_, PyAny>, function: &str) -> PyResult<Vec<String>> {
+    if keys.extract::<String>().is_ok() {
+        return Err(PyTypeError::new_err(format!(
+            "{function}: keys must be a list of column names, e.g. [\"id\"]"
+        )));
+    }
+    let keys: Vec<String> = keys.extract().map_err(|_| {
+        PyTypeError::new_err(format!("{function}: keys must be a list of column names"))
+    })?;
+    if keys.is_empty() {
+        return Err(PyValueError::new_err(format!(
+            "{function}: keys must name at least one column"
+        )));
+    }
+    Ok(keys)
 }

@@ -235,6 +235,32 @@ impl CdcSession {
         }
     }
 
+    /// Plan the query `sql` — one `SELECT`, `VALUES` or `WITH …`, with our
+    /// relations and table functions — running nothing: anything else
+    /// (DDL, DML, `REFRESH`, …) is refused, as [`Self::sql`] would run it
+    /// at once. For callers that run the plan later (a provider).
+    pub async fn query(&self, sql: &str) -> Result<DataFrame> {
+        let state = self.ctx.state();
+        let options = state.config().options();
+        let dialect = options.sql_parser.dialect.to_string();
+        let normalize = options.sql_parser.enable_ident_normalization;
+        let statement = parse_cdc_statement(sql, &dialect, normalize)?.is_some();
+        let plain = match crate::sql::replace_auto_cdc_relations(sql, &dialect, normalize, || {
+            RELATION_PREFIX.to_string()
+        })? {
+            Some((rewritten, _)) => rewritten,
+            None => sql.to_string(),
+        };
+        if statement || !crate::sql::is_lone_query(&plain, &dialect) {
+            return Err(DataFusionError::Plan(format!(
+                "not a query (one SELECT, VALUES or WITH …), which is planned now and run \
+                 later: {}",
+                sql.trim()
+            )));
+        }
+        self.sql(sql).await
+    }
+
     /// Plan `sql` (in `dialect`) with each of `relations` registered under
     /// its name while it is planned (the plan keeps what it read of them);
     /// a relation's query sees the CTEs of `sql`

@@ -56,7 +56,8 @@ pub fn spelled_flow(spec: &FlowSpec, normalize: bool) -> serde_json::Value {
 }
 
 /// The parts of flow definition `new` that differ from `stored` (both
-/// [`spelled_flow`]), by name.
+/// [`spelled_flow`]), each named by its clause and shown as written in SQL:
+/// `COLUMNS: (id, v) here, * stored`.
 pub fn flow_differences(stored: &serde_json::Value, new: &serde_json::Value) -> String {
     let (serde_json::Value::Object(old), serde_json::Value::Object(new)) = (stored, new) else {
         return "its clauses".to_string();
@@ -65,16 +66,72 @@ pub fn flow_differences(stored: &serde_json::Value, new: &serde_json::Value) -> 
         .iter()
         .filter(|(k, v)| old.get(*k) != Some(*v))
         .map(|(k, v)| {
-            format!(
-                "{k}: {} here, {} stored",
-                v,
-                old.get(k).unwrap_or(&serde_json::Value::Null)
-            )
+            let was = old.get(k).unwrap_or(&serde_json::Value::Null);
+            format!("{}: {} here, {} stored", clause(k), as_sql(v), as_sql(was))
         })
         .collect();
     match parts.is_empty() {
         true => "its clauses".to_string(),
         false => parts.join("; "),
+    }
+}
+
+/// The clause a field of a flow definition holds.
+fn clause(field: &str) -> String {
+    match field {
+        "source" => "FROM",
+        "keys" => "KEYS",
+        "sequence_by" => "SEQUENCE BY",
+        "apply_as_deletes" => "APPLY AS DELETE WHEN",
+        "apply_as_truncates" => "APPLY AS TRUNCATE WHEN",
+        "columns" => "COLUMNS",
+        "stored_as_scd_type" => "STORED AS",
+        "once" => "ONCE",
+        "ignore_null_updates" => "IGNORE NULL UPDATES",
+        "track_history" => "TRACK HISTORY ON",
+        "system_sequence_by" => "SYSTEM SEQUENCE BY",
+        "columns_to_update" => "COLUMNS TO UPDATE",
+        "previous_keys" => "PREVIOUS KEYS",
+        other => return other.to_string(),
+    }
+    .to_string()
+}
+
+/// A field's value as SQL writes it: a column list `(a, b)`, all columns
+/// `*`, `* EXCEPT (a)`, an expression as its text, none as `none`.
+fn as_sql(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let list = |items: &Vec<Value>| {
+        let items: Vec<String> = items.iter().map(as_sql).collect();
+        format!("({})", items.join(", "))
+    };
+    let is = |text: &str, name: &str| text.eq_ignore_ascii_case(name);
+    match value {
+        Value::Null => "none".to_string(),
+        Value::String(text) if is(text, "all") => "*".to_string(),
+        Value::String(text) if is(text, "type1") => "SCD TYPE 1".to_string(),
+        Value::String(text) if is(text, "type2") => "SCD TYPE 2".to_string(),
+        Value::String(text) if is(text, "bitemporal") => "BITEMPORAL".to_string(),
+        Value::String(text) => text.clone(),
+        Value::Array(items) => list(items),
+        Value::Object(fields) if fields.len() == 1 => match fields.iter().next() {
+            Some((kind, Value::Array(items))) if is(kind, "except") => {
+                format!("* EXCEPT {}", list(items))
+            }
+            Some((kind, Value::Array(items))) if is(kind, "struct") => {
+                format!("STRUCT{}", list(items))
+            }
+            Some((kind, Value::String(query))) if is(kind, "query") => format!("({query})"),
+            Some((kind, Value::Object(path))) if is(kind, "debezium") => match path.get("path") {
+                Some(Value::String(path)) => format!("debezium('{path}')"),
+                _ => value.to_string(),
+            },
+            // a column list, a column, an expression, a table
+            Some((_, Value::Array(items))) => list(items),
+            Some((_, Value::String(text))) => text.clone(),
+            _ => value.to_string(),
+        },
+        other => other.to_string(),
     }
 }
 
@@ -211,5 +268,32 @@ mod tests {
         assert!(!same("a * (b + c)", "a * b + c"));
         assert!(!same("SELECT * FROM a", "SELECT * FROM b"));
         assert_eq!(equivalent_sql("not ( sql", "generic", true), "not ( sql");
+    }
+
+    #[test]
+    fn differences_read_as_sql() {
+        use crate::spec::{ColumnSelection, FlowSource, FlowSpec, SequenceBy};
+        let stored = FlowSpec::new("f", "t", FlowSource::Table("events".into()));
+        let mut new = stored.clone();
+        new.keys = vec!["id".into(), "v".into()];
+        new.columns = ColumnSelection::Only(vec!["id".into(), "v".into()]);
+        new.track_history = Some(ColumnSelection::Except(vec!["v".into()]));
+        new.sequence_by = Some(SequenceBy::Struct(vec!["a".into(), "b".into()]));
+        new.stored_as_scd_type = crate::fold::ScdType::Type2;
+        new.source = FlowSource::Query("SELECT * FROM e".into());
+        let mut stored = stored;
+        stored.keys = vec!["id".into()];
+        stored.sequence_by = Some(SequenceBy::Column("seq".into()));
+        let text = flow_differences(&spelled_flow(&stored, true), &spelled_flow(&new, true));
+        for part in [
+            "FROM: (SELECT * FROM e) here, events stored",
+            "KEYS: (id, v) here, (id) stored",
+            "SEQUENCE BY: STRUCT(a, b) here, seq stored",
+            "COLUMNS: (id, v) here, * stored",
+            "STORED AS: SCD TYPE 2 here, SCD TYPE 1 stored",
+            "TRACK HISTORY ON: * EXCEPT (v) here, none stored",
+        ] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
     }
 }

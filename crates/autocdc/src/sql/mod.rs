@@ -37,5 +37,5 @@ pub use parser::{
     parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,
     CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement, RestoreTo,
 };
-pub use plain_ddl::{created_schema, plain_ddl_targets, PlainDdl};
+pub use plain_ddl::{created_schema, is_lone_query, plain_ddl_targets, PlainDdl};
 pub use update_targets::fold_update_targets;

@@ -15,7 +15,8 @@
 //! | anything else, or SQL that does not parse   | none                      |
 //!
 //! [`created_schema`] names the schema of a lone `CREATE SCHEMA`, which
-//! `autocdc run` leaves alone when the schema exists.
+//! `autocdc run` leaves alone when the schema exists; [`is_lone_query`]
+//! tells a query from statements that would run when planned.
 
 use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectType, Statement as SqlStatement};
@@ -54,6 +55,19 @@ pub fn created_schema(sql: &str, dialect: &str, normalize: bool) -> Option<Strin
         (true, false) => name.to_lowercase(),
         _ => name.trim_matches('"').to_string(),
     })
+}
+
+/// Whether `sql` (in `dialect`) is one query (`SELECT`, `VALUES`, `WITH
+/// …`) and nothing else: no statement that would run when planned.
+pub fn is_lone_query(sql: &str, dialect: &str) -> bool {
+    let parsed = match dialect_from_str(dialect) {
+        Some(d) => DFParser::parse_sql_with_dialect(sql, d.as_ref()),
+        None => DFParser::parse_sql_with_dialect(sql, &GenericDialect {}),
+    };
+    matches!(
+        parsed.ok().as_ref().map(|s| s.iter().collect::<Vec<_>>()).as_deref(),
+        Some([Statement::Statement(statement)]) if matches!(statement.as_ref(), SqlStatement::Query(_))
+    )
 }
 
 /// The DDL of `sql` (one or more statements, in `dialect`; identifiers
