@@ -70,9 +70,13 @@
 //!
 //! When sample files disagree on a column's type, integers widen
 //! (int8 < int16 < int32 < int64), integers meet floats at Float64, and
-//! decimals of one scale take the larger precision; any other change (a
-//! date become a timestamp, a timestamp's unit, a decimal's scale) is an
-//! error: one layout decodes every file, and those values read otherwise.
+//! decimals of one scale take the larger precision: one layout decodes
+//! every file. A date become a timestamp, or a timestamp or time of day
+//! counted in a finer unit, takes the finer type, and the files are then
+//! decoded each with a layout of its own (their numbers count days, or
+//! milliseconds, or microseconds), cast to it. Any other change (a
+//! decimal's scale, text become a number, a type changed within one file)
+//! is an error.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -165,6 +169,10 @@ enum Conv {
     Base64Decimal,
     /// A nested value (struct, list, map) → its JSON text.
     JsonText,
+    /// A date or time whose encoding changed between files (a date become
+    /// a timestamp, a timestamp's unit): each file is decoded with a
+    /// layout of its own, then cast to `out` ([`DebeziumLayout::decode`]).
+    ByFile,
 }
 
 impl RowColumn {
@@ -249,7 +257,95 @@ impl DebeziumLayout {
         bytes: &[u8],
         batch_rows: usize,
     ) -> Result<Vec<RecordBatch>> {
+        if let Some(own) = self.own_layout(file, bytes)? {
+            return own
+                .decode(file, bytes, batch_rows)?
+                .into_iter()
+                .map(|batch| self.conform(batch))
+                .collect();
+        }
         self.decode_lines(file, event_lines(bytes), batch_rows)
+    }
+
+    /// For a layout with columns decoded file by file ([`Conv::ByFile`]),
+    /// the layout of `file`'s own events, inferred from its head and tail
+    /// as the source's is from its files' (lines that do not parse left
+    /// to the decoder); `None` for any other layout, or when the file has
+    /// no row (its events decode alike in either).
+    fn own_layout(&self, file: &str, bytes: &[u8]) -> Result<Option<DebeziumLayout>> {
+        if !self.columns.iter().any(|c| c.conv == Conv::ByFile) {
+            return Ok(None);
+        }
+        const HEAD: usize = 1 << 20;
+        const TAIL: usize = 256 << 10;
+        let tail = match bytes.len() > HEAD + TAIL {
+            true => {
+                let from = bytes.len() - TAIL;
+                let line =
+                    memchr::memchr(b'\n', &bytes[from..]).map_or(bytes.len(), |i| from + i + 1);
+                &bytes[line..]
+            }
+            false => &[][..],
+        };
+        let mut sample = Vec::new();
+        for (_, line) in
+            event_lines(&bytes[..bytes.len().min(HEAD + TAIL)]).chain(event_lines(tail))
+        {
+            if serde_json::from_slice::<Map<String, Value>>(line).is_ok() {
+                sample.extend_from_slice(line);
+                sample.push(b'\n');
+            }
+        }
+        let mut inference = Inference::default();
+        inference.add_file(file, &sample)?;
+        let Some(mut own) = inference.finish(&Schema::empty())? else {
+            return Ok(None);
+        };
+        if let Some(column) = own.columns.iter().find(|c| c.conv == Conv::ByFile) {
+            return Err(file_error(
+                file,
+                format!(
+                    "column '{}' changes its type within the file (to {}); read files \
+                     whose events have one type each",
+                    column.name, column.out
+                ),
+            ));
+        }
+        own.truncates_refused = self.truncates_refused.clone();
+        Ok(Some(own))
+    }
+
+    /// A batch decoded with a file's own layout ([`Self::own_layout`]) in
+    /// this layout's schema: each row column cast to its type here (exact:
+    /// the types only count more finely), a column the file lacks NULL.
+    fn conform(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let rows = batch.num_rows();
+        let fit = |array: Option<&ArrayRef>, column: &RowColumn| -> Result<ArrayRef> {
+            Ok(match array {
+                Some(array) => arrow::compute::cast(array, &column.out)?,
+                None => arrow::array::new_null_array(&column.out, rows),
+            })
+        };
+        let own = |name: &str| {
+            batch.column_by_name(name).ok_or_else(|| {
+                DataFusionError::Internal(format!("debezium: no column '{name}' decoded"))
+            })
+        };
+        let before = as_struct(own(BEFORE_COL)?, BEFORE_COL)?;
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.columns.len() + 3);
+        let mut before_columns: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        for column in &self.columns {
+            columns.push(fit(batch.column_by_name(&column.name), column)?);
+            before_columns.push(fit(before.column_by_name(&column.name), column)?);
+        }
+        columns.push(Arc::clone(own(OP_COL)?));
+        columns.push(Arc::clone(own(SEQ_COL)?));
+        columns.push(Arc::new(StructArray::try_new(
+            self.row_fields(),
+            before_columns,
+            before.nulls().cloned(),
+        )?));
+        Ok(RecordBatch::try_new(self.schema(), columns)?)
     }
 
     /// [`Self::decode`], but a line that cannot be decoded is left out and
@@ -262,6 +358,14 @@ impl DebeziumLayout {
         bytes: &[u8],
         batch_rows: usize,
     ) -> Result<(Vec<RecordBatch>, Vec<UnreadableLine>)> {
+        if let Some(own) = self.own_layout(file, bytes)? {
+            let (batches, bad) = own.decode_lenient(file, bytes, batch_rows)?;
+            let batches = batches
+                .into_iter()
+                .map(|batch| self.conform(batch))
+                .collect::<Result<_>>()?;
+            return Ok((batches, bad));
+        }
         if let Ok(batches) = self.decode(file, bytes, batch_rows) {
             return Ok((batches, Vec::new()));
         }
@@ -695,6 +799,10 @@ fn convert_column(
         Conv::Base64Bytes => base64_bytes(raw, column, file, lines),
         Conv::Base64Decimal => base64_decimal(raw, column, file, lines),
         Conv::JsonText => json_text(raw),
+        Conv::ByFile => Err(DataFusionError::Internal(format!(
+            "debezium: column '{}' is decoded file by file",
+            column.name
+        ))),
     }
 }
 
@@ -1405,6 +1513,21 @@ fn widen(file: &str, seen: &RowColumn, new: RowColumn) -> Result<RowColumn> {
             return Ok(RowColumn::direct(&new.name, DataType::Float64));
         }
     }
+    // a date become a timestamp, or a finer unit: the values of each file
+    // read in its own encoding, then cast to the wider type
+    let by_file = seen.conv == Conv::ByFile || new.conv == Conv::ByFile;
+    let wider = match by_file && seen.out == new.out {
+        true => Some(new.out.clone()),
+        false => wider_time(&seen.out, &new.out),
+    };
+    if let Some(wider) = wider {
+        return Ok(RowColumn {
+            name: new.name,
+            out: wider.clone(),
+            raw: wider,
+            conv: Conv::ByFile,
+        });
+    }
     // a decimal's unscaled value reads alike at any precision: the wider
     // one holds both (another scale would read it another way)
     if let (
@@ -1425,6 +1548,40 @@ fn widen(file: &str, seen: &RowColumn, new: RowColumn) -> Result<RowColumn> {
             new.name, seen.out, new.out
         ),
     ))
+}
+
+/// The type holding the values of both date/time types `a` and `b`
+/// exactly, when they differ only in how finely they count: a date and a
+/// timestamp (midnight), two units of a timestamp or of a time of day.
+fn wider_time(a: &DataType, b: &DataType) -> Option<DataType> {
+    use DataType::{Date32, Time32, Time64, Timestamp};
+    let finer = |x: TimeUnit, y: TimeUnit| {
+        let rank = |u: &TimeUnit| match u {
+            TimeUnit::Second => 0,
+            TimeUnit::Millisecond => 1,
+            TimeUnit::Microsecond => 2,
+            TimeUnit::Nanosecond => 3,
+        };
+        if rank(&x) >= rank(&y) {
+            x
+        } else {
+            y
+        }
+    };
+    match (a, b) {
+        _ if a == b => None,
+        (Date32, Timestamp(unit, zone)) | (Timestamp(unit, zone), Date32) => {
+            Some(Timestamp(*unit, zone.clone()))
+        }
+        (Timestamp(x, zx), Timestamp(y, zy)) if zx == zy => {
+            Some(Timestamp(finer(*x, *y), zx.clone()))
+        }
+        (Time32(x) | Time64(x), Time32(y) | Time64(y)) => match finer(*x, *y) {
+            unit @ (TimeUnit::Second | TimeUnit::Millisecond) => Some(Time32(unit)),
+            unit => Some(Time64(unit)),
+        },
+        _ => None,
+    }
 }
 
 /// Two kinds of scalar values of one column.
@@ -2127,6 +2284,69 @@ mod tests {
         let err = err_of(DebeziumLayout::infer(&[("f1.json", &f1), ("f3.json", &f3)]));
         assert!(err.contains("'f3.json'") && err.contains("'name'"), "{err}");
         assert!(err.contains("Utf8") && err.contains("Boolean"), "{err}");
+    }
+
+    #[test]
+    fn a_date_become_a_timestamp_reads_each_file_in_its_own_encoding() {
+        let event = |ty: &str, logical: &str, id: i64, d: i64| {
+            let fields = [
+                json!({"type": "int64", "optional": false, "field": "id"}),
+                field_schema(ty, "d", Some(logical)),
+            ];
+            let after = json!({"id": id, "d": d});
+            envelope(&fields, payload("c", Value::Null, after, pg_source(id, 1)))
+        };
+        // 2024-01-02 as days, then as milliseconds and as microseconds
+        let f1 = lines(&[event("int32", "io.debezium.time.Date", 1, 19724)]);
+        let f2 = lines(&[event(
+            "int64",
+            "io.debezium.time.Timestamp",
+            2,
+            1_704_153_600_500,
+        )]);
+        let f3 = lines(&[event(
+            "int64",
+            "io.debezium.time.MicroTimestamp",
+            3,
+            1_704_153_600_000_007,
+        )]);
+        let files = [
+            ("f1.json", &f1[..]),
+            ("f2.json", &f2[..]),
+            ("f3.json", &f3[..]),
+        ];
+        let layout = DebeziumLayout::infer(&files).unwrap();
+        let micros = DataType::Timestamp(TimeUnit::Microsecond, None);
+        assert_eq!(layout.schema().field(1).data_type(), &micros);
+        let values: Vec<i64> = files
+            .iter()
+            .map(|(name, bytes)| {
+                let batches = layout.decode(name, bytes, 10).unwrap();
+                let d = batches[0].column_by_name("d").unwrap();
+                assert_eq!(d.data_type(), &micros);
+                d.as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                    .value(0)
+            })
+            .collect();
+        assert_eq!(
+            values,
+            [
+                1_704_153_600_000_000,
+                1_704_153_600_500_000,
+                1_704_153_600_000_007
+            ]
+        );
+        // the other layouts decode as before
+        let (batches, bad) = layout.decode_lenient("f1.json", &f1, 10).unwrap();
+        assert!(bad.is_empty());
+        assert_eq!(batches[0].schema(), layout.schema());
+        // a file whose events change the type is an error naming it
+        let mixed = [f1.clone(), f3.clone()].concat();
+        let err = err_of(layout.decode("mixed.json", &mixed, 10));
+        assert!(
+            err.contains("'mixed.json'") && err.contains("column 'd' changes its type"),
+            "{err}"
+        );
     }
 
     #[test]
