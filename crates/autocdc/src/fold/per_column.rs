@@ -12,7 +12,7 @@
 //! | UPSERT at s    | live       | each group it writes with `gs < s` takes its values, `gs = s`; `R = max(R, s)` |
 //! | UPSERT at s    | tombstone  | `s ≤ R`: late, dropped; else live from nothing: the groups it writes, `R = s` |
 //! | UPSERT at s    | no row     | live from nothing (as above)                                  |
-//! | DELETE at s    | live       | groups with `gs ≤ s` become NULL at `gs = s`; `R ≤ s`: tombstone at `s` |
+//! | DELETE at s    | live       | groups with `gs < s` become NULL at `gs = s`; `R < s`: tombstone at `s` |
 //! | DELETE at s    | tombstone  | tombstone at `max(R, s)`                                      |
 //! | TRUNCATE at t  | any        | (this update's) groups with `gs ≤ t` NULL at `gs = t`; `R ≤ t`: the row goes, no tombstone |
 //! | any, `s ≤ T`   | —          | dropped (`T` the truncate watermark)                          |
@@ -21,8 +21,11 @@
 //! the key's last DELETE or TRUNCATE, and the row is live when its newest
 //! UPSERT is newer than both: the same as folding every event ever seen in
 //! sequence order, so the result does not depend on the order events arrive
-//! in nor on how they are split into updates. At equal sequence a DELETE
-//! wins over an UPSERT, and the first UPSERT to write a group keeps it.
+//! in nor on how they are split into updates. A DELETE and an UPSERT at
+//! one sequence conflict (SPEC §2.2): in one update that is an error;
+//! across updates what was applied first stays, as in SCD 1 — a row DML
+//! inserts takes its key's tombstone's sequence, so a replay of that DELETE
+//! leaves it. The first UPSERT to write a group keeps it.
 //!
 //! ```text
 //!  stored  k1  a=1@3  b=2@5   R=5          new  k1 @4 b=9   (late for b)
@@ -351,15 +354,16 @@ impl PerColumnScd1Fold {
                     changed
                 }
             } else if state.live {
+                // (what was written at s came first: it stays)
                 let mut changed = false;
                 for g in 0..groups {
-                    if b.seq(state.seqs[g], g).is_none_or(|gs| gs <= s) {
+                    if b.seq(state.seqs[g], g).is_none_or(|gs| gs < s) {
                         changed |= state.values[g].is_some() || b.seq(state.seqs[g], g) != Some(s);
                         state.values[g] = None;
                         state.seqs[g] = Seq::Event(i);
                     }
                 }
-                if row_seq.is_none_or(|r| r <= s) {
+                if row_seq.is_none_or(|r| r < s) {
                     state.live = false;
                     state.row_seq = Seq::Event(i);
                     changed = true;

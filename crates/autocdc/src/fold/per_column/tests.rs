@@ -228,7 +228,8 @@ fn stored(id: i64, a: Option<i64>, b: Option<i64>, seq: i64, gs: [Option<i64>; 2
 /// | a=1@3 b=2@5 (R 5)   | b=9@4          | a=1 b=2, R 5       | b@5 is newer: late for b       |
 /// | a=1@3 b=2@5 (R 5)   | a=7@4          | a=7 b=2, R 5       | a@3 is older: a late event sets it |
 /// | a=1@3 b=2@5 (R 5)   | delete@4       | a=NULL b=2, R 5    | a late delete clears older columns |
-/// | a=1@3 b=2@5 (R 5)   | delete@5       | tombstone @5       | a delete wins ties             |
+/// | a=1@3 b=2@5 (R 5)   | delete@5       | a=NULL b=2, R 5    | b@5 came first: a tie is a conflict, the first applied stays |
+/// | a=1@3 b=2@5 (R 5)   | delete@6       | tombstone @6       | newer than every column        |
 /// | tombstone @5        | a=7@4          | tombstone @5       | older than the tombstone       |
 /// | tombstone @5        | a=7@6          | a=7 b=NULL, R 6    | from nothing                   |
 #[test]
@@ -244,9 +245,11 @@ fn late_partial_events_set_older_columns() {
     assert_eq!(changes.len(), 2, "pre- and post-image: {changes:?}");
     let (s, _) = update(&l, &base, &[del(1, 4)], usize::MAX);
     assert_eq!(live(&s), [(1, None, Some(2), 5)]);
-    let (s, changes) = update(&l, &base, &[del(1, 5)], usize::MAX);
+    let (s, _) = update(&l, &base, &[del(1, 5)], usize::MAX);
+    assert_eq!(live(&s), [(1, None, Some(2), 5)]);
+    let (s, changes) = update(&l, &base, &[del(1, 6)], usize::MAX);
     assert_eq!(live(&s), []);
-    assert_eq!((s[0].kind, s[0].seq), (Kind::Delete as i8, 5));
+    assert_eq!((s[0].kind, s[0].seq), (Kind::Delete as i8, 6));
     assert_eq!(changes.len(), 1);
     let tomb = [Ev {
         kind: Kind::Delete as i8,
