@@ -5,11 +5,12 @@
 //! with a cast error naming none. (An undeclared target widens instead,
 //! SPEC §2.9: its casts never fail.)
 //!
-//! Sequences are kept to the microsecond (Delta's timestamps): a
+//! Sequences and keys are kept to the microsecond (Delta's timestamps): a
 //! nanosecond `SEQUENCE BY` or `SYSTEM SEQUENCE BY` column whose value has
 //! nanoseconds would order events wrongly (two within one microsecond
-//! compare equal, a newer one reads as late), so such a value fails the
-//! update naming the flow, clause and value.
+//! compare equal, a newer one reads as late), and a nanosecond key column's
+//! would merge keys (two within one microsecond become one), so such a
+//! value fails the update naming the flow, clause and value.
 
 use std::sync::Arc;
 
@@ -66,8 +67,8 @@ pub(super) fn with_fit_checks(
 }
 
 /// `source` with a check that the values of `flow`'s sequence columns (a
-/// column each) lose nothing when kept to the microsecond (see the module
-/// docs).
+/// column each) and key columns lose nothing when kept to the microsecond
+/// (see the module docs).
 pub(crate) fn with_sequence_precision_checks(
     flow: &FlowSpec,
     source: LogicalPlan,
@@ -80,6 +81,7 @@ pub(crate) fn with_sequence_precision_checks(
     if let Some(c) = &flow.system_sequence_by {
         sequences.push(("SYSTEM SEQUENCE BY", c));
     }
+    sequences.extend(flow.keys.iter().map(|k| ("KEYS", k.as_str())));
     let mut checks = Vec::new();
     for (clause, name) in sequences {
         let Ok(field) = source_schema.field_with_unqualified_name(name) else {
@@ -91,13 +93,21 @@ pub(crate) fn with_sequence_precision_checks(
         let value = Expr::Column(Column::new_unqualified(field.name()));
         let micros = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
         let kept = cast(cast(value.clone(), micros), field.data_type().clone());
+        let why = match clause {
+            "KEYS" => {
+                " has nanoseconds, and keys are kept to the microsecond: keys within one \
+                 microsecond would be one key; CAST it to TIMESTAMP (microseconds) if that \
+                 is meant, or key by another column; nothing was committed"
+            }
+            _ => {
+                " has nanoseconds, and sequences are kept to the microsecond: events within \
+                 one microsecond would be ordered wrongly; nothing was committed"
+            }
+        };
         let message = concat(vec![
             lit(format!("flow '{}': {clause} value ", flow.name)),
             cast(value.clone(), DataType::Utf8),
-            lit(
-                " has nanoseconds, and sequences are kept to the microsecond: events within \
-                 one microsecond would be ordered wrongly; nothing was committed",
-            ),
+            lit(why),
         ]);
         checks.push(raise_if(when(kept.not_eq(value), message).end()?));
     }
