@@ -215,6 +215,32 @@ pub(crate) fn fold_spec(
     }
 }
 
+/// The condition of expectation `e` over the columns `visible`: a BOOLEAN
+/// judged row by row; else why not (a plan error, its message without
+/// the expectation's name; a schema error for a column not there).
+pub(crate) fn expectation_condition(
+    state: &SessionState,
+    e: &Expectation,
+    visible: &datafusion::common::DFSchema,
+) -> Result<Expr> {
+    let condition = plan_sql_expr(state, &e.condition, &e.dialect, visible)?;
+    match condition.get_type(visible)? {
+        DataType::Boolean | DataType::Null => Ok(condition),
+        t => Err(DataFusionError::Plan(format!(
+            "the condition has type {t}, expected BOOLEAN"
+        ))),
+    }
+}
+
+/// An error's message without DataFusion's kind before it when it is a
+/// plan error (the message then names what it is about).
+fn plan_message(err: DataFusionError) -> String {
+    match err {
+        DataFusionError::Plan(message) => message,
+        other => other.to_string(),
+    }
+}
+
 /// `rows` (a flow's events) under the check of the target's
 /// `expectations`, and the counts the check keeps.
 pub(crate) fn check_expectations(
@@ -238,23 +264,15 @@ pub(crate) fn check_expectations(
     let conditions = expectations
         .iter()
         .map(|e| {
-            let clause = |m: String| {
+            expectation_condition(state, e, &visible).map_err(|err| {
                 DataFusionError::Plan(format!(
-                    "flow '{}': expectation '{}' ({}): {m}",
+                    "flow '{}': expectation '{}' ({}): {}",
                     flow.name,
                     e.name,
-                    e.describe()
+                    e.describe(),
+                    plan_message(err)
                 ))
-            };
-            let condition = plan_sql_expr(state, &e.condition, &e.dialect, &visible)
-                .map_err(|err| clause(err.to_string()))?;
-            match condition.get_type(&visible) {
-                Ok(DataType::Boolean | DataType::Null) => Ok(condition),
-                Ok(t) => Err(clause(format!(
-                    "the condition has type {t}, expected BOOLEAN"
-                ))),
-                Err(err) => Err(clause(err.to_string())),
-            }
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let counts = Arc::new(ExpectationCounts::new(expectations.to_vec()));

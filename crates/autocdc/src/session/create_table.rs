@@ -232,6 +232,33 @@ impl CdcSession {
         if c.expectations == meta.decl.expectations {
             return Ok(false);
         }
+        // (a condition that cannot be judged row by row is told now, not by
+        // every later update; one naming a column the table lacks waits for
+        // the flow that brings it)
+        if !stored.is_empty() {
+            let state = self.dialect_state(&c.dialect);
+            let columns =
+                datafusion::common::DFSchema::try_from(meta.user_schema.as_ref().clone())?;
+            for e in &c.expectations {
+                match crate::pipeline::expectation_condition(&state, e, &columns) {
+                    Ok(_) | Err(DataFusionError::SchemaError(..)) => {}
+                    Err(DataFusionError::Plan(m)) => {
+                        return Err(refuse(format!(
+                            "expectation '{}' ({}): {m}",
+                            e.name,
+                            e.describe()
+                        )))
+                    }
+                    Err(other) => {
+                        return Err(refuse(format!(
+                            "expectation '{}' ({}): {other}",
+                            e.name,
+                            e.describe()
+                        )))
+                    }
+                }
+            }
+        }
         if let Some(flow) = meta.flows.values().find(|f| f.source.is_snapshot()) {
             if !c.expectations.is_empty() {
                 return Err(refuse(format!(

@@ -155,6 +155,19 @@ pub fn plan_sql_expr(
              the source query instead"
         )));
     }
+    // (nor reach past its event: no aggregate, window function or unnest)
+    let across_rows = expr.exists(|e| {
+        Ok(matches!(
+            e,
+            Expr::AggregateFunction(_) | Expr::WindowFunction(_) | Expr::Unnest(_)
+        ))
+    })?;
+    if across_rows {
+        return Err(DataFusionError::Plan(format!(
+            "'{text}' holds an aggregate, window function or unnest, which a clause cannot \
+             run: it is judged row by row; compute the value in the source query instead"
+        )));
+    }
     Ok(expr)
 }
 
