@@ -122,6 +122,66 @@ async fn parquet_folder_source_reads_only_new_files() {
     );
 }
 
+/// Every file of the folder is read once, whatever its name (`%`, `?`,
+/// `#` are percent-encoded in a store's locations); files in sub-folders,
+/// which the table's own scans leave out (a job's `_temporary/`), are not
+/// read until they are the table's.
+#[tokio::test]
+async fn folder_files_of_any_name_are_read_once_and_sub_folders_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("land");
+    std::fs::create_dir_all(land.join("_temporary/0")).unwrap();
+    let names = [
+        "plain.csv",
+        "x%41.csv",
+        "r?1.csv",
+        "s#1.csv",
+        "sp ace é.csv",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        std::fs::write(land.join(name), format!("id,v\n{},{name}\n", i + 1)).unwrap();
+    }
+    std::fs::write(land.join("_temporary/0/part-0.csv"), "id,v\n7,spark\n").unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
+        .await
+        .unwrap();
+    collect(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE land (id INT, v VARCHAR) STORED AS CSV LOCATION '{}/' \
+             OPTIONS ('format.has_header' 'true')",
+            land.display()
+        ),
+    )
+    .await;
+    let create = "CREATE STREAMING TABLE t AS SELECT * FROM STREAM land";
+    assert_eq!(input_rows(&s, create).await, 5);
+    collect(&s, "CREATE STREAMING TABLE u").await;
+    let flow = "CREATE FLOW fu AS AUTO CDC INTO u FROM land KEYS (id) SEQUENCE BY id";
+    assert_eq!(input_rows(&s, flow).await, 5);
+    let expected = [
+        "| 1 | plain.csv |",
+        "| 2 | x%41.csv |",
+        "| 3 | r?1.csv |",
+        "| 4 | s#1.csv |",
+        "| 5 | sp ace é.csv |",
+    ];
+    assert_eq!(rows(&s, "SELECT * FROM t ORDER BY id").await, expected);
+    assert_eq!(rows(&s, "SELECT * FROM u ORDER BY id").await, expected);
+    // the job's commit moves its file into the folder: read then, once
+    std::fs::rename(
+        land.join("_temporary/0/part-0.csv"),
+        land.join("part-0.csv"),
+    )
+    .unwrap();
+    assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE t").await, 1);
+    assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE t").await, 0);
+    assert_eq!(
+        rows(&s, "SELECT count(*), count(DISTINCT id) FROM t").await,
+        ["| 6 | 6 |"]
+    );
+}
+
 #[tokio::test]
 async fn streaming_table_source_reads_only_new_versions() {
     let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();

@@ -67,6 +67,12 @@ async fn list_files(
     listing: &ListingTable,
 ) -> Result<Vec<(String, ListingTableUrl, i64)>> {
     let extension = listing.options().file_extension.clone();
+    // (as the table's own scans: files in sub-folders, a job's
+    // `_temporary/` say, are not the table's unless the session says so)
+    let ignore_subdirectory = state
+        .config_options()
+        .execution
+        .listing_table_ignore_subdirectory;
     let mut out = Vec::new();
     for url in listing.table_paths() {
         let store = state.runtime_env().object_store(url)?;
@@ -88,16 +94,23 @@ async fn list_files(
                 listed
                     .into_iter()
                     .filter(|m| {
-                        url.contains(&m.location, false)
+                        url.contains(&m.location, ignore_subdirectory)
                             && m.location.as_ref().ends_with(&extension)
                     })
                     .collect()
             }
         };
         for meta in metas {
+            // the URL's path is decoded once to find the location: its `%`,
+            // and `?` and `#` (which would end a URL's path), encoded
             let base = url.object_store();
-            let file =
-                ListingTableUrl::parse(format!("{}{}", base.as_str(), meta.location.as_ref()))?;
+            let path = meta
+                .location
+                .as_ref()
+                .replace('%', "%25")
+                .replace('?', "%3F")
+                .replace('#', "%23");
+            let file = ListingTableUrl::parse(format!("{}{path}", base.as_str()))?;
             out.push((
                 meta.location.to_string(),
                 file,
