@@ -48,6 +48,32 @@ impl CdcSession {
         if let Some(v) = property(TOMBSTONE_GC_PROPERTY) {
             parse_tombstone_retention(v).map_err(invalid)?;
         }
+        if let Some(v) = property(REJECTS_PROPERTY) {
+            if !(v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false")) {
+                return Err(invalid(format!(
+                    "{REJECTS_PROPERTY}: expected 'true' or 'false', got '{v}'"
+                )));
+            }
+        }
+        // (our properties are read by these names only: another one, a
+        // session setting or a name in other case, would be kept unread)
+        const OURS: [&str; 5] = [
+            BUCKETS_PROPERTY,
+            COMPRESSION_PROPERTY,
+            REJECTS_PROPERTY,
+            crate::spec::sequence_groups::SEQUENCE_PER_COLUMN_PROPERTY,
+            crate::spec::sequence_groups::SEQUENCE_GROUPS_PROPERTY,
+        ];
+        if let Some((key, _)) = c.properties.iter().find(|(k, _)| {
+            k.get(..8).is_some_and(|p| p.eq_ignore_ascii_case("autocdc."))
+                && !OURS.contains(&k.as_str())
+        }) {
+            return Err(invalid(format!(
+                "unknown table property '{key}' (a table takes {}; session settings are \
+                 set with SET)",
+                OURS.join(", ")
+            )));
+        }
         let deletion_vectors =
             crate::config::autocdc_options(self.ctx.state().config()).deletion_vectors;
         for (key, value) in &c.properties {
