@@ -1,8 +1,9 @@
 //! Values that do not fit a declared target's type: a declared column keeps
 //! its type, and a source of a wider type of the same family (a BIGINT fed
-//! to an INT column) converts into it. A value that does not fit fails the
-//! update with a message naming the flow, column and value, rather than
-//! with a cast error naming none. (An undeclared target widens instead,
+//! to an INT column) converts into it. A value that does not fit — out of
+//! range, a decimal that would round, a float that would overflow to an
+//! infinity — fails the update with a message naming the flow, column and
+//! value, rather than with a cast error naming none or a changed value. (An undeclared target widens instead,
 //! SPEC §2.9: its casts never fail.)
 //!
 //! Sequences and keys are kept to the microsecond (Delta's timestamps): a
@@ -54,10 +55,28 @@ pub(super) fn with_fit_checks(
                 ", which the target's type {to} cannot hold; nothing was committed"
             )),
         ]);
-        let misfit = value
-            .clone()
-            .is_not_null()
-            .and(try_cast(value, to.clone()).is_null());
+        let kept = try_cast(value.clone(), to.clone());
+        let lost = match to {
+            // a decimal of fewer digits rounds: the value changes
+            DataType::Decimal32(..)
+            | DataType::Decimal64(..)
+            | DataType::Decimal128(..)
+            | DataType::Decimal256(..) => cast(kept.clone(), from.clone()).not_eq(value.clone()),
+            // a narrower float overflows to an infinity the value was not
+            DataType::Float16 | DataType::Float32 => {
+                let infinite = |e: Expr, t: &DataType| {
+                    let inf = cast(lit(f64::INFINITY), t.clone());
+                    let minus = cast(lit(f64::NEG_INFINITY), t.clone());
+                    e.clone().eq(inf).or(e.eq(minus))
+                };
+                infinite(kept.clone(), to).and(datafusion::logical_expr::not(infinite(
+                    value.clone(),
+                    &from,
+                )))
+            }
+            _ => lit(false),
+        };
+        let misfit = value.clone().is_not_null().and(kept.is_null().or(lost));
         checks.push(raise_if(when(misfit, message).end()?));
     }
     match checks.into_iter().reduce(Expr::and) {

@@ -65,7 +65,8 @@ impl CdcSession {
             crate::spec::sequence_groups::SEQUENCE_GROUPS_PROPERTY,
         ];
         if let Some((key, _)) = c.properties.iter().find(|(k, _)| {
-            k.get(..8).is_some_and(|p| p.eq_ignore_ascii_case("autocdc."))
+            k.get(..8)
+                .is_some_and(|p| p.eq_ignore_ascii_case("autocdc."))
                 && !OURS.contains(&k.as_str())
         }) {
             return Err(invalid(format!(
