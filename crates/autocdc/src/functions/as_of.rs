@@ -181,7 +181,19 @@ impl Target {
                  a STRUCT sequence is compared by its first field ({data_type})"
             );
         }
-        match value.cast_to(data_type) {
+        // (a fraction against whole numbers: its floor holds exactly the
+        // versions it holds — a cast rounds a negative one up, past a start)
+        let floor = match value {
+            _ if !data_type.is_integer() => value.clone(),
+            ScalarValue::Float64(Some(f)) => ScalarValue::Float64(Some(f.floor())),
+            ScalarValue::Float32(Some(f)) => ScalarValue::Float32(Some(f.floor())),
+            ScalarValue::Decimal128(Some(v), p, s) if *s > 0 => {
+                let unit = 10i128.pow(*s as u32);
+                ScalarValue::Decimal128(Some(v.div_euclid(unit) * unit), *p, *s)
+            }
+            other => other.clone(),
+        };
+        match floor.cast_to(data_type) {
             Ok(cast) if !cast.is_null() => Ok(Point { field, value: cast }),
             _ => plan_err!(
                 "{function}('{name}', …): the {what} '{value}' ({}) does not convert to the \
