@@ -853,9 +853,9 @@ pub fn resolve(
     // COLUMNS selection → target columns
     let target_columns: Vec<String> = match &spec.columns {
         ColumnSelection::All => source_columns.clone(),
-        ColumnSelection::Only(list) => list
-            .iter()
-            .map(|c| {
+        ColumnSelection::Only(list) => {
+            let mut names: Vec<String> = Vec::with_capacity(list.len());
+            for c in list {
                 let name = lookup("COLUMNS", c)?;
                 if Some(&name) == update_list.as_ref() {
                     return Err(flow_err(
@@ -864,9 +864,17 @@ pub fn resolve(
                         format!("column '{name}' is the COLUMNS TO UPDATE column; it is never a target column"),
                     ));
                 }
-                Ok(name)
-            })
-            .collect::<Result<_>>()?,
+                if names.contains(&name) {
+                    return Err(flow_err(
+                        flow,
+                        "COLUMNS",
+                        format!("column '{name}' is named twice"),
+                    ));
+                }
+                names.push(name);
+            }
+            names
+        }
         ColumnSelection::Except(list) => {
             let excluded = list
                 .iter()
