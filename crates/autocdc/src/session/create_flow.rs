@@ -165,6 +165,11 @@ impl CdcSession {
             return self.run_snapshot_flow(table, spec, register).await;
         }
         let state = self.ctx.state();
+        if spec.append && !spec.once && operation != Operation::CreateFlow {
+            // (a name read as a stream may name another table by now: one
+            // read whole would be appended again at every run)
+            check_append_sources(&state, spec).await?;
+        }
         let plan = if spec.append {
             plan_append(&state, Arc::clone(table), spec, operation, self.clock.now()).await?
         } else {
