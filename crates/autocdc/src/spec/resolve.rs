@@ -7,9 +7,9 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Column, DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
-use datafusion::functions::expr_fn::{coalesce, named_struct};
+use datafusion::functions::expr_fn::{coalesce, concat, named_struct};
 use datafusion::logical_expr::{
-    cast, lit, when, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
+    cast, lit, try_cast, when, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
 };
 use datafusion::sql::parser::DFParserBuilder;
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
@@ -20,6 +20,7 @@ use crate::fold::columns::{
     UPDATE_LIST_COL, WRITTEN_AT_COL,
 };
 use crate::fold::PartialUpdates;
+use crate::functions::raise::raise_if;
 
 /// SCD column names reserved in sources and targets.
 pub const RESERVED_COLUMNS: [&str; 4] = [
@@ -631,22 +632,37 @@ impl MovedKeys<'_> {
                     ),
                 ));
             }
-            let old = cast(expr, field.data_type().clone());
+            // (a wider integer that does not fit the key fails the update
+            // naming it — in the DELETE's projection, which sees the
+            // flow's events only: a filter may also see rows the source
+            // query leaves out)
+            let old = try_cast(expr.clone(), field.data_type().clone());
+            let message = concat(vec![
+                lit(format!("flow '{flow}': {CLAUSE}: the previous key ")),
+                cast(expr.clone(), DataType::Utf8),
+                lit(format!(
+                    " does not fit key column '{}' of type {}; nothing was committed",
+                    field.name(),
+                    field.data_type()
+                )),
+            ]);
+            let misfit = expr.clone().is_not_null().and(old.clone().is_null());
+            let checked = when(raise_if(when(misfit, message).end()?), old.clone()).end()?;
             let now = cast(
                 Expr::Column(Column::new_unqualified(field.name())),
                 field.data_type().clone(),
             );
-            moved.push((old.clone(), now));
-            previous[position] = Some(old);
+            moved.push((expr, old, now));
+            previous[position] = Some(checked);
         }
         let complete = moved
             .iter()
-            .map(|(old, now)| old.clone().is_not_null().and(now.clone().is_not_null()))
+            .map(|(raw, _, now)| raw.clone().is_not_null().and(now.clone().is_not_null()))
             .reduce(Expr::and)
             .unwrap_or(lit(false));
         let differs = moved
             .into_iter()
-            .map(|(old, now)| {
+            .map(|(_, old, now)| {
                 Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
                     Box::new(old),
                     datafusion::logical_expr::Operator::IsDistinctFrom,
