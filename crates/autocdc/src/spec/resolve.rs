@@ -903,6 +903,22 @@ pub fn resolve(
                 .collect()
         }
     };
+    // (Delta's column names are case-insensitive: the write would fail)
+    for (i, name) in target_columns.iter().enumerate() {
+        if let Some(other) = target_columns[..i]
+            .iter()
+            .find(|o| o.eq_ignore_ascii_case(name))
+        {
+            return Err(flow_err(
+                flow,
+                "COLUMNS",
+                format!(
+                    "columns '{other}' and '{name}' differ only in case, and a table's column \
+                     names do not: rename one in the source query, or leave it out"
+                ),
+            ));
+        }
+    }
     if spec.keys.is_empty() {
         return Err(flow_err(
             flow,
