@@ -75,9 +75,22 @@ impl CdcSession {
         };
         let cleared = full.then_some(before);
         let mut out = Vec::new();
+        let mut committed: Vec<String> = Vec::new();
         for (flow, operation) in runs {
             match self.run_flow(&table, &flow, operation).await {
+                Err(e) if cleared.is_none() && !committed.is_empty() => {
+                    // (each flow's run is a commit of its own: say which
+                    // stand, rather than let "nothing was committed" speak
+                    // for the statement)
+                    return Err(e.context(format!(
+                        "REFRESH STREAMING TABLE {name} failed at flow '{}'; flow(s) {} ran \
+                         before it and stay committed (each flow's run is a commit of its own)",
+                        flow.name,
+                        committed.join(", ")
+                    )));
+                }
                 Ok(batches) => {
+                    committed.push(format!("'{}'", flow.name));
                     // (a clear of its own counts with the first run, as a
                     // clear the first run carries does)
                     for batch in batches {
