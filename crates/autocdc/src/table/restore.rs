@@ -39,7 +39,8 @@
 //! **Metadata.** The flows' source checkpoints and the snapshot versions
 //! (`autocdc.source.*`, `autocdc.snapshot.*`, `autocdc.snapshot_watermark`)
 //! become those of version `n` (absent then: absent now, so a flow defined
-//! since reads its source from the start); flow definitions, the schema
+//! since reads its source from the start; so does a flow defined again
+//! since under its name, with another definition); flow definitions, the schema
 //! (files of an older schema read NULL in columns added since) and every
 //! other property stay as they are.
 
@@ -70,8 +71,8 @@ use super::commit::{
 use super::event::CommitEvent;
 use super::plain_files::{PlainFilesTable, TableLocation};
 use super::properties::{
-    FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
-    SOURCE_CHECKPOINT_PREFIX,
+    FLOW_KEY_PREFIX, FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX,
+    SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
 };
 use super::{delta_err, ScdTable};
 use crate::fold::columns::{
@@ -94,6 +95,18 @@ const RESTORED_PREFIXES: [&str; 4] = [
     SNAPSHOT_WATERMARK_PROPERTY,
     FULL_REFRESH_PENDING_PREFIX,
 ];
+
+/// The flow a restored property belongs to (`None`: the table's own).
+fn flow_of_property(key: &str) -> Option<&str> {
+    if let Some(flow) = key.strip_prefix(SOURCE_CHECKPOINT_PREFIX) {
+        return Some(flow);
+    }
+    if let Some(flow) = key.strip_prefix(FULL_REFRESH_PENDING_PREFIX) {
+        return Some(flow);
+    }
+    key.strip_prefix(SNAPSHOT_PROPERTY_PREFIX)
+        .and_then(|rest| rest.strip_suffix(".last_version"))
+}
 
 /// What a restore did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,9 +178,19 @@ pub(crate) async fn restore(
     let mut edit = Edit::new(EditKind::Restore { version: to }).metadata(
         MetadataChange::RemovePrefixed(RESTORED_PREFIXES.iter().map(|p| p.to_string()).collect()),
     );
+    // (a flow defined again since `n`, under its name but otherwise, is
+    // not the flow those properties were of: it reads from the start)
+    let now_flows = table.meta().flows;
+    let redefined = |flow: &str| {
+        let then_flow = then_properties
+            .get(&format!("{FLOW_KEY_PREFIX}{flow}"))
+            .and_then(|json| serde_json::from_str::<crate::spec::FlowSpec>(json).ok());
+        then_flow.as_ref() != now_flows.get(flow)
+    };
     let mut restored: Vec<(&String, &String)> = then_properties
         .iter()
         .filter(|(k, _)| RESTORED_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| flow_of_property(k).is_none_or(|flow| !redefined(flow)))
         .collect();
     restored.sort();
     for (key, value) in restored {
