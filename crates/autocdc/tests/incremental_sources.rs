@@ -137,11 +137,12 @@ async fn folder_files_of_any_name_are_read_once_and_sub_folders_not() {
         "r?1.csv",
         "s#1.csv",
         "sp ace é.csv",
+        "b\\s.csv",
     ];
     for (i, name) in names.iter().enumerate() {
         std::fs::write(land.join(name), format!("id,v\n{},{name}\n", i + 1)).unwrap();
     }
-    std::fs::write(land.join("_temporary/0/part-0.csv"), "id,v\n7,spark\n").unwrap();
+    std::fs::write(land.join("_temporary/0/part-0.csv"), "id,v\n8,spark\n").unwrap();
     let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
         .await
         .unwrap();
@@ -155,16 +156,17 @@ async fn folder_files_of_any_name_are_read_once_and_sub_folders_not() {
     )
     .await;
     let create = "CREATE STREAMING TABLE t AS SELECT * FROM STREAM land";
-    assert_eq!(input_rows(&s, create).await, 5);
+    assert_eq!(input_rows(&s, create).await, 6);
     collect(&s, "CREATE STREAMING TABLE u").await;
     let flow = "CREATE FLOW fu AS AUTO CDC INTO u FROM land KEYS (id) SEQUENCE BY id";
-    assert_eq!(input_rows(&s, flow).await, 5);
+    assert_eq!(input_rows(&s, flow).await, 6);
     let expected = [
         "| 1 | plain.csv |",
         "| 2 | x%41.csv |",
         "| 3 | r?1.csv |",
         "| 4 | s#1.csv |",
         "| 5 | sp ace é.csv |",
+        "| 6 | b\\s.csv |",
     ];
     assert_eq!(rows(&s, "SELECT * FROM t ORDER BY id").await, expected);
     assert_eq!(rows(&s, "SELECT * FROM u ORDER BY id").await, expected);
@@ -178,7 +180,7 @@ async fn folder_files_of_any_name_are_read_once_and_sub_folders_not() {
     assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE t").await, 0);
     assert_eq!(
         rows(&s, "SELECT count(*), count(DISTINCT id) FROM t").await,
-        ["| 6 | 6 |"]
+        ["| 7 | 7 |"]
     );
 }
 

@@ -63,7 +63,7 @@ pub(super) fn with_fit_checks(
             | DataType::Decimal128(..)
             | DataType::Decimal256(..) => cast(kept.clone(), from.clone()).not_eq(value.clone()),
             // a narrower float overflows to an infinity the value was not
-            DataType::Float16 | DataType::Float32 => {
+            DataType::Float16 | DataType::Float32 if from.is_floating() => {
                 let infinite = |e: Expr, t: &DataType| {
                     let inf = cast(lit(f64::INFINITY), t.clone());
                     let minus = cast(lit(f64::NEG_INFINITY), t.clone());

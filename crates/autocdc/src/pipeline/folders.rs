@@ -102,14 +102,16 @@ async fn list_files(
         };
         for meta in metas {
             // the URL's path is decoded once to find the location: its `%`,
-            // and `?` and `#` (which would end a URL's path), encoded
+            // `?` and `#` (which would end a URL's path) and `\` (a `/` to
+            // a URL) encoded
             let base = url.object_store();
             let path = meta
                 .location
                 .as_ref()
                 .replace('%', "%25")
                 .replace('?', "%3F")
-                .replace('#', "%23");
+                .replace('#', "%23")
+                .replace('\\', "%5C");
             let file = ListingTableUrl::parse(format!("{}{path}", base.as_str()))?;
             out.push((
                 meta.location.to_string(),

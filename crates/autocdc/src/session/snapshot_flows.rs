@@ -111,6 +111,23 @@ impl CdcSession {
                 .next_snapshot(table, spec, last.clone(), meta.sequence_type.clone(), now)
                 .await?;
             let Some((plan, version)) = next else { break };
+            if let ScalarValue::TimestampNanosecond(Some(ns), _) = &version {
+                if ns % 1000 != 0 {
+                    return Err(DataFusionError::Plan(format!(
+                        "flow '{}': the snapshot version {} has nanoseconds, and versions are \
+                         kept to the microsecond: versions within one microsecond would be \
+                         one; nothing of it was applied",
+                        spec.name,
+                        crate::fold::errors::scalar_text(&version)
+                    )));
+                }
+            }
+            // (versions as the user gave them, for messages)
+            let given = version.data_type();
+            let shown = |v: &ScalarValue| match v.cast_to(&given) {
+                Ok(v) => crate::fold::errors::scalar_text(&v),
+                Err(_) => v.to_string(),
+            };
             // (the type of the stored sequences, or of a declared SCD 2
             // target's __START_AT)
             let fixed = meta.sequence_type.clone().or(meta.start_at_type.clone());
@@ -151,7 +168,9 @@ impl CdcSession {
                     // out of order: ignored, as the reference says; the
                     // update ends here (the version query would offer it again)
                     let details = format!(
-                        "snapshot version {version} skipped: not newer than the last processed version {last}; nothing of it was applied"
+                        "snapshot version {} skipped: not newer than the last processed version {}; nothing of it was applied",
+                        shown(&version),
+                        shown(last)
                     );
                     log::warn!("flow '{}': {details}", spec.name);
                     let event = CommitEvent::new(
@@ -184,6 +203,9 @@ impl CdcSession {
                     .into_iter()
                     .filter(|b| b.num_rows() > 0),
             );
+            // (each version's commit names its own rejects: delivered
+            // before the next version's commit names others)
+            self.deliver_rejects(table).await?;
             register = false;
         }
         if register {

@@ -452,8 +452,9 @@ impl DebeziumLayout {
                     file,
                     no,
                     format!(
-                        "column '{}' is {} and the event gives it {value}, which has a \
-                         fraction; reading it would cut the fraction off",
+                        "column '{}' is {} and the event gives it {value}, which is not a \
+                         whole number it can hold exactly (a fraction, or more digits than a \
+                         double holds); reading it would change it",
                         column.name, column.out
                     ),
                 ))
@@ -2436,7 +2437,7 @@ mod tests {
         let layout = layout_of("t.json", &lines(&[ev(json!(1), json!(5))]));
         let err = err_of(layout.decode("t.json", &lines(&[ev(json!(2), json!(1.5))]), 100));
         assert!(
-            err.contains("file 't.json' line 1: column 'qty' is Int64 and the event gives it 1.5"),
+            err.contains("file 't.json' line 1: column 'qty' is Int64 and the event gives it 1.5, which is not a whole number"),
             "{err}"
         );
         let err = err_of(layout.decode("t.json", &lines(&[ev(json!("2.7"), json!(1))]), 100));

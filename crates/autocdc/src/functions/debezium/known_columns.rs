@@ -17,8 +17,8 @@
 //! | absent, `null`, not an object          | no problem                |
 //! | an object whose keys are all columns   | no problem                |
 //! | an object with another key             | [`RowProblem::Unknown`]: that key |
-//! | an integer column's value with a fraction (`1.5`, `"2.7"`, `1e-3`) | [`RowProblem::Fraction`] |
-//! | an integer column's value written with `.` or an exponent but whole (`1.0`, `1e3`) | no problem (read as that integer) |
+//! | an integer column's value with a fraction (`1.5`, `"2.7"`, `1e-3`), or written with `.` or an exponent past a double's precision (`9007199254740993.0`) | [`RowProblem::Fraction`] |
+//! | an integer column's value written with `.` or an exponent, whole and within 2^53 (`1.0`, `1e3`) | no problem (read as that integer) |
 //! | malformed JSON                         | no problem (the decoder reports the line) |
 //!
 //! Debezium writes `before` first in the payload, so the first `"before"`
@@ -214,18 +214,35 @@ fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
     }
 }
 
-/// The value as written when it is a number (or a string of one) with a
-/// fraction; whole numbers written with `.` or an exponent, and anything
-/// else, are left to the decoder.
+/// The value as written when it is a number (or a string of one) written
+/// with `.` or an exponent that the decoder, which reads such a number as
+/// a double, would not read exactly as a whole number: a fraction, or more
+/// digits than a double holds (beyond 2^53). Other values are left to the
+/// decoder.
 fn fraction(value: &[u8]) -> Option<Cow<'_, str>> {
+    /// The greatest magnitude up to which a double holds every whole number.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
     let value = value.trim_ascii_end();
     memchr::memchr3(b'.', b'e', b'E', value)?;
     let number = match value {
         [b'"', inner @ .., b'"'] => inner,
         _ => value,
     };
-    let number: f64 = std::str::from_utf8(number).ok()?.parse().ok()?;
-    (number.fract() != 0.0).then(|| String::from_utf8_lossy(value))
+    let text = std::str::from_utf8(number).ok()?;
+    let parsed: f64 = text.parse().ok()?;
+    // (judged on the digits as written where it can be: a double rounds
+    // `1.00000000000000001` to 1 and `9007199254740993.0` to an even one)
+    let exact = match text.split_once(['e', 'E']) {
+        None => {
+            let (whole, digits) = text.split_once('.').unwrap_or((text, ""));
+            digits.bytes().all(|d| d == b'0')
+                && whole
+                    .parse::<i128>()
+                    .is_ok_and(|w| w.unsigned_abs() <= EXACT as u128)
+        }
+        Some(_) => parsed.fract() == 0.0 && parsed.abs() < EXACT,
+    };
+    (!exact).then(|| String::from_utf8_lossy(value))
 }
 
 /// A raw JSON string (quotes included) as text.
@@ -283,6 +300,16 @@ mod tests {
         assert_eq!(fraction_of(r#"{"after":{"id":1E3,"a\"b":2.5}}"#), None);
         assert_eq!(fraction_of(r#"{"after":{"id":12,"name":null}}"#), None);
         assert_eq!(fraction_of(r#"{"after":{"id":"x.y"}}"#), None);
+        // past a double's precision, or a fraction it would round away
+        assert_eq!(
+            fraction_of(r#"{"after":{"id":9007199254740993.0}}"#),
+            Some((0, "9007199254740993.0".into()))
+        );
+        assert_eq!(
+            fraction_of(r#"{"after":{"id":1.00000000000000001}}"#),
+            Some((0, "1.00000000000000001".into()))
+        );
+        assert_eq!(fraction_of(r#"{"after":{"id":9007199254740992.0}}"#), None);
     }
 
     #[test]
