@@ -27,6 +27,13 @@ async fn input_rows(s: &CdcSession, sql: &str) -> i64 {
     column.value(0)
 }
 
+/// A session on the warehouse `wh` under `dir`.
+async fn open(dir: &std::path::Path) -> CdcSession {
+    CdcSession::open(AutoCdcConfig::new(dir.join("wh").to_str().unwrap()))
+        .await
+        .unwrap()
+}
+
 async fn rows(s: &CdcSession, sql: &str) -> Vec<String> {
     let text = pretty_format_batches(&collect(s, sql).await)
         .unwrap()
@@ -43,9 +50,7 @@ async fn parquet_folder_source_reads_only_new_files() {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events");
     std::fs::create_dir_all(&events).unwrap();
-    let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
-        .await
-        .unwrap();
+    let s = open(dir.path()).await;
     let write = |name: &str, values: &str| {
         format!(
             "COPY (SELECT CAST(column1 AS INT) AS id, column2 AS v, CAST(column3 AS INT) AS seq FROM (VALUES {values})) TO '{}' STORED AS PARQUET",
@@ -84,9 +89,7 @@ async fn parquet_folder_source_reads_only_new_files() {
     assert_eq!(input_rows(&s, "REFRESH STREAMING TABLE t").await, 0);
 
     // a new process continues from the committed checkpoint
-    let again = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
-        .await
-        .unwrap();
+    let again = open(dir.path()).await;
     collect(
         &again,
         &format!(
@@ -143,9 +146,7 @@ async fn folder_files_of_any_name_are_read_once_and_sub_folders_not() {
         std::fs::write(land.join(name), format!("id,v\n{},{name}\n", i + 1)).unwrap();
     }
     std::fs::write(land.join("_temporary/0/part-0.csv"), "id,v\n8,spark\n").unwrap();
-    let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
-        .await
-        .unwrap();
+    let s = open(dir.path()).await;
     collect(
         &s,
         &format!(
@@ -228,9 +229,7 @@ async fn streaming_table_source_reads_only_new_versions() {
 async fn single_file_source_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("events.parquet");
-    let s = CdcSession::open(AutoCdcConfig::new(dir.path().join("wh").to_str().unwrap()))
-        .await
-        .unwrap();
+    let s = open(dir.path()).await;
     collect(
         &s,
         &format!(

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use datafusion::common::tree_node::TreeNode;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::execution::session_state::SessionState;
 use datafusion::functions::expr_fn::{coalesce, concat, named_struct};
@@ -143,31 +143,28 @@ pub fn plan_sql_expr(
         .build()?
         .parse_into_expr()?;
     let expr = state.create_logical_expr_from_sql_expr(sql_expr, schema)?;
-    // (a clause is evaluated per event: it cannot run a query)
-    let subquery = expr.exists(|e| {
-        Ok(matches!(
-            e,
-            Expr::ScalarSubquery(_) | Expr::InSubquery(_) | Expr::Exists(_)
-        ))
+    // (a clause is judged per event: it cannot run a query, nor reach past
+    // its event)
+    let mut refused = None;
+    expr.apply(|e| {
+        refused = match e {
+            Expr::ScalarSubquery(_) | Expr::InSubquery(_) | Expr::Exists(_) => Some(
+                "a subquery, which a clause cannot run: join what it reads into the source \
+                 query instead",
+            ),
+            Expr::AggregateFunction(_) | Expr::WindowFunction(_) | Expr::Unnest(_) => Some(
+                "an aggregate, window function or unnest, which a clause cannot run: it is \
+                 judged row by row; compute the value in the source query instead",
+            ),
+            _ => None,
+        };
+        Ok(match refused {
+            Some(_) => TreeNodeRecursion::Stop,
+            None => TreeNodeRecursion::Continue,
+        })
     })?;
-    if subquery {
-        return Err(DataFusionError::Plan(format!(
-            "'{text}' holds a subquery, which a clause cannot run: join what it reads into \
-             the source query instead"
-        )));
-    }
-    // (nor reach past its event: no aggregate, window function or unnest)
-    let across_rows = expr.exists(|e| {
-        Ok(matches!(
-            e,
-            Expr::AggregateFunction(_) | Expr::WindowFunction(_) | Expr::Unnest(_)
-        ))
-    })?;
-    if across_rows {
-        return Err(DataFusionError::Plan(format!(
-            "'{text}' holds an aggregate, window function or unnest, which a clause cannot \
-             run: it is judged row by row; compute the value in the source query instead"
-        )));
+    if let Some(why) = refused {
+        return Err(DataFusionError::Plan(format!("'{text}' holds {why}")));
     }
     Ok(expr)
 }
