@@ -169,6 +169,11 @@ pub fn plan_sql_expr(
     Ok(expr)
 }
 
+/// The error of a clause naming `column` twice.
+fn named_twice(flow: &str, clause: &str, column: &str) -> DataFusionError {
+    flow_err(flow, clause, format!("column '{column}' is named twice"))
+}
+
 /// Plan a flow source (table name or query text in `dialect`).
 pub async fn plan_source(
     state: &SessionState,
@@ -878,11 +883,7 @@ pub fn resolve(
                     ));
                 }
                 if names.contains(&name) {
-                    return Err(flow_err(
-                        flow,
-                        "COLUMNS",
-                        format!("column '{name}' is named twice"),
-                    ));
+                    return Err(named_twice(flow, "COLUMNS", &name));
                 }
                 names.push(name);
             }
@@ -937,11 +938,7 @@ pub fn resolve(
                 )
             })?;
         if key_indices.contains(&idx) {
-            return Err(flow_err(
-                flow,
-                "KEYS",
-                format!("column '{name}' is named twice"),
-            ));
+            return Err(named_twice(flow, "KEYS", &name));
         }
         key_indices.push(idx);
     }
