@@ -69,6 +69,7 @@ pub mod metrics;
 pub mod physical;
 pub(crate) mod pipeline;
 pub mod query;
+pub(crate) mod raise;
 pub mod session;
 pub(crate) mod spec;
 pub mod sql;

@@ -30,9 +30,9 @@ use crate::fold::columns::{
     change_type_name, Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE,
     INTERNAL_PREFIX, KIND_COL, SEQ_COL,
 };
-use crate::functions::raise::raise_if;
 use crate::logical::AutoCdcNode;
 use crate::pipeline::{fold_spec, with_sequence_precision_checks};
+use crate::raise::raise_if;
 use crate::spec::resolve::{check_change_feed_names, is_orderable, resolve, TargetShape};
 use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 use crate::table::commit::CHANGE_TYPE_COL;

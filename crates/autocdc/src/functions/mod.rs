@@ -1,10 +1,8 @@
-//! Table functions installed by the extension, and the scalar function
-//! plans raise data errors with ([`raise`]).
+//! Table functions installed by the extension.
 
 mod as_of;
 pub(crate) mod debezium;
 mod event_log;
-pub(crate) mod raise;
 mod snapshot_version;
 mod stream;
 mod table_as_of;

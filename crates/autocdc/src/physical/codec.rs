@@ -39,8 +39,8 @@ use url::Url;
 
 use super::{AutoCdcExec, CdcWriteExec, SnapshotDiffExec};
 use crate::fold::FoldSpec;
-use crate::functions::raise::{raise_udf, RAISE};
 use crate::logical::WriteRequest;
+use crate::raise::{raise_udf, RAISE};
 use crate::table::commit::ChangeFeed;
 use crate::table::plain_files::{RowMask, StoredFilesExec};
 use crate::table::writer::FileCompression;

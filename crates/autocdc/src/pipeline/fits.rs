@@ -3,7 +3,8 @@
 //! to an INT column) converts into it. A value that does not fit — out of
 //! range, a decimal that would round, a float that would overflow to an
 //! infinity — fails the update with a message naming the flow, column and
-//! value, rather than with a cast error naming none or a changed value. (An undeclared target widens instead,
+//! value, rather than with a cast error naming none or a changed value.
+//! (An undeclared target widens instead,
 //! SPEC §2.9: its casts never fail.)
 //!
 //! Sequences and keys are kept to the microsecond (Delta's timestamps): a
@@ -20,7 +21,7 @@ use datafusion::common::{Column, Result};
 use datafusion::functions::expr_fn::concat;
 use datafusion::logical_expr::{cast, lit, try_cast, when, Expr, LogicalPlan, LogicalPlanBuilder};
 
-use crate::functions::raise::raise_if;
+use crate::raise::raise_if;
 use crate::spec::resolve::{storage_type, widens};
 use crate::spec::{FlowSpec, SequenceBy};
 
@@ -93,16 +94,22 @@ pub(crate) fn with_sequence_precision_checks(
     source: LogicalPlan,
 ) -> Result<LogicalPlan> {
     let source_schema = Arc::clone(source.schema());
-    let mut sequences: Vec<(&str, &str)> = Vec::new();
+    const ORDERED: &str = " has nanoseconds, and sequences are kept to the microsecond: \
+         events within one microsecond would be ordered wrongly; nothing was committed";
+    const MERGED: &str = " has nanoseconds, and keys are kept to the microsecond: keys \
+         within one microsecond would be one key; CAST it to TIMESTAMP (microseconds) if \
+         that is meant, or key by another column; nothing was committed";
+    // (clause, column, why a value with nanoseconds is refused)
+    let mut columns: Vec<(&str, &str, &str)> = Vec::new();
     if let Some(SequenceBy::Column(c)) = &flow.sequence_by {
-        sequences.push(("SEQUENCE BY", c));
+        columns.push(("SEQUENCE BY", c, ORDERED));
     }
     if let Some(c) = &flow.system_sequence_by {
-        sequences.push(("SYSTEM SEQUENCE BY", c));
+        columns.push(("SYSTEM SEQUENCE BY", c, ORDERED));
     }
-    sequences.extend(flow.keys.iter().map(|k| ("KEYS", k.as_str())));
+    columns.extend(flow.keys.iter().map(|k| ("KEYS", k.as_str(), MERGED)));
     let mut checks = Vec::new();
-    for (clause, name) in sequences {
+    for (clause, name, why) in columns {
         let Ok(field) = source_schema.field_with_unqualified_name(name) else {
             continue;
         };
@@ -112,17 +119,6 @@ pub(crate) fn with_sequence_precision_checks(
         let value = Expr::Column(Column::new_unqualified(field.name()));
         let micros = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
         let kept = cast(cast(value.clone(), micros), field.data_type().clone());
-        let why = match clause {
-            "KEYS" => {
-                " has nanoseconds, and keys are kept to the microsecond: keys within one \
-                 microsecond would be one key; CAST it to TIMESTAMP (microseconds) if that \
-                 is meant, or key by another column; nothing was committed"
-            }
-            _ => {
-                " has nanoseconds, and sequences are kept to the microsecond: events within \
-                 one microsecond would be ordered wrongly; nothing was committed"
-            }
-        };
         let message = concat(vec![
             lit(format!("flow '{}': {clause} value ", flow.name)),
             cast(value.clone(), DataType::Utf8),

@@ -20,7 +20,7 @@ use crate::fold::columns::{
     UPDATE_LIST_COL, WRITTEN_AT_COL,
 };
 use crate::fold::PartialUpdates;
-use crate::functions::raise::raise_if;
+use crate::raise::raise_if;
 
 /// SCD column names reserved in sources and targets.
 pub const RESERVED_COLUMNS: [&str; 4] = [
