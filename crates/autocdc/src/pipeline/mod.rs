@@ -234,7 +234,7 @@ pub(crate) fn expectation_condition(
 
 /// An error's message without DataFusion's kind before it when it is a
 /// plan error (the message then names what it is about).
-fn plan_message(err: DataFusionError) -> String {
+pub(crate) fn plan_message(err: DataFusionError) -> String {
     match err {
         DataFusionError::Plan(message) => message,
         other => other.to_string(),

@@ -269,18 +269,12 @@ impl CdcSession {
             for e in &c.expectations {
                 match crate::pipeline::expectation_condition(&state, e, &columns) {
                     Ok(_) | Err(DataFusionError::SchemaError(..)) => {}
-                    Err(DataFusionError::Plan(m)) => {
+                    Err(err) => {
                         return Err(refuse(format!(
-                            "expectation '{}' ({}): {m}",
+                            "expectation '{}' ({}): {}",
                             e.name,
-                            e.describe()
-                        )))
-                    }
-                    Err(other) => {
-                        return Err(refuse(format!(
-                            "expectation '{}' ({}): {other}",
-                            e.name,
-                            e.describe()
+                            e.describe(),
+                            crate::pipeline::plan_message(err)
                         )))
                     }
                 }

@@ -194,10 +194,7 @@ impl CdcSession {
     /// their result rows (one per flow run); everything else is
     /// `SessionContext::sql`.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
-        let state = self.ctx.state();
-        let options = state.config().options();
-        let dialect = options.sql_parser.dialect.to_string();
-        let normalize = options.sql_parser.enable_ident_normalization;
+        let (dialect, normalize) = self.parser_options();
         match parse_cdc_statement(sql, &dialect, normalize)? {
             // a query with `FROM AUTO CDC (query) …` relations: each planned
             // as the fold of its query under a name of its own
@@ -235,15 +232,23 @@ impl CdcSession {
         }
     }
 
+    /// The session's SQL dialect and whether it folds unquoted identifiers
+    /// to lower case: how its statements are parsed.
+    pub(super) fn parser_options(&self) -> (String, bool) {
+        let state = self.ctx.state();
+        let parser = &state.config().options().sql_parser;
+        (
+            parser.dialect.to_string(),
+            parser.enable_ident_normalization,
+        )
+    }
+
     /// Plan the query `sql` — one `SELECT`, `VALUES` or `WITH …`, with our
     /// relations and table functions — running nothing: anything else
     /// (DDL, DML, `REFRESH`, …) is refused, as [`Self::sql`] would run it
     /// at once. For callers that run the plan later (a provider).
     pub async fn query(&self, sql: &str) -> Result<DataFrame> {
-        let state = self.ctx.state();
-        let options = state.config().options();
-        let dialect = options.sql_parser.dialect.to_string();
-        let normalize = options.sql_parser.enable_ident_normalization;
+        let (dialect, normalize) = self.parser_options();
         let statement = parse_cdc_statement(sql, &dialect, normalize)?.is_some();
         let plain = match crate::sql::replace_auto_cdc_relations(sql, &dialect, normalize, || {
             RELATION_PREFIX.to_string()

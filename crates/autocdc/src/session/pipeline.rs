@@ -72,10 +72,7 @@ impl CdcSession {
     /// stored definition is an error naming it and what differs; anything
     /// else runs as `sql` runs it.
     pub async fn define(&self, sql: &str) -> Result<Defined> {
-        let state = self.ctx.state();
-        let options = state.config().options();
-        let dialect = options.sql_parser.dialect.to_string();
-        let normalize = options.sql_parser.enable_ident_normalization;
+        let (dialect, normalize) = self.parser_options();
         let flow = match crate::sql::parse_cdc_statement(sql, &dialect, normalize)? {
             Some(crate::sql::CdcStatement::CreateFlow(spec)) => Some(*spec),
             Some(crate::sql::CdcStatement::CreateStreamingTable(c)) => {
@@ -176,10 +173,7 @@ impl CdcSession {
     /// (`CREATE STREAMING TABLE t … [AS query | FLOW …]` defines the table
     /// and the flow named after it; `CREATE FLOW f … INTO t` the flow).
     pub fn defined_by(&self, sql: &str) -> Result<(Option<TableName>, Option<String>)> {
-        let state = self.ctx.state();
-        let options = state.config().options();
-        let dialect = options.sql_parser.dialect.to_string();
-        let normalize = options.sql_parser.enable_ident_normalization;
+        let (dialect, normalize) = self.parser_options();
         Ok(
             match crate::sql::parse_cdc_statement(sql, &dialect, normalize)? {
                 Some(crate::sql::CdcStatement::CreateFlow(spec)) => (None, Some(spec.name)),

@@ -287,17 +287,14 @@ impl DebeziumLayout {
             }
             false => &[][..],
         };
-        let mut sample = Vec::new();
-        for (_, line) in
+        let mut inference = Inference::default();
+        for (no, line) in
             event_lines(&bytes[..bytes.len().min(HEAD + TAIL)]).chain(event_lines(tail))
         {
-            if serde_json::from_slice::<Map<String, Value>>(line).is_ok() {
-                sample.extend_from_slice(line);
-                sample.push(b'\n');
+            if let Ok(object) = parse_object(file, no, line) {
+                inference.add_event(file, no, line, object)?;
             }
         }
-        let mut inference = Inference::default();
-        inference.add_file(file, &sample)?;
         let Some(mut own) = inference.finish(&Schema::empty())? else {
             return Ok(None);
         };
