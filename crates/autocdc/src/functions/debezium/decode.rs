@@ -97,7 +97,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::known_columns::{KnownColumns, RowProblem};
+use super::known_columns::{KnownColumns, ReadsNumbers, RowProblem};
 
 /// Name of the column holding the event's `op` (`c`, `u`, `d`, `r`, `t`).
 pub(crate) const OP_COL: &str = "_op";
@@ -440,6 +440,18 @@ impl DebeziumLayout {
                          ({}) of the samples of the files' first and last events; decoding \
                          it would lose the column's values",
                         columns.join(", ")
+                    ),
+                ))
+            }
+            Some(RowProblem::OutOfRange(i, value)) => {
+                let column = &self.columns[i];
+                Err(line_error(
+                    file,
+                    no,
+                    format!(
+                        "column '{}' is {} and the event gives it {value}, which is past \
+                         the type's range; reading it would make it infinite",
+                        column.name, column.out
                     ),
                 ))
             }
@@ -1266,7 +1278,7 @@ impl DebeziumLayout {
         let known = KnownColumns::new(
             columns
                 .iter()
-                .map(|c| (c.name.as_str(), reads_whole_numbers(&c.raw))),
+                .map(|c| (c.name.as_str(), reads_numbers(&c.raw))),
         );
         Self {
             columns,
@@ -1281,20 +1293,23 @@ impl DebeziumLayout {
     }
 }
 
-/// Whether `arrow::json` reads a number into `raw` as a whole number (an
+/// How `arrow::json` reads a number into `raw`: as a whole number (an
 /// integer, or a date, time, duration or timestamp count), cutting off any
-/// fraction.
-fn reads_whole_numbers(raw: &DataType) -> bool {
-    raw.is_integer()
-        || matches!(
-            raw,
-            DataType::Date32
-                | DataType::Date64
-                | DataType::Time32(_)
-                | DataType::Time64(_)
-                | DataType::Duration(_)
-                | DataType::Timestamp(..)
-        )
+/// fraction; as a float, reading a number past its range as infinity; or
+/// otherwise.
+fn reads_numbers(raw: &DataType) -> ReadsNumbers {
+    match raw {
+        DataType::Float64 => ReadsNumbers::Double,
+        DataType::Float32 | DataType::Float16 => ReadsNumbers::Single,
+        DataType::Date32
+        | DataType::Date64
+        | DataType::Time32(_)
+        | DataType::Time64(_)
+        | DataType::Duration(_)
+        | DataType::Timestamp(..) => ReadsNumbers::Whole,
+        raw if raw.is_integer() => ReadsNumbers::Whole,
+        _ => ReadsNumbers::Other,
+    }
 }
 
 /// The payload fields `arrow::json` reads; everything else is skipped.
@@ -2445,6 +2460,30 @@ mod tests {
         let batch = &batches[0];
         assert_eq!(col::<Int64Array>(batch, "id").values(), &[1, 2]);
         assert_eq!(col::<Int64Array>(batch, "qty").values(), &[5, 10]);
+    }
+
+    #[test]
+    fn a_number_past_a_float_columns_range_is_an_error_not_infinity() {
+        let ev = |x: &str| {
+            format!(
+                r#"{{"before":null,"after":{{"id":1,"x":{x}}},"op":"c","source":{{"connector":"postgresql","lsn":1}}}}"#
+            )
+        };
+        let layout = layout_of("t.json", &lines(&[ev("1.5")]));
+        let err = err_of(layout.decode("t.json", &lines(&[ev("2.5"), ev("1e400")]), 100));
+        assert!(
+            err.contains("file 't.json' line 2: column 'x' is Float64 and the event gives it 1e400, which is past the type's range"),
+            "{err}"
+        );
+        let (batches, bad) = layout
+            .decode_lenient("t.json", &lines(&[ev("2.5"), ev("-1e309"), ev("1e308")]), 100)
+            .unwrap();
+        assert_eq!(bad.iter().map(|b| b.line).collect::<Vec<_>>(), [2]);
+        let values: Vec<f64> = batches
+            .iter()
+            .flat_map(|b| col::<Float64Array>(b, "x").values().to_vec())
+            .collect();
+        assert_eq!(values, [2.5, 1e308]);
     }
 
     #[test]

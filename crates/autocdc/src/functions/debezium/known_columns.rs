@@ -1,5 +1,6 @@
-//! Does an event name a row column its source's layout does not have, or
-//! give an integer column a fraction?
+//! Does an event name a row column its source's layout does not have, give
+//! an integer column a fraction, or a floating-point column a number out of
+//! its range?
 //!
 //! A source's layout is inferred from samples of its files
 //! ([`super::table`]); `arrow::json` leaves out any field its schema does
@@ -7,10 +8,12 @@
 //! therefore vanish from the events without a word. And `arrow::json` reads
 //! `1.5` (or `"1.5"`) into an integer column as `1`: a fraction in an event
 //! the samples did not show would be cut off without a word, a key merged
-//! with another. [`KnownColumns::check`] finds both in one event line before
-//! it is decoded, without parsing the line: it looks for the `"before"` and
+//! with another; it reads `1e400` into a double column as infinity.
+//! [`KnownColumns::check`] finds these in one event line before it is
+//! decoded, without parsing the line: it looks for the `"before"` and
 //! `"after"` keys and reads the key names of their objects, skipping the
-//! values but those of integer columns that hold a `.`, `e` or `E`.
+//! values but those of integer columns that hold a `.`, `e` or `E`, and
+//! those of floating-point columns that hold an exponent.
 //!
 //! | the line's `before` / `after`          | result                    |
 //! |----------------------------------------|---------------------------|
@@ -19,6 +22,7 @@
 //! | an object with another key             | [`RowProblem::Unknown`]: that key |
 //! | an integer column's value with a fraction (`1.5`, `"2.7"`, `1e-3`), or written with `.` or an exponent past a double's precision (`9007199254740993.0`) | [`RowProblem::Fraction`] |
 //! | an integer column's value written with `.` or an exponent, whole and within 2^53 (`1.0`, `1e3`) | no problem (read as that integer) |
+//! | a floating-point column's value past its type's range (`1e400`; `1e39` for a FLOAT) | [`RowProblem::OutOfRange`] |
 //! | malformed JSON                         | no problem (the decoder reports the line) |
 //!
 //! Debezium writes `before` first in the payload, so the first `"before"`
@@ -35,8 +39,8 @@ use memchr::memmem::Finder;
 #[derive(Debug, Clone)]
 pub(crate) struct KnownColumns {
     columns: Vec<Box<[u8]>>,
-    /// Whether each column is read as an integer.
-    integers: Vec<bool>,
+    /// How each column reads a number.
+    numbers: Vec<ReadsNumbers>,
     before: Finder<'static>,
     after: Finder<'static>,
 }
@@ -49,18 +53,35 @@ pub(crate) enum RowProblem<'l> {
     /// A value with a fraction for the integer column at this index (the
     /// value as written).
     Fraction(usize, Cow<'l, str>),
+    /// A number past the range of the floating-point column at this index
+    /// (the value as written).
+    OutOfRange(usize, Cow<'l, str>),
+}
+
+/// How a column reads a JSON number, for [`KnownColumns::check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadsNumbers {
+    /// As a whole number (an integer, or a date, time or timestamp count):
+    /// a fraction would be cut off.
+    Whole,
+    /// As a double: a number past its range would be infinity.
+    Double,
+    /// As a single-precision float: likewise.
+    Single,
+    /// Otherwise (text, booleans, nested values): left to the decoder.
+    Other,
 }
 
 impl KnownColumns {
-    /// The columns' names, each with whether it is read as an integer.
-    pub(crate) fn new<'a>(columns: impl IntoIterator<Item = (&'a str, bool)>) -> Self {
-        let (columns, integers) = columns
+    /// The columns' names, each with how it reads a number.
+    pub(crate) fn new<'a>(columns: impl IntoIterator<Item = (&'a str, ReadsNumbers)>) -> Self {
+        let (columns, numbers) = columns
             .into_iter()
-            .map(|(c, integer)| (c.as_bytes().to_vec().into_boxed_slice(), integer))
+            .map(|(c, reads)| (c.as_bytes().to_vec().into_boxed_slice(), reads))
             .unzip();
         Self {
             columns,
-            integers,
+            numbers,
             before: Finder::new(b"\"before\"").into_owned(),
             after: Finder::new(b"\"after\"").into_owned(),
         }
@@ -113,10 +134,20 @@ impl KnownColumns {
             }
             let value = skip_space(object, at + 1);
             at = value_end(object, value).ok_or(None)?;
-            if self.integers[column] {
-                if let Some(fraction) = fraction(&object[value..at]) {
-                    return Err(Some(RowProblem::Fraction(column, fraction)));
+            let written = &object[value..at];
+            match self.numbers[column] {
+                ReadsNumbers::Whole => {
+                    if let Some(fraction) = fraction(written) {
+                        return Err(Some(RowProblem::Fraction(column, fraction)));
+                    }
                 }
+                ReadsNumbers::Double | ReadsNumbers::Single => {
+                    let single = self.numbers[column] == ReadsNumbers::Single;
+                    if let Some(value) = out_of_range(written, single) {
+                        return Err(Some(RowProblem::OutOfRange(column, value)));
+                    }
+                }
+                ReadsNumbers::Other => {}
             }
             at = skip_space(object, at);
             match object.get(at) {
@@ -245,6 +276,27 @@ fn fraction(value: &[u8]) -> Option<Cow<'_, str>> {
     (!exact).then(|| String::from_utf8_lossy(value))
 }
 
+/// The value as written when it is a number (or a string of one) past the
+/// range of a double (`single`: of a single-precision float), which the
+/// decoder would read as infinity. Only a number with an exponent or of
+/// more than 38 digits can be; others are not looked at.
+fn out_of_range(value: &[u8], single: bool) -> Option<Cow<'_, str>> {
+    let value = value.trim_ascii_end();
+    if memchr::memchr2(b'e', b'E', value).is_none() && value.len() <= 38 {
+        return None;
+    }
+    let number = match value {
+        [b'"', inner @ .., b'"'] => inner,
+        _ => value,
+    };
+    let text = std::str::from_utf8(number).ok()?;
+    let inside = match single {
+        true => text.parse::<f32>().ok()?.is_finite(),
+        false => text.parse::<f64>().ok()?.is_finite(),
+    };
+    (!inside).then(|| String::from_utf8_lossy(value))
+}
+
 /// A raw JSON string (quotes included) as text.
 fn key_text(raw: &[u8]) -> Cow<'_, str> {
     match serde_json::from_slice::<String>(raw) {
@@ -258,7 +310,13 @@ mod tests {
     use super::*;
 
     fn columns() -> KnownColumns {
-        KnownColumns::new([("id", true), ("name", false), ("a\"b", false)])
+        KnownColumns::new([
+            ("id", ReadsNumbers::Whole),
+            ("name", ReadsNumbers::Other),
+            ("a\"b", ReadsNumbers::Other),
+            ("d", ReadsNumbers::Double),
+            ("f", ReadsNumbers::Single),
+        ])
     }
 
     fn unknown(line: &str) -> Option<String> {
@@ -310,6 +368,34 @@ mod tests {
             Some((0, "1.00000000000000001".into()))
         );
         assert_eq!(fraction_of(r#"{"after":{"id":9007199254740992.0}}"#), None);
+    }
+
+    #[test]
+    fn numbers_past_a_float_columns_range() {
+        let out_of_range = |line: &str| match columns().check(line.as_bytes()) {
+            None => None,
+            Some(RowProblem::OutOfRange(column, value)) => Some((column, value.into_owned())),
+            Some(other) => panic!("{other:?}"),
+        };
+        assert_eq!(
+            out_of_range(r#"{"after":{"id":1,"d":1e400}}"#),
+            Some((3, "1e400".into()))
+        );
+        assert_eq!(
+            out_of_range(r#"{"after":{"d":"-1E309"}}"#),
+            Some((3, "\"-1E309\"".into()))
+        );
+        assert_eq!(
+            out_of_range(r#"{"before":{"f":1e39},"after":null}"#),
+            Some((4, "1e39".into()))
+        );
+        let digits = format!(r#"{{"after":{{"d":1{}}}}}"#, "0".repeat(309));
+        assert_eq!(out_of_range(&digits).map(|(c, _)| c), Some(3));
+        // within range, tiny (read as 0 or subnormal, as the source's
+        // double would be), or in another column
+        assert_eq!(out_of_range(r#"{"after":{"d":1e308,"f":3.4e38}}"#), None);
+        assert_eq!(out_of_range(r#"{"after":{"d":1e-400,"name":"1e400"}}"#), None);
+        assert_eq!(out_of_range(r#"{"after":{"d":1e39,"f":null}}"#), None);
     }
 
     #[test]
