@@ -33,7 +33,7 @@ use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
 use crate::logical::{CdcCommitNode, CdcWriteNode};
 use crate::spec::resolve::{
-    check_change_feed_names, storage_type, written_at_type, written_at_value, RESERVED_COLUMNS,
+    check_change_feed_names, compatible, storage_type, written_at_type, written_at_value, RESERVED_COLUMNS,
 };
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;
@@ -96,7 +96,20 @@ pub async fn plan_append(
                 field.name()
             )));
         }
-        if user_schema.field_with_name(field.name()).is_err() {
+        if let Ok(column) = user_schema.field_with_name(field.name()) {
+            // (a fraction cut off, a boolean written as text: a changed value)
+            if !compatible(field.data_type(), column.data_type()) {
+                return Err(DataFusionError::Plan(format!(
+                    "flow '{}': INSERT INTO {} BY NAME: column '{}' has type {} in the query \
+                     but {} in the table; CAST it in the query if the conversion is meant",
+                    flow.name,
+                    table.name(),
+                    field.name(),
+                    field.data_type(),
+                    column.data_type()
+                )));
+            }
+        } else {
             return Err(DataFusionError::Plan(format!(
                 "flow '{}': INSERT INTO {} BY NAME: column '{}' of the query is not a column of the table ({})",
                 flow.name,

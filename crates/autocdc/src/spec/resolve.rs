@@ -502,7 +502,11 @@ pub fn widens(from: &DataType, to: &DataType) -> bool {
     }
 }
 
-fn compatible(source: &DataType, target: &DataType) -> bool {
+/// Whether a source column of type `source` may feed a declared target
+/// column of type `target`: the same type, a NULL literal, a number that
+/// loses no fraction (values that do not fit fail at the update, see
+/// `pipeline::fits`), a timestamp of the same zone, a date.
+pub(crate) fn compatible(source: &DataType, target: &DataType) -> bool {
     let s = storage_type(source);
     let t = storage_type(target);
     s == t
