@@ -602,6 +602,18 @@ class Arguments(unittest.TestCase):
         self.assertEqual(calls, ["first"])
         self.assertEqual(pa.table(self.s.sql("SELECT * FROM q")).to_pylist(), [{"id": 1, "v": 1}])
 
+    def test_a_source_name_with_a_space_is_that_table(self) -> None:
+        """source='Src Tbl' read table src aliased Tbl: the wrong rows."""
+        self.s.register("src", pa.table({"id": [1], "v": ["wrong"], "seq": [1]}))
+        self.s.register("Src Tbl", pa.table({"id": [1], "v": ["right"], "seq": [1]}))
+        for target in ["a", "b", "c"]:
+            self.s.create_streaming_table(target)
+        self.s.create_auto_cdc_flow(target="a", source="Src Tbl", keys=["id"], sequence_by="seq")
+        self.s.create_auto_cdc_from_snapshot_flow(target="b", source="Src Tbl", keys=["id"])
+        self.s.create_append_flow(target="c", source="Src Tbl", once=True)
+        for target in ["a", "b", "c"]:
+            self.assertEqual(pa.table(self.s.sql(f"SELECT v FROM {target}")).to_pylist(), [{"v": "right"}])
+
     def test_restore_refuses_a_negative_version(self) -> None:
         self.s.create_streaming_table("r")
         with self.assertRaisesRegex(ValueError, "version"):

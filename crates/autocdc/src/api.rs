@@ -230,7 +230,7 @@ impl CdcSession {
         let name = target.rsplit('.').next().unwrap_or(target).to_string();
         let source = match debezium_path(source) {
             Some(path) => FlowSource::Debezium { path },
-            None => FlowSource::Table(source.to_string()),
+            None => FlowSource::Table(table_sql(source)),
         };
         AutoCdcFlowBuilder {
             session: self,
@@ -357,6 +357,22 @@ macro_rules! flow_setters {
             self
         }
     };
+}
+
+/// A table name given to a builder as SQL: as written when it reads as a
+/// table reference (`users`, `s.t`, `"Mixed"`); else the name itself,
+/// quoted (`Src Tbl` would read as table `Src` aliased `Tbl`).
+fn table_sql(name: &str) -> String {
+    let reference = Parser::new(&GenericDialect {})
+        .try_with_sql(name)
+        .and_then(|mut p| {
+            p.parse_object_name(false)?;
+            p.expect_token(&Token::EOF)
+        });
+    match reference {
+        Ok(_) => name.to_string(),
+        Err(_) => format!("\"{}\"", name.replace('"', "\"\"")),
+    }
 }
 
 /// The path of a source written `debezium('path')` (any case, spaces
@@ -523,7 +539,7 @@ impl SnapshotFlowBuilder<'_> {
 
     /// `source`: a table read whole at every update (periodic snapshots).
     pub fn source(self, table: &str) -> Self {
-        self.snapshot_query(format!("SELECT * FROM {table}"))
+        self.snapshot_query(format!("SELECT * FROM {}", table_sql(table)))
     }
     /// The snapshot as a SQL query (may use `current_snapshot_version()`).
     pub fn snapshot_query(mut self, sql: impl Into<String>) -> Self {
@@ -659,8 +675,12 @@ impl<'a> IntoFuture for AppendFlowBuilder<'a> {
             let target = TableName::parse(&self.target)?;
             let name = self.name.unwrap_or_else(|| target.table.clone());
             let query = match self.source {
-                Some(AppendSource::Table(table)) if self.once => format!("SELECT * FROM {table}"),
-                Some(AppendSource::Table(table)) => format!("SELECT * FROM STREAM {table}"),
+                Some(AppendSource::Table(table)) if self.once => {
+                    format!("SELECT * FROM {}", table_sql(&table))
+                }
+                Some(AppendSource::Table(table)) => {
+                    format!("SELECT * FROM STREAM {}", table_sql(&table))
+                }
                 Some(AppendSource::Query(sql)) => sql,
                 None => {
                     return Err(DataFusionError::Plan(format!(

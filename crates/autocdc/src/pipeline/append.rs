@@ -33,7 +33,8 @@ use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
 use crate::logical::{CdcCommitNode, CdcWriteNode};
 use crate::spec::resolve::{
-    check_change_feed_names, compatible, storage_type, written_at_type, written_at_value, RESERVED_COLUMNS,
+    check_change_feed_names, compatible, storage_type, written_at_type, written_at_value,
+    RESERVED_COLUMNS,
 };
 use crate::spec::FlowSpec;
 use crate::table::bucket::bucket_field;

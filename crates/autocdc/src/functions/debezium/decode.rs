@@ -2476,7 +2476,11 @@ mod tests {
             "{err}"
         );
         let (batches, bad) = layout
-            .decode_lenient("t.json", &lines(&[ev("2.5"), ev("-1e309"), ev("1e308")]), 100)
+            .decode_lenient(
+                "t.json",
+                &lines(&[ev("2.5"), ev("-1e309"), ev("1e308")]),
+                100,
+            )
             .unwrap();
         assert_eq!(bad.iter().map(|b| b.line).collect::<Vec<_>>(), [2]);
         let values: Vec<f64> = batches

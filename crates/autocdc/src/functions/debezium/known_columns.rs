@@ -394,7 +394,10 @@ mod tests {
         // within range, tiny (read as 0 or subnormal, as the source's
         // double would be), or in another column
         assert_eq!(out_of_range(r#"{"after":{"d":1e308,"f":3.4e38}}"#), None);
-        assert_eq!(out_of_range(r#"{"after":{"d":1e-400,"name":"1e400"}}"#), None);
+        assert_eq!(
+            out_of_range(r#"{"after":{"d":1e-400,"name":"1e400"}}"#),
+            None
+        );
         assert_eq!(out_of_range(r#"{"after":{"d":1e39,"f":null}}"#), None);
     }
 
