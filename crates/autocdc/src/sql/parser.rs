@@ -7,7 +7,7 @@ use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName,
 };
 use datafusion::sql::sqlparser::dialect::{dialect_from_str, Dialect};
-use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::keywords::{self, Keyword};
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 
@@ -269,6 +269,21 @@ pub fn replace_auto_cdc_relations(
         .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
     let mut sql = sql.to_string();
     let mut found = Vec::new();
+    // a relation without an alias is aliased after its kind (`auto_cdc`,
+    // `snapshots`; numbered from the second on), so derived columns read
+    // `max(auto_cdc.v)` whatever its internal name
+    let mut unaliased = [0usize; 2];
+    let mut alias = |next: &Token, kind: usize| -> String {
+        if has_alias(next) {
+            return String::new();
+        }
+        unaliased[kind] += 1;
+        let base = ["auto_cdc", "snapshots"][kind];
+        match unaliased[kind] {
+            1 => format!("AS {base} "),
+            n => format!("AS {base}_{n} "),
+        }
+    };
     loop {
         let Ok(tokens) = Tokenizer::new(d.as_ref(), &sql).tokenize_with_location() else {
             return Ok(None);
@@ -306,8 +321,9 @@ pub fn replace_auto_cdc_relations(
                 _ => start + byte_offset(text, next.span.start),
             };
             let placeholder = name();
+            let alias = alias(&next.token, 1);
             found.push((placeholder.clone(), relation));
-            sql.replace_range(start..end, &format!("{placeholder} "));
+            sql.replace_range(start..end, &format!("{placeholder} {alias}"));
             continue;
         }
         let open = byte_offset(&sql, words[at + 2].span.start);
@@ -330,6 +346,7 @@ pub fn replace_auto_cdc_relations(
             _ => open + byte_offset(&text, next.span.start) - "FROM ".len(),
         };
         let placeholder = name();
+        let alias = alias(&next.token, 0);
         found.push((
             placeholder.clone(),
             AutoCdcRelation {
@@ -339,9 +356,21 @@ pub fn replace_auto_cdc_relations(
                 changes,
             },
         ));
-        sql.replace_range(start..end, &format!("{placeholder} "));
+        sql.replace_range(start..end, &format!("{placeholder} {alias}"));
     }
     Ok((!found.is_empty()).then_some((sql, found)))
+}
+
+/// Whether the token after a relation starts its alias (`AS t`, `t`).
+fn has_alias(next: &Token) -> bool {
+    match next {
+        Token::Word(w) => {
+            w.keyword == Keyword::AS
+                || w.quote_style.is_some()
+                || !keywords::RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword)
+        }
+        _ => false,
+    }
 }
 
 /// `sql` with each stream of a qualified name, `STREAM schema.t` (after
