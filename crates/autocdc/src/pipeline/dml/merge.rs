@@ -189,6 +189,13 @@ pub async fn merge(
     }
     case.push_str(" ELSE -1 END AS __clause");
     select.push(case);
+    // (SCD 1: the matched row's values, to leave out an update that sets
+    // them to what they are: it changes nothing, SPEC §4)
+    if history.is_none() {
+        for &i in &values {
+            select.push(format!("{alias}.{} AS __cur{i}", q(user.field(i).name())));
+        }
+    }
     let target = format!("{}.{}", q(&table.name().schema), q(&table.name().table));
     let sql = format!(
         "SELECT {} FROM {} LEFT JOIN {target} AS {alias} ON {}",
@@ -236,6 +243,23 @@ pub async fn merge(
                 Err(_) => Ok(None),
             }
         };
+        // whether an update's values (`set`, one per value column, `None`
+        // where it assigns none) are those the matched row holds
+        let sets_what_is = |set: &[Option<ScalarValue>], row: usize| -> Result<bool> {
+            for (value, &i) in set.iter().zip(&values) {
+                let Some(value) = value else { continue };
+                let Some(current) = scalar(&format!("__cur{i}"), row)? else {
+                    return Ok(false);
+                };
+                // (in the column's type: the scan may read text as views)
+                let of_column = |v: &ScalarValue| v.cast_to(user.field(i).data_type()).ok();
+                match (of_column(value), of_column(&current)) {
+                    (Some(value), Some(current)) if value == current => {}
+                    _ => return Ok(false),
+                }
+            }
+            Ok(true)
+        };
         for row in 0..batch.num_rows() {
             let target_key: Vec<ScalarValue> = (0..identity.len())
                 .map(|i| ScalarValue::try_from_array(batch.column(i), row))
@@ -268,10 +292,13 @@ pub async fn merge(
             };
             match &clause.action {
                 MergeAction::Update(_) => {
-                    let set = values
+                    let set: Vec<Option<ScalarValue>> = values
                         .iter()
                         .map(|&i| scalar(&format!("__u{n}_{i}"), row))
                         .collect::<Result<_>>()?;
+                    if history.is_none() && sets_what_is(&set, row)? {
+                        continue;
+                    }
                     updates.push((target_key, set));
                 }
                 MergeAction::Delete => deletes.push(target_key),

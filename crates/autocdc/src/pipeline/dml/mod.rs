@@ -47,7 +47,7 @@ use datafusion::functions::expr_fn::coalesce;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    cast, col, lit, when, Expr, LogicalPlan, LogicalPlanBuilder, Operator,
+    cast, col, lit, when, BinaryExpr, Expr, LogicalPlan, LogicalPlanBuilder, Operator,
 };
 use datafusion::physical_expr::expressions::{self as physical, Literal};
 use datafusion::physical_expr::PhysicalExpr;
@@ -364,18 +364,26 @@ async fn count(state: &SessionState, plan: LogicalPlan) -> Result<u64> {
 }
 
 /// An `UPDATE` or `DELETE` (SCD 1): every stored row matching `hit` becomes
-/// its `state_rows` projection, with one change data feed row per `images`
-/// projection; `named_keys`: the keys its `WHERE` names, if any. The
-/// statement affects the matching rows.
+/// its `edit`'s state row, with one change data feed row per image of each
+/// one it changes; `named_keys`: the keys its `WHERE` names, if any. The
+/// statement affects the rows it changes.
 async fn rewrite_rows(
     table: Arc<ScdTable>,
     state: SessionState,
-    state_rows: Vec<Expr>,
+    edit: Edit,
     hit: Expr,
     named_keys: Option<RecordBatch>,
-    images: Vec<Vec<Expr>>,
     kind: EditKind,
 ) -> Result<Statement> {
+    let Edit {
+        state_rows,
+        images,
+        changes,
+    } = edit;
+    let changed_hit = match changes {
+        Some(changes) => hit.clone().and(changes),
+        None => hit.clone(),
+    };
     // few matching rows are found by their keys — the keys the `WHERE`
     // names, or else those of the rows it matches (only the columns of the
     // predicate are read to find those) — then read by position and
@@ -394,11 +402,11 @@ async fn rewrite_rows(
             // (read once, by position: the new rows and every change image
             // are projections of them)
             let rows = read_found(&table, &state, &found).await?;
-            let hits = count(&state, rows.scan()?.filter(hit.clone())?.build()?).await?;
+            let hits = count(&state, rows.scan()?.filter(changed_hit.clone())?.build()?).await?;
             (hits, Replacing::Found(Arc::new(found)), Some(rows))
         }
         None => {
-            let all = raw_plan(&table)?.filter(hit.clone())?.build()?;
+            let all = raw_plan(&table)?.filter(changed_hit.clone())?.build()?;
             (count(&state, all).await?, Replacing::Rewrite, None)
         }
     };
@@ -416,7 +424,8 @@ async fn rewrite_rows(
     // the new rows of the matching keys, and their change rows
     let mut changed = matching()?.project(state_rows)?;
     for image in images {
-        changed = changed.union(matching()?.project(image)?.build()?)?;
+        let rows = matching()?.filter(changed_hit.clone())?.project(image)?;
+        changed = changed.union(rows.build()?)?;
     }
     let columns: Vec<Expr> = file_columns(&table).iter().map(|c| column(c)).collect();
     if let Some(rows) = &matching_rows {
@@ -669,11 +678,20 @@ fn raw_plan(table: &ScdTable) -> Result<LogicalPlanBuilder> {
 }
 
 /// The rows an SCD 1 `UPDATE` or `DELETE` writes, as projections of the
-/// stored rows over the data file `columns` of the table: every matching
-/// row's new state (`hit`: whether the statement matches a row), and one
-/// change data feed row per image.
-type Projections =
-    dyn Fn(&ScdTable, &Expr, &[String]) -> Result<(Vec<Expr>, Vec<Vec<Expr>>)> + Send + Sync;
+/// stored rows over the data file `columns` of the table (`hit`: whether
+/// the statement matches a row).
+struct Edit {
+    /// Every matching row's new state.
+    state_rows: Vec<Expr>,
+    /// One change data feed row per image.
+    images: Vec<Vec<Expr>>,
+    /// Whether a matching row changes (an `UPDATE` that sets a row's
+    /// values to what they were changes nothing: no feed rows, not counted,
+    /// SPEC §4); `None`: every matching row does.
+    changes: Option<Expr>,
+}
+
+type Projections = dyn Fn(&ScdTable, &Expr, &[String]) -> Result<Edit> + Send + Sync;
 
 /// How an SCD 1 `UPDATE` or `DELETE` (`kind`) of the rows `filters` match
 /// is prepared when it runs: the keys its `WHERE` names, its projections.
@@ -692,8 +710,8 @@ fn rewriting(
             let named = named_keys(&table, &filters)?;
             let hit = matching(filters);
             let columns = file_columns(&table);
-            let (state_rows, images) = projections(&table, &hit, &columns)?;
-            rewrite_rows(table, state, state_rows, hit, named, images, kind).await
+            let edit = projections(&table, &hit, &columns)?;
+            rewrite_rows(table, state, edit, hit, named, kind).await
         })
     })
 }
@@ -748,7 +766,11 @@ impl TargetDml for PipelineDml {
                         }
                     })
                     .collect();
-                Ok((state_rows, vec![change_rows]))
+                Ok(Edit {
+                    state_rows,
+                    images: vec![change_rows],
+                    changes: None,
+                })
             }),
         );
         statement_plan(
@@ -855,7 +877,23 @@ impl TargetDml for PipelineDml {
                     image(CHANGE_PREIMAGE, false)?,
                     image(CHANGE_POSTIMAGE, true)?,
                 ];
-                Ok((state_rows, images))
+                let changes = assignments
+                    .iter()
+                    .map(|(c, _)| {
+                        Ok(Expr::BinaryExpr(BinaryExpr::new(
+                            Box::new(new_value(c)?),
+                            Operator::IsDistinctFrom,
+                            Box::new(column(c)),
+                        )))
+                    })
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .reduce(Expr::or);
+                Ok(Edit {
+                    state_rows,
+                    images,
+                    changes,
+                })
             }),
         );
         statement_plan(
