@@ -169,7 +169,7 @@ pub async fn commit_written(
     let mut metadata = request.metadata.clone();
     // the rejected events, in a file the commit names (delivered after it)
     let pending = match &request.rejects {
-        Some(sink) => write_pending(&store, sink).await?,
+        Some(sink) => write_pending(&store, sink, request.clears).await?,
         None => None,
     };
     if let Some(pending) = &pending {

@@ -271,6 +271,10 @@ pub(crate) struct PendingRejects {
     pub path: String,
     /// Its rows.
     pub rows: usize,
+    /// Whether its update read its sources again from the start (a full
+    /// refresh): an append flow's rows rejected before are rejected again.
+    #[serde(default)]
+    pub read_again: bool,
 }
 
 impl PendingRejects {
@@ -288,10 +292,12 @@ impl PendingRejects {
 }
 
 /// Write what `sink` holds into one Parquet file of the target's state
-/// store (not committed); `None` when it holds nothing.
+/// store (not committed); `None` when it holds nothing. `read_again`: see
+/// [`PendingRejects::read_again`].
 pub(crate) async fn write_pending(
     store: &Arc<dyn ObjectStore>,
     sink: &RejectSink,
+    read_again: bool,
 ) -> Result<Option<PendingRejects>> {
     let batches = sink.batches()?;
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -317,5 +323,10 @@ pub(crate) async fn write_pending(
         .put(&Path::from(path.as_str()), PutPayload::from(buffer))
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    Ok(Some(PendingRejects { id, path, rows }))
+    Ok(Some(PendingRejects {
+        id,
+        path,
+        rows,
+        read_again,
+    }))
 }

@@ -123,7 +123,8 @@ pub(crate) async fn deliver(
     // an event rejected again (a source read whole by every update) is the
     // same event: it is kept once, with the version that first rejected it.
     // An append flow's rows are not events: each is new (its streams read
-    // every row once), however alike two are.
+    // every row once), however alike two are — but for those a full
+    // refresh reads again: as many alike as were delivered are not new.
     let known = delivered_events(rejects).await?;
     let target_meta = target.meta();
     let appending: HashSet<&str> = target_meta
@@ -134,7 +135,7 @@ pub(crate) async fn deliver(
         .collect();
     let rows = read_pending(bytes, version)?
         .into_iter()
-        .map(|batch| new_events(batch, &known, &appending))
+        .map(|batch| new_events(batch, &known, &appending, pending.read_again))
         .collect::<Result<Vec<_>>>()?;
     let count: usize = rows.iter().map(RecordBatch::num_rows).sum();
     let meta = rejects.meta();
@@ -207,8 +208,8 @@ fn pending_columns(batch: &RecordBatch) -> Result<Vec<&StringArray>> {
         .collect()
 }
 
-/// The identities of the events `rejects` holds.
-async fn delivered_events(rejects: &ScdTable) -> Result<HashSet<String>> {
+/// The identities of the events `rejects` holds, each with how many.
+async fn delivered_events(rejects: &ScdTable) -> Result<HashMap<String, usize>> {
     let ctx = SessionContext::new();
     let columns: Vec<Expr> = PENDING_COLUMNS
         .iter()
@@ -220,32 +221,43 @@ async fn delivered_events(rejects: &ScdTable) -> Result<HashSet<String>> {
         .select(columns)?
         .collect()
         .await?;
-    let mut known = HashSet::new();
+    let mut known = HashMap::new();
     for batch in &batches {
         let columns = pending_columns(batch)?;
-        known.extend((0..batch.num_rows()).map(|row| identity(&columns, row)));
+        for row in 0..batch.num_rows() {
+            *known.entry(identity(&columns, row)).or_insert(0) += 1;
+        }
     }
     Ok(known)
 }
 
 /// The rows of `batch` not in `known` (nor earlier in `batch`), and every
-/// row of the `appending` flows.
+/// row of the `appending` flows — after a full refresh (`read_again`), those
+/// beyond as many alike as `known` holds.
 fn new_events(
     batch: RecordBatch,
-    known: &HashSet<String>,
+    known: &HashMap<String, usize>,
     appending: &HashSet<&str>,
+    read_again: bool,
 ) -> Result<RecordBatch> {
     let columns = pending_columns(&batch)?;
     // (`flow` is the first pending column)
     let flows = columns[0];
-    let mut seen = HashSet::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
     let keep: BooleanArray = (0..batch.num_rows())
         .map(|row| {
-            if flows.is_valid(row) && appending.contains(flows.value(row)) {
+            let appended = flows.is_valid(row) && appending.contains(flows.value(row));
+            if appended && !read_again {
                 return Some(true);
             }
             let id = identity(&columns, row);
-            Some(!known.contains(&id) && seen.insert(id))
+            let delivered = known.get(&id).copied().unwrap_or(0);
+            let seen = seen.entry(id).or_insert(0);
+            *seen += 1;
+            Some(match appended {
+                true => *seen > delivered,
+                false => delivered == 0 && *seen == 1,
+            })
         })
         .collect();
     Ok(filter_record_batch(&batch, &keep)?)
