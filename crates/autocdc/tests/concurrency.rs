@@ -289,3 +289,133 @@ async fn a_statement_losing_a_commit_race_names_the_table() {
         assert!(ra.is_ok() || rb.is_ok(), "round {round}: both failed");
     }
 }
+
+/// A source that, when armed, lets another session commit to `t` and then
+/// fails: a full refresh's later flow failing after a foreign commit.
+#[derive(Debug)]
+struct InterferingSource {
+    rows: datafusion::datasource::MemTable,
+    store: Arc<InMemory>,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl datafusion::catalog::TableProvider for InterferingSource {
+    fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
+        self.rows.schema()
+    }
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::Base
+    }
+    async fn scan(
+        &self,
+        state: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[datafusion::prelude::Expr],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let store = Arc::clone(&self.store);
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Runtime::new().unwrap();
+                runtime.block_on(async {
+                    let b = CdcSession::open(AutoCdcConfig::in_memory_on(store))
+                        .await
+                        .unwrap();
+                    run(&b, "UPDATE t SET v = 'by b' WHERE id = 1")
+                        .await
+                        .unwrap();
+                })
+            })
+            .join()
+            .unwrap();
+            return Err(datafusion::error::DataFusionError::Execution(
+                "the source is gone".into(),
+            ));
+        }
+        self.rows.scan(state, projection, filters, limit).await
+    }
+}
+
+/// A full refresh whose later flow fails brings the table back to where it
+/// began — but not over another writer's commit made meanwhile: that
+/// restore undid an UPDATE the other writer had been told was committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_full_refresh_never_undoes_another_writers_commit() {
+    use datafusion::arrow::array::{Int32Array, RecordBatch, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    let store = Arc::new(InMemory::new());
+    let a = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
+        .await
+        .unwrap();
+    run(
+        &a,
+        "CREATE TABLE src1 (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+    )
+    .await
+    .unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int32, false),
+        Field::new("v", DataType::Utf8, false),
+        Field::new("seq", DataType::Int32, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(Int32Array::from(vec![2])),
+            Arc::new(StringArray::from(vec!["b"])),
+            Arc::new(Int32Array::from(vec![1])),
+        ],
+    )
+    .unwrap();
+    let source = Arc::new(InterferingSource {
+        rows: datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]]).unwrap(),
+        store: store.clone(),
+        armed: false.into(),
+    });
+    a.context()
+        .register_table("src2", Arc::clone(&source) as _)
+        .unwrap();
+    run(&a, "CREATE STREAMING TABLE t").await.unwrap();
+    for (flow, src) in [("f1", "src1"), ("f2", "src2")] {
+        run(
+            &a,
+            &format!("CREATE FLOW {flow} AS AUTO CDC INTO t FROM {src} KEYS (id) SEQUENCE BY seq"),
+        )
+        .await
+        .unwrap();
+    }
+    // f1 commits the clear and its rows; another session updates; f2 fails
+    source
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = run(&a, "REFRESH STREAMING TABLE t FULL")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("another writer committed since it began (version 4)")
+            && err.contains("the source is gone"),
+        "{err}"
+    );
+    let rows = run(&a, "SELECT id, v FROM t ORDER BY id").await.unwrap();
+    assert!(
+        rows.contains("by b"),
+        "the other writer's UPDATE was undone:\n{rows}"
+    );
+    let log = run(
+        &a,
+        "SELECT operation FROM event_log('t') ORDER BY commit_version",
+    )
+    .await
+    .unwrap();
+    assert!(!log.contains("RESTORE"), "{log}");
+    // the next refresh completes the full refresh
+    run(&a, "REFRESH STREAMING TABLE t").await.unwrap();
+    let rows = run(&a, "SELECT id, v FROM t ORDER BY id").await.unwrap();
+    assert_eq!(
+        rows.trim(),
+        "+----+------+\n| id | v    |\n+----+------+\n| 1  | by b |\n| 2  | b    |\n+----+------+"
+    );
+}

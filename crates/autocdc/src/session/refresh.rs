@@ -113,8 +113,13 @@ impl CdcSession {
     /// After a flow of a full refresh failed with `error`: the table back
     /// to `cleared` (the version before its clear: rows, state and
     /// checkpoints, as one restore commit), so that a failed full refresh
-    /// leaves the table as it was (SPEC §2.7), not empty. Returns the
-    /// error to report.
+    /// leaves the table as it was (SPEC §2.7), not empty. Only its own
+    /// commits are undone: when it committed nothing (its first run,
+    /// carrying the clear, failed: say, lost a race), nothing is restored;
+    /// when another writer committed since it began, restoring would undo
+    /// that writer's commits too, so the table stays as the full refresh
+    /// left it (its flows still to run marked: the next refresh completes
+    /// it). Returns the error to report.
     pub(super) async fn undo_clear(
         &self,
         table: &ScdTable,
@@ -124,11 +129,25 @@ impl CdcSession {
         let Some(before) = cleared else {
             return error;
         };
-        match table.refresh().await {
-            // nothing committed (the first run, carrying the clear, failed)
-            Ok(()) if table.delta().version().unwrap_or(0) == before => return error,
-            Ok(()) => {}
-            Err(e) => return error.context(format!("reloading '{}': {e}", table.name())),
+        if let Err(e) = table.refresh().await {
+            return error.context(format!("reloading '{}': {e}", table.name()));
+        }
+        let latest = table.delta().version().unwrap_or(0);
+        let others = table.others_commits_after(before);
+        if latest == before || others.len() as u64 == latest - before {
+            return error;
+        }
+        if !others.is_empty() {
+            let versions: Vec<String> = others.iter().map(u64::to_string).collect();
+            return error.context(format!(
+                "REFRESH STREAMING TABLE {name} FULL failed after clearing the table; \
+                 another writer committed since it began (version {}), so it was not \
+                 brought back to version {before} (that would undo those commits): \
+                 REFRESH STREAMING TABLE {name} completes the full refresh, RESTORE \
+                 TABLE {name} TO VERSION AS OF {before} goes back (undoing them too)",
+                versions.join(", "),
+                name = table.name(),
+            ));
         }
         let undone = async {
             let event = CommitEvent::new(Operation::Restore, None, std::time::Instant::now())

@@ -5,9 +5,9 @@
 //! bookkeeping columns. Projections and filters are pushed into the Delta
 //! scan by planning the read as an ordinary DataFusion plan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
@@ -89,7 +89,13 @@ pub struct ScdTable {
     /// The flows' last runs at the loaded version, once looked up or
     /// committed here.
     runs: KnownRuns,
+    /// The versions of the last commits made here (at most
+    /// [`MADE_REMEMBERED`]), to tell them from other writers'.
+    made: Mutex<VecDeque<u64>>,
 }
+
+/// How many of a table's last commits made here it remembers.
+const MADE_REMEMBERED: usize = 1024;
 
 impl ScdTable {
     /// Load the latest version of a streaming table.
@@ -113,6 +119,7 @@ impl ScdTable {
             this: Weak::new(),
             dml: None,
             runs: KnownRuns::default(),
+            made: Mutex::default(),
         };
         // what an interrupted update committed but did not publish; the
         // state is safe either way, and a table that cannot be published now
@@ -186,6 +193,7 @@ impl ScdTable {
             dml: None,
             published: None,
             runs: KnownRuns::default(),
+            made: Mutex::default(),
         }
     }
 
@@ -304,6 +312,25 @@ impl ScdTable {
     /// the flow runs `runs` (application id, run).
     pub fn committed_runs(&self, built_on: u64, landed: u64, runs: &[(String, i64)]) {
         self.runs.committed(built_on, landed, runs);
+        if let Ok(mut made) = self.made.lock() {
+            if made.len() == MADE_REMEMBERED {
+                made.pop_front();
+            }
+            made.push_back(landed);
+        }
+    }
+
+    /// The versions after `version` committed by other writers than this
+    /// table (as far as it remembers its own), oldest first.
+    pub(crate) fn others_commits_after(&self, version: u64) -> Vec<u64> {
+        let latest = self.delta().version().unwrap_or(0);
+        let made = match self.made.lock() {
+            Ok(made) => made.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        (version + 1..=latest)
+            .filter(|v| !made.contains(v))
+            .collect()
     }
 
     /// Take `state`, the table's state after a commit made here (deltalake
