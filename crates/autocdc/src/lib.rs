@@ -73,6 +73,7 @@ pub(crate) mod raise;
 pub mod session;
 pub(crate) mod spec;
 pub mod sql;
+pub(crate) mod stored_value;
 pub mod table;
 
 use std::sync::Arc;

@@ -32,7 +32,7 @@ use crate::fold::columns::{
 };
 use crate::logical::AutoCdcNode;
 use crate::pipeline::{fold_spec, with_sequence_precision_checks};
-use crate::raise::raise_if;
+use crate::raise::{raise_if, text_of};
 use crate::spec::resolve::{check_change_feed_names, is_orderable, resolve, TargetShape};
 use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 use crate::table::commit::CHANGE_TYPE_COL;
@@ -140,13 +140,18 @@ fn snapshot_events_of(
         .iter()
         .map(|k| column(k).is_not_null())
         .fold(column(KEY_NEXT).eq(column(version)), Expr::and);
+    let type_of = |name: &str| {
+        schema
+            .field_with_name(name)
+            .map_or(&arrow::datatypes::DataType::Null, |f| f.data_type())
+    };
     // `k1=v1, k2=v2` of a row's key, as text parts
     let key_text = || {
         keys.iter().enumerate().flat_map(|(i, k)| {
             let separator = if i == 0 { "" } else { ", " };
             [
                 lit(format!("{separator}{k}=")),
-                cast(column(k), arrow::datatypes::DataType::Utf8),
+                text_of(column(k), type_of(k)),
             ]
         })
     };
@@ -154,7 +159,7 @@ fn snapshot_events_of(
         .chain(key_text())
         .chain([
             lit(") in the snapshot at version "),
-            cast(column(version), arrow::datatypes::DataType::Utf8),
+            text_of(column(version), type_of(version)),
             lit("; nothing was committed"),
         ])
         .collect();

@@ -15,8 +15,11 @@ use std::sync::{Arc, LazyLock};
 use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::datatypes::DataType;
 use datafusion::common::{exec_err, Result, ScalarValue};
+use datafusion::functions::core::expr_fn::{coalesce, get_field};
+use datafusion::functions::string::expr_fn::concat;
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    cast, lit, ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
 };
 
 /// The function's name (also its codec key).
@@ -48,6 +51,27 @@ pub fn raise_udf() -> Arc<ScalarUDF> {
 /// with the first non-NULL `message` (Utf8).
 pub fn raise_if(message: Expr) -> Expr {
     raise_udf().call(vec![message])
+}
+
+/// `value` (of type `data_type`) as text for a message: a STRUCT as
+/// `{a: 1, b: x}` (Arrow casts none to text), NULL as `NULL`, others as
+/// cast.
+pub fn text_of(value: Expr, data_type: &DataType) -> Expr {
+    let text = match data_type {
+        DataType::Struct(fields) => {
+            let mut parts = vec![lit("{")];
+            for (i, field) in fields.iter().enumerate() {
+                let separator = if i == 0 { "" } else { ", " };
+                parts.push(lit(format!("{separator}{}: ", field.name())));
+                let member = get_field(value.clone(), field.name().as_str());
+                parts.push(text_of(member, field.data_type()));
+            }
+            parts.push(lit("}"));
+            concat(parts)
+        }
+        _ => cast(value.clone(), DataType::Utf8),
+    };
+    coalesce(vec![text, lit("NULL")])
 }
 
 impl ScalarUDFImpl for RaiseFunction {

@@ -19,7 +19,7 @@ use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Int8Type, Schema};
 use arrow::row::{RowConverter, Rows, SortField};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{DataFusionError, Result};
 
 use super::columns::{EventLayout, Kind, Origin};
 
@@ -43,7 +43,7 @@ impl LateEvents {
     /// `through`, the snapshot watermark as text of the sequence's type.
     pub fn try_new(layout: &EventLayout, schema: &Schema, through: &str) -> Result<Self> {
         let seq_type = schema.field(layout.seq()).data_type();
-        let value = ScalarValue::try_from_string(through.to_string(), seq_type).map_err(|e| {
+        let value = crate::stored_value::from_text(through, seq_type).map_err(|e| {
             DataFusionError::Execution(format!(
                 "the snapshot watermark '{through}' is not a {seq_type} sequence: {e}"
             ))

@@ -73,18 +73,6 @@ use crate::table::stage::{find_in_buckets, Replacement, StageConfig, UpdateStage
 use crate::table::superseded::{Probing, Superseded};
 use crate::table::{delta_err, ScdTable};
 
-/// A sequence value as table-property text (read back with
-/// [`ScalarValue::try_from_string`]).
-pub fn scalar_to_text(value: &ScalarValue) -> Result<String> {
-    let text = value.cast_to(&arrow::datatypes::DataType::Utf8)?;
-    match text {
-        ScalarValue::Utf8(Some(s)) => Ok(s),
-        other => Err(DataFusionError::Internal(format!(
-            "cannot store version {other} as text"
-        ))),
-    }
-}
-
 /// Most keys an update retires with deletion vectors (they are held in memory).
 const MAX_DELETION_VECTOR_KEYS: usize = 10_000_000;
 
@@ -400,7 +388,7 @@ pub async fn plan_update(
                 .filter(|_| !dml)
             {
                 // (refused now rather than when the fold runs)
-                ScalarValue::try_from_string(watermark.clone(), &resolved.sequence_type)?;
+                crate::stored_value::from_text(watermark, &resolved.sequence_type)?;
                 late_through = Some(watermark.clone());
             }
             let truncates = flow.apply_as_truncates.is_some();
@@ -460,7 +448,7 @@ pub async fn plan_update(
                 tagged,
             )?;
             if !version.is_null() {
-                let text = scalar_to_text(&version)?;
+                let text = crate::stored_value::to_text(&version)?;
                 extra_config.push((SNAPSHOT_WATERMARK_PROPERTY.to_string(), text.clone()));
                 extra_config.push((last_version_property(&flow.name), text));
             }

@@ -62,7 +62,7 @@ impl CdcSession {
             meta.properties.get(&last_version_property(&flow.name)),
             &meta.sequence_type,
         ) {
-            (Some(text), Some(t)) => Some(ScalarValue::try_from_string(text.clone(), t)?),
+            (Some(text), Some(t)) => Some(crate::stored_value::from_text(text, t)?),
             _ => None,
         };
         let next = match (planning, &flow.source) {

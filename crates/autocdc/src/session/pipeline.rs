@@ -36,7 +36,7 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result, ScalarValue, TableReference};
+use datafusion::common::{DataFusionError, Result, TableReference};
 use datafusion::datasource::ViewTable;
 use datafusion::logical_expr::LogicalPlan;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -349,9 +349,7 @@ impl CdcSession {
                         meta.properties.get(&last_version_property(&flow.name)),
                         &meta.sequence_type,
                     ) {
-                        (Some(text), Some(t)) => {
-                            Some(ScalarValue::try_from_string(text.clone(), t)?)
-                        }
+                        (Some(text), Some(t)) => Some(crate::stored_value::from_text(text, t)?),
                         _ => None,
                     };
                     let next = self
