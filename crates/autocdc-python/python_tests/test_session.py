@@ -618,6 +618,13 @@ class Arguments(unittest.TestCase):
         self.s.create_streaming_table("r")
         with self.assertRaisesRegex(ValueError, "version"):
             self.s.restore("r", version=-1)
+        # not an OverflowError, an AttributeError
+        with self.assertRaisesRegex(ValueError, "version must be a commit version"):
+            self.s.restore("r", version=10**20)
+        with self.assertRaisesRegex(TypeError, "version must be an int \\(got str\\)"):
+            self.s.restore("r", version="1")
+        with self.assertRaisesRegex(TypeError, "timestamp must be a string or a datetime \\(got int\\)"):
+            self.s.restore("r", timestamp=12)
 
     def test_a_snapshot_callback_may_open_another_session(self) -> None:
         other = os.path.join(tempfile.mkdtemp(), "warehouse")

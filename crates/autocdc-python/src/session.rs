@@ -736,18 +736,40 @@ impl PyCdcSession {
         &self,
         py: Python<'py>,
         name: String,
-        version: Option<i64>,
+        version: Option<&Bound<'py, PyAny>>,
         timestamp: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let to = match (version, timestamp) {
-            (Some(version), None) => RestoreTo::Version(u64::try_from(version).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "restore: version must be a commit version (0 or more), not {version}"
-                ))
-            })?),
+            (Some(version), None) => {
+                // (any int: one past u64 is a ValueError too, not an OverflowError)
+                let number: i128 = version.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "restore: version must be an int (got {})",
+                        version
+                            .get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    ))
+                })?;
+                RestoreTo::Version(u64::try_from(number).map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "restore: version must be a commit version (0 or more), not {version}"
+                    ))
+                })?)
+            }
             (None, Some(ts)) => RestoreTo::Timestamp(match ts.extract::<String>() {
                 Ok(text) => text,
-                Err(_) => ts.call_method0("isoformat")?.extract()?,
+                Err(_) if ts.hasattr("isoformat")? => ts.call_method0("isoformat")?.extract()?,
+                Err(_) => {
+                    return Err(PyTypeError::new_err(format!(
+                        "restore: timestamp must be a string or a datetime (got {})",
+                        ts.get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    )))
+                }
             }),
             _ => {
                 return Err(PyTypeError::new_err(
