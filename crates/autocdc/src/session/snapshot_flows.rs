@@ -75,12 +75,37 @@ impl CdcSession {
     }
 
     /// Run a snapshot flow: every available version in ascending order, each
-    /// committed on its own. One result row per version.
+    /// committed on its own. One result row per version. When a version
+    /// fails after others of this update committed, the error names those:
+    /// they stay.
     pub(super) async fn run_snapshot_flow(
         &self,
         table: &Arc<ScdTable>,
         spec: &FlowSpec,
         register: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut applied = Vec::new();
+        self.run_snapshot_versions(table, spec, register, &mut applied)
+            .await
+            .map_err(|e| match applied.is_empty() {
+                true => e,
+                false => e.context(format!(
+                    "flow '{}': snapshot version(s) {} of this update were applied before \
+                     and stay committed (each version is a commit of its own)",
+                    spec.name,
+                    applied.join(", ")
+                )),
+            })
+    }
+
+    /// [`Self::run_snapshot_flow`]; the versions committed pushed on
+    /// `applied` (as the user gave them).
+    async fn run_snapshot_versions(
+        &self,
+        table: &Arc<ScdTable>,
+        spec: &FlowSpec,
+        register: bool,
+        applied: &mut Vec<String>,
     ) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         let mut skipped_at = None;
@@ -183,6 +208,7 @@ impl CdcSession {
                     break;
                 }
             }
+            let shown_version = shown(&version);
             let update = plan_update(
                 &state,
                 Arc::clone(table),
@@ -203,6 +229,7 @@ impl CdcSession {
                     .into_iter()
                     .filter(|b| b.num_rows() > 0),
             );
+            applied.push(shown_version);
             // (each version's commit names its own rejects: delivered
             // before the next version's commit names others)
             self.deliver_rejects(table).await?;
