@@ -23,7 +23,7 @@ use datafusion::logical_expr::{cast, lit, try_cast, when, Expr, LogicalPlan, Log
 
 use crate::raise::raise_if;
 use crate::spec::resolve::{storage_type, widens};
-use crate::spec::{FlowSpec, SequenceBy};
+use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 
 /// `source` with a check of every value it casts to a narrower target type
 /// (a declared INT column fed BIGINT, say): a value that does not fit fails
@@ -109,7 +109,7 @@ pub(crate) fn with_sequence_precision_checks(
     }
     columns.extend(flow.keys.iter().map(|k| ("KEYS", k.as_str(), MERGED)));
     let mut checks = Vec::new();
-    for (clause, name, why) in columns {
+    for (clause, name, why) in &columns {
         let Ok(field) = source_schema.field_with_unqualified_name(name) else {
             continue;
         };
@@ -122,7 +122,7 @@ pub(crate) fn with_sequence_precision_checks(
         let message = concat(vec![
             lit(format!("flow '{}': {clause} value ", flow.name)),
             cast(value.clone(), DataType::Utf8),
-            lit(why),
+            lit(*why),
         ]);
         checks.push(raise_if(when(kept.not_eq(value), message).end()?));
     }
@@ -130,4 +130,84 @@ pub(crate) fn with_sequence_precision_checks(
         None => Ok(source),
         Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
     }
+}
+
+/// `source` with a check that the values of the other columns `flow`
+/// writes lose nothing when kept to the microsecond: a target keeps its
+/// timestamps so (Delta's), and a value with nanoseconds would be cut.
+pub(super) fn with_value_precision_checks(
+    flow: &FlowSpec,
+    source: LogicalPlan,
+) -> Result<LogicalPlan> {
+    let mut checked: Vec<&str> = flow.keys.iter().map(String::as_str).collect();
+    if let Some(SequenceBy::Column(c)) = &flow.sequence_by {
+        checked.push(c);
+    }
+    checked.extend(flow.system_sequence_by.as_deref());
+    let mut checks = Vec::new();
+    let written = |name: &str| {
+        let named = |list: &[String]| list.iter().any(|c| c.eq_ignore_ascii_case(name));
+        match &flow.columns {
+            ColumnSelection::All => true,
+            ColumnSelection::Only(list) => named(list),
+            ColumnSelection::Except(list) => !named(list),
+        }
+    };
+    for field in source.schema().fields() {
+        let name = field.name().as_str();
+        if checked.contains(&name) || !written(name) {
+            continue;
+        }
+        if let Some(check) = microsecond_check(&flow.name, "COLUMNS", field, CUT)? {
+            checks.push(check);
+        }
+    }
+    match checks.into_iter().reduce(Expr::and) {
+        None => Ok(source),
+        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
+    }
+}
+
+/// `source` (an append flow's rows) with a check that no timestamp value
+/// loses nanoseconds when stored (see the module docs).
+pub(super) fn with_appended_precision_checks(flow: &str, source: LogicalPlan) -> Result<LogicalPlan> {
+    let checks = source
+        .schema()
+        .fields()
+        .iter()
+        .filter_map(|field| microsecond_check(flow, "INSERT INTO", field, CUT).transpose())
+        .collect::<Result<Vec<_>>>()?;
+    match checks.into_iter().reduce(Expr::and) {
+        None => Ok(source),
+        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
+    }
+}
+
+/// Why a value column's nanoseconds are refused.
+const CUT: &str = " has nanoseconds, and a streaming table keeps timestamps to the \
+     microsecond (as Delta does): storing it would cut them; CAST it to \
+     microseconds (arrow_cast(c, 'Timestamp(Microsecond, None)')) if that is meant; \
+     nothing was committed";
+
+/// The check of one nanosecond timestamp column (`None` for another type):
+/// a value with nanoseconds fails naming `flow`, `clause`, the column and
+/// the value, then `why`.
+fn microsecond_check(
+    flow: &str,
+    clause: &str,
+    field: &arrow::datatypes::Field,
+    why: &str,
+) -> Result<Option<Expr>> {
+    let DataType::Timestamp(TimeUnit::Nanosecond, zone) = field.data_type() else {
+        return Ok(None);
+    };
+    let value = Expr::Column(Column::new_unqualified(field.name()));
+    let micros = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
+    let kept = cast(cast(value.clone(), micros), field.data_type().clone());
+    let message = concat(vec![
+        lit(format!("flow '{flow}': {clause}: column '{}' value ", field.name())),
+        cast(value.clone(), DataType::Utf8),
+        lit(why),
+    ]);
+    Ok(Some(raise_if(when(kept.not_eq(value), message).end()?)))
 }
