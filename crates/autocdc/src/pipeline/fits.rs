@@ -170,7 +170,10 @@ pub(super) fn with_value_precision_checks(
 
 /// `source` (an append flow's rows) with a check that no timestamp value
 /// loses nanoseconds when stored (see the module docs).
-pub(super) fn with_appended_precision_checks(flow: &str, source: LogicalPlan) -> Result<LogicalPlan> {
+pub(super) fn with_appended_precision_checks(
+    flow: &str,
+    source: LogicalPlan,
+) -> Result<LogicalPlan> {
     let checks = source
         .schema()
         .fields()
@@ -205,7 +208,10 @@ fn microsecond_check(
     let micros = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
     let kept = cast(cast(value.clone(), micros), field.data_type().clone());
     let message = concat(vec![
-        lit(format!("flow '{flow}': {clause}: column '{}' value ", field.name())),
+        lit(format!(
+            "flow '{flow}': {clause}: column '{}' value ",
+            field.name()
+        )),
         cast(value.clone(), DataType::Utf8),
         lit(why),
     ]);

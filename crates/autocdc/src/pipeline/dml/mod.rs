@@ -845,14 +845,32 @@ impl TargetDml for PipelineDml {
                         None => column(c),
                     })
                 };
+                // whether a matching row changes: a row set to what it holds
+                // (NULL to NULL, 0.0 to -0.0 too) stays exactly as it was
+                let changes = assignments
+                    .iter()
+                    .map(|(c, _)| {
+                        Ok(Expr::BinaryExpr(BinaryExpr::new(
+                            Box::new(new_value(c)?),
+                            Operator::IsDistinctFrom,
+                            Box::new(column(c)),
+                        )))
+                    })
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .reduce(Expr::or);
+                let changed = match &changes {
+                    Some(changes) => hit.clone().and(changes.clone()),
+                    None => hit.clone(),
+                };
                 let state_rows: Vec<Expr> = columns
                     .iter()
                     .map(|c| match assigned(c) {
-                        Some(_) => Ok(when(hit.clone(), new_value(c)?)
+                        Some(_) => Ok(when(changed.clone(), new_value(c)?)
                             .otherwise(column(c))?
                             .alias(c)),
                         None if written_groups.contains(c) => {
-                            Ok(when(hit.clone(), column(SEQ_COL))
+                            Ok(when(changed.clone(), column(SEQ_COL))
                                 .otherwise(column(c))?
                                 .alias(c))
                         }
@@ -877,18 +895,6 @@ impl TargetDml for PipelineDml {
                     image(CHANGE_PREIMAGE, false)?,
                     image(CHANGE_POSTIMAGE, true)?,
                 ];
-                let changes = assignments
-                    .iter()
-                    .map(|(c, _)| {
-                        Ok(Expr::BinaryExpr(BinaryExpr::new(
-                            Box::new(new_value(c)?),
-                            Operator::IsDistinctFrom,
-                            Box::new(column(c)),
-                        )))
-                    })
-                    .collect::<Result<Vec<_>>>()?
-                    .into_iter()
-                    .reduce(Expr::or);
                 Ok(Edit {
                     state_rows,
                     images,
