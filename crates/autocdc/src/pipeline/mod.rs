@@ -54,8 +54,8 @@ use crate::logical::{
 use crate::physical::TargetRowsTable;
 use crate::spec::expectations::{Expectation, ExpectationCounts};
 use crate::spec::resolve::{
-    check_change_feed_names, plan_sql_expr, resolve, target_projection, update_list_type,
-    written_at_type, written_at_value, ResolvedFlow,
+    check_change_feed_names, check_sequences_storable, plan_sql_expr, resolve, target_projection,
+    update_list_type, written_at_type, written_at_value, ResolvedFlow,
 };
 use crate::spec::shared_target::check_tracked_alike;
 use crate::spec::{FlowSpec, ScdType};
@@ -364,6 +364,7 @@ pub async fn plan_update(
             };
             let source = fit_checked(flow, source, &meta)?;
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
+            check_sequences_storable(&flow.name, &resolved)?;
             if !dml && flow.stored_as_scd_type == ScdType::Type2 {
                 // the columns this update adds may be tracked by this flow
                 // and not by the target's other flows, or the other way
@@ -403,6 +404,7 @@ pub async fn plan_update(
                 now_micros,
                 Some(lit(version.clone())),
             )?;
+            check_sequences_storable(&flow.name, &resolved)?;
             let target_columns = |side: i8| -> Vec<Expr> {
                 let mut cols = if side == SIDE_LIVE {
                     stored_projection(&resolved.target_schema, &table.raw_provider().schema())

@@ -413,6 +413,45 @@ fn storable(flow: &str, c: &str, dt: &DataType) -> Result<()> {
     }
 }
 
+/// Why a sequence of type `data_type` (not [`is_orderable`]) is refused,
+/// and what to do.
+fn not_orderable(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Dictionary(_, values) if is_orderable(values) => format!(
+            "which is dictionary-encoded: CAST it to its values' type ({values}) to sequence by it"
+        ),
+        _ => "which is not orderable (use integers, decimals, dates, timestamps, strings or a \
+              STRUCT of those)"
+            .to_string(),
+    }
+}
+
+/// Error naming `flow` and the clause when a target could not store the
+/// sequence or system sequence of `resolved` (a Decimal256, say: each row
+/// keeps its sequence, SCD 2 versions their bounds): refused when the flow
+/// plans, rather than when its commit fails.
+pub(crate) fn check_sequences_storable(flow: &str, resolved: &ResolvedFlow) -> Result<()> {
+    let sequences = [
+        ("SEQUENCE BY", Some(&resolved.sequence_type)),
+        ("SYSTEM SEQUENCE BY", resolved.system_sequence_type.as_ref()),
+    ];
+    for (clause, data_type) in sequences {
+        let Some(data_type) = data_type else { continue };
+        if as_delta_stores(&mapped_type(data_type)).is_none() {
+            return Err(flow_err(
+                flow,
+                clause,
+                format!(
+                    "the sequence has type {data_type}, which a Delta table cannot store \
+                     (the target keeps each row's sequence): CAST it (to a DECIMAL(38, s), a \
+                     BIGINT or a STRING, say)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An undeclared target's columns after this flow (SPEC §2.9): its columns
 /// in order, each widened to the flow's type where that is wider, then the
 /// flow's new columns at the end. A column whose type changes other than by
@@ -979,7 +1018,14 @@ pub fn resolve(
             (false, Some(SequenceBy::Struct(cols))) => format!("STRUCT({})", cols.join(", ")),
             (false, Some(SequenceBy::Expr(text))) => format!("`{text}`"),
         };
-        return Err(flow_err(flow, "SEQUENCE BY", format!("{what} has type {seq_source_type}, which is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
+        return Err(flow_err(
+            flow,
+            "SEQUENCE BY",
+            format!(
+                "{what} has type {seq_source_type}, {}",
+                not_orderable(&seq_source_type)
+            ),
+        ));
     }
     let mut sequence_type = storage_type(&seq_source_type);
     if let Some(existing) = &target.sequence_type {
@@ -1023,7 +1069,14 @@ pub fn resolve(
                 .get_type(&source_schema)
                 .map_err(|e| flow_err(flow, "SYSTEM SEQUENCE BY", e))?;
             if !is_orderable(&source_type) {
-                return Err(flow_err(flow, "SYSTEM SEQUENCE BY", format!("`{text}` has type {source_type}, which is not orderable (use integers, decimals, dates, timestamps, strings or a STRUCT of those)")));
+                return Err(flow_err(
+                    flow,
+                    "SYSTEM SEQUENCE BY",
+                    format!(
+                        "`{text}` has type {source_type}, {}",
+                        not_orderable(&source_type)
+                    ),
+                ));
             }
             let system_type = storage_type(&source_type);
             if let Some(existing) = &target.system_start_at_type {
