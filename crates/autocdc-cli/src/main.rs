@@ -84,8 +84,8 @@ struct Args {
     #[arg(short = 'c', long = "command", value_name = "SQL")]
     commands: Vec<String>,
 
-    /// Warehouse location: a local folder (created if missing), `file://...`, or
-    /// another object store URL.
+    /// Warehouse location: a local folder (created if missing), a `file:///...`
+    /// URL, or `memory://` (a warehouse that lives as long as the process).
     #[arg(long, value_name = "URL", default_value = "./warehouse", global = true)]
     warehouse: String,
 
@@ -241,17 +241,31 @@ async fn run(args: Args, session: CdcSession) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Creates the warehouse folder when `warehouse` is a local path or `file://` URL.
+/// Creates the warehouse folder when `warehouse` is a local path (a
+/// `file:` URL's folder is created when the warehouse opens: its path is
+/// the URL's, decoded).
 fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
-    let local = match warehouse.strip_prefix("file://") {
-        Some(path) => Some(path),
-        None if warehouse.contains("://") => None,
-        None => Some(warehouse),
-    };
-    match local {
-        Some(path) if !path.is_empty() => std::fs::create_dir_all(path),
-        _ => Ok(()),
+    match warehouse.starts_with("file:") || warehouse.contains("://") {
+        true => Ok(()),
+        false if warehouse.is_empty() => Ok(()),
+        false => std::fs::create_dir_all(warehouse),
     }
+}
+
+/// A table name given on the command line as SQL reads it: each part
+/// folded to lower case unless double-quoted (`Users` is `users`, as in
+/// `REFRESH PIPELINE FULL (Users)`; `"Users"` is `Users`).
+fn sql_name(name: &str) -> String {
+    name.trim()
+        .split('.')
+        .map(
+            |part| match part.strip_prefix('"').and_then(|p| p.strip_suffix('"')) {
+                Some(quoted) => quoted.to_string(),
+                None => part.to_lowercase(),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// `--trigger-interval`: `200ms`, `5s`, `1m` (a bare number: seconds).
@@ -342,8 +356,8 @@ async fn update_once(
     let mut update = session.update_pipeline().only_changed(only_changed);
     match full_refresh {
         None => {}
-        Some("all") => update = update.full_refresh_all(),
-        Some(tables) => update = update.full_refresh(tables.split(',').map(str::trim))?,
+        Some(all) if all.trim().eq_ignore_ascii_case("all") => update = update.full_refresh_all(),
+        Some(tables) => update = update.full_refresh(tables.split(',').map(sql_name))?,
     }
     update.await
 }
@@ -599,7 +613,8 @@ async fn interactive(shell: &Shell) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
-        if line.trim() == QUIT_COMMAND {
+        // (inside an open string, `\q` is part of it)
+        if line.trim() == QUIT_COMMAND && !split_statements(&buffer).open {
             return ExitCode::SUCCESS;
         }
 

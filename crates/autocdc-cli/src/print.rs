@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::{DataFusionError, Result};
 
@@ -77,6 +78,44 @@ fn first_rows(batches: &[RecordBatch], max: usize) -> Vec<RecordBatch> {
     out
 }
 
+/// `batch` with each nested column (a struct, a list, a map: CSV has no
+/// form for them) as text, as the table format shows it (`{a: 1, b: x}`,
+/// `[1, 2]`); other columns as they are.
+fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| f.data_type().is_nested())
+    {
+        return Ok(batch.clone());
+    }
+    let options = FormatOptions::default();
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        if !field.data_type().is_nested() {
+            fields.push(Arc::clone(field));
+            columns.push(Arc::clone(column));
+            continue;
+        }
+        let formatter = ArrayFormatter::try_new(column.as_ref(), &options)?;
+        let text: StringArray = (0..column.len())
+            .map(|row| {
+                column
+                    .is_valid(row)
+                    .then(|| formatter.value(row).to_string())
+            })
+            .collect();
+        fields.push(Arc::new(Field::new(field.name(), DataType::Utf8, true)));
+        columns.push(Arc::new(text));
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
 fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
@@ -126,7 +165,7 @@ impl PrintOptions {
                     .with_delimiter(delimiter)
                     .build(&mut *out);
                 for batch in batches {
-                    writer.write(batch)?;
+                    writer.write(&nested_as_text(batch)?)?;
                 }
             }
             Format::Json => {
@@ -164,8 +203,7 @@ impl PrintOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{Int32Array, StringArray};
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::array::{Int32Array, StructArray};
 
     fn sample() -> (SchemaRef, Vec<RecordBatch>) {
         let schema = Arc::new(Schema::new(vec![
@@ -213,6 +251,42 @@ mod tests {
         assert_eq!(
             printed(Format::NdJson, MaxRows::Unlimited, true),
             "{\"id\":1,\"v\":\"a\"}\n{\"id\":2}\n{\"id\":3,\"v\":\"c,d\"}\n"
+        );
+    }
+
+    #[test]
+    fn csv_and_tsv_print_nested_columns_as_text() {
+        let point = StructArray::from(vec![
+            (
+                Arc::new(Field::new("ts", DataType::Int32, true)),
+                Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("sub", DataType::Utf8, true)),
+                Arc::new(StringArray::from(vec![Some("a"), Some("b")])) as ArrayRef,
+            ),
+        ]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("at", point.data_type().clone(), true),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int32Array::from(vec![1, 2])), Arc::new(point)],
+        )
+        .unwrap();
+        let options = PrintOptions {
+            format: Format::Csv,
+            max_rows: MaxRows::Unlimited,
+            quiet: true,
+        };
+        let mut out = Vec::new();
+        options
+            .print(&mut out, &schema, &[batch], Duration::ZERO)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "id,at\n1,\"{ts: 1, sub: a}\"\n2,\"{ts: , sub: b}\"\n"
         );
     }
 

@@ -1,17 +1,23 @@
 //! Splitting SQL text into statements.
 //!
-//! Statements end at a `;` that is not inside a single-quoted string, a double-quoted
-//! or backtick-quoted identifier, a `--` line comment or a `/* */` block comment.
+//! Statements end at a `;` that is not inside a single-quoted string (an
+//! `E'…'` string's `\'` included), a dollar-quoted string (`$$…$$`,
+//! `$tag$…$tag$`), a double-quoted or backtick-quoted identifier, a `--` line
+//! comment or a `/* */` block comment.
 //! Comments are removed from the returned statements (a block comment becomes a
 //! space), so a statement can be recognised by its first keyword.
 
 /// Where the scanner is in the text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     /// Plain SQL.
     Code,
     /// Inside a quoted string or identifier closed by the given character.
     Quoted(char),
+    /// Inside an `E'…'` string, where a backslash escapes the next character.
+    Escaped,
+    /// Inside a dollar-quoted string closed by this tag (`$$`, `$tag$`).
+    Dollar(String),
     /// Inside a `--` comment (until the end of the line).
     LineComment,
     /// Inside a `/* */` comment.
@@ -30,6 +36,9 @@ pub struct Split {
     /// Byte offset in the input where the text after the last complete statement
     /// starts (just after its `;`), to keep that text verbatim.
     pub rest: usize,
+    /// Whether the text ends inside a quoted string or identifier or a block
+    /// comment (a next line continues it).
+    pub open: bool,
 }
 
 /// Splits `text` into statements (see the [module docs](self)).
@@ -41,7 +50,7 @@ pub fn split_statements(text: &str) -> Split {
     let mut chars = text.char_indices().peekable();
 
     while let Some((index, c)) = chars.next() {
-        match state {
+        match &state {
             State::Code => match c {
                 ';' => {
                     if has_sql {
@@ -60,6 +69,30 @@ pub fn split_statements(text: &str) -> Split {
                     current.push(' ');
                     state = State::BlockComment;
                 }
+                'E' | 'e'
+                    if next_is(&mut chars, '\'')
+                        && !current.ends_with(|p: char| p.is_alphanumeric() || p == '_') =>
+                {
+                    current.push(c);
+                    if let Some((_, quote)) = chars.next() {
+                        current.push(quote);
+                    }
+                    has_sql = true;
+                    state = State::Escaped;
+                }
+                '$' if !current.ends_with(|p: char| p.is_alphanumeric() || p == '_') => {
+                    current.push(c);
+                    has_sql = true;
+                    if let Some(tag) = dollar_tag(&text[index..]) {
+                        // (the opening tag's other characters)
+                        for _ in 1..tag.len() {
+                            if let Some((_, t)) = chars.next() {
+                                current.push(t);
+                            }
+                        }
+                        state = State::Dollar(tag);
+                    }
+                }
                 '\'' | '"' | '`' => {
                     current.push(c);
                     has_sql = true;
@@ -73,7 +106,30 @@ pub fn split_statements(text: &str) -> Split {
             State::Quoted(close) => {
                 // A doubled quote ('it''s') closes and reopens: same result.
                 current.push(c);
-                if c == close {
+                if c == *close {
+                    state = State::Code;
+                }
+            }
+            State::Escaped => {
+                current.push(c);
+                match c {
+                    '\\' => {
+                        if let Some((_, escaped)) = chars.next() {
+                            current.push(escaped);
+                        }
+                    }
+                    '\'' => state = State::Code,
+                    _ => {}
+                }
+            }
+            State::Dollar(tag) => {
+                current.push(c);
+                if c == '$' && text[index..].starts_with(tag.as_str()) {
+                    for _ in 1..tag.len() {
+                        if let Some((_, t)) = chars.next() {
+                            current.push(t);
+                        }
+                    }
                     state = State::Code;
                 }
             }
@@ -92,11 +148,23 @@ pub fn split_statements(text: &str) -> Split {
         }
     }
 
-    let unterminated = matches!(state, State::Quoted(_) | State::BlockComment);
+    let unterminated = !matches!(state, State::Code | State::LineComment);
+    split.open = unterminated;
     if has_sql || unterminated {
         split.pending = Some(current.trim().to_string());
     }
     split
+}
+
+/// The opening tag of a dollar-quoted string at the start of `text` (`$$`,
+/// `$tag$`: letters, digits and `_`, not starting with a digit), if any.
+fn dollar_tag(text: &str) -> Option<String> {
+    let rest = text.strip_prefix('$')?;
+    let end = rest.find('$')?;
+    let tag = &rest[..end];
+    let valid = tag.chars().all(|c| c.is_alphanumeric() || c == '_')
+        && !tag.starts_with(|c: char| c.is_ascii_digit());
+    valid.then(|| format!("${tag}$"))
 }
 
 /// Whether the next character is `expected`.
@@ -133,6 +201,32 @@ mod tests {
             script_statements(r#"SELECT 'a;b', "c;d", `e;f`, 'it''s;'; SELECT 2"#),
             [r#"SELECT 'a;b', "c;d", `e;f`, 'it''s;'"#, "SELECT 2"]
         );
+    }
+
+    #[test]
+    fn ignores_semicolons_and_comment_marks_in_dollar_and_escaped_strings() {
+        assert_eq!(
+            script_statements("SELECT $$a -- b;$$ AS x; SELECT $t$it's; $$ $t$; SELECT 2"),
+            [
+                "SELECT $$a -- b;$$ AS x",
+                "SELECT $t$it's; $$ $t$",
+                "SELECT 2"
+            ]
+        );
+        assert_eq!(
+            script_statements(r"SELECT E'It\'s; /*' AS x; SELECT e'\\'; SELECT 2"),
+            [r"SELECT E'It\'s; /*' AS x", r"SELECT e'\\'", "SELECT 2"]
+        );
+        // a name ending in e, a parameter, a column named like a tag: plain SQL
+        assert_eq!(
+            script_statements("SELECT name'x' FROM t WHERE a = $1; SELECT b$c$ FROM t; SELECT 3"),
+            [
+                "SELECT name'x' FROM t WHERE a = $1",
+                "SELECT b$c$ FROM t",
+                "SELECT 3"
+            ]
+        );
+        assert!(split_statements("SELECT $$open;").pending.is_some());
     }
 
     #[test]

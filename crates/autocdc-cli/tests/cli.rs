@@ -724,3 +724,115 @@ fn a_continuous_run_backs_off_from_a_failing_table() {
         .count();
     assert!((1..=12).contains(&failing), "{failing} cycles:\n{text}");
 }
+
+#[test]
+fn file_urls_name_the_folder_they_say() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let spaced = dir.path().join("my wh");
+    let plain = dir.path().join("lh");
+    // `file://localhost/abs` and `%20` for a space are that folder (the
+    // first went to ./localhost/abs, the second failed as "already exists")
+    for (url, folder) in [
+        (
+            format!("file://localhost{}", plain.display()),
+            plain.clone(),
+        ),
+        (
+            format!("file://{}", spaced.display()).replace(' ', "%20"),
+            spaced.clone(),
+        ),
+    ] {
+        for round in 0..2 {
+            let output = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+                .current_dir(dir.path())
+                .args(["--warehouse", &url, "-q", "--format", "csv", "-c"])
+                .arg(match round {
+                    0 => "CREATE STREAMING TABLE t; CREATE FLOW f AS INSERT INTO ONCE t BY NAME SELECT 1 AS id",
+                    _ => "SELECT * FROM t",
+                })
+                .output()
+                .expect("run autocdc");
+            assert!(
+                output.status.success(),
+                "{url}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            if round == 1 {
+                assert_eq!(stdout(&output), "id\n1\n", "{url}");
+            }
+        }
+        assert!(folder.join("public").join("t").is_dir(), "{url}");
+    }
+    assert!(!dir.path().join("localhost").exists());
+    // a host that is not this machine is refused, naming the form to write
+    let output = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .current_dir(dir.path())
+        .args(["--warehouse", "file://elsewhere/wh", "-c", "SELECT 1"])
+        .output()
+        .expect("run autocdc");
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("is not a local file URL: write file:///absolute/path"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn csv_prints_nested_columns_and_full_refresh_names_fold_like_sql() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let warehouse = dir.path().join("wh");
+    let defs = dir.path().join("defs.sql");
+    std::fs::write(
+        &defs,
+        "CREATE OR REFRESH STREAMING TABLE Users;\n\
+         CREATE FLOW f AS AUTO CDC INTO Users FROM (SELECT 1 AS id, 'a' AS v, 1 AS a, 2 AS b) \
+         KEYS (id) SEQUENCE BY STRUCT(a, b) COLUMNS (id, v) STORED AS SCD TYPE 2;\n",
+    )
+    .expect("write defs");
+    assert!(run_defs(&warehouse, &defs, &[]).status.success());
+    // `Users` is `users`, as `REFRESH PIPELINE FULL (Users)` reads it
+    let output = run_defs(&warehouse, &defs, &["--full-refresh", "Users"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // a STRUCT sequence makes __start_at a struct: CSV prints it as text
+    let output = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .arg("--warehouse")
+        .arg(&warehouse)
+        .args(["-q", "--format", "csv", "-c", "SELECT * FROM users"])
+        .output()
+        .expect("run autocdc");
+    assert_eq!(
+        stdout(&output),
+        "id,v,__start_at,__end_at\n1,a,\"{a: 1, b: 2}\",\n",
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn quit_inside_an_open_string_is_part_of_it() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .arg("--warehouse")
+        .arg(dir.path().join("wh"))
+        .args(["-q", "--format", "csv"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run autocdc");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"SELECT length('one\n\\q\nthree') AS n;\n\\q\nSELECT 2;\n")
+        .expect("write stdin");
+    let output = child.wait_with_output().expect("wait");
+    assert!(output.status.success());
+    assert_eq!(stdout(&output), "n\n12\n");
+}

@@ -111,14 +111,23 @@ impl Warehouse {
                 store: Arc::new(LogCachingStore::new(Arc::new(InMemory::new()))),
             });
         }
-        let path = match location.strip_prefix("file://") {
-            Some(p) => std::path::PathBuf::from(p),
-            None if location.contains("://") => {
+        let path = match location.starts_with("file:") {
+            // (a URL: `file:///abs`, `file://localhost/abs`, `%20` for a space)
+            true => Url::parse(location)
+                .ok()
+                .and_then(|url| url.to_file_path().ok())
+                .ok_or_else(|| {
+                    DataFusionError::Plan(format!(
+                        "warehouse '{location}' is not a local file URL: write \
+                         file:///absolute/path (or the folder's path)"
+                    ))
+                })?,
+            false if location.contains("://") => {
                 return Err(DataFusionError::NotImplemented(format!(
                     "warehouse '{location}': only local folders, file:// and memory:// are supported by this build"
                 )))
             }
-            None => std::path::PathBuf::from(location),
+            false => std::path::PathBuf::from(location),
         };
         std::fs::create_dir_all(&path).map_err(|e| {
             DataFusionError::Execution(format!(
