@@ -139,7 +139,7 @@ impl CdcSession {
     /// `Unchanged` when `target` holds `flow` as defined, an error saying
     /// what differs when it holds another definition of it, `None` when it
     /// has no such flow.
-    async fn stored_as_defined(
+    pub(super) async fn stored_as_defined(
         &self,
         target: &TableName,
         flow: &FlowSpec,
