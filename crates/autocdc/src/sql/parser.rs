@@ -478,8 +478,16 @@ impl CdcParser<'_> {
         }
         self.p.next_token();
         self.p.next_token();
+        let mut seen: Vec<String> = Vec::new();
         loop {
             let option = self.p.parse_identifier()?.value;
+            // (a second value would silently win over the first)
+            if seen.iter().any(|s| s.eq_ignore_ascii_case(&option)) {
+                return Err(perr(format!(
+                    "flow '{flow}': FROM STREAM option {option} is given twice"
+                )));
+            }
+            seen.push(option.clone());
             let chosen = if option.eq_ignore_ascii_case("readChangeFeed") {
                 StreamRead::ChangeFeed
             } else if option.eq_ignore_ascii_case("skipChangeCommits") {
