@@ -149,7 +149,7 @@ pub async fn plan_append(
     columns.push(lit(written_at_value(now.timestamp_micros())).alias(WRITTEN_AT_COL));
     // (a value the table's narrower column cannot hold, an upstream column
     // widened since, fails naming the flow, column and value)
-    let source = super::fits::with_fit_checks(&flow.name, read.plan, &user_schema)?;
+    let source = super::fits::with_fit_checks(&flow.name, "INSERT INTO", read.plan, &user_schema)?;
     let source = super::fits::with_appended_precision_checks(&flow.name, source)?;
     let rows = LogicalPlanBuilder::from(source).project(columns)?.build()?;
     // the table's expectations check the rows to append

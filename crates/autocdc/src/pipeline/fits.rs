@@ -31,6 +31,7 @@ use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
 /// than with a cast error naming none.
 pub(super) fn with_fit_checks(
     flow: &str,
+    clause: &str,
     source: LogicalPlan,
     target_schema: &Schema,
 ) -> Result<LogicalPlan> {
@@ -48,7 +49,7 @@ pub(super) fn with_fit_checks(
         let value = Expr::Column(Column::new_unqualified(field.name()));
         let message = concat(vec![
             lit(format!(
-                "flow '{flow}': COLUMNS: column '{}' has the value ",
+                "flow '{flow}': {clause}: column '{}' has the value ",
                 field.name()
             )),
             cast(value.clone(), DataType::Utf8),

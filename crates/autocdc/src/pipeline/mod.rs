@@ -869,7 +869,7 @@ fn fit_checked(
     let source = fits::with_sequence_precision_checks(flow, source)?;
     let source = fits::with_value_precision_checks(flow, source)?;
     match meta.decl.declared_columns {
-        true => fits::with_fit_checks(&flow.name, source, &meta.user_schema),
+        true => fits::with_fit_checks(&flow.name, "COLUMNS", source, &meta.user_schema),
         false => Ok(source),
     }
 }
