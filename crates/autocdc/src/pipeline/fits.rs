@@ -81,10 +81,7 @@ pub(super) fn with_fit_checks(
         let misfit = value.clone().is_not_null().and(kept.is_null().or(lost));
         checks.push(raise_if(when(misfit, message).end()?));
     }
-    match checks.into_iter().reduce(Expr::and) {
-        None => Ok(source),
-        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
-    }
+    filtered(source, checks)
 }
 
 /// `source` with a check that the values of `flow`'s sequence columns (a
@@ -114,23 +111,10 @@ pub(crate) fn with_sequence_precision_checks(
         let Ok(field) = source_schema.field_with_unqualified_name(name) else {
             continue;
         };
-        let DataType::Timestamp(TimeUnit::Nanosecond, zone) = field.data_type() else {
-            continue;
-        };
-        let value = Expr::Column(Column::new_unqualified(field.name()));
-        let micros = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
-        let kept = cast(cast(value.clone(), micros), field.data_type().clone());
-        let message = concat(vec![
-            lit(format!("flow '{}': {clause} value ", flow.name)),
-            cast(value.clone(), DataType::Utf8),
-            lit(*why),
-        ]);
-        checks.push(raise_if(when(kept.not_eq(value), message).end()?));
+        let prefix = format!("flow '{}': {clause} value ", flow.name);
+        checks.extend(microsecond_check(field, prefix, why)?);
     }
-    match checks.into_iter().reduce(Expr::and) {
-        None => Ok(source),
-        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
-    }
+    filtered(source, checks)
 }
 
 /// `source` with a check that the values of the other columns `flow`
@@ -159,14 +143,10 @@ pub(super) fn with_value_precision_checks(
         if checked.contains(&name) || !written(name) {
             continue;
         }
-        if let Some(check) = microsecond_check(&flow.name, "COLUMNS", field, CUT)? {
-            checks.push(check);
-        }
+        let prefix = format!("flow '{}': COLUMNS: column '{name}' value ", flow.name);
+        checks.extend(microsecond_check(field, prefix, CUT)?);
     }
-    match checks.into_iter().reduce(Expr::and) {
-        None => Ok(source),
-        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
-    }
+    filtered(source, checks)
 }
 
 /// `source` (an append flow's rows) with a check that no timestamp value
@@ -179,8 +159,20 @@ pub(super) fn with_appended_precision_checks(
         .schema()
         .fields()
         .iter()
-        .filter_map(|field| microsecond_check(flow, "INSERT INTO", field, CUT).transpose())
+        .filter_map(|field| {
+            let prefix = format!(
+                "flow '{flow}': INSERT INTO: column '{}' value ",
+                field.name()
+            );
+            microsecond_check(field, prefix, CUT).transpose()
+        })
         .collect::<Result<Vec<_>>>()?;
+    filtered(source, checks)
+}
+
+/// `source` filtered by every one of `checks` (each keeps every row or
+/// fails), or as it is without any.
+fn filtered(source: LogicalPlan, checks: Vec<Expr>) -> Result<LogicalPlan> {
     match checks.into_iter().reduce(Expr::and) {
         None => Ok(source),
         Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
@@ -194,12 +186,10 @@ const CUT: &str = " has nanoseconds, and a streaming table keeps timestamps to t
      nothing was committed";
 
 /// The check of one nanosecond timestamp column (`None` for another type):
-/// a value with nanoseconds fails naming `flow`, `clause`, the column and
-/// the value, then `why`.
+/// a value with nanoseconds fails with `prefix`, the value, then `why`.
 fn microsecond_check(
-    flow: &str,
-    clause: &str,
     field: &arrow::datatypes::Field,
+    prefix: String,
     why: &str,
 ) -> Result<Option<Expr>> {
     let DataType::Timestamp(TimeUnit::Nanosecond, zone) = field.data_type() else {
@@ -209,10 +199,7 @@ fn microsecond_check(
     let micros = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
     let kept = cast(cast(value.clone(), micros), field.data_type().clone());
     let message = concat(vec![
-        lit(format!(
-            "flow '{flow}': {clause}: column '{}' value ",
-            field.name()
-        )),
+        lit(prefix),
         cast(value.clone(), DataType::Utf8),
         lit(why),
     ]);
