@@ -443,32 +443,43 @@ impl DebeziumLayout {
                     ),
                 ))
             }
-            Some(RowProblem::OutOfRange(i, value)) => {
-                let column = &self.columns[i];
-                Err(line_error(
-                    file,
-                    no,
-                    format!(
-                        "column '{}' is {} and the event gives it {value}, which is past \
-                         the type's range; reading it would make it infinite",
-                        column.name, column.out
-                    ),
-                ))
-            }
-            Some(RowProblem::Fraction(i, value)) => {
-                let column = &self.columns[i];
-                Err(line_error(
-                    file,
-                    no,
-                    format!(
-                        "column '{}' is {} and the event gives it {value}, which is not a \
-                         whole number it can hold exactly (a fraction, or more digits than a \
-                         double holds); reading it would change it",
-                        column.name, column.out
-                    ),
-                ))
-            }
+            Some(RowProblem::OutOfRange(i, value)) => Err(self.value_error(
+                file,
+                no,
+                i,
+                &value,
+                "which is past the type's range; reading it would make it infinite",
+            )),
+            Some(RowProblem::Fraction(i, value)) => Err(self.value_error(
+                file,
+                no,
+                i,
+                &value,
+                "which is not a whole number it can hold exactly (a fraction, or more \
+                 digits than a double holds); reading it would change it",
+            )),
         }
+    }
+
+    /// The error of an event at `line` giving the row column at `column`
+    /// the `value` (as written) it cannot read: `why`.
+    fn value_error(
+        &self,
+        file: &str,
+        line: usize,
+        column: usize,
+        value: &str,
+        why: &str,
+    ) -> DataFusionError {
+        let column = &self.columns[column];
+        line_error(
+            file,
+            line,
+            format!(
+                "column '{}' is {} and the event gives it {value}, {why}",
+                column.name, column.out
+            ),
+        )
     }
 
     fn raw_decoder(
