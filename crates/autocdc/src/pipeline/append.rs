@@ -150,7 +150,6 @@ pub async fn plan_append(
     // (a value the table's narrower column cannot hold, an upstream column
     // widened since, fails naming the flow, column and value)
     let source = super::fits::with_fit_checks(&flow.name, "INSERT INTO", read.plan, &user_schema)?;
-    let source = super::fits::with_appended_precision_checks(&flow.name, source)?;
     let rows = LogicalPlanBuilder::from(source).project(columns)?.build()?;
     // the table's expectations check the rows to append
     // with rejects on, the rows an expectation drops go to the rejects

@@ -23,7 +23,7 @@ use datafusion::logical_expr::{cast, lit, try_cast, when, Expr, LogicalPlan, Log
 
 use crate::raise::raise_if;
 use crate::spec::resolve::{storage_type, widens};
-use crate::spec::{ColumnSelection, FlowSpec, SequenceBy};
+use crate::spec::{FlowSpec, SequenceBy};
 
 /// `source` with a check of every value it casts to a narrower target type
 /// (a declared INT column fed BIGINT, say): a value that does not fit fails
@@ -117,59 +117,6 @@ pub(crate) fn with_sequence_precision_checks(
     filtered(source, checks)
 }
 
-/// `source` with a check that the values of the other columns `flow`
-/// writes lose nothing when kept to the microsecond: a target keeps its
-/// timestamps so (Delta's), and a value with nanoseconds would be cut.
-pub(super) fn with_value_precision_checks(
-    flow: &FlowSpec,
-    source: LogicalPlan,
-) -> Result<LogicalPlan> {
-    let mut checked: Vec<&str> = flow.keys.iter().map(String::as_str).collect();
-    if let Some(SequenceBy::Column(c)) = &flow.sequence_by {
-        checked.push(c);
-    }
-    checked.extend(flow.system_sequence_by.as_deref());
-    let mut checks = Vec::new();
-    let written = |name: &str| {
-        let named = |list: &[String]| list.iter().any(|c| c.eq_ignore_ascii_case(name));
-        match &flow.columns {
-            ColumnSelection::All => true,
-            ColumnSelection::Only(list) => named(list),
-            ColumnSelection::Except(list) => !named(list),
-        }
-    };
-    for field in source.schema().fields() {
-        let name = field.name().as_str();
-        if checked.contains(&name) || !written(name) {
-            continue;
-        }
-        let prefix = format!("flow '{}': COLUMNS: column '{name}' value ", flow.name);
-        checks.extend(microsecond_check(field, prefix, CUT)?);
-    }
-    filtered(source, checks)
-}
-
-/// `source` (an append flow's rows) with a check that no timestamp value
-/// loses nanoseconds when stored (see the module docs).
-pub(super) fn with_appended_precision_checks(
-    flow: &str,
-    source: LogicalPlan,
-) -> Result<LogicalPlan> {
-    let checks = source
-        .schema()
-        .fields()
-        .iter()
-        .filter_map(|field| {
-            let prefix = format!(
-                "flow '{flow}': INSERT INTO: column '{}' value ",
-                field.name()
-            );
-            microsecond_check(field, prefix, CUT).transpose()
-        })
-        .collect::<Result<Vec<_>>>()?;
-    filtered(source, checks)
-}
-
 /// `source` filtered by every one of `checks` (each keeps every row or
 /// fails), or as it is without any.
 fn filtered(source: LogicalPlan, checks: Vec<Expr>) -> Result<LogicalPlan> {
@@ -178,12 +125,6 @@ fn filtered(source: LogicalPlan, checks: Vec<Expr>) -> Result<LogicalPlan> {
         Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
     }
 }
-
-/// Why a value column's nanoseconds are refused.
-const CUT: &str = " has nanoseconds, and a streaming table keeps timestamps to the \
-     microsecond (as Delta does): storing it would cut them; CAST it to \
-     microseconds (arrow_cast(c, 'Timestamp(Microsecond, None)')) if that is meant; \
-     nothing was committed";
 
 /// The check of one nanosecond timestamp column (`None` for another type):
 /// a value with nanoseconds fails with `prefix`, the value, then `why`.

@@ -867,7 +867,6 @@ fn fit_checked(
     meta: &crate::table::TableMeta,
 ) -> Result<LogicalPlan> {
     let source = fits::with_sequence_precision_checks(flow, source)?;
-    let source = fits::with_value_precision_checks(flow, source)?;
     match meta.decl.declared_columns {
         true => fits::with_fit_checks(&flow.name, "COLUMNS", source, &meta.user_schema),
         false => Ok(source),
