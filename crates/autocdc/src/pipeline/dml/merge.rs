@@ -254,7 +254,7 @@ pub async fn merge(
                 // (in the column's type: the scan may read text as views)
                 let of_column = |v: &ScalarValue| v.cast_to(user.field(i).data_type()).ok();
                 match (of_column(value), of_column(&current)) {
-                    (Some(value), Some(current)) if value == current => {}
+                    (Some(value), Some(current)) if same_value(&value, &current) => {}
                     _ => return Ok(false),
                 }
             }
@@ -817,6 +817,22 @@ async fn merge_versions(
     )?;
     let edited = edited.union(new_versions.build()?)?.build()?;
     history.replace(state, edited, Operation::Merge).await
+}
+
+/// Whether two values of one column are the same as `IS NOT DISTINCT
+/// FROM` sees them (an `UPDATE` judges so): floats by value, `0.0` and
+/// `-0.0` alike, NaN like NaN; others as equal scalars.
+fn same_value(a: &ScalarValue, b: &ScalarValue) -> bool {
+    let float = |v: &ScalarValue| match v {
+        ScalarValue::Float16(Some(f)) => Some(f64::from(*f)),
+        ScalarValue::Float32(Some(f)) => Some(f64::from(*f)),
+        ScalarValue::Float64(Some(f)) => Some(*f),
+        _ => None,
+    };
+    match (float(a), float(b)) {
+        (Some(x), Some(y)) => x == y || (x.is_nan() && y.is_nan()),
+        _ => a == b,
+    }
 }
 
 /// The sequence groups of `table` (per-column sequencing): each group's

@@ -801,6 +801,16 @@ impl TargetDml for PipelineDml {
         let flow = keyed_flow(&table, "UPDATE")?;
         let keys = key_positions(&table, &flow)?;
         let user = table.meta().user_schema;
+        // (the new values are read more than once: the stored row, its
+        // change images, whether it changed; a volatile one would differ)
+        if let Some((name, _)) = assignments.iter().find(|(_, e)| e.is_volatile()) {
+            return Err(DataFusionError::Plan(format!(
+                "UPDATE of streaming table '{}': the value of '{name}' is volatile \
+                 (random(), uuid(), …), and the stored row and its change feed would \
+                 each see another: compute it in a source and MERGE it in",
+                table.name()
+            )));
+        }
         for (name, _) in &assignments {
             if keys.iter().any(|&k| user.field(k).name() == name) {
                 return Err(DataFusionError::Plan(format!(
