@@ -356,25 +356,30 @@ impl CdcSession {
                     .or_else(|| c.flow.clone().map(|f| *f));
                 let name = c.name.clone();
                 let existed = self.table(&name).await.is_ok();
-                let (or_refresh, auto_cdc) = (c.or_refresh, c.flow.is_some());
-                self.create_table(c).await?;
                 // `CREATE OR REFRESH … FLOW AUTO CDC …` again, as defined:
                 // the table's definition again, and a refresh of its flow
-                // (as the `AS query` form is); defined otherwise: an error
-                // saying what differs
-                if let (true, true, true, Some(flow)) = (or_refresh, auto_cdc, existed, &flow) {
-                    let (_, normalize) = self.parser_options();
-                    if self
-                        .stored_as_defined(&name, flow, normalize)
-                        .await?
-                        .is_some()
-                    {
-                        let table = self.table(&name).await?;
-                        let batches = self
-                            .run_flow(&table, flow, crate::table::event::Operation::Refresh)
-                            .await?;
-                        return self.ctx.read_batches(batches);
+                // (as the `AS query` form is; an ONCE flow does not run
+                // again); defined otherwise: an error saying what differs,
+                // before the table's definition changes anything
+                let again = match (c.or_refresh && c.flow.is_some() && existed, &flow) {
+                    (true, Some(flow)) => {
+                        let (_, normalize) = self.parser_options();
+                        self.stored_as_defined(&name, flow, normalize)
+                            .await?
+                            .is_some()
                     }
+                    _ => false,
+                };
+                self.create_table(c).await?;
+                if let (true, Some(flow)) = (again, &flow) {
+                    if flow.once {
+                        return self.empty();
+                    }
+                    let table = self.table(&name).await?;
+                    let batches = self
+                        .run_flow(&table, flow, crate::table::event::Operation::Refresh)
+                        .await?;
+                    return self.ctx.read_batches(batches);
                 }
                 match flow {
                     Some(flow) => match self.create_flow(flow).await {
