@@ -123,6 +123,17 @@ fn options(table: &str, hints: &[SqlExpr]) -> Result<(StreamRead, Option<u64>)> 
         let SqlExpr::Identifier(option) = left.as_ref() else {
             return Err(option_error(table, &hint.to_string()));
         };
+        // (a second value would silently win over the first)
+        let before = hints.iter().take_while(|h| !std::ptr::eq(*h, hint));
+        if before.into_iter().any(|h| {
+            matches!(h, SqlExpr::BinaryOp { left, .. }
+                if matches!(left.as_ref(), SqlExpr::Identifier(o) if o.value.eq_ignore_ascii_case(&option.value)))
+        }) {
+            return Err(DataFusionError::Plan(format!(
+                "STREAM {table}: option {} is given twice",
+                option.value
+            )));
+        }
         if option.value.eq_ignore_ascii_case("startingVersion") {
             let version = match right.as_ref() {
                 SqlExpr::Value(v) => match &v.value {
