@@ -621,6 +621,10 @@ class Arguments(unittest.TestCase):
         # not an OverflowError, an AttributeError
         with self.assertRaisesRegex(ValueError, "version must be a commit version"):
             self.s.restore("r", version=10**20)
+        with self.assertRaisesRegex(ValueError, "version must be a commit version"):
+            self.s.restore("r", version=-(2**200))
+        with self.assertRaisesRegex(TypeError, "version must be an int \\(got bool\\)"):
+            self.s.restore("r", version=True)
         with self.assertRaisesRegex(TypeError, "version must be an int \\(got str\\)"):
             self.s.restore("r", version="1")
         with self.assertRaisesRegex(TypeError, "timestamp must be a string or a datetime \\(got int\\)"):

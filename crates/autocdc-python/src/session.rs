@@ -741,18 +741,20 @@ impl PyCdcSession {
     ) -> PyResult<Bound<'py, PyDict>> {
         let to = match (version, timestamp) {
             (Some(version), None) => {
-                // (any int: one past u64 is a ValueError too, not an OverflowError)
-                let number: i128 = version.extract().map_err(|_| {
-                    PyTypeError::new_err(format!(
+                // (any int out of range is a ValueError, not an OverflowError)
+                if !version.is_instance_of::<pyo3::types::PyInt>()
+                    || version.is_instance_of::<pyo3::types::PyBool>()
+                {
+                    return Err(PyTypeError::new_err(format!(
                         "restore: version must be an int (got {})",
                         version
                             .get_type()
                             .name()
                             .map(|n| n.to_string())
                             .unwrap_or_default()
-                    ))
-                })?;
-                RestoreTo::Version(u64::try_from(number).map_err(|_| {
+                    )));
+                }
+                RestoreTo::Version(version.extract::<u64>().map_err(|_| {
                     PyValueError::new_err(format!(
                         "restore: version must be a commit version (0 or more), not {version}"
                     ))
