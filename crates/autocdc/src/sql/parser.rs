@@ -271,18 +271,43 @@ pub fn replace_auto_cdc_relations(
     let mut found = Vec::new();
     // a relation without an alias is aliased after its kind (`auto_cdc`,
     // `snapshots`; numbered from the second on), so derived columns read
-    // `max(auto_cdc.v)` whatever its internal name
-    let mut unaliased = [0usize; 2];
+    // `max(auto_cdc.v)` whatever its internal name — a name the query
+    // uses otherwise (a table `auto_cdc`, an alias `auto_cdc_2`) skipped
+    // (names after FROM, JOIN, a comma or AS: tables and aliases; not a
+    // qualifier, `auto_cdc.v`, nor a word before `(`: `SNAPSHOTS (…)`)
+    let tokens: Vec<Token> = Tokenizer::new(d.as_ref(), &sql)
+        .tokenize()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .chain([Token::EOF])
+        .collect();
+    let mut taken: std::collections::HashSet<String> = tokens
+        .windows(3)
+        .filter_map(|w| match (&w[0], &w[1], &w[2]) {
+            (before, Token::Word(name), after)
+                if (starts_relation(before) || is_word(before, "AS"))
+                    && !matches!(after, Token::LParen | Token::Period) =>
+            {
+                Some(name.value.to_lowercase())
+            }
+            _ => None,
+        })
+        .collect();
     let mut alias = |next: &Token, kind: usize| -> String {
         if has_alias(next) {
             return String::new();
         }
-        unaliased[kind] += 1;
         let base = ["auto_cdc", "snapshots"][kind];
-        match unaliased[kind] {
-            1 => format!("AS {base} "),
-            n => format!("AS {base}_{n} "),
-        }
+        let name = (1..)
+            .map(|n| match n {
+                1 => base.to_string(),
+                n => format!("{base}_{n}"),
+            })
+            .find(|name| !taken.contains(name))
+            .unwrap_or_else(|| base.to_string());
+        taken.insert(name.clone());
+        format!("AS {name} ")
     };
     loop {
         let Ok(tokens) = Tokenizer::new(d.as_ref(), &sql).tokenize_with_location() else {
