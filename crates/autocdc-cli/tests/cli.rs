@@ -764,19 +764,22 @@ fn file_urls_name_the_folder_they_say() {
         assert!(folder.join("public").join("t").is_dir(), "{url}");
     }
     assert!(!dir.path().join("localhost").exists());
-    // a host that is not this machine is refused, naming the form to write
-    let output = Command::new(env!("CARGO_BIN_EXE_autocdc"))
-        .current_dir(dir.path())
-        .args(["--warehouse", "file://elsewhere/wh", "-c", "SELECT 1"])
-        .output()
-        .expect("run autocdc");
-    assert!(!output.status.success());
-    assert!(
-        String::from_utf8_lossy(&output.stderr)
-            .contains("is not a local file URL: write file:///absolute/path"),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    // a host that is not this machine, or no `//` (`file:wh` would be
+    // `/wh`), is refused, naming the form to write
+    for url in ["file://elsewhere/wh", "file:relwh"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .current_dir(dir.path())
+            .args(["--warehouse", url, "-c", "SELECT 1"])
+            .output()
+            .expect("run autocdc");
+        assert!(!output.status.success());
+        assert!(
+            String::from_utf8_lossy(&output.stderr)
+                .contains("is not a local file URL: write file:///absolute/path"),
+            "{url}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }
 
 #[test]

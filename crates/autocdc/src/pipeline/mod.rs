@@ -364,7 +364,7 @@ pub async fn plan_update(
             };
             let source = fit_checked(flow, source, &meta)?;
             let resolved = resolve(state, flow, source, &meta.shape(), now_micros, None)?;
-            check_sequences_storable(&flow.name, &resolved)?;
+            check_sequences_storable(&flow.name, "SEQUENCE BY", &resolved)?;
             if !dml && flow.stored_as_scd_type == ScdType::Type2 {
                 // the columns this update adds may be tracked by this flow
                 // and not by the target's other flows, or the other way
@@ -404,7 +404,7 @@ pub async fn plan_update(
                 now_micros,
                 Some(lit(version.clone())),
             )?;
-            check_sequences_storable(&flow.name, &resolved)?;
+            check_sequences_storable(&flow.name, "WITH VERSION", &resolved)?;
             let target_columns = |side: i8| -> Vec<Expr> {
                 let mut cols = if side == SIDE_LIVE {
                     stored_projection(&resolved.target_schema, &table.raw_provider().schema())

@@ -430,9 +430,13 @@ fn not_orderable(data_type: &DataType) -> String {
 /// sequence or system sequence of `resolved` (a Decimal256, say: each row
 /// keeps its sequence, SCD 2 versions their bounds): refused when the flow
 /// plans, rather than when its commit fails.
-pub(crate) fn check_sequences_storable(flow: &str, resolved: &ResolvedFlow) -> Result<()> {
+pub(crate) fn check_sequences_storable(
+    flow: &str,
+    sequence_clause: &str,
+    resolved: &ResolvedFlow,
+) -> Result<()> {
     let sequences = [
-        ("SEQUENCE BY", Some(&resolved.sequence_type)),
+        (sequence_clause, Some(&resolved.sequence_type)),
         ("SYSTEM SEQUENCE BY", resolved.system_sequence_type.as_ref()),
     ];
     for (clause, data_type) in sequences {
@@ -442,9 +446,9 @@ pub(crate) fn check_sequences_storable(flow: &str, resolved: &ResolvedFlow) -> R
                 flow,
                 clause,
                 format!(
-                    "the sequence has type {data_type}, which a Delta table cannot store \
-                     (the target keeps each row's sequence): CAST it (to a DECIMAL(38, s), a \
-                     BIGINT or a STRING, say)"
+                    "type {data_type}, which a Delta table cannot store (the target keeps \
+                     each row's sequence): CAST it (to a DECIMAL(38, s), a BIGINT or a \
+                     STRING, say)"
                 ),
             ));
         }
@@ -544,10 +548,17 @@ pub fn widens(from: &DataType, to: &DataType) -> bool {
 /// Whether a source column of type `source` may feed a declared target
 /// column of type `target`: the same type, a NULL literal, a number that
 /// loses no fraction (values that do not fit fail at the update, see
-/// `pipeline::fits`), a timestamp of the same zone, a date.
+/// `pipeline::fits`), a timestamp of the same zone, a date (into a date or
+/// a timestamp without zone), lists and structs of such.
 pub(crate) fn compatible(source: &DataType, target: &DataType) -> bool {
     let s = storage_type(source);
     let t = storage_type(target);
+    let fields_fit = |a: &arrow::datatypes::Fields, b: &arrow::datatypes::Fields| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b.iter())
+                .all(|(a, b)| a.name() == b.name() && compatible(a.data_type(), b.data_type()))
+    };
     s == t
         || s == DataType::Null
         || numeric_fits(&s, &t)
@@ -556,9 +567,18 @@ pub(crate) fn compatible(source: &DataType, target: &DataType) -> bool {
             (&s, &t),
             (
                 DataType::Date32 | DataType::Date64,
-                DataType::Date32 | DataType::Date64
+                DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, None)
             )
         )
+        // (a list's items, a struct's fields: as columns)
+        || match (&s, &t) {
+            (
+                DataType::List(a) | DataType::LargeList(a),
+                DataType::List(b) | DataType::LargeList(b),
+            ) => compatible(a.data_type(), b.data_type()),
+            (DataType::Struct(a), DataType::Struct(b)) => fields_fit(a, b),
+            _ => false,
+        }
 }
 
 /// Numbers convert into a numeric column, but never by dropping a fraction

@@ -111,6 +111,13 @@ impl Warehouse {
                 store: Arc::new(LogCachingStore::new(Arc::new(InMemory::new()))),
             });
         }
+        // (`file:relwh`, no `//`, would be read as `/relwh`)
+        if location.starts_with("file:") && !location.starts_with("file://") {
+            return Err(DataFusionError::Plan(format!(
+                "warehouse '{location}' is not a local file URL: write \
+                 file:///absolute/path (or the folder's path)"
+            )));
+        }
         let path = match location.starts_with("file:") {
             // (a URL: `file:///abs`, `file://localhost/abs`, `%20` for a space)
             true => Url::parse(location)
