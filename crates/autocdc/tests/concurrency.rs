@@ -7,6 +7,13 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession};
 use object_store::memory::InMemory;
 
+/// A session on the in-memory warehouse `store`.
+async fn session(store: &Arc<InMemory>) -> CdcSession {
+    CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(store)))
+        .await
+        .unwrap()
+}
+
 async fn run(s: &CdcSession, sql: &str) -> datafusion::error::Result<String> {
     let batches = s.sql(sql).await?.collect().await?;
     Ok(pretty_format_batches(&batches)?.to_string())
@@ -16,9 +23,7 @@ async fn run(s: &CdcSession, sql: &str) -> datafusion::error::Result<String> {
 async fn concurrent_updates_never_lose_a_change() {
     for round in 0..5 {
         let store = Arc::new(InMemory::new());
-        let a = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-            .await
-            .unwrap();
+        let a = session(&store).await;
         run(
             &a,
             "CREATE TABLE src_a (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
@@ -32,9 +37,7 @@ async fn concurrent_updates_never_lose_a_change() {
         )
         .await
         .unwrap();
-        let b = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-            .await
-            .unwrap();
+        let b = session(&store).await;
         run(
             &b,
             "CREATE TABLE src_b (id INT, v TEXT, seq INT) AS VALUES (2, 'b', 1)",
@@ -83,9 +86,7 @@ async fn concurrent_updates_never_lose_a_change() {
             }
         }
         // a failed one, run again, applies; nothing committed is lost
-        let reader = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-            .await
-            .unwrap();
+        let reader = session(&store).await;
         run(
             &reader,
             "CREATE TABLE src_a (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (10, 'from a', 2)",
@@ -128,9 +129,7 @@ async fn readers_never_see_a_partial_update() {
     const KEYS: i64 = 20;
     const ROUNDS: i64 = 8;
     let store = Arc::new(InMemory::new());
-    let writer = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-        .await
-        .unwrap();
+    let writer = session(&store).await;
     let source = |round: i64| {
         format!(
             "CREATE OR REPLACE TABLE src AS SELECT value AS id, {round} AS v, {round} AS seq FROM generate_series(1, {KEYS})"
@@ -184,9 +183,7 @@ async fn readers_never_see_a_partial_update() {
     let read_new_process = async {
         let mut last = 0;
         for _ in 0..15 {
-            let reader = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-                .await
-                .unwrap();
+            let reader = session(&store).await;
             let v = check(run(&reader, query).await.unwrap(), "new process");
             assert!(v >= last, "new process went back from {last} to {v}");
             last = v;
@@ -250,9 +247,7 @@ async fn concurrent_creates_of_one_table_make_one_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_losing_a_commit_race_names_the_table() {
     let store = Arc::new(InMemory::new());
-    let a = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-        .await
-        .unwrap();
+    let a = session(&store).await;
     run(
         &a,
         "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
@@ -266,9 +261,7 @@ async fn a_statement_losing_a_commit_race_names_the_table() {
     )
     .await
     .unwrap();
-    let b = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-        .await
-        .unwrap();
+    let b = session(&store).await;
     // (how many races are lost depends on timing: each loss is explained)
     for round in 0..10 {
         let (sql_a, sql_b) = (
@@ -346,9 +339,7 @@ async fn a_failed_full_refresh_never_undoes_another_writers_commit() {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     let store = Arc::new(InMemory::new());
-    let a = CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
-        .await
-        .unwrap();
+    let a = session(&store).await;
     run(
         &a,
         "CREATE TABLE src1 (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",

@@ -452,7 +452,7 @@ pub(super) async fn plan_query(
             )?),
             None => None,
         };
-        let name = quoted(&stream.table);
+        let name = quoted(&table.name().to_string());
         // the first commit to read; `None`: a new stream starts at the
         // table's current snapshot
         let first = match (since, stream.starting) {
