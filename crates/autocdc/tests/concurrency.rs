@@ -9,7 +9,7 @@ use object_store::memory::InMemory;
 
 /// A session on the in-memory warehouse `store`.
 async fn session(store: &Arc<InMemory>) -> CdcSession {
-    CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(store)))
+    CdcSession::open(AutoCdcConfig::in_memory_on(store.clone()))
         .await
         .unwrap()
 }
