@@ -642,3 +642,53 @@ class Arguments(unittest.TestCase):
 
         self.s.create_auto_cdc_from_snapshot_flow(target="p", source=snapshot, keys=["id"])
         self.assertEqual(pa.table(self.s.sql("SELECT * FROM p")).to_pylist(), [{"id": 1}])
+
+    def test_register_refuses_the_name_of_a_streaming_table(self) -> None:
+        self.s.register("ev", pa.table({"id": [1], "v": ["kept"], "seq": [1]}))
+        self.s.create_streaming_table("users")
+        self.s.create_auto_cdc_flow(target="users", source="ev", keys=["id"], sequence_by="seq")
+        for name in ["users", "Users", "public.users"]:
+            with self.assertRaisesRegex(ValueError, "'users' is a streaming table"):
+                self.s.register(name, pa.table({"other": [42]}))
+        self.assertEqual(
+            pa.table(self.s.sql("SELECT id, v FROM users")).to_pylist(), [{"id": 1, "v": "kept"}]
+        )
+        # a quoted mixed-case name is another table
+        self.s.register('"Users"', pa.table({"other": [42]}))
+
+    def test_snapshot_flow_arguments_are_checked_as_the_change_flows_are(self) -> None:
+        self.s.register("snap", pa.table({"id": [1], "a": ["x"], "b": [1]}))
+        self.s.create_streaming_table("t")
+        with self.assertRaisesRegex(ValueError, "not both"):
+            self.s.create_auto_cdc_from_snapshot_flow(
+                target="t", source="snap", keys=["id"], stored_as_scd_type=2,
+                track_history_column_list=["a"], track_history_except_column_list=["a"])
+        with self.assertRaisesRegex(ValueError, "name must not be empty"):
+            self.s.create_auto_cdc_from_snapshot_flow(target="t", source="snap", keys=["id"], name=" ")
+        with self.assertRaisesRegex(cdc.AutoCdcError, "SEQUENCE BY: column 'seq' is named twice"):
+            self.s.register("ev", pa.table({"id": [1], "seq": [1]}))
+            self.s.create_auto_cdc_flow(target="t", source="ev", keys=["id"], sequence_by=["seq", "seq"])
+        self.assertEqual(pa.table(self.s.sql("SELECT count(*) AS n FROM t")).to_pylist(), [{"n": 0}])
+
+    def test_ctrl_c_in_a_snapshot_callback_stays_a_keyboard_interrupt(self) -> None:
+        self.s.create_streaming_table("k")
+
+        def interrupted(latest):
+            raise KeyboardInterrupt()
+
+        with self.assertRaises(KeyboardInterrupt):
+            self.s.create_auto_cdc_from_snapshot_flow(target="k", source=interrupted, keys=["id"])
+
+        def exits(latest):
+            raise SystemExit(3)
+
+        self.s.create_streaming_table("e")
+        with self.assertRaises(SystemExit):
+            self.s.create_auto_cdc_from_snapshot_flow(target="e", source=exits, keys=["id"])
+
+        def fails(latest):
+            raise ValueError("bad")
+
+        self.s.create_streaming_table("f")
+        with self.assertRaisesRegex(cdc.AutoCdcError, "ValueError: bad"):
+            self.s.create_auto_cdc_from_snapshot_flow(target="f", source=fails, keys=["id"])

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use datafusion::catalog::TableFunctionArgs;
+use datafusion::common::TableReference;
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{lit, Expr};
 use datafusion::prelude::DataFrame;
@@ -91,7 +92,7 @@ impl PyCdcSession {
         let session = Arc::clone(&self.session);
         let runtime = Arc::clone(&self.runtime);
         py.detach(move || runtime.block_on(work(session)))
-            .map_err(engine_error)
+            .map_err(|e| take_interrupt().unwrap_or_else(|| engine_error(e)))
     }
 }
 
@@ -155,7 +156,9 @@ fn next_snapshot(
     latest: Option<Version>,
 ) -> datafusion::error::Result<Option<(datafusion::prelude::DataFrame, Version)>> {
     let failed = |e: PyErr| {
-        datafusion::error::DataFusionError::Execution(format!("next_snapshot_and_version: {e}"))
+        let message = format!("next_snapshot_and_version: {e}");
+        keep_interrupt(e);
+        datafusion::error::DataFusionError::Execution(message)
     };
     let snapshot = Python::attach(|py| -> PyResult<Option<_>> {
         let latest = latest.map(|v| version::to_python(py, &v)).transpose()?;
@@ -177,6 +180,25 @@ fn next_snapshot(
     };
     let table = MemTable::try_new(schema, vec![batches])?;
     Ok(Some((ctx.read_table(Arc::new(table))?, version)))
+}
+
+/// A `BaseException` that is no `Exception` (`KeyboardInterrupt`,
+/// `SystemExit`) raised by a snapshot callback: the flow fails as for any
+/// error, and the call that ran it raises this one as it is, instead of an
+/// `AutoCdcError`, so Ctrl-C and `sys.exit` keep their meaning.
+static INTERRUPT: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+
+fn keep_interrupt(e: PyErr) {
+    let interrupt = Python::attach(|py| !e.is_instance_of::<pyo3::exceptions::PyException>(py));
+    if interrupt {
+        if let Ok(mut slot) = INTERRUPT.lock() {
+            *slot = Some(e);
+        }
+    }
+}
+
+fn take_interrupt() -> Option<PyErr> {
+    INTERRUPT.lock().ok()?.take()
 }
 
 /// `builder` with `set` applied when a Python argument was given.
@@ -289,6 +311,24 @@ impl PyCdcSession {
     fn register(&self, py: Python<'_>, name: String, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let (schema, batches) = read_stream(data, &format!("register('{name}')"))?;
         let table = MemTable::try_new(schema, vec![batches]).map_err(engine_error)?;
+        // the name as the context takes it (folded unless quoted)
+        let reference = TableReference::from(name.as_str());
+        let parts: Vec<String> = reference.to_vec();
+        if let Ok(streaming) = TableName::from_parts(&parts) {
+            let exists = self.run(py, move |s| async move {
+                s.warehouse().exists(&streaming).await
+            })?;
+            if exists {
+                return Err(PyValueError::new_err(format!(
+                    "register('{name}'): '{}' is a streaming table: data registered under its \
+                     name would only hide it in this session; register it under another name \
+                     (or DROP STREAMING TABLE it first)",
+                    TableName::from_parts(&parts)
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                )));
+            }
+        }
         self.run(py, move |s| async move {
             let ctx = s.context();
             ctx.deregister_table(name.as_str())?;
@@ -494,6 +534,17 @@ impl PyCdcSession {
                  function next_snapshot_and_version(latest_version)",
             ));
         };
+        if track_history_column_list.is_some() && track_history_except_column_list.is_some() {
+            return Err(PyValueError::new_err(
+                "create_auto_cdc_from_snapshot_flow: give track_history_column_list or \
+                 track_history_except_column_list, not both",
+            ));
+        }
+        if name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(PyValueError::new_err(
+                "create_auto_cdc_from_snapshot_flow: name must not be empty",
+            ));
+        }
         let scd = stored_as_scd_type.map(scd_type).transpose()?;
         if scd == Some(ScdType::Bitemporal) {
             return Err(PyValueError::new_err(

@@ -1019,6 +1019,9 @@ pub fn resolve(
                 let mut args = Vec::with_capacity(cols.len() * 2);
                 for c in cols {
                     let name = lookup("SEQUENCE BY", c)?;
+                    if args.contains(&lit(name.clone())) {
+                        return Err(named_twice(flow, "SEQUENCE BY", &name));
+                    }
                     args.push(lit(name.clone()));
                     args.push(Expr::Column(Column::new_unqualified(name)));
                 }

@@ -7,7 +7,7 @@
 //! of non-key columns that share one sequence; every other non-key column is
 //! a group of its own (named after it).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use datafusion::common::{DataFusionError, Result};
 
@@ -97,7 +97,7 @@ pub fn resolve(
                 .position(|c| c.eq_ignore_ascii_case(name))
         })
     };
-    let mut grouped = HashSet::new();
+    let mut grouped: HashMap<usize, &str> = HashMap::new();
     let mut groups = Vec::with_capacity(target_columns.len());
     for (name, columns) in declared {
         let mut members = Vec::with_capacity(columns.len());
@@ -113,10 +113,12 @@ pub fn resolve(
                     "group '{name}': '{column}' is a key column (keys are never merged)"
                 )));
             }
-            if !grouped.insert(c) {
-                return Err(error(format!(
-                    "'{column}' is in more than one group (group '{name}')"
-                )));
+            if let Some(first) = grouped.insert(c, name) {
+                return Err(error(if first == name {
+                    format!("group '{name}': '{column}' is named twice")
+                } else {
+                    format!("'{column}' is in more than one group (groups '{first}' and '{name}')")
+                }));
             }
             members.push(c);
         }
@@ -126,7 +128,7 @@ pub fn resolve(
         });
     }
     for (c, column) in target_columns.iter().enumerate() {
-        if key_indices.contains(&c) || grouped.contains(&c) {
+        if key_indices.contains(&c) || grouped.contains_key(&c) {
             continue;
         }
         if let Some(group) = groups.iter().find(|g| g.name.eq_ignore_ascii_case(column)) {
@@ -202,7 +204,9 @@ mod tests {
         };
         assert!(resolve_err(&[("g", &["x"])]).contains("'x' is not a target column"));
         assert!(resolve_err(&[("g", &["id"])]).contains("key column"));
-        assert!(resolve_err(&[("g", &["a"]), ("h", &["a"])]).contains("more than one group"));
+        assert!(resolve_err(&[("g", &["a"]), ("h", &["a"])])
+            .contains("'a' is in more than one group (groups 'g' and 'h')"));
+        assert!(resolve_err(&[("g", &["a", "b", "a"])]).contains("group 'g': 'a' is named twice"));
         assert!(resolve_err(&[("b", &["a"])]).contains("name of the column 'b'"));
     }
 }
