@@ -3221,3 +3221,77 @@ async fn scd2_versions_stand_for_their_last_events() {
     let (published, _) = read_with_deltalake(dir.path().join("public").join("t")).await;
     assert_eq!(published.len(), 4, "{published:?}");
 }
+
+/// Another Delta writer appending to the table at a target's path would
+/// part it from what we read and number its versions apart from the state
+/// store's: the table is refused, by a session opened after it and by one
+/// holding it since before, saying which versions and what undoes them;
+/// the state store is left as it was, and removing the foreign commit
+/// brings the table back.
+#[tokio::test]
+async fn a_foreign_commit_at_the_path_is_refused_and_loses_nothing() {
+    use datafusion::arrow::array::{Int32Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(&s, "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq)").await;
+
+    let published = dir.path().join("public").join("t");
+    let (table, _) = open_raw(published.clone()).await;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int32, true),
+        Field::new("v", DataType::Utf8, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int32Array::from(vec![10])),
+            Arc::new(StringArray::from(vec!["ext"])),
+        ],
+    )
+    .unwrap();
+    table
+        .write([batch])
+        .with_save_mode(deltalake_core::protocol::SaveMode::Append)
+        .await
+        .unwrap();
+
+    let refused = "has version 2 (WRITE), which another Delta writer committed";
+    let undo = "Remove the commit file _delta_log/00000000000000000002.json";
+    // the session that held the table before: its writes are refused
+    let e = error_of(&s, "UPDATE t SET v = 'a2' WHERE id = 1").await;
+    assert!(e.contains(refused) && e.contains(undo), "{e}");
+    let e = error_of(&s, "REFRESH STREAMING TABLE t FULL").await;
+    assert!(e.contains(refused), "{e}");
+    // a session opened after it: the table is not read
+    let later = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    let e = error_of(&later, "SELECT * FROM t").await;
+    assert!(e.contains("not found"), "{e}");
+    // nothing was committed to the state store
+    let (state, _) = open_raw(state_dir(&dir, "t")).await;
+    assert_eq!(state.version(), Some(1));
+
+    std::fs::remove_file(
+        published
+            .join("_delta_log")
+            .join("00000000000000000002.json"),
+    )
+    .unwrap();
+    let again = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    exec(&again, "UPDATE t SET v = 'a2' WHERE id = 1").await;
+    assert_eq!(
+        rows(&again, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | a2 |", "| 2 | b |"]
+    );
+    let (live, _) = read_with_deltalake(published).await;
+    assert_eq!(live, ["| 1 | a2 |", "| 2 | b |"]);
+}

@@ -251,6 +251,7 @@ pub async fn commit_written(
         partition_by: None,
         predicate: None,
     };
+    request.table.check_published().await?;
     let commit = super::commit_builder()
         .with_actions(actions)
         .build(Some(snapshot), log_store, operation)
@@ -505,6 +506,7 @@ impl Edit {
             )?));
         }
         let built_on = snapshot.version();
+        table.check_published().await?;
         let commit = super::commit_builder()
             .with_actions(actions)
             .build(Some(snapshot), log_store, self.kind.operation())

@@ -121,6 +121,9 @@ impl ScdTable {
             runs: KnownRuns::default(),
             made: Mutex::default(),
         };
+        // a table another Delta writer wrote to is refused (see
+        // `check_own`)
+        this.check_published().await?;
         // what an interrupted update committed but did not publish; the
         // state is safe either way, and a table that cannot be published now
         // can still be read here (the next update publishes it or fails
@@ -152,6 +155,19 @@ impl ScdTable {
             })?;
         }
         Ok(())
+    }
+
+    /// Fail when another Delta writer committed to the published table
+    /// (see [`PublishedLocation::check_own`]): called when the table is
+    /// opened and before every commit to its state store.
+    pub async fn check_published(&self) -> Result<()> {
+        match &self.published {
+            Some(location) => location
+                .check_own()
+                .await
+                .map_err(|e| e.context(format!("streaming table '{}'", self.name))),
+            None => Ok(()),
+        }
     }
 
     async fn loaded(table: DeltaTable) -> Result<Loaded> {

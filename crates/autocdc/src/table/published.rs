@@ -156,6 +156,34 @@ impl PublishedLocation {
         }
     }
 
+    /// Fail when the published table has commits this crate did not make
+    /// (another Delta writer wrote to the table at the path; see
+    /// [`foreign_commits`]); nothing to check before it exists.
+    pub async fn check_own(&self) -> Result<()> {
+        let table = match self.latest().await {
+            Ok(table) => table,
+            Err(DeltaTableError::NotATable(_)) => return Ok(()),
+            Err(e) => return Err(delta_err(e)),
+        };
+        let seen = self.seen(&table).await?;
+        foreign_commits(&table, seen, &self.url).await
+    }
+
+    /// The last state version `table` (the published table, loaded here)
+    /// published.
+    async fn seen(&self, table: &DeltaTable) -> Result<i64> {
+        if let Some(seen) = table.version().and_then(|at| self.last_published(at)) {
+            return Ok(seen);
+        }
+        Ok(table
+            .snapshot()
+            .map_err(delta_err)?
+            .transaction_version(table.log_store().as_ref(), STATE_APP_ID)
+            .await
+            .map_err(delta_err)?
+            .unwrap_or(0))
+    }
+
     /// A builder of the published table.
     pub fn builder(&self) -> Result<DeltaTableBuilder> {
         table_builder(self.url.clone(), Arc::clone(&self.store))
@@ -208,17 +236,10 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
             }
             Err(e) => return Err(delta_err(e)),
         };
-        let cached = table.version().and_then(|at| published.last_published(at));
-        let seen = match cached {
-            Some(seen) => seen,
-            None => table
-                .snapshot()
-                .map_err(delta_err)?
-                .transaction_version(table.log_store().as_ref(), STATE_APP_ID)
-                .await
-                .map_err(delta_err)?
-                .unwrap_or(0),
-        };
+        let seen = published.seen(&table).await?;
+        // (publishing on top would number its versions apart from the
+        // state store's and keep rows no reader of ours sees)
+        foreign_commits(&table, seen, &published.url).await?;
         if seen >= state_version {
             return Ok(last);
         }
@@ -239,6 +260,50 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
             Err(PublishError::Commit(e)) | Err(PublishError::Other(e)) => return Err(e),
         }
     }
+}
+
+/// Fail when `table`, the published table, is past version `seen`, the
+/// last state version it published: every commit of ours publishes one
+/// state version as the version of that number, so a later version is
+/// another writer's (a Delta tool appending to or deleting from the table
+/// at the path). Its rows would be seen by Delta readers and never by
+/// ours, and the versions of the two would part; nothing is committed on
+/// top of it.
+async fn foreign_commits(table: &DeltaTable, seen: i64, url: &url::Url) -> Result<()> {
+    let Some(at) = table.version().map(|v| v as i64) else {
+        return Ok(());
+    };
+    if at <= seen {
+        return Ok(());
+    }
+    let first = seen + 1;
+    let operations: Vec<String> = table
+        .history(Some((at - seen) as usize))
+        .filter_map(|info| async move { info.ok()?.operation })
+        .collect::<Vec<_>>()
+        .await;
+    let versions = if first == at {
+        format!("version {at}")
+    } else {
+        format!("versions {first} to {at}")
+    };
+    let files = if first == at {
+        format!("the commit file _delta_log/{first:020}.json")
+    } else {
+        format!("the commit files _delta_log/{first:020}.json to {at:020}.json")
+    };
+    let what = if operations.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", operations.join(", "))
+    };
+    Err(DataFusionError::Execution(format!(
+        "the Delta table at {url} has {versions}{what}, which another Delta writer committed: \
+         a streaming table is written through autocdc only (its rows live in its state store, \
+         and what Delta readers see is derived from it), so it is neither read nor written \
+         here until they are undone; nothing was changed. Remove {files} to undo them, \
+         or DROP STREAMING TABLE and define it anew"
+    )))
 }
 
 enum PublishError {
