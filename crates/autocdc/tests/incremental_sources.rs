@@ -303,3 +303,39 @@ async fn flows_read_what_another_process_committed_to_their_source_once() {
         expected
     );
 }
+
+/// A folder table read whole (a flow's plain `FROM`, a snapshot) shows the
+/// files the folder holds now, in a session that read it before: DataFusion
+/// keeps folder listings for the life of a session unless told otherwise,
+/// and then a long-lived session (Python, a continuous pipeline) never saw
+/// a new file.
+#[tokio::test]
+async fn a_folder_read_whole_shows_files_added_since_the_session_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("csv");
+    std::fs::create_dir_all(&events).unwrap();
+    std::fs::write(events.join("1.csv"), "id,v,seq\n1,a,1\n").unwrap();
+    let s = open(dir.path()).await;
+    collect(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE src (id INT, v STRING, seq INT) STORED AS CSV LOCATION '{}/' OPTIONS ('format.has_header' 'true')",
+            events.display()
+        ),
+    )
+    .await;
+    collect(&s, "CREATE STREAMING TABLE t").await;
+    collect(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    assert_eq!(rows(&s, "SELECT count(*) FROM src").await, ["| 1 |"]);
+    std::fs::write(events.join("2.csv"), "id,v,seq\n2,b,1\n").unwrap();
+    assert_eq!(rows(&s, "SELECT count(*) FROM src").await, ["| 2 |"]);
+    collect(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&s, "SELECT id, v FROM t ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
+}

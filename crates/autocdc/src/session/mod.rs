@@ -15,6 +15,8 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
 use datafusion::catalog::MemorySchemaProvider;
 use datafusion::common::{DataFusionError, Result, ScalarValue, TableReference};
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{DataFrame, SessionContext};
 
@@ -84,8 +86,16 @@ impl CdcSession {
             }
             _ => Warehouse::open(&config.warehouse)?,
         });
+        // without DataFusion's cache of folder listings, which keeps what a
+        // folder held when a table over it was first read for the life of
+        // the session: a session reads a folder's files as they are now, as
+        // a flow (or a continuous pipeline's next cycle) must
+        let runtime = RuntimeEnvBuilder::new()
+            .with_cache_manager(CacheManagerConfig::default().with_list_files_cache_limit(0))
+            .build_arc()?;
         let mut builder = AutoCdc::install(
             SessionStateBuilder::new()
+                .with_runtime_env(runtime)
                 .with_config(
                     crate::config::with_autocdc_options(config.session_config)
                         .with_extension(Arc::new(SessionClock(Arc::clone(&config.clock)))),
