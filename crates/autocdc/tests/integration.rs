@@ -3295,3 +3295,63 @@ async fn a_foreign_commit_at_the_path_is_refused_and_loses_nothing() {
     let (live, _) = read_with_deltalake(published).await;
     assert_eq!(live, ["| 1 | a2 |", "| 2 | b |"]);
 }
+
+/// A Debezium event file appended to after a flow read it (a sink that
+/// appends, a file listed while it is written) is read on from where the
+/// flow stopped: the new events once, a last line still being written once
+/// it is whole; a file shorter than what was read fails the update and
+/// commits nothing.
+#[tokio::test]
+async fn debezium_files_appended_to_are_read_on_from_where_they_were_read() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events");
+    std::fs::create_dir_all(&events).unwrap();
+    let file = events.join("a.json");
+    let append = |text: &str| {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&file)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    };
+    append(&format!("{}\n", pg_event("c", 1, "a", Some(101))));
+    let s = session_in(&dir).await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        &format!(
+            "CREATE FLOW f AS AUTO CDC INTO t FROM debezium('{}/') KEYS (id)",
+            events.display()
+        ),
+    )
+    .await;
+    let last = pg_event("c", 3, "d", Some(104));
+    let (head, tail) = last.split_at(40);
+    append(&format!(
+        "{}\n{}\n{head}",
+        pg_event("u", 1, "b", Some(102)),
+        pg_event("c", 2, "c", Some(103))
+    ));
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&s, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | b |", "| 2 | c |"]
+    );
+    append(&format!("{tail}\n"));
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&s, "SELECT * FROM t ORDER BY id").await,
+        ["| 1 | b |", "| 2 | c |", "| 3 | d |"]
+    );
+    let version = rows(&s, "SELECT max(commit_version) FROM event_log('t')").await;
+
+    std::fs::write(&file, format!("{}\n", pg_event("c", 9, "z", Some(1)))).unwrap();
+    let e = error_of(&s, "REFRESH STREAMING TABLE t").await;
+    assert!(e.contains("a.json' has") && e.contains("fewer than the") && e.contains("rewritten"), "{e}");
+    assert_eq!(
+        rows(&s, "SELECT max(commit_version) FROM event_log('t')").await,
+        version
+    );
+}

@@ -22,6 +22,12 @@ pub enum SourceCheckpoint {
         /// Object store locations.
         files: BTreeSet<String>,
     },
+    /// Event files (`debezium('folder/')`): how many bytes of each were
+    /// read; a file appended to since is read on from there.
+    EventFiles {
+        /// Object store locations and the bytes read of each.
+        files: BTreeMap<String, u64>,
+    },
     /// The streams of a source query ([`super::streams`]): what each
     /// streaming table has been read up to, and the files each folder has
     /// had read, by its name in the query.

@@ -33,7 +33,7 @@
 //! with whole reads. Whether a version updated or deleted rows is read from
 //! its change feed (`_change_type` other than `insert`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
@@ -42,11 +42,15 @@ use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
+use futures::{StreamExt, TryStreamExt};
+use object_store::{ObjectMeta, ObjectStore};
 
 use super::checkpoint::SourceCheckpoint;
 use super::folders::new_files;
 use super::streams::{self, changing_versions, not_append_only, CHANGES_SCAN};
-use crate::functions::debezium::{list_event_files, DebeziumTable, FlowUse};
+use crate::functions::debezium::{
+    list_event_files, readable_end, DebeziumTable, EventFile, FileNames, FlowUse,
+};
 use crate::spec::resolve::plan_source;
 use crate::spec::{FlowSource, FlowSpec, StreamRead};
 use crate::table::changes::changes_provider;
@@ -264,6 +268,9 @@ pub async fn plan_changes(
     })
 }
 
+/// How many event files' ends are looked at at once.
+const ENDS_READ_AT_ONCE: usize = 16;
+
 /// A flow `FROM debezium('path')`: the event files not read yet (all at the
 /// first update), their primary-key changes made DELETEs of the old keys.
 async fn debezium_changes(
@@ -275,15 +282,54 @@ async fn debezium_changes(
     target: &TableMeta,
 ) -> Result<SourceRead> {
     let (store, files) = list_event_files(state.runtime_env(), path).await?;
-    let read = match previous {
-        Some(SourceCheckpoint::Files { files }) => files,
-        _ => BTreeSet::new(),
+    // how much of each file was read (a checkpoint of the files alone, of
+    // an earlier version: each whole, as it was then)
+    let read: BTreeMap<String, u64> = match previous {
+        Some(SourceCheckpoint::EventFiles { files }) => files,
+        Some(SourceCheckpoint::Files { files }) => {
+            files.into_iter().map(|f| (f, u64::MAX)).collect()
+        }
+        _ => BTreeMap::new(),
     };
-    let (old, new): (Vec<_>, Vec<_>) = files
+    let parts: Vec<(ObjectMeta, u64)> = files
         .iter()
-        .cloned()
-        .partition(|meta| read.contains(meta.location.as_ref()));
-    let newest_input_ms = new.iter().map(|m| m.last_modified.timestamp_millis()).max();
+        .map(|meta| {
+            let done = read.get(meta.location.as_ref()).copied().unwrap_or(0);
+            (meta.clone(), done)
+        })
+        .collect();
+    let names = FileNames::new(path)?;
+    let ends = futures::stream::iter(parts)
+        .map(|(meta, done)| {
+            let name = names.of(&meta.location);
+            part_to_read(Arc::clone(&store), meta, done, name)
+        })
+        .buffered(ENDS_READ_AT_ONCE)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| e.context(format!("flow '{}': debezium('{path}')", flow.name)))?;
+    let mut old = Vec::new();
+    let mut new = Vec::new();
+    let mut checkpoint = BTreeMap::new();
+    for (meta, (done, end)) in files.into_iter().zip(ends) {
+        if end > 0 {
+            checkpoint.insert(meta.location.to_string(), end);
+        }
+        if end > done {
+            new.push(EventFile {
+                meta: ObjectMeta { size: end, ..meta },
+                start: done,
+            });
+        } else if done > 0 {
+            // (its events read before, up to where they were read)
+            let size = done.min(meta.size);
+            old.push(ObjectMeta { size, ..meta });
+        }
+    }
+    let newest_input_ms = new
+        .iter()
+        .map(|f| f.meta.last_modified.timestamp_millis())
+        .max();
     // (with nothing new, the files read before give the columns)
     // a target with rejects on takes malformed events as rejects
     let unreadable =
@@ -298,9 +344,7 @@ async fn debezium_changes(
         DebeziumTable::open(path, store, new, &old, Some(&reader), unreadable.clone()).await?;
     let plan =
         LogicalPlanBuilder::scan("debezium", provider_as_source(Arc::new(table)), None)?.build()?;
-    let checkpoint = SourceCheckpoint::Files {
-        files: files.into_iter().map(|m| m.location.to_string()).collect(),
-    };
+    let checkpoint = SourceCheckpoint::EventFiles { files: checkpoint };
     Ok(SourceRead {
         plan,
         checkpoint: Some((
@@ -311,6 +355,30 @@ async fn debezium_changes(
         newest_input_ms,
         unreadable,
     })
+}
+
+/// What to read of the event file `meta` (named `name` in messages),
+/// `done` bytes of which were read before (`u64::MAX`: all of it, as it was
+/// then): from `done` to its readable end ([`readable_end`]); a file now
+/// shorter than what was read was rewritten, an error.
+async fn part_to_read(
+    store: Arc<dyn ObjectStore>,
+    meta: ObjectMeta,
+    done: u64,
+    name: String,
+) -> Result<(u64, u64)> {
+    if done == u64::MAX || done == meta.size {
+        return Ok((done, done));
+    }
+    if meta.size < done {
+        return Err(DataFusionError::Execution(format!(
+            "file '{name}' has {} bytes, fewer than the {done} read from it before: it was \
+             rewritten, and its events cannot be told from those read; nothing was \
+             committed (REFRESH ... FULL reads every file anew)",
+            meta.size
+        )));
+    }
+    Ok((done, readable_end(&store, &meta, done).await?))
 }
 
 /// The rows a streaming table inserted or updated from version `from` on:

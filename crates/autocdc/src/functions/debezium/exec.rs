@@ -21,18 +21,19 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::decode::DebeziumLayout;
 use super::moved_keys::MovedKeys;
+use super::table::EventFile;
 use crate::table::reject_sink::UnreadableLines;
 
 /// Scans Debezium event files (see [`super::decode`]).
 #[derive(Debug)]
 pub(crate) struct DebeziumExec {
     store: Arc<dyn ObjectStore>,
-    /// The files of each partition.
-    partitions: Vec<Vec<ObjectMeta>>,
+    /// The files (parts of files) of each partition.
+    partitions: Vec<Vec<EventFile>>,
     /// How messages name the files.
     names: Arc<FileNames>,
     layout: Arc<DebeziumLayout>,
@@ -104,7 +105,7 @@ impl DebeziumExec {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn try_new(
         store: Arc<dyn ObjectStore>,
-        files: Vec<ObjectMeta>,
+        files: Vec<EventFile>,
         names: Arc<FileNames>,
         layout: Arc<DebeziumLayout>,
         moved: Option<Arc<MovedKeys>>,
@@ -121,19 +122,23 @@ impl DebeziumExec {
         };
         // the biggest files first, each to the partition with the fewest bytes
         let count = target_partitions.clamp(1, files.len().max(1));
-        let mut partitions: Vec<(u64, Vec<ObjectMeta>)> = vec![(0, Vec::new()); count];
+        let mut partitions: Vec<(u64, Vec<EventFile>)> = vec![(0, Vec::new()); count];
         let mut files = files;
-        files.sort_by(|a, b| b.size.cmp(&a.size).then(a.location.cmp(&b.location)));
+        files.sort_by(|a, b| {
+            b.len()
+                .cmp(&a.len())
+                .then(a.meta.location.cmp(&b.meta.location))
+        });
         for file in files {
             if let Some(lightest) = partitions.iter_mut().min_by_key(|(bytes, _)| *bytes) {
-                lightest.0 += file.size;
+                lightest.0 += file.len();
                 lightest.1.push(file);
             }
         }
-        let partitions: Vec<Vec<ObjectMeta>> = partitions
+        let partitions: Vec<Vec<EventFile>> = partitions
             .into_iter()
             .map(|(_, mut files)| {
-                files.sort_by(|a, b| a.location.cmp(&b.location));
+                files.sort_by(|a, b| a.meta.location.cmp(&b.meta.location));
                 files
             })
             .collect();
@@ -245,7 +250,7 @@ impl ExecutionPlan for DebeziumExec {
         let (projection, batch_rows) = (self.projection.clone(), self.batch_rows);
         let unreadable = self.unreadable.clone();
         let read = futures::stream::iter(files)
-            .then(move |meta| {
+            .then(move |file| {
                 let (store, names, layout, moved, projection, metrics, unreadable) = (
                     Arc::clone(&store),
                     Arc::clone(&names),
@@ -256,17 +261,19 @@ impl ExecutionPlan for DebeziumExec {
                     unreadable.clone(),
                 );
                 async move {
+                    let EventFile { meta, start } = file;
                     let bytes = store
-                        .get(&meta.location)
-                        .await
-                        .map_err(|e| DataFusionError::External(Box::new(e)))?
-                        .bytes()
+                        .get_range(&meta.location, start..meta.size)
                         .await
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
                     metrics.files_read.add(1);
                     metrics.bytes_read.add(bytes.len());
                     let timer = metrics.decode_time.timer();
-                    let name = names.of(&meta.location);
+                    // (lines are counted from where the part begins)
+                    let name = match start {
+                        0 => names.of(&meta.location),
+                        _ => format!("{} (from byte {start})", names.of(&meta.location)),
+                    };
                     let decoded = match &unreadable {
                         None => layout.decode(&name, &bytes, batch_rows)?,
                         Some(lines) => {

@@ -24,5 +24,6 @@ mod known_columns;
 mod moved_keys;
 mod table;
 
+pub(crate) use exec::FileNames;
 pub use table::DebeziumFunction;
-pub(crate) use table::{list_event_files, DebeziumTable, FlowUse};
+pub(crate) use table::{list_event_files, readable_end, DebeziumTable, EventFile, FlowUse};

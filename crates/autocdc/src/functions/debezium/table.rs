@@ -60,6 +60,63 @@ pub(crate) async fn list_event_files(
     Ok((store, files))
 }
 
+/// The part of an event file to read: from byte `start` to the file's end
+/// as `meta.size` says (a flow reads what was appended to a file since it
+/// last read it, and leaves a last line still being written for later, see
+/// [`readable_end`]).
+#[derive(Debug, Clone)]
+pub(crate) struct EventFile {
+    /// The file, its `size` the end of the part.
+    pub meta: ObjectMeta,
+    /// Where the part begins (0: the whole file).
+    pub start: u64,
+}
+
+impl EventFile {
+    /// The whole file.
+    pub(crate) fn whole(meta: ObjectMeta) -> Self {
+        Self { meta, start: 0 }
+    }
+
+    /// How many bytes the part has.
+    pub(crate) fn len(&self) -> u64 {
+        self.meta.size.saturating_sub(self.start)
+    }
+}
+
+/// Where the readable events of `meta` end, reading on from `start` (what
+/// was read before): after its last line end, or at its end when what
+/// follows that line end is blank or a whole JSON value. A last line that
+/// is neither is still being written (a sink appending to the file, or a
+/// file listed while it is written) and is read once it is whole.
+pub(crate) async fn readable_end(
+    store: &Arc<dyn ObjectStore>,
+    meta: &ObjectMeta,
+    start: u64,
+) -> Result<u64> {
+    /// How much of the end is read first to find the last line end.
+    const WINDOW: u64 = 8 << 10;
+    let whole = |tail: &[u8]| {
+        let tail = tail.trim_ascii();
+        tail.is_empty() || serde_json::from_slice::<serde_json::Value>(tail).is_ok()
+    };
+    let mut from = meta.size.saturating_sub(WINDOW).max(start);
+    loop {
+        let bytes = store
+            .get_range(&meta.location, from..meta.size)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        match memchr::memrchr(b'\n', &bytes) {
+            Some(last) if whole(&bytes[last + 1..]) => return Ok(meta.size),
+            Some(last) => return Ok(from + last as u64 + 1),
+            None if from == start => return Ok(if whole(&bytes) { meta.size } else { start }),
+            // a last line longer than the window: read it from where the
+            // part begins
+            None => from = start,
+        }
+    }
+}
+
 /// The flow a Debezium source is read for.
 #[derive(Debug)]
 pub(crate) struct FlowUse<'a> {
@@ -81,7 +138,7 @@ pub(crate) struct FlowUse<'a> {
 #[derive(Debug)]
 pub(crate) struct DebeziumTable {
     store: Arc<dyn ObjectStore>,
-    files: Vec<ObjectMeta>,
+    files: Vec<EventFile>,
     names: Arc<FileNames>,
     layout: Arc<DebeziumLayout>,
     moved: Option<Arc<MovedKeys>>,
@@ -100,12 +157,13 @@ impl DebeziumTable {
     pub(crate) async fn open(
         path: &str,
         store: Arc<dyn ObjectStore>,
-        files: Vec<ObjectMeta>,
+        files: Vec<EventFile>,
         sample: &[ObjectMeta],
         flow: Option<&FlowUse<'_>>,
         unreadable: Option<Arc<UnreadableLines>>,
     ) -> Result<Self> {
-        let from = if files.is_empty() { sample } else { &files };
+        let parts: Vec<ObjectMeta> = files.iter().map(|f| f.meta.clone()).collect();
+        let from = if parts.is_empty() { sample } else { &parts };
         if from.is_empty() {
             return plan_err!("debezium('{path}'): no event files (*.json, *.jsonl) there");
         }
@@ -115,7 +173,7 @@ impl DebeziumTable {
             .iter()
             .take(SAMPLE_FILES)
             .map(|meta| (meta, Sample::Head));
-        let tails = files
+        let tails = parts
             .iter()
             .enumerate()
             .filter(|(i, meta)| *i >= SAMPLE_FILES || meta.size > SAMPLE_BYTES)
@@ -323,6 +381,7 @@ impl TableFunctionImpl for DebeziumFunction {
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
                     runtime_io.block_on(async {
                         let (store, files) = list_event_files(runtime, &path).await?;
+                        let files = files.into_iter().map(EventFile::whole).collect();
                         DebeziumTable::open(&path, store, files, &[], None, None).await
                     })
                 })
