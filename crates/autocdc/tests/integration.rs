@@ -3349,9 +3349,75 @@ async fn debezium_files_appended_to_are_read_on_from_where_they_were_read() {
 
     std::fs::write(&file, format!("{}\n", pg_event("c", 9, "z", Some(1)))).unwrap();
     let e = error_of(&s, "REFRESH STREAMING TABLE t").await;
-    assert!(e.contains("a.json' has") && e.contains("fewer than the") && e.contains("rewritten"), "{e}");
+    assert!(
+        e.contains("a.json' has") && e.contains("fewer than the") && e.contains("rewritten"),
+        "{e}"
+    );
     assert_eq!(
         rows(&s, "SELECT max(commit_version) FROM event_log('t')").await,
         version
     );
+}
+
+/// A `time` column (Debezium's `MicroTime`) has no Delta type: a flow
+/// `FROM debezium(...)` stores it as text, in order, rather than failing
+/// every update; the table function keeps its Arrow time type. SQL Server
+/// events are ordered by their LSNs, so one transaction's two updates of a
+/// key (one `ts_ms`) apply in order instead of conflicting.
+#[tokio::test]
+async fn debezium_times_are_stored_as_text_and_sql_server_orders_by_lsn() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events");
+    std::fs::create_dir_all(&events).unwrap();
+    let schema = r#"{"type":"struct","fields":[{"type":"struct","field":"before","optional":true,"fields":[{"type":"int32","field":"id"},{"type":"int64","field":"at","name":"io.debezium.time.MicroTime"}]},{"type":"struct","field":"after","optional":true,"fields":[{"type":"int32","field":"id"},{"type":"int64","field":"at","name":"io.debezium.time.MicroTime"}]},{"type":"struct","field":"source","fields":[{"type":"string","field":"connector"},{"type":"int64","field":"ts_ms"},{"type":"string","field":"change_lsn","optional":true},{"type":"string","field":"commit_lsn","optional":true},{"type":"int64","field":"event_serial_no","optional":true}]},{"type":"string","field":"op"},{"type":"int64","field":"ts_ms"}]}"#;
+    let event = |op: &str, at: i64, commit: &str, change: &str, serial: i64| {
+        format!(
+            r#"{{"schema":{schema},"payload":{{"before":null,"after":{{"id":1,"at":{at}}},"source":{{"connector":"sqlserver","ts_ms":1700000005000,"change_lsn":"{change}","commit_lsn":"{commit}","event_serial_no":{serial}}},"op":"{op}","ts_ms":1700000005000}}}}"#
+        )
+    };
+    std::fs::write(
+        events.join("a.json"),
+        [
+            event(
+                "c",
+                3_723_000_001,
+                "00000025:00000d98:0003",
+                "00000025:00000d98:0002",
+                1,
+            ),
+            event(
+                "u",
+                37_230_500_000,
+                "00000026:00000010:0009",
+                "00000026:00000010:0002",
+                1,
+            ),
+            event(
+                "u",
+                45_000_000_000,
+                "00000026:00000010:0009",
+                "00000026:00000010:0004",
+                2,
+            ),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let s = session_in(&dir).await;
+    let source = format!("debezium('{}/')", events.display());
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT arrow_typeof(at) FROM {source} LIMIT 1")
+        )
+        .await,
+        ["| Time64(µs) |"]
+    );
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        &format!("CREATE FLOW f AS AUTO CDC INTO t FROM {source} KEYS (id)"),
+    )
+    .await;
+    assert_eq!(rows(&s, "SELECT id, at FROM t").await, ["| 1 | 12:30:00 |"]);
 }

@@ -36,6 +36,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use arrow::datatypes::DataType;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, DataFusionError, Result, ScalarValue, TableReference};
 use datafusion::datasource::listing::ListingTable;
@@ -342,8 +343,25 @@ async fn debezium_changes(
     };
     let table =
         DebeziumTable::open(path, store, new, &old, Some(&reader), unreadable.clone()).await?;
-    let plan =
-        LogicalPlanBuilder::scan("debezium", provider_as_source(Arc::new(table)), None)?.build()?;
+    let scan = LogicalPlanBuilder::scan("debezium", provider_as_source(Arc::new(table)), None)?;
+    // a time of day (`time` columns: Debezium's `MicroTime`, `NanoTime`,
+    // Connect's `Time`) has no Delta type: the flow stores it as its text
+    // (`10:15:30.5`), which orders as the times do
+    let columns = scan
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            let column = Expr::Column(Column::new_unqualified(f.name()));
+            match f.data_type() {
+                DataType::Time32(_) | DataType::Time64(_) => {
+                    cast(column, DataType::Utf8).alias(f.name())
+                }
+                _ => column,
+            }
+        })
+        .collect::<Vec<_>>();
+    let plan = scan.project(columns)?.build()?;
     let checkpoint = SourceCheckpoint::EventFiles { files: checkpoint };
     Ok(SourceRead {
         plan,

@@ -31,7 +31,14 @@
 //! |--------------------|------------------|------------------------------------------|
 //! | `postgresql`       | `PostgresLsn`    | Int64 `source.lsn`                       |
 //! | `mysql`            | `MySqlBinlog`    | Struct{file: Utf8, pos: Int64, row: Int32} from `source.file/pos/row` |
+//! | `sqlserver`        | `SqlServerLsn`   | Struct{commit_lsn: Utf8, change_lsn: Utf8, event_serial_no: Int64} from `source` |
 //! | other              | `TimestampMs`    | Int64 `source.ts_ms`, else the event's `ts_ms` |
+//!
+//! SQL Server's LSNs are fixed-width hexadecimal text (`00000027:00000758:0003`),
+//! so they order as text: by transaction commit, then change, then the
+//! event's number within the change (an update's two rows). A snapshot read
+//! has no `change_lsn` (NULL, first among the events of its commit LSN);
+//! an event without `commit_lsn` has a NULL `_seq`.
 //!
 //! The connector alone decides: a flow's events are ordered alike in every
 //! update, whatever one update's samples hold. A missing sequence value
@@ -124,6 +131,7 @@ pub(crate) struct UnreadableLine {
 pub(crate) enum SequenceKind {
     PostgresLsn,
     MySqlBinlog,
+    SqlServerLsn,
     TimestampMs,
 }
 
@@ -410,6 +418,9 @@ impl DebeziumLayout {
         let mut pending: Vec<(usize, &[u8])> = Vec::with_capacity(batch_rows);
         let mut out = vec![];
         for (no, line) in lines {
+            if !wrapped && is_envelope_tombstone(line) {
+                continue;
+            }
             self.check_columns(file, no, line)?;
             feed_line(&mut decoder, file, no, line)?;
             pending.push((no, line));
@@ -615,6 +626,21 @@ impl DebeziumLayout {
                     Some(NullBuffer::from(valid)),
                 )?))
             }
+            SequenceKind::SqlServerLsn => {
+                let parts = [
+                    field(source, "commit_lsn")?.clone(),
+                    field(source, "change_lsn")?.clone(),
+                    field(source, "event_serial_no")?.clone(),
+                ];
+                let valid: Vec<bool> = (0..source.len())
+                    .map(|i| source.is_valid(i) && parts[0].is_valid(i))
+                    .collect();
+                Ok(Arc::new(StructArray::try_new(
+                    sql_server_fields(),
+                    parts.to_vec(),
+                    Some(NullBuffer::from(valid)),
+                )?))
+            }
             SequenceKind::TimestampMs => {
                 let source_ts = field(source, "ts_ms")?;
                 let event_ts = field(payload, "ts_ms")?;
@@ -669,6 +695,16 @@ fn parse_object(file: &str, no: usize, line: &[u8]) -> Result<Map<String, Value>
 fn is_wrapped(file: &str, no: usize, first: &[u8]) -> Result<bool> {
     let object = parse_object(file, no, first)?;
     Ok(object.contains_key("payload") && !object.contains_key("op"))
+}
+
+/// Whether `line`, in a file of payload-only events, is a tombstone in the
+/// envelope (`{"schema": null, "payload": null}`): a sink may write its
+/// tombstones so whatever the converter wrote its events as.
+fn is_envelope_tombstone(line: &[u8]) -> bool {
+    memchr::memmem::find(line, b"\"payload\"").is_some()
+        && serde_json::from_slice::<Map<String, Value>>(line).is_ok_and(|object| {
+            !object.contains_key("op") && object.get("payload").is_some_and(Value::is_null)
+        })
 }
 
 /// Hand one line to the decoder, insisting on exactly one JSON object.
@@ -1007,6 +1043,15 @@ fn binlog_fields() -> Fields {
     ])
 }
 
+/// `_seq` of SQL Server events (see the module docs).
+fn sql_server_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("commit_lsn", DataType::Utf8, true),
+        Field::new("change_lsn", DataType::Utf8, true),
+        Field::new("event_serial_no", DataType::Int64, true),
+    ])
+}
+
 /// What [`DebeziumLayout::infer`] gathers over the sample events.
 #[derive(Default)]
 struct Inference {
@@ -1217,6 +1262,7 @@ impl Inference {
         let sequence = match self.connector.as_ref().map(|(c, _)| c.as_str()) {
             Some("postgresql") => SequenceKind::PostgresLsn,
             Some("mysql") => SequenceKind::MySqlBinlog,
+            Some("sqlserver") => SequenceKind::SqlServerLsn,
             _ => SequenceKind::TimestampMs,
         };
         let (columns, coerce_primitive) = if self.has_schema {
@@ -1273,6 +1319,7 @@ impl DebeziumLayout {
         let rows = row_fields(&columns);
         let seq_type = match sequence {
             SequenceKind::MySqlBinlog => DataType::Struct(binlog_fields()),
+            SequenceKind::SqlServerLsn => DataType::Struct(sql_server_fields()),
             SequenceKind::PostgresLsn | SequenceKind::TimestampMs => DataType::Int64,
         };
         let mut fields: Vec<Field> = rows.iter().map(|f| f.as_ref().clone()).collect();
@@ -1332,6 +1379,10 @@ fn raw_payload_fields(columns: &[RowColumn], sequence: SequenceKind) -> Fields {
     let mut source = match sequence {
         SequenceKind::PostgresLsn => vec![Field::new("lsn", DataType::Int64, true)],
         SequenceKind::MySqlBinlog => binlog_fields().iter().map(|f| f.as_ref().clone()).collect(),
+        SequenceKind::SqlServerLsn => sql_server_fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect(),
         SequenceKind::TimestampMs => vec![],
     };
     source.push(Field::new("ts_ms", DataType::Int64, true));
@@ -2015,6 +2066,27 @@ mod tests {
             .decode("empty.json", b"\nnull\n\n", 10)
             .unwrap()
             .is_empty());
+        // payload-only events, their tombstones in the envelope
+        let bare = lines(&[
+            payload(
+                "c",
+                Value::Null,
+                json!({"id": 1, "name": "a"}),
+                pg_source(1, 1),
+            )
+            .to_string(),
+            json!({"schema": null, "payload": null}).to_string(),
+            json!({"payload": null}).to_string(),
+            payload(
+                "c",
+                Value::Null,
+                json!({"id": 2, "name": "b"}),
+                pg_source(2, 1),
+            )
+            .to_string(),
+        ]);
+        let batch = decode_all("bare.json", &bare);
+        assert_eq!(col::<Int64Array>(&batch, "id").values(), &[1, 2]);
     }
 
     #[test]
@@ -2110,6 +2182,69 @@ mod tests {
     }
 
     #[test]
+    fn sql_server_events_sequence_by_commit_then_change_lsn() {
+        let source = |commit: Option<&str>, change: Option<&str>, serial: Option<i64>| {
+            json!({"version": "2.5.0.Final", "connector": "sqlserver", "name": "ss",
+                   "ts_ms": 1700000005000i64, "snapshot": "false", "db": "shop",
+                   "schema": "dbo", "table": "customers", "change_lsn": change,
+                   "commit_lsn": commit, "event_serial_no": serial})
+        };
+        let row = |qty: i64| json!({"id": 1, "qty": qty});
+        let lines = [
+            // a snapshot read: no change LSN
+            payload(
+                "r",
+                Value::Null,
+                row(1),
+                source(Some("00000025:00000d98:0003"), None, None),
+            ),
+            // two updates of one transaction: one commit LSN and ts_ms
+            payload(
+                "u",
+                row(1),
+                row(2),
+                source(
+                    Some("00000026:00000010:0009"),
+                    Some("00000026:00000010:0002"),
+                    Some(1),
+                ),
+            ),
+            payload(
+                "u",
+                row(2),
+                row(3),
+                source(
+                    Some("00000026:00000010:0009"),
+                    Some("00000026:00000010:0004"),
+                    Some(2),
+                ),
+            ),
+            payload("u", row(3), row(4), source(None, None, None)),
+        ];
+        let bytes = lines
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let layout = layout_of("ss.json", bytes.as_bytes());
+        assert_eq!(layout.sequence(), SequenceKind::SqlServerLsn);
+        let batch = &layout.decode("ss.json", bytes.as_bytes(), 100).unwrap()[0];
+        let seq = col::<StructArray>(batch, SEQ_COL);
+        assert_eq!(seq.fields(), &sql_server_fields());
+        // ordered as the events happened, in the row format the folds use
+        let converter = arrow::row::RowConverter::new(vec![arrow::row::SortField::new(
+            DataType::Struct(sql_server_fields()),
+        )])
+        .unwrap();
+        let rows = converter
+            .convert_columns(&[Arc::new(seq.clone()) as ArrayRef])
+            .unwrap();
+        assert!(rows.row(0) < rows.row(1) && rows.row(1) < rows.row(2));
+        assert!(seq.is_valid(0), "a snapshot read has a sequence");
+        assert!(seq.is_null(3), "no commit LSN: a NULL sequence");
+    }
+
+    #[test]
     fn mysql_events_sequence_by_binlog_position() {
         let row = |id: i64| json!({"id": id, "first_name": "Anne"});
         let bytes = lines(&[
@@ -2167,7 +2302,7 @@ mod tests {
 
     #[test]
     fn other_connectors_sequence_by_timestamp() {
-        let source = json!({"version": "2.5.0.Final", "connector": "sqlserver", "name": "server1",
+        let source = json!({"version": "2.5.0.Final", "connector": "oracle", "name": "server1",
                             "ts_ms": 1559729468470i64, "db": "testDB", "schema": "dbo", "table": "customers"});
         let mut no_ts = source.clone();
         no_ts["ts_ms"] = Value::Null;
@@ -2176,9 +2311,9 @@ mod tests {
             payload("c", Value::Null, json!({"id": 2}), no_ts).to_string(),
             payload("c", Value::Null, json!({"id": 3}), Value::Null).to_string(),
         ]);
-        let layout = layout_of("ss.json", &bytes);
+        let layout = layout_of("ora.json", &bytes);
         assert_eq!(layout.sequence(), SequenceKind::TimestampMs);
-        let batch = &layout.decode("ss.json", &bytes, 100).unwrap()[0];
+        let batch = &layout.decode("ora.json", &bytes, 100).unwrap()[0];
         assert_eq!(
             col::<Int64Array>(batch, SEQ_COL).values(),
             &[1559729468470, 1559033904863, 1559033904863]
