@@ -392,7 +392,7 @@ fn run_applies_definitions_and_updates_the_pipeline() {
     let out = stdout(&failed);
     assert!(out.contains("bronze,failed,0,0,"), "{out}");
     assert!(
-        out.contains("silver,skipped,0,0,upstream 'bronze' was not updated"),
+        out.contains("silver,skipped,0,0,upstream 'bronze' failed"),
         "{out}"
     );
 }

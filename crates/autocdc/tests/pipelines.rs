@@ -83,7 +83,7 @@ async fn tables_update_in_dependency_order_and_failures_skip_their_readers() -> 
     assert_eq!(by_name("silver").status, TableStatus::Skipped);
     assert_eq!(
         by_name("silver").message.as_deref(),
-        Some("upstream 'bronze' was not updated")
+        Some("upstream 'bronze' failed")
     );
     assert_eq!(by_name("side").status, TableStatus::Updated);
     assert_eq!(by_name("o.other").status, TableStatus::Failed);

@@ -443,7 +443,10 @@ impl CdcSession {
                     })
                 });
                 if let Some(upstream) = blocked {
-                    let message = format!("upstream '{upstream}' was not updated");
+                    let message = match done.get(upstream).map(|t| &t.status) {
+                        Some(TableStatus::Failed) => format!("upstream '{upstream}' failed"),
+                        _ => format!("upstream '{upstream}' was not updated"),
+                    };
                     done.insert(
                         name.clone(),
                         TableUpdate {
@@ -499,13 +502,23 @@ impl CdcSession {
                 Err(e) => return outcome(TableStatus::Failed, Some(first_line(&e))),
             }
         }
-        let refreshed = self.refresh(&name, full).await;
-        match refreshed.and_then(|batches| UpdateMetrics::from_batches(&batches)) {
-            Ok(runs) => TableUpdate {
+        let refreshed = self
+            .refresh_runs(&name, full)
+            .await
+            .and_then(|(batches, failed)| Ok((UpdateMetrics::from_batches(&batches)?, failed)));
+        match refreshed {
+            Ok((runs, None)) => TableUpdate {
                 table: name,
                 status: TableStatus::Updated,
                 runs,
                 message: None,
+            },
+            // a later flow failed: the runs before it committed, and count
+            Ok((runs, Some(e))) => TableUpdate {
+                table: name,
+                status: TableStatus::Failed,
+                runs,
+                message: Some(first_line(&e)),
             },
             Err(e) => outcome(TableStatus::Failed, Some(first_line(&e))),
         }
@@ -539,7 +552,10 @@ pub(super) fn pipeline_result(update: &PipelineUpdate) -> Result<RecordBatch> {
     let sum = |f: fn(&UpdateMetrics) -> i64| -> Int64Array {
         tables
             .iter()
-            .map(|t| (t.status == TableStatus::Updated).then(|| t.runs.iter().map(f).sum::<i64>()))
+            .map(|t| {
+                (t.status == TableStatus::Updated || !t.runs.is_empty())
+                    .then(|| t.runs.iter().map(f).sum::<i64>())
+            })
             .collect()
     };
     let version: Int64Array = tables

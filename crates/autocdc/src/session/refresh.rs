@@ -62,6 +62,21 @@ impl CdcSession {
     }
 
     pub(crate) async fn refresh(&self, name: &TableName, full: bool) -> Result<Vec<RecordBatch>> {
+        match self.refresh_runs(name, full).await? {
+            (batches, None) => Ok(batches),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// [`Self::refresh`], telling apart a failure that committed nothing
+    /// (`Err`) from one at a later flow after earlier flows committed: the
+    /// committed runs' result rows and the error (each flow's run is a
+    /// commit of its own, so those stand).
+    pub(crate) async fn refresh_runs(
+        &self,
+        name: &TableName,
+        full: bool,
+    ) -> Result<(Vec<RecordBatch>, Option<DataFusionError>)> {
         let table = self.table(name).await?;
         table.refresh().await?;
         let before = table.delta().version().unwrap_or(0);
@@ -81,13 +96,19 @@ impl CdcSession {
                 Err(e) if cleared.is_none() && !committed.is_empty() => {
                     // (each flow's run is a commit of its own: say which
                     // stand, rather than let "nothing was committed" speak
-                    // for the statement)
-                    return Err(e.context(format!(
-                        "REFRESH STREAMING TABLE {name} failed at flow '{}'; flow(s) {} ran \
-                         before it and stay committed (each flow's run is a commit of its own)",
+                    // for the statement; the cause on the first line, which
+                    // is what a pipeline's row shows)
+                    let message = e.find_root().message().into_owned();
+                    let cause = message.lines().next().unwrap_or_default();
+                    let cause = cause.trim_end_matches("; nothing was committed");
+                    let error = e.context(format!(
+                        "REFRESH STREAMING TABLE {name}: {cause}; flow '{}' committed nothing, \
+                         and flow(s) {} ran before it and stay committed (each flow's run is a \
+                         commit of its own)",
                         flow.name,
                         committed.join(", ")
-                    )));
+                    ));
+                    return Ok((out, Some(error)));
                 }
                 Ok(batches) => {
                     committed.push(format!("'{}'", flow.name));
@@ -107,7 +128,7 @@ impl CdcSession {
         if out.is_empty() {
             out.push(RecordBatch::new_empty(result_schema()));
         }
-        Ok(out)
+        Ok((out, None))
     }
 
     /// After a flow of a full refresh failed with `error`: the table back
