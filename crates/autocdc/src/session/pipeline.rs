@@ -334,8 +334,9 @@ impl CdcSession {
         Ok(())
     }
 
-    /// Whether `table` has anything new to read (see the module docs).
-    async fn has_new_data(&self, table: &ScdTable) -> Result<bool> {
+    /// The flows of `table` with anything new to read (see the module docs).
+    async fn flows_with_new_data(&self, table: &ScdTable) -> Result<BTreeSet<String>> {
+        let mut flows = BTreeSet::new();
         table.refresh().await?;
         let meta = table.meta();
         let state = self.ctx.state();
@@ -368,7 +369,7 @@ impl CdcSession {
                         (None, _) => false,
                     };
                     if newer {
-                        return Ok(true);
+                        flows.insert(flow.name.clone());
                     }
                 }
                 FlowSource::Snapshot { .. } | FlowSource::SnapshotFunction => {}
@@ -378,13 +379,13 @@ impl CdcSession {
                         .map_err(|e| in_from_clause(&flow.name, e))?;
                     if let Some((key, value)) = read.checkpoint {
                         if meta.properties.get(&key) != Some(&value) {
-                            return Ok(true);
+                            flows.insert(flow.name.clone());
                         }
                     }
                 }
             }
         }
-        Ok(false)
+        Ok(flows)
     }
 
     /// Update every table of the pipeline once (see the module docs);
@@ -489,21 +490,24 @@ impl CdcSession {
             runs: vec![],
             message,
         };
+        // (only the flows with something new run: the others would commit
+        // an empty run, and the table's readers would then run too)
+        let mut only = None;
         if only_changed && !full {
             let table = match self.table(&name).await {
                 Ok(table) => table,
                 Err(e) => return outcome(TableStatus::Failed, Some(first_line(&e))),
             };
-            match self.has_new_data(&table).await {
-                Ok(true) => {}
+            match self.flows_with_new_data(&table).await {
                 // (a full refresh that did not finish is completed)
-                Ok(false) if !table.meta().full_refresh_pending().is_empty() => {}
-                Ok(false) => return outcome(TableStatus::Unchanged, None),
+                Ok(_) if !table.meta().full_refresh_pending().is_empty() => {}
+                Ok(flows) if flows.is_empty() => return outcome(TableStatus::Unchanged, None),
+                Ok(flows) => only = Some(flows),
                 Err(e) => return outcome(TableStatus::Failed, Some(first_line(&e))),
             }
         }
         let refreshed = self
-            .refresh_runs(&name, full)
+            .refresh_runs(&name, full, only.as_ref())
             .await
             .and_then(|(batches, failed)| Ok((UpdateMetrics::from_batches(&batches)?, failed)));
         match refreshed {

@@ -3,6 +3,7 @@
 //! commit (or first, by a commit of its own, see [`CdcSession::runs`]),
 //! and brings them back if a later flow fails.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, Int64Array, RecordBatch};
@@ -62,7 +63,7 @@ impl CdcSession {
     }
 
     pub(crate) async fn refresh(&self, name: &TableName, full: bool) -> Result<Vec<RecordBatch>> {
-        match self.refresh_runs(name, full).await? {
+        match self.refresh_runs(name, full, None).await? {
             (batches, None) => Ok(batches),
             (_, Some(e)) => Err(e),
         }
@@ -71,11 +72,13 @@ impl CdcSession {
     /// [`Self::refresh`], telling apart a failure that committed nothing
     /// (`Err`) from one at a later flow after earlier flows committed: the
     /// committed runs' result rows and the error (each flow's run is a
-    /// commit of its own, so those stand).
+    /// commit of its own, so those stand). `only`: run just these flows
+    /// (of a refresh that is not full).
     pub(crate) async fn refresh_runs(
         &self,
         name: &TableName,
         full: bool,
+        only: Option<&BTreeSet<String>>,
     ) -> Result<(Vec<RecordBatch>, Option<DataFusionError>)> {
         let table = self.table(name).await?;
         table.refresh().await?;
@@ -83,7 +86,10 @@ impl CdcSession {
         // (a full refresh, or one completing a full refresh that did not
         // finish, ends by removing the marks of flows that committed nothing)
         let completing = full || !table.meta().full_refresh_pending().is_empty();
-        let (runs, clear_first) = Self::runs(&table, full);
+        let (mut runs, clear_first) = Self::runs(&table, full);
+        if let Some(only) = only.filter(|_| !completing) {
+            runs.retain(|(flow, _)| only.contains(&flow.name));
+        }
         let mut cleared_rows = match clear_first {
             true => self.clear(&table).await?,
             false => 0,
