@@ -3421,3 +3421,44 @@ async fn debezium_times_are_stored_as_text_and_sql_server_orders_by_lsn() {
     .await;
     assert_eq!(rows(&s, "SELECT id, at FROM t").await, ["| 1 | 12:30:00 |"]);
 }
+
+/// The Delta properties a table is declared with (checkpoint interval, log
+/// retention) are the published table's too: Delta readers and tools follow
+/// the table at the path, not the state store.
+#[tokio::test]
+async fn declared_delta_properties_reach_the_table_at_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
+        .await
+        .unwrap();
+    exec(
+        &s,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('delta.checkpointInterval' = '5', \
+         'delta.logRetentionDuration' = 'interval 60 days')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let (table, _) = open_raw(dir.path().join("public").join("t")).await;
+    let config = table.snapshot().unwrap().metadata().configuration().clone();
+    assert_eq!(
+        config.get("delta.checkpointInterval").map(String::as_str),
+        Some("5")
+    );
+    assert_eq!(
+        config.get("delta.logRetentionDuration").map(String::as_str),
+        Some("interval 60 days")
+    );
+    assert_eq!(
+        config.get("delta.enableChangeDataFeed").map(String::as_str),
+        Some("true")
+    );
+}

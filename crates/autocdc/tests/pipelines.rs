@@ -295,3 +295,29 @@ async fn independent_tables_update_concurrently() -> Result<()> {
     assert_eq!(contents[0], contents[1]);
     Ok(())
 }
+
+/// A target's rejects table is written by the target's updates: it is no
+/// table of the pipeline (it was listed, `updated` with nothing counted),
+/// and a table reading it runs after the target.
+#[tokio::test]
+async fn a_rejects_table_goes_with_its_target() -> Result<()> {
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    for sql in [
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('autocdc.rejects' = 'true')",
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+        "CREATE STREAMING TABLE bad AS SELECT flow, reason FROM STREAM t__rejects",
+        "INSERT INTO src VALUES (NULL, 'x', 2), (2, 'b', NULL)",
+    ] {
+        run(&s, sql).await.map_err(|e| e.context(sql))?;
+    }
+    let update = s.update_pipeline().await?;
+    let tables: Vec<String> = update
+        .tables
+        .iter()
+        .map(|t| format!("{} {}", t.table, t.status.name()))
+        .collect();
+    assert_eq!(tables, ["t updated", "bad updated"]);
+    assert_eq!(update.tables[1].runs[0].num_upserted_rows, 2);
+    Ok(())
+}

@@ -48,6 +48,16 @@ impl CdcSession {
         if let Some(v) = property(TOMBSTONE_GC_PROPERTY) {
             parse_tombstone_retention(v).map_err(invalid)?;
         }
+        // (read by this spelling only: another would keep the default
+        // retention without a word)
+        if let Some((key, _)) = c.properties.iter().find(|(k, _)| {
+            k.eq_ignore_ascii_case(TOMBSTONE_GC_PROPERTY) && k != TOMBSTONE_GC_PROPERTY
+        }) {
+            return Err(invalid(format!(
+                "TBLPROPERTIES '{key}': the tombstone retention property is spelled \
+                 '{TOMBSTONE_GC_PROPERTY}'"
+            )));
+        }
         if let Some(v) = property(REJECTS_PROPERTY) {
             if !(v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false")) {
                 return Err(invalid(format!(
@@ -364,11 +374,23 @@ fn delta_property_allowed(
         "delta.enableExpiredLogCleanup",
         "delta.dataSkippingNumIndexedCols",
     ];
-    let Some(_) = key.strip_prefix("delta.") else {
+    // (Delta's keys are case-insensitive to some readers and not to
+    // others: `DELTA.appendOnly` is a delta.* property, and one spelled
+    // otherwise than Delta spells it would be read by some readers only)
+    if !key
+        .get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("delta."))
+    {
         return Ok(());
-    };
-    if ALLOWED.iter().any(|a| a.eq_ignore_ascii_case(key)) {
+    }
+    if ALLOWED.contains(&key) {
         return Ok(());
+    }
+    if let Some(spelled) = ALLOWED.iter().find(|a| a.eq_ignore_ascii_case(key)) {
+        return Err(format!(
+            "TBLPROPERTIES '{key}': write it as Delta spells it, '{spelled}' (readers that \
+             match keys exactly would not see it)"
+        ));
     }
     // (stating what the table has anyway)
     let says = |on: bool| value.eq_ignore_ascii_case(if on { "true" } else { "false" });

@@ -49,6 +49,7 @@ use crate::spec::{FlowSource, FlowSpec};
 use crate::sql::FullRefresh;
 use crate::table::event::in_pipeline_update;
 use crate::table::properties::last_version_property;
+use crate::table::rejects::{rejects_table_name, takes_rejects};
 use crate::table::ScdTable;
 use crate::table::TableName;
 
@@ -226,17 +227,25 @@ impl CdcSession {
     async fn pipeline_graph(&self, schema: Option<&str>) -> Result<PipelineGraph> {
         let mut tables = Vec::new();
         let mut reads = BTreeSet::new();
+        // a target's rejects table is written by the target's updates: not a
+        // table of the pipeline, and reading it is reading the target
+        let mut rejects: Views = Views::new();
         for name in self.warehouse.list_tables().await? {
             if schema.is_some_and(|s| name.schema != s) {
                 continue;
             }
             let table = self.table(&name).await?;
-            let flows: Vec<FlowSpec> = table.meta().flows.into_values().collect();
+            let meta = table.meta();
+            if takes_rejects(&meta.properties) {
+                rejects.insert(rejects_table_name(&name), BTreeSet::from([name.clone()]));
+            }
+            let flows: Vec<FlowSpec> = meta.flows.into_values().collect();
             for flow in &flows {
                 reads.extend(flow_reads(flow)?);
             }
             tables.push((name, flows));
         }
+        tables.retain(|(name, flows)| !(flows.is_empty() && rejects.contains_key(name)));
         if let Some(schema) = schema.filter(|_| tables.is_empty()) {
             // (a schema without streaming tables is an empty pipeline; a
             // name that is no schema at all, a mistake)
@@ -253,7 +262,8 @@ impl CdcSession {
             }
         }
         let members: BTreeSet<TableName> = tables.iter().map(|(n, _)| n.clone()).collect();
-        let views = self.views_among(reads, &members).await?;
+        let mut views = self.views_among(reads, &members).await?;
+        views.extend(rejects);
         PipelineGraph::with_views(tables.iter().map(|(n, f)| (n.clone(), f.iter())), &views)
     }
 

@@ -224,8 +224,28 @@ pub async fn publish(state: &DeltaTable, published: &PublishedLocation) -> Resul
                 // after it follow one by one
                 let snapshot = state.snapshot().map_err(delta_err)?;
                 let vectors = takes_deletion_vectors(snapshot);
-                let comment = declared_comment(snapshot.metadata().configuration());
-                match create(published.builder()?, &user_schema, vectors, comment).await {
+                let configuration = snapshot.metadata().configuration();
+                let comment = declared_comment(configuration);
+                // the Delta properties declared (log retention, checkpoint
+                // interval, ...): what Delta readers and writers of the
+                // table at the path follow
+                let declared: Vec<(String, Option<String>)> = configuration
+                    .iter()
+                    .filter(|(k, _)| {
+                        k.starts_with("delta.")
+                            && k.as_str() != CHANGE_DATA_FEED_PROPERTY
+                            && k.as_str() != DELETION_VECTORS_PROPERTY
+                    })
+                    .map(|(k, v)| (k.clone(), Some(v.clone())))
+                    .collect();
+                let table = create(
+                    published.builder()?,
+                    &user_schema,
+                    vectors,
+                    comment,
+                    declared,
+                );
+                match table.await {
                     Ok(table) => table,
                     Err(_) if attempts < 2 => {
                         attempts += 1;
@@ -340,6 +360,7 @@ async fn create(
     schema: &StructType,
     deletion_vectors: bool,
     comment: Option<String>,
+    declared: Vec<(String, Option<String>)>,
 ) -> Result<DeltaTable> {
     let table = published.build().map_err(delta_err)?;
     let mut create = table.create();
@@ -359,6 +380,7 @@ async fn create(
                 Some(deletion_vectors.to_string()),
             ),
         ])
+        .with_configuration(declared)
         .with_raise_if_key_not_exists(false)
         // (one another publisher creates meanwhile fails this one, which
         // then reads it, rather than being replaced by it)
