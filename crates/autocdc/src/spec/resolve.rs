@@ -1216,6 +1216,21 @@ pub fn resolve(
             cast(value, f.data_type().clone()).alias(f.name())
         })
         .collect();
+    // a float key's -0.0 is its 0.0: SQL equates them (as `GROUP BY`
+    // does), while the folds compare keys by their bits
+    for &i in &key_indices {
+        let field = target_schema.field(i);
+        if field.data_type().is_floating() {
+            let value = cast(
+                Expr::Column(Column::new_unqualified(field.name())),
+                field.data_type().clone(),
+            );
+            let zero = cast(lit(0.0), field.data_type().clone());
+            projection[i] = when(value.clone().eq(zero.clone()), zero)
+                .otherwise(value)?
+                .alias(field.name());
+        }
+    }
     let num_target = projection.len();
     projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));
     let upsert = kind.clone().eq(lit(Kind::Upsert as i8));
