@@ -3462,3 +3462,66 @@ async fn declared_delta_properties_reach_the_table_at_the_path() {
         Some("true")
     );
 }
+
+/// A Delta table another tool wrote into a warehouse folder is read as the
+/// Delta table it is (it failed every read naming our bookkeeping column),
+/// and may feed a flow; it is never written here. Any Delta table is read
+/// with `CREATE EXTERNAL TABLE … STORED AS DELTA`.
+#[tokio::test]
+async fn a_delta_table_another_tool_wrote_is_read_as_it_is() {
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("public").join("ext");
+    std::fs::create_dir_all(&folder).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("v", DataType::Utf8, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(StringArray::from(vec!["a", "b"])),
+        ],
+    )
+    .unwrap();
+    let url = url::Url::from_directory_path(&folder).unwrap();
+    deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .build()
+        .unwrap()
+        .write([batch])
+        .await
+        .unwrap();
+
+    let wh = dir.path().to_str().unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    assert_eq!(
+        rows(&s, "SELECT * FROM ext ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
+    exec(&s, "CREATE STREAMING TABLE m").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO m FROM ext KEYS (id) SEQUENCE BY id",
+    )
+    .await;
+    assert_eq!(
+        rows(&s, "SELECT * FROM m ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
+    let e = error_of(&s, "REFRESH STREAMING TABLE ext").await;
+    assert!(e.contains("a Delta table another tool wrote"), "{e}");
+    exec(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE d STORED AS DELTA LOCATION '{}'",
+            folder.display()
+        ),
+    )
+    .await;
+    assert_eq!(rows(&s, "SELECT count(*) FROM d").await, ["| 2 |"]);
+}

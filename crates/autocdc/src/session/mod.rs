@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
-use datafusion::catalog::MemorySchemaProvider;
+use datafusion::catalog::{MemorySchemaProvider, TableProvider};
 use datafusion::common::{DataFusionError, Result, ScalarValue, TableReference};
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -96,6 +96,12 @@ impl CdcSession {
         let mut builder = AutoCdc::install(
             SessionStateBuilder::new()
                 .with_runtime_env(runtime)
+                // `CREATE EXTERNAL TABLE … STORED AS DELTA`: any Delta
+                // table, read as deltalake reads it
+                .with_table_factory(
+                    "DELTA".to_string(),
+                    Arc::new(deltalake_core::delta_datafusion::DeltaTableFactory {}),
+                )
                 .with_config(
                     crate::config::with_autocdc_options(config.session_config)
                         .with_extension(Arc::new(SessionClock(Arc::clone(&config.clock)))),
@@ -168,6 +174,17 @@ impl CdcSession {
             match session.attach(name.clone()).await {
                 Ok(table) => attached.push(table),
                 Err(e) => log::warn!("streaming table '{name}' cannot be opened: {e}"),
+            }
+        }
+        // Delta tables other tools wrote into the warehouse's folders: read
+        // as they are (a source), never written
+        for name in session.warehouse.list_foreign_tables().await? {
+            let registered = match session.warehouse.foreign_provider(&name).await {
+                Ok(provider) => session.register_in_schema(&name, provider),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = registered {
+                log::warn!("Delta table '{name}' cannot be read: {e}");
             }
         }
         // rejects an interrupted update committed reach their table, as its
@@ -458,6 +475,17 @@ impl CdcSession {
         let table = ScdTable::load(&self.warehouse, name.clone())
             .await?
             .into_shared(Arc::new(PipelineDml));
+        self.register_in_schema(&name, Arc::clone(&table) as _)?;
+        if let Ok(mut tables) = self.tables.lock() {
+            tables.insert(name, Arc::clone(&table));
+        }
+        Ok(table)
+    }
+
+    /// Register `table` as `name` in the context, in a schema whose
+    /// streaming tables each statement reads at their latest version,
+    /// whichever session or process committed it.
+    fn register_in_schema(&self, name: &TableName, table: Arc<dyn TableProvider>) -> Result<()> {
         let catalog_name = self
             .ctx
             .state()
@@ -470,8 +498,6 @@ impl CdcSession {
             .ctx
             .catalog(&catalog_name)
             .ok_or_else(|| DataFusionError::Plan(format!("catalog '{catalog_name}' not found")))?;
-        // a schema whose streaming tables each statement reads at their
-        // latest version, whichever session or process committed it
         let schema = catalog
             .schema(&name.schema)
             .unwrap_or_else(|| Arc::new(MemorySchemaProvider::new()));
@@ -480,12 +506,8 @@ impl CdcSession {
         }
         let reference = TableReference::partial(name.schema.clone(), name.table.clone());
         self.ctx.deregister_table(reference.clone())?;
-        self.ctx
-            .register_table(reference, Arc::clone(&table) as _)?;
-        if let Ok(mut tables) = self.tables.lock() {
-            tables.insert(name, Arc::clone(&table));
-        }
-        Ok(table)
+        self.ctx.register_table(reference, table)?;
+        Ok(())
     }
 
     async fn table(&self, name: &TableName) -> Result<Arc<ScdTable>> {
@@ -494,6 +516,12 @@ impl CdcSession {
         }
         if self.warehouse.exists(name).await? {
             return self.attach(name.clone()).await;
+        }
+        if self.warehouse.is_foreign(name).await? {
+            return Err(DataFusionError::Plan(format!(
+                "'{name}' is a Delta table another tool wrote into the warehouse, not a \
+                 streaming table: it is read as it is (SELECT, a flow's FROM), never written here"
+            )));
         }
         Err(DataFusionError::Plan(format!(
             "'{name}' is not a streaming table: declare it with CREATE STREAMING TABLE {name}"

@@ -11,6 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::Schema;
+use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::transaction::CommitProperties;
@@ -27,6 +28,7 @@ use super::bucket::BUCKET_COL;
 use super::log_cache::LogCachingStore;
 use super::published::{PublishedLocation, STATE_FOLDER, STATE_TABLE};
 use super::{delta_err, streaming_protocol};
+use crate::fold::columns::KIND_COL;
 
 /// Schema used for unqualified streaming table names.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -262,7 +264,36 @@ impl Warehouse {
     /// Whether a streaming table exists at `name` (its state store, or a
     /// table of the earlier layout, see [`Self::is_legacy`]).
     pub async fn exists(&self, name: &TableName) -> Result<bool> {
-        Ok(self.has_log(&self.state_url(name)?).await? || self.is_legacy(name).await?)
+        if self.has_log(&self.state_url(name)?).await? {
+            return Ok(true);
+        }
+        Ok(self.has_log(&self.table_url(name)?).await? && !self.is_foreign(name).await?)
+    }
+
+    /// Whether the Delta table at `name`'s folder was written by another
+    /// tool: it has no state store, and is no table of the earlier layout
+    /// either (whose rows carry our columns). Such a table is read as the
+    /// Delta table it is ([`Self::foreign_provider`]), never written.
+    pub async fn is_foreign(&self, name: &TableName) -> Result<bool> {
+        if self.has_log(&self.state_url(name)?).await?
+            || !self.has_log(&self.table_url(name)?).await?
+        {
+            return Ok(false);
+        }
+        let table = self.legacy_builder(name)?.load().await.map_err(delta_err)?;
+        let schema = table
+            .snapshot()
+            .map_err(delta_err)?
+            .snapshot()
+            .arrow_schema();
+        Ok(schema.field_with_name(KIND_COL).is_err())
+    }
+
+    /// A foreign Delta table in the warehouse ([`Self::is_foreign`]) as a
+    /// read-only table: its latest version, read by deltalake.
+    pub async fn foreign_provider(&self, name: &TableName) -> Result<Arc<dyn TableProvider>> {
+        let table = self.legacy_builder(name)?.load().await.map_err(delta_err)?;
+        table.table_provider().await.map_err(delta_err)
     }
 
     /// Whether `name` is a table of the earlier layout, written before
@@ -292,6 +323,27 @@ impl Warehouse {
 
     /// Every streaming table stored in the warehouse.
     pub async fn list_tables(&self) -> Result<Vec<TableName>> {
+        self.list_folders(|w, name| Box::pin(async move { w.exists(&name).await }))
+            .await
+    }
+
+    /// Every Delta table another tool wrote into the warehouse's folders
+    /// ([`Self::is_foreign`]).
+    pub async fn list_foreign_tables(&self) -> Result<Vec<TableName>> {
+        self.list_folders(|w, name| Box::pin(async move { w.is_foreign(&name).await }))
+            .await
+    }
+
+    /// The `<schema>/<table>` folders that `keep` says yes to, sorted.
+    async fn list_folders(
+        &self,
+        keep: impl for<'a> Fn(
+            &'a Self,
+            TableName,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<bool>> + Send + 'a>,
+        >,
+    ) -> Result<Vec<TableName>> {
         let root = self.prefix(&self.root)?;
         let mut names = Vec::new();
         let schemas = self
@@ -316,7 +368,7 @@ impl Warehouse {
                     schema: schema_name.clone(),
                     table: table_name,
                 };
-                if self.exists(&name).await? {
+                if keep(self, name.clone()).await? {
                     names.push(name);
                 }
             }
