@@ -686,6 +686,24 @@ class Arguments(unittest.TestCase):
         with self.assertRaises(SystemExit):
             self.s.create_auto_cdc_from_snapshot_flow(target="e", source=exits, keys=["id"])
 
+        # a pipeline update reports a failed flow as a row: the interrupt
+        # is raised by it all the same, and not by a later call
+        state = {"boom": False}
+
+        def later(latest):
+            if state["boom"]:
+                state["boom"] = False
+                raise KeyboardInterrupt()
+            return (pa.table({"id": [1]}), 1) if latest is None else None
+
+        self.s.create_streaming_table("later")
+        self.s.create_auto_cdc_from_snapshot_flow(target="later", source=later, keys=["id"])
+        state["boom"] = True
+        with self.assertRaises(KeyboardInterrupt):
+            self.s.update_pipeline()
+        with self.assertRaisesRegex(cdc.AutoCdcError, "no_such_table"):
+            self.s.sql("SELECT * FROM no_such_table")
+
         def fails(latest):
             raise ValueError("bad")
 

@@ -91,8 +91,13 @@ impl PyCdcSession {
         }
         let session = Arc::clone(&self.session);
         let runtime = Arc::clone(&self.runtime);
-        py.detach(move || runtime.block_on(work(session)))
-            .map_err(|e| take_interrupt().unwrap_or_else(|| engine_error(e)))
+        let result = py.detach(move || runtime.block_on(work(session)));
+        // (a call that reports a failed flow as a result, not an error —
+        // `update_pipeline` — raises the interrupt too)
+        match take_interrupt() {
+            Some(interrupt) => Err(interrupt),
+            None => result.map_err(engine_error),
+        }
     }
 }
 

@@ -3347,6 +3347,16 @@ async fn debezium_files_appended_to_are_read_on_from_where_they_were_read() {
     );
     let version = rows(&s, "SELECT max(commit_version) FROM event_log('t')").await;
 
+    // written anew, longer: what was read no longer ends a line there
+    let longer: String = (10..20)
+        .map(|i| format!("{}\n", pg_event("c", i, "zzzzzz", Some(200 + i))))
+        .collect();
+    std::fs::write(&file, longer).unwrap();
+    let e = error_of(&s, "REFRESH STREAMING TABLE t").await;
+    assert!(
+        e.contains("no longer ends a line") && e.contains("rewritten"),
+        "{e}"
+    );
     std::fs::write(&file, format!("{}\n", pg_event("c", 9, "z", Some(1)))).unwrap();
     let e = error_of(&s, "REFRESH STREAMING TABLE t").await;
     assert!(

@@ -73,11 +73,12 @@ async fn tables_update_in_dependency_order_and_failures_skip_their_readers() -> 
             .unwrap_or_else(|| panic!("{name} in {update:?}"))
     };
     assert_eq!(by_name("bronze").status, TableStatus::Failed);
+    // (the first line names the flow and says why, not only that it failed)
     assert!(
         by_name("bronze")
             .message
             .as_deref()
-            .is_some_and(|m| m.contains("NULL")),
+            .is_some_and(|m| m.contains("flow 'bronze': KEYS column 'id' is NULL")),
         "{update:?}"
     );
     assert_eq!(by_name("silver").status, TableStatus::Skipped);
@@ -319,5 +320,38 @@ async fn a_rejects_table_goes_with_its_target() -> Result<()> {
         .collect();
     assert_eq!(tables, ["t updated", "bad updated"]);
     assert_eq!(update.tables[1].runs[0].num_upserted_rows, 2);
+    Ok(())
+}
+
+/// A table whose flow fails with an error carrying context ("the update of
+/// 't' failed") says why on its row's first line too: the cause follows.
+#[tokio::test]
+async fn a_failed_table_says_why_on_its_row() -> Result<()> {
+    let dir = tempfile::tempdir()
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+    let landing = dir.path().join("landing");
+    std::fs::create_dir_all(&landing)?;
+    std::fs::write(landing.join("a.csv"), "id,v,seq\n1,a,1\n")?;
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await?;
+    run(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE landing (id INT, v TEXT, seq INT) STORED AS CSV \
+             LOCATION '{}/' OPTIONS ('format.has_header' 'true')",
+            landing.display()
+        ),
+    )
+    .await?;
+    run(&s, "CREATE STREAMING TABLE t").await?;
+    run(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM STREAM landing KEYS (id) SEQUENCE BY seq",
+    )
+    .await?;
+    std::fs::write(landing.join("b.csv"), "id,v,seq\n2,b,notanint\n")?;
+    let update = s.update_pipeline().await?;
+    let message = update.tables[0].message.clone().unwrap_or_default();
+    assert_eq!(update.tables[0].status, TableStatus::Failed);
+    assert!(message.contains("notanint"), "{message}");
     Ok(())
 }

@@ -44,7 +44,7 @@ use datafusion::datasource::provider_as_source;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{cast, col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use futures::{StreamExt, TryStreamExt};
-use object_store::{ObjectMeta, ObjectStore};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::checkpoint::SourceCheckpoint;
 use super::folders::new_files;
@@ -388,13 +388,30 @@ async fn part_to_read(
     if done == u64::MAX || done == meta.size {
         return Ok((done, done));
     }
+    let rewritten = |how: String| {
+        DataFusionError::Execution(format!(
+            "file '{name}' {how}: it was rewritten, and its events cannot be told from those \
+             read; nothing was committed (REFRESH ... FULL reads every file anew)"
+        ))
+    };
     if meta.size < done {
-        return Err(DataFusionError::Execution(format!(
-            "file '{name}' has {} bytes, fewer than the {done} read from it before: it was \
-             rewritten, and its events cannot be told from those read; nothing was \
-             committed (REFRESH ... FULL reads every file anew)",
+        return Err(rewritten(format!(
+            "has {} bytes, fewer than the {done} read from it before",
             meta.size
         )));
+    }
+    if done > 0 {
+        // what was read ended a line or a JSON value; a file written anew,
+        // longer, has anything there
+        let last = store
+            .get_range(&meta.location, done - 1..done)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if !matches!(last.first(), Some(b'\n' | b'}' | b'\r' | b' ' | b'\t')) {
+            return Err(rewritten(format!(
+                "no longer ends a line where the {done} bytes read from it before did"
+            )));
+        }
     }
     Ok((done, readable_end(&store, &meta, done).await?))
 }

@@ -539,9 +539,19 @@ impl CdcSession {
     }
 }
 
-/// The first line of an error's message.
+/// The first line of an error's message, with its root cause's when the
+/// first line is only a context ("the update of 't' failed") that does not
+/// say why.
 fn first_line(e: &DataFusionError) -> String {
-    e.to_string().lines().next().unwrap_or_default().to_string()
+    let text = e.to_string();
+    let top = text.lines().next().unwrap_or_default();
+    let root = e.find_root().message().into_owned();
+    let why = root.lines().next().unwrap_or_default();
+    if why.is_empty() || top.contains(why) {
+        top.to_string()
+    } else {
+        format!("{top}; cause: {why}")
+    }
 }
 
 /// The columns of `REFRESH PIPELINE`'s result: one row per table.

@@ -718,7 +718,7 @@ impl MovedKeys<'_> {
                 field.data_type().clone(),
             );
             moved.push((expr, old, now));
-            previous[position] = Some(checked);
+            previous[position] = Some(unsigned_zero(checked, field.data_type())?);
         }
         let complete = moved
             .iter()
@@ -765,6 +765,17 @@ impl MovedKeys<'_> {
             .union(deletes)?
             .build()
     }
+}
+
+/// `value`, of type `data_type`, with a float's -0.0 made 0.0 (keys: SQL
+/// equates the two, the folds compare keys by their bits); other types as
+/// they are.
+pub(crate) fn unsigned_zero(value: Expr, data_type: &DataType) -> Result<Expr> {
+    if !data_type.is_floating() {
+        return Ok(value);
+    }
+    let zero = cast(lit(0.0), data_type.clone());
+    when(value.clone().eq(zero.clone()), zero).otherwise(value)
 }
 
 /// Validate `spec` against its planned `source` and the `target` shape.
@@ -1220,16 +1231,11 @@ pub fn resolve(
     // does), while the folds compare keys by their bits
     for &i in &key_indices {
         let field = target_schema.field(i);
-        if field.data_type().is_floating() {
-            let value = cast(
-                Expr::Column(Column::new_unqualified(field.name())),
-                field.data_type().clone(),
-            );
-            let zero = cast(lit(0.0), field.data_type().clone());
-            projection[i] = when(value.clone().eq(zero.clone()), zero)
-                .otherwise(value)?
-                .alias(field.name());
-        }
+        let value = cast(
+            Expr::Column(Column::new_unqualified(field.name())),
+            field.data_type().clone(),
+        );
+        projection[i] = unsigned_zero(value, field.data_type())?.alias(field.name());
     }
     let num_target = projection.len();
     projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));

@@ -312,6 +312,12 @@ async fn foreign_commits(table: &DeltaTable, seen: i64, url: &url::Url) -> Resul
     } else {
         format!("the commit files _delta_log/{first:020}.json to {at:020}.json")
     };
+    // (a checkpoint the other writer made of those versions would load
+    // them still)
+    let files = format!(
+        "{files} (with any checkpoint of those versions, \
+         _delta_log/<version>.checkpoint.parquet, and then _delta_log/_last_checkpoint)"
+    );
     let what = if operations.is_empty() {
         String::new()
     } else {

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::fold::columns::{Kind, CHANGE_INSERT, KIND_COL, SEQ_COL};
 use crate::pipeline::deletion_vector_budget;
+use crate::spec::resolve::unsigned_zero;
 use crate::spec::FlowSpec;
 use crate::table::ScdTable;
 
@@ -40,7 +41,24 @@ pub(super) async fn insert_scd1(
     let schema = input.schema();
     let rows = InsertedRows::collect(input, &state).await?;
     let inserted = rows.count;
-    let source = || rows.scan();
+    // (a float key's -0.0 is its 0.0, as in flows)
+    let source = || -> Result<LogicalPlanBuilder> {
+        let scan = rows.scan()?;
+        let projection: Vec<Expr> = scan
+            .schema()
+            .iter()
+            .map(|(qualifier, field)| {
+                let value = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+                if keys.contains(field.name()) {
+                    let normal = unsigned_zero(value, field.data_type())?;
+                    Ok(normal.alias_qualified(qualifier.cloned(), field.name()))
+                } else {
+                    Ok(value)
+                }
+            })
+            .collect::<Result<_>>()?;
+        scan.project(projection)
+    };
     let key_of = |batch: &RecordBatch| -> Result<String> {
         let parts = keys
             .iter()

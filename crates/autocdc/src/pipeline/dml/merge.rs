@@ -63,6 +63,16 @@ use crate::table::ScdTable;
 /// The plan of `merge` on `table` (its clauses matched to the source rows
 /// now); it yields the number of target rows it updated, deleted or
 /// inserted.
+/// `value` with a float's -0.0 made 0.0 (keys: SQL equates the two, the
+/// folds compare keys by their bits).
+fn unsigned_zero(value: ScalarValue) -> ScalarValue {
+    match value {
+        ScalarValue::Float64(Some(v)) if v == 0.0 => ScalarValue::Float64(Some(0.0)),
+        ScalarValue::Float32(Some(v)) if v == 0.0 => ScalarValue::Float32(Some(0.0)),
+        other => other,
+    }
+}
+
 pub async fn merge(
     state: &SessionState,
     table: Arc<ScdTable>,
@@ -303,11 +313,16 @@ pub async fn merge(
                 }
                 MergeAction::Delete => deletes.push(target_key),
                 MergeAction::Insert { .. } => {
-                    let values: Vec<ScalarValue> = (0..user.fields().len())
+                    let mut values: Vec<ScalarValue> = (0..user.fields().len())
                         .map(|i| {
                             Ok(scalar(&format!("__i{n}_{i}"), row)?.unwrap_or(ScalarValue::Null))
                         })
                         .collect::<Result<_>>()?;
+                    // (a float key's -0.0 is its 0.0, as in flows)
+                    for &i in &key_index {
+                        values[i] =
+                            unsigned_zero(std::mem::replace(&mut values[i], ScalarValue::Null));
+                    }
                     let key: Vec<ScalarValue> =
                         key_index.iter().map(|&i| values[i].clone()).collect();
                     if key.iter().any(ScalarValue::is_null) {
