@@ -24,8 +24,8 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::decode::DebeziumLayout;
+use super::files::EventFile;
 use super::moved_keys::MovedKeys;
-use super::table::EventFile;
 use crate::table::reject_sink::UnreadableLines;
 
 /// Scans Debezium event files (see [`super::decode`]).

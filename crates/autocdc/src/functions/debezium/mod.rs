@@ -20,10 +20,12 @@
 
 pub(crate) mod decode;
 mod exec;
+mod files;
 mod known_columns;
 mod moved_keys;
 mod table;
 
 pub(crate) use exec::FileNames;
+pub(crate) use files::{list_event_files, readable_end, EventFile};
 pub use table::DebeziumFunction;
-pub(crate) use table::{list_event_files, readable_end, DebeziumTable, EventFile, FlowUse};
+pub(crate) use table::{DebeziumTable, FlowUse};
