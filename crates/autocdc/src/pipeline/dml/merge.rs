@@ -67,8 +67,9 @@ use crate::table::ScdTable;
 /// folds compare keys by their bits).
 fn unsigned_zero(value: ScalarValue) -> ScalarValue {
     match value {
-        ScalarValue::Float64(Some(v)) if v == 0.0 => ScalarValue::Float64(Some(0.0)),
-        ScalarValue::Float32(Some(v)) if v == 0.0 => ScalarValue::Float32(Some(0.0)),
+        // (-0.0 + 0.0 is 0.0; any other value stays as it is)
+        ScalarValue::Float64(Some(v)) => ScalarValue::Float64(Some(v + 0.0)),
+        ScalarValue::Float32(Some(v)) => ScalarValue::Float32(Some(v + 0.0)),
         other => other,
     }
 }
