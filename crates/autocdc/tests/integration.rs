@@ -3272,10 +3272,32 @@ async fn a_foreign_commit_at_the_path_is_refused_and_loses_nothing() {
     assert!(e.contains(refused) && e.contains(undo), "{e}");
     let e = error_of(&s, "REFRESH STREAMING TABLE t FULL").await;
     assert!(e.contains(refused), "{e}");
-    // a session opened after it: the table is not read
+    // a session opened after it: the table is not read; the others update
     let later = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
     let e = error_of(&later, "SELECT * FROM t").await;
     assert!(e.contains("not found"), "{e}");
+    exec(
+        &later,
+        "CREATE TABLE src2 (id INT, v TEXT, seq INT) AS VALUES (7, 'g', 1)",
+    )
+    .await;
+    exec(&later, "CREATE STREAMING TABLE other").await;
+    exec(
+        &later,
+        "CREATE FLOW o AS AUTO CDC INTO other FROM src2 KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let update = later.update_pipeline().await.unwrap();
+    let statuses: Vec<String> = update
+        .tables
+        .iter()
+        .map(|t| format!("{} {}", t.table, t.status.name()))
+        .collect();
+    assert_eq!(statuses, ["other updated", "t failed"]);
+    assert!(update.tables[1]
+        .message
+        .as_deref()
+        .is_some_and(|m| m.contains(refused)));
     // nothing was committed to the state store
     let (state, _) = open_raw(state_dir(&dir, "t")).await;
     assert_eq!(state.version(), Some(1));
@@ -3525,6 +3547,31 @@ async fn a_delta_table_another_tool_wrote_is_read_as_it_is() {
     );
     let e = error_of(&s, "REFRESH STREAMING TABLE ext").await;
     assert!(e.contains("a Delta table another tool wrote"), "{e}");
+    let e = error_of(&s, "INSERT INTO ext VALUES (3, 'c')").await;
+    assert!(e.contains("is read here only"), "{e}");
+    // the other tool writes on: each statement reads its latest version
+    let more = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![3])),
+            Arc::new(StringArray::from(vec!["c"])),
+        ],
+    )
+    .unwrap();
+    let url = url::Url::from_directory_path(&folder).unwrap();
+    deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .load()
+        .await
+        .unwrap()
+        .write([more])
+        .with_save_mode(deltalake_core::protocol::SaveMode::Append)
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, "SELECT count(*) FROM ext").await, ["| 3 |"]);
     exec(
         &s,
         &format!(
@@ -3533,5 +3580,51 @@ async fn a_delta_table_another_tool_wrote_is_read_as_it_is() {
         ),
     )
     .await;
-    assert_eq!(rows(&s, "SELECT count(*) FROM d").await, ["| 2 |"]);
+    assert_eq!(rows(&s, "SELECT count(*) FROM d").await, ["| 3 |"]);
+    let e = error_of(&s, "INSERT INTO d VALUES (4, 'd')").await;
+    assert!(e.contains("is read here only"), "{e}");
+}
+
+/// A Delta table of another tool with a column named as one of ours is
+/// still another tool's: read as it is, never taken for a streaming table
+/// of the earlier layout (whose flow would rewrite it, and whose DROP
+/// deletes the folder).
+#[tokio::test]
+async fn a_foreign_table_with_a_column_named_as_ours_is_still_foreign() {
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("public").join("kind");
+    std::fs::create_dir_all(&folder).unwrap();
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("__cdc_kind", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(StringArray::from(vec!["x", "y"])),
+        ],
+    )
+    .unwrap();
+    let url = url::Url::from_directory_path(&folder).unwrap();
+    deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .build()
+        .unwrap()
+        .write([batch])
+        .await
+        .unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&s, "SELECT * FROM kind ORDER BY id").await,
+        ["| 1 | x |", "| 2 | y |"]
+    );
+    let e = error_of(&s, "DROP STREAMING TABLE kind").await;
+    assert!(e.contains("does not exist"), "{e}");
+    assert!(folder.join("_delta_log").exists());
 }

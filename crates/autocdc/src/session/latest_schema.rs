@@ -24,6 +24,7 @@ use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::common::Result;
 use datafusion::logical_expr::TableType;
 
+use crate::table::foreign::ForeignDelta;
 use crate::table::{ScdTable, TableName};
 
 tokio::task_local! {
@@ -74,6 +75,13 @@ impl SchemaProvider for LatestSchema {
             .filter(|t| stale(t))
         {
             streaming.refresh().await?;
+        }
+        // (a Delta table another tool writes: its latest version too)
+        if let Some(foreign) = table
+            .as_ref()
+            .and_then(|t| t.downcast_ref::<ForeignDelta>())
+        {
+            foreign.refresh().await?;
         }
         Ok(table)
     }

@@ -100,7 +100,7 @@ impl CdcSession {
                 // table, read as deltalake reads it
                 .with_table_factory(
                     "DELTA".to_string(),
-                    Arc::new(deltalake_core::delta_datafusion::DeltaTableFactory {}),
+                    Arc::new(crate::table::foreign::ForeignDeltaFactory),
                 )
                 .with_config(
                     crate::config::with_autocdc_options(config.session_config)

@@ -225,6 +225,17 @@ impl CdcSession {
 
     /// The pipeline of the warehouse's streaming tables (of `schema` only).
     async fn pipeline_graph(&self, schema: Option<&str>) -> Result<PipelineGraph> {
+        Ok(self.pipeline_graph_and_unopened(schema).await?.0)
+    }
+
+    /// [`Self::pipeline_graph`], and the tables that cannot be opened (each
+    /// with why), which are no part of it: one such table does not keep
+    /// the others from updating, nor flows from being defined.
+    async fn pipeline_graph_and_unopened(
+        &self,
+        schema: Option<&str>,
+    ) -> Result<(PipelineGraph, Vec<(TableName, DataFusionError)>)> {
+        let mut unopened = Vec::new();
         let mut tables = Vec::new();
         let mut reads = BTreeSet::new();
         // a target's rejects table is written by the target's updates: not a
@@ -234,7 +245,13 @@ impl CdcSession {
             if schema.is_some_and(|s| name.schema != s) {
                 continue;
             }
-            let table = self.table(&name).await?;
+            let table = match self.table(&name).await {
+                Ok(table) => table,
+                Err(e) => {
+                    unopened.push((name, e));
+                    continue;
+                }
+            };
             let meta = table.meta();
             if takes_rejects(&meta.properties) {
                 rejects.insert(rejects_table_name(&name), BTreeSet::from([name.clone()]));
@@ -264,7 +281,9 @@ impl CdcSession {
         let members: BTreeSet<TableName> = tables.iter().map(|(n, _)| n.clone()).collect();
         let mut views = self.views_among(reads, &members).await?;
         views.extend(rejects);
-        PipelineGraph::with_views(tables.iter().map(|(n, f)| (n.clone(), f.iter())), &views)
+        let graph =
+            PipelineGraph::with_views(tables.iter().map(|(n, f)| (n.clone(), f.iter())), &views)?;
+        Ok((graph, unopened))
     }
 
     /// The session's views among `names` (none of `tables`, the
@@ -406,7 +425,7 @@ impl CdcSession {
         full: &FullRefresh,
         only_changed: bool,
     ) -> Result<PipelineUpdate> {
-        let graph = self.pipeline_graph(schema).await?;
+        let (graph, unopened) = self.pipeline_graph_and_unopened(schema).await?;
         let order = graph.order()?;
         let from_scratch: BTreeSet<TableName> = match full {
             FullRefresh::None => BTreeSet::new(),
@@ -488,7 +507,14 @@ impl CdcSession {
                 "pipeline update: '{name}' waited for a table that never ran"
             )));
         }
-        let tables = order.into_iter().filter_map(|t| done.remove(&t)).collect();
+        let mut tables: Vec<TableUpdate> =
+            order.into_iter().filter_map(|t| done.remove(&t)).collect();
+        tables.extend(unopened.into_iter().map(|(table, e)| TableUpdate {
+            table,
+            status: TableStatus::Failed,
+            runs: vec![],
+            message: Some(first_line(&e)),
+        }));
         Ok(PipelineUpdate { update_id, tables })
     }
 

@@ -17,6 +17,7 @@ pub mod deletion_vectors;
 pub mod event;
 mod file_tail;
 mod files;
+pub mod foreign;
 mod key_bloom;
 mod known_runs;
 mod log_cache;

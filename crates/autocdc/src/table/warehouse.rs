@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::datatypes::Schema;
+use arrow::datatypes::{DataType, Schema};
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, Result};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
@@ -25,6 +25,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
 use super::bucket::BUCKET_COL;
+use super::foreign::ForeignDelta;
 use super::log_cache::LogCachingStore;
 use super::published::{PublishedLocation, STATE_FOLDER, STATE_TABLE};
 use super::{delta_err, streaming_protocol};
@@ -286,14 +287,21 @@ impl Warehouse {
             .map_err(delta_err)?
             .snapshot()
             .arrow_schema();
-        Ok(schema.field_with_name(KIND_COL).is_err())
+        // (ours has every bookkeeping column, of its type; a table of
+        // another tool may have a column of one of those names)
+        let ours = |column: &str, data_type: &DataType| {
+            schema
+                .field_with_name(column)
+                .is_ok_and(|f| f.data_type() == data_type)
+        };
+        Ok(!(ours(KIND_COL, &DataType::Int8) && ours(BUCKET_COL, &DataType::Int32)))
     }
 
     /// A foreign Delta table in the warehouse ([`Self::is_foreign`]) as a
     /// read-only table: its latest version, read by deltalake.
     pub async fn foreign_provider(&self, name: &TableName) -> Result<Arc<dyn TableProvider>> {
         let table = self.legacy_builder(name)?.load().await.map_err(delta_err)?;
-        table.table_provider().await.map_err(delta_err)
+        Ok(Arc::new(ForeignDelta::new(name.to_string(), table).await?))
     }
 
     /// Whether `name` is a table of the earlier layout, written before
@@ -303,7 +311,8 @@ impl Warehouse {
     /// drop and re-create the table for the current one).
     pub async fn is_legacy(&self, name: &TableName) -> Result<bool> {
         Ok(!self.has_log(&self.state_url(name)?).await?
-            && self.has_log(&self.table_url(name)?).await?)
+            && self.has_log(&self.table_url(name)?).await?
+            && !self.is_foreign(name).await?)
     }
 
     /// A Delta table builder for a table of the earlier layout.
