@@ -3298,6 +3298,16 @@ async fn a_foreign_commit_at_the_path_is_refused_and_loses_nothing() {
         .message
         .as_deref()
         .is_some_and(|m| m.contains(refused)));
+    // (what `autocdc run` asks of the tables its files define)
+    let names: std::collections::BTreeSet<_> = ["t", "other"]
+        .iter()
+        .map(|n| datafusion_autocdc::table::TableName::parse(n).unwrap())
+        .collect();
+    let besides = later
+        .flows_besides(&names, &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(besides.len(), 1, "{besides:?}");
     // nothing was committed to the state store
     let (state, _) = open_raw(state_dir(&dir, "t")).await;
     assert_eq!(state.version(), Some(1));
@@ -3583,6 +3593,76 @@ async fn a_delta_table_another_tool_wrote_is_read_as_it_is() {
     assert_eq!(rows(&s, "SELECT count(*) FROM d").await, ["| 3 |"]);
     let e = error_of(&s, "INSERT INTO d VALUES (4, 'd')").await;
     assert!(e.contains("is read here only"), "{e}");
+    let e = error_of(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE d2 STORED AS DELTA LOCATION '{}' OPTIONS ('version' '0')",
+            folder.display()
+        ),
+    )
+    .await;
+    assert!(e.contains("option 'format.version' is not taken"), "{e}");
+
+    // one another tool writes after the session opened is not taken over
+    let later = dir.path().join("public").join("later");
+    std::fs::create_dir_all(&later).unwrap();
+    let one = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)])),
+        vec![Arc::new(Int64Array::from(vec![1]))],
+    )
+    .unwrap();
+    deltalake_core::DeltaTableBuilder::from_url(url::Url::from_directory_path(&later).unwrap())
+        .unwrap()
+        .build()
+        .unwrap()
+        .write([one])
+        .await
+        .unwrap();
+    let e = error_of(&s, "CREATE STREAMING TABLE later").await;
+    assert!(e.contains("holds a Delta table another tool wrote"), "{e}");
+    assert!(!later.join("_autocdc").exists());
+}
+
+/// A Delta table read with `STORED AS DELTA` in a session with no streaming
+/// table yet is read at its latest version at each statement too.
+#[tokio::test]
+async fn a_delta_table_read_with_stored_as_delta_stays_current() {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let batch = || {
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)])),
+            vec![Arc::new(Int64Array::from(vec![1]))],
+        )
+        .unwrap()
+    };
+    let url = url::Url::from_directory_path(dir.path()).unwrap();
+    let table = deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .build()
+        .unwrap()
+        .write([batch()])
+        .await
+        .unwrap();
+    let s = CdcSession::open(AutoCdcConfig::in_memory()).await.unwrap();
+    exec(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE e STORED AS DELTA LOCATION '{}'",
+            dir.path().display()
+        ),
+    )
+    .await;
+    assert_eq!(rows(&s, "SELECT count(*) FROM e").await, ["| 1 |"]);
+    table
+        .write([batch()])
+        .with_save_mode(deltalake_core::protocol::SaveMode::Append)
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, "SELECT count(*) FROM e").await, ["| 2 |"]);
 }
 
 /// A Delta table of another tool with a column named as one of ours is
@@ -3598,13 +3678,18 @@ async fn a_foreign_table_with_a_column_named_as_ours_is_still_foreign() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("public").join("kind");
     std::fs::create_dir_all(&folder).unwrap();
+    // (our columns by name and type, but not our partitioning)
     let batch = RecordBatch::try_new(
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, true),
-            Field::new("__cdc_kind", DataType::Utf8, true),
+            Field::new("__cdc_kind", DataType::Int8, true),
+            Field::new("__cdc_bucket", DataType::Int32, true),
+            Field::new("v", DataType::Utf8, true),
         ])),
         vec![
             Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(datafusion::arrow::array::Int8Array::from(vec![1, 1])),
+            Arc::new(datafusion::arrow::array::Int32Array::from(vec![0, 0])),
             Arc::new(StringArray::from(vec!["x", "y"])),
         ],
     )
@@ -3621,7 +3706,7 @@ async fn a_foreign_table_with_a_column_named_as_ours_is_still_foreign() {
         .await
         .unwrap();
     assert_eq!(
-        rows(&s, "SELECT * FROM kind ORDER BY id").await,
+        rows(&s, "SELECT id, v FROM kind ORDER BY id").await,
         ["| 1 | x |", "| 2 | y |"]
     );
     let e = error_of(&s, "DROP STREAMING TABLE kind").await;

@@ -25,6 +25,14 @@ impl CdcSession {
         if self.warehouse.exists(&c.name).await? {
             return self.create_existing(&c).await;
         }
+        // (one created since this session opened is not registered here)
+        if self.warehouse.is_foreign(&c.name).await? {
+            return Err(DataFusionError::Plan(format!(
+                "CREATE STREAMING TABLE {}: its folder holds a Delta table another tool \
+                 wrote, which is read here, never written; choose another name",
+                c.name
+            )));
+        }
         let reference = TableReference::partial(c.name.schema.clone(), c.name.table.clone());
         if self.ctx.table_exist(reference).unwrap_or(false) {
             return Err(DataFusionError::Plan(format!(

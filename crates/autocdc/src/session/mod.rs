@@ -122,6 +122,15 @@ impl CdcSession {
                 options.default_schema.clone(),
             )
         };
+        // the default schema looks its tables up at their latest version
+        // from the start (a Delta table read with STORED AS DELTA there,
+        // before any streaming table was attached, was read as it was
+        // when created)
+        if let Some(catalog) = ctx.catalog(&catalog) {
+            if let Some(latest) = catalog.schema(&schema).and_then(LatestSchema::wrap) {
+                catalog.register_schema(&schema, Arc::new(latest))?;
+            }
+        }
         let tables = TableRegistry::default();
         ctx.register_udtf(
             "table_changes",

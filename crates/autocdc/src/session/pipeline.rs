@@ -201,7 +201,12 @@ impl CdcSession {
             if !self.warehouse.exists(name).await? {
                 continue;
             }
-            for flow in self.table(name).await?.meta().flows.into_keys() {
+            // (a table that cannot be opened is a failed row of the
+            // pipeline update, not a reason to stop the run)
+            let Ok(table) = self.table(name).await else {
+                continue;
+            };
+            for flow in table.meta().flows.into_keys() {
                 if !flows.contains(&flow) {
                     besides.push((name.clone(), flow));
                 }

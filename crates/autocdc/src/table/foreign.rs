@@ -131,6 +131,30 @@ impl TableProviderFactory for ForeignDeltaFactory {
                 cmd.name
             );
         };
+        let refuse = |what: &str| {
+            plan_err!(
+                "CREATE EXTERNAL TABLE {} STORED AS DELTA: {what} (a Delta table is read at \
+                 its latest version, with its own columns and partitions)",
+                cmd.name
+            )
+        };
+        if !cmd.schema.fields().is_empty() {
+            return refuse("columns are not declared");
+        }
+        if !cmd.table_partition_cols.is_empty() {
+            return refuse("PARTITIONED BY is not taken");
+        }
+        // (time travel is `table_as_of` on streaming tables; here it would
+        // be ignored by the storage options)
+        if let Some(key) = cmd.options.keys().find(|k| {
+            let last = k.rsplit('.').next().unwrap_or(k).to_ascii_lowercase();
+            matches!(
+                last.as_str(),
+                "version" | "versionasof" | "timestampasof" | "timestamp"
+            )
+        }) {
+            return refuse(&format!("option '{key}' is not taken"));
+        }
         let url = ListingTableUrl::parse(location)?;
         let store = state.runtime_env().object_store(&url)?;
         let mut table_url: url::Url = AsRef::<url::Url>::as_ref(&url).clone();

@@ -282,11 +282,12 @@ impl Warehouse {
             return Ok(false);
         }
         let table = self.legacy_builder(name)?.load().await.map_err(delta_err)?;
-        let schema = table
-            .snapshot()
-            .map_err(delta_err)?
-            .snapshot()
-            .arrow_schema();
+        let snapshot = table.snapshot().map_err(delta_err)?;
+        // (ours is partitioned by bucket)
+        if snapshot.metadata().partition_columns() != [BUCKET_COL.to_string()] {
+            return Ok(true);
+        }
+        let schema = snapshot.snapshot().arrow_schema();
         // (ours has every bookkeeping column, of its type; a table of
         // another tool may have a column of one of those names)
         let ours = |column: &str, data_type: &DataType| {
