@@ -49,7 +49,12 @@ pub async fn register_warehouse(
     });
     ctx.register_object_store(found.warehouse.root(), found.warehouse.store());
     for table in found.warehouse.list_tables().await? {
-        found.load(table).await?;
+        // (a table that cannot be opened — another Delta writer committed
+        // to it, say — does not keep the others from being read; a query
+        // naming it says why)
+        if let Err(e) = found.load(table.clone()).await {
+            log::warn!("streaming table '{table}' cannot be opened: {e}");
+        }
     }
     let catalog = Arc::new(WarehouseCatalog {
         found: Arc::clone(&found),

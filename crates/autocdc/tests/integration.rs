@@ -3308,6 +3308,27 @@ async fn a_foreign_commit_at_the_path_is_refused_and_loses_nothing() {
         .await
         .unwrap();
     assert_eq!(besides.len(), 1, "{besides:?}");
+    // a plain DataFusion context with the warehouse as a catalog reads the
+    // others, and says why it cannot read `t`
+    let ctx = SessionContext::new();
+    datafusion_autocdc::catalog::register_warehouse(
+        &ctx,
+        "wh",
+        datafusion_autocdc::table::Warehouse::open(wh).unwrap(),
+    )
+    .await
+    .unwrap();
+    let read = ctx.sql("SELECT v FROM wh.public.other").await.unwrap();
+    assert_eq!(lines(&read.collect().await.unwrap()), ["| g |"]);
+    let e = match ctx.sql("SELECT * FROM wh.public.t").await {
+        Err(e) => e.to_string(),
+        Ok(df) => df
+            .collect()
+            .await
+            .map(|_| String::new())
+            .unwrap_or_else(|e| e.to_string()),
+    };
+    assert!(e.contains(refused), "{e}");
     // nothing was committed to the state store
     let (state, _) = open_raw(state_dir(&dir, "t")).await;
     assert_eq!(state.version(), Some(1));
