@@ -45,6 +45,20 @@ pub struct TableName {
     pub table: String,
 }
 
+/// What a `<schema>/<table>` folder of a warehouse holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Folder {
+    /// No Delta table.
+    Empty,
+    /// A streaming table: its state store under `_autocdc/state`.
+    Streaming,
+    /// A streaming table of the earlier layout: its state store is the
+    /// Delta table at the folder (our columns, partitioned by bucket).
+    Legacy,
+    /// A Delta table another tool wrote.
+    Foreign,
+}
+
 impl TableName {
     /// Build from normalised name parts (`[table]`, `[schema, table]` or
     /// `[catalog, schema, table]`).
@@ -265,37 +279,46 @@ impl Warehouse {
     /// Whether a streaming table exists at `name` (its state store, or a
     /// table of the earlier layout, see [`Self::is_legacy`]).
     pub async fn exists(&self, name: &TableName) -> Result<bool> {
-        if self.has_log(&self.state_url(name)?).await? {
-            return Ok(true);
-        }
-        Ok(self.has_log(&self.table_url(name)?).await? && !self.is_foreign(name).await?)
+        Ok(matches!(
+            self.folder(name).await?,
+            Folder::Streaming | Folder::Legacy
+        ))
     }
 
     /// Whether the Delta table at `name`'s folder was written by another
-    /// tool: it has no state store, and is no table of the earlier layout
-    /// either (whose rows carry our columns). Such a table is read as the
-    /// Delta table it is ([`Self::foreign_provider`]), never written.
+    /// tool (see [`Folder::Foreign`]). Such a table is read as the Delta
+    /// table it is ([`Self::foreign_provider`]), never written.
     pub async fn is_foreign(&self, name: &TableName) -> Result<bool> {
-        if self.has_log(&self.state_url(name)?).await?
-            || !self.has_log(&self.table_url(name)?).await?
-        {
-            return Ok(false);
+        Ok(self.folder(name).await? == Folder::Foreign)
+    }
+
+    /// What the folder of `name` holds.
+    async fn folder(&self, name: &TableName) -> Result<Folder> {
+        if self.has_log(&self.state_url(name)?).await? {
+            return Ok(Folder::Streaming);
+        }
+        if !self.has_log(&self.table_url(name)?).await? {
+            return Ok(Folder::Empty);
         }
         let table = self.legacy_builder(name)?.load().await.map_err(delta_err)?;
         let snapshot = table.snapshot().map_err(delta_err)?;
-        // (ours is partitioned by bucket)
-        if snapshot.metadata().partition_columns() != [BUCKET_COL.to_string()] {
-            return Ok(true);
-        }
+        // (ours is partitioned by bucket, and has every bookkeeping column
+        // of its type; a table of another tool may have a column of one of
+        // those names)
         let schema = snapshot.snapshot().arrow_schema();
-        // (ours has every bookkeeping column, of its type; a table of
-        // another tool may have a column of one of those names)
         let ours = |column: &str, data_type: &DataType| {
             schema
                 .field_with_name(column)
                 .is_ok_and(|f| f.data_type() == data_type)
         };
-        Ok(!(ours(KIND_COL, &DataType::Int8) && ours(BUCKET_COL, &DataType::Int32)))
+        let legacy = snapshot.metadata().partition_columns() == [BUCKET_COL.to_string()]
+            && ours(KIND_COL, &DataType::Int8)
+            && ours(BUCKET_COL, &DataType::Int32);
+        Ok(if legacy {
+            Folder::Legacy
+        } else {
+            Folder::Foreign
+        })
     }
 
     /// A foreign Delta table in the warehouse ([`Self::is_foreign`]) as a
@@ -311,9 +334,7 @@ impl Warehouse {
     /// a published table (`REFRESH ... FULL` does not change the layout;
     /// drop and re-create the table for the current one).
     pub async fn is_legacy(&self, name: &TableName) -> Result<bool> {
-        Ok(!self.has_log(&self.state_url(name)?).await?
-            && self.has_log(&self.table_url(name)?).await?
-            && !self.is_foreign(name).await?)
+        Ok(self.folder(name).await? == Folder::Legacy)
     }
 
     /// A Delta table builder for a table of the earlier layout.
@@ -333,27 +354,18 @@ impl Warehouse {
 
     /// Every streaming table stored in the warehouse.
     pub async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.list_folders(|w, name| Box::pin(async move { w.exists(&name).await }))
+        self.list_folders(&[Folder::Streaming, Folder::Legacy])
             .await
     }
 
     /// Every Delta table another tool wrote into the warehouse's folders
     /// ([`Self::is_foreign`]).
     pub async fn list_foreign_tables(&self) -> Result<Vec<TableName>> {
-        self.list_folders(|w, name| Box::pin(async move { w.is_foreign(&name).await }))
-            .await
+        self.list_folders(&[Folder::Foreign]).await
     }
 
-    /// The `<schema>/<table>` folders that `keep` says yes to, sorted.
-    async fn list_folders(
-        &self,
-        keep: impl for<'a> Fn(
-            &'a Self,
-            TableName,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<bool>> + Send + 'a>,
-        >,
-    ) -> Result<Vec<TableName>> {
+    /// The `<schema>/<table>` folders holding one of `kinds`, sorted.
+    async fn list_folders(&self, kinds: &[Folder]) -> Result<Vec<TableName>> {
         let root = self.prefix(&self.root)?;
         let mut names = Vec::new();
         let schemas = self
@@ -378,7 +390,7 @@ impl Warehouse {
                     schema: schema_name.clone(),
                     table: table_name,
                 };
-                if keep(self, name.clone()).await? {
+                if kinds.contains(&self.folder(&name).await?) {
                     names.push(name);
                 }
             }
