@@ -3275,7 +3275,10 @@ async fn a_foreign_commit_at_the_path_is_refused_and_loses_nothing() {
     // a session opened after it: the table is not read; the others update
     let later = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
     let e = error_of(&later, "SELECT * FROM t").await;
-    assert!(e.contains("not found"), "{e}");
+    assert!(
+        e.contains("'t' cannot be opened") && e.contains(refused),
+        "{e}"
+    );
     exec(
         &later,
         "CREATE TABLE src2 (id INT, v TEXT, seq INT) AS VALUES (7, 'g', 1)",
@@ -3298,6 +3301,11 @@ async fn a_foreign_commit_at_the_path_is_refused_and_loses_nothing() {
         .message
         .as_deref()
         .is_some_and(|m| m.contains(refused)));
+    let e = error_of(&later, "REFRESH PIPELINE public FULL (t)").await;
+    assert!(
+        e.contains("'t' cannot be opened, so it cannot be refreshed") && e.contains(refused),
+        "{e}"
+    );
     // (what `autocdc run` asks of the tables its files define)
     let names: std::collections::BTreeSet<_> = ["t", "other"]
         .iter()
@@ -3733,4 +3741,63 @@ async fn a_foreign_table_with_a_column_named_as_ours_is_still_foreign() {
     let e = error_of(&s, "DROP STREAMING TABLE kind").await;
     assert!(e.contains("does not exist"), "{e}");
     assert!(folder.join("_delta_log").exists());
+}
+
+/// A session that was open when another session (or process) created a
+/// streaming table, or another tool wrote a Delta table into the warehouse,
+/// reads it by name, its changes and its history (it said "not found" for
+/// the life of the session).
+#[tokio::test]
+async fn tables_created_after_a_session_opened_are_found_by_name() {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap();
+    let early = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    let other = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
+    exec(
+        &other,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+    )
+    .await;
+    exec(&other, "CREATE STREAMING TABLE late").await;
+    exec(
+        &other,
+        "CREATE FLOW f AS AUTO CDC INTO late FROM src KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq)",
+    )
+    .await;
+    assert_eq!(
+        rows(&early, "SELECT * FROM late ORDER BY id").await,
+        ["| 1 | a |", "| 2 | b |"]
+    );
+    assert_eq!(
+        rows(
+            &early,
+            "SELECT id, _change_type FROM table_changes('late', 0) ORDER BY id"
+        )
+        .await,
+        ["| 1 | insert |", "| 2 | insert |"]
+    );
+    exec(&early, "DELETE FROM late WHERE id = 1").await;
+    assert_eq!(rows(&other, "SELECT * FROM late").await, ["| 2 | b |"]);
+
+    // another tool's Delta table, written after the session opened
+    let folder = dir.path().join("public").join("ext");
+    std::fs::create_dir_all(&folder).unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
+    let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![7]))]).unwrap();
+    let url = url::Url::from_directory_path(&folder).unwrap();
+    deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .build()
+        .unwrap()
+        .write([batch])
+        .await
+        .unwrap();
+    assert_eq!(rows(&early, "SELECT * FROM ext").await, ["| 7 |"]);
+    // a name that is no table still says so
+    let e = error_of(&early, "SELECT * FROM nothing_here").await;
+    assert!(e.contains("not found"), "{e}");
 }

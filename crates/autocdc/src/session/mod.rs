@@ -70,6 +70,15 @@ impl std::fmt::Debug for CdcSession {
     }
 }
 
+/// Whether planning `e` failed on a table name it does not know
+/// (DataFusion's lookup, our table functions and DDL).
+fn names_unknown_table(e: &DataFusionError) -> bool {
+    let message = e.to_string();
+    (message.contains("table '") && message.contains("' not found"))
+        || message.contains("is not a streaming table")
+        || message.contains("no table of that name")
+}
+
 /// Names of `AUTO CDC (…)` relations while their query is planned.
 static RELATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -230,6 +239,62 @@ impl CdcSession {
     /// their result rows (one per flow run); everything else is
     /// `SessionContext::sql`.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        let unknown = match self.sql_once(sql).await {
+            Err(e) if names_unknown_table(&e) => e,
+            planned => return planned,
+        };
+        // a table another session or process created since this one looked:
+        // found now, and the statement planned again (a statement that names
+        // an unknown table fails before it runs anything); one that cannot be
+        // opened says why
+        let (found, unopened) = self.attach_new_tables().await?;
+        if found {
+            return self.sql_once(sql).await;
+        }
+        let message = unknown.to_string();
+        match unopened.into_iter().find(|(name, _)| {
+            message.contains(&format!("'{}'", name.table))
+                || message.contains(&format!(".{}'", name.table))
+        }) {
+            Some((name, e)) => Err(DataFusionError::Plan(format!(
+                "streaming table '{name}' cannot be opened: {e}"
+            ))),
+            None => Err(unknown),
+        }
+    }
+
+    /// Attach the tables of the warehouse this session has not seen (created
+    /// by another session or process since it opened): whether there was
+    /// one, and the tables that cannot be opened, with why.
+    async fn attach_new_tables(&self) -> Result<(bool, Vec<(TableName, DataFusionError)>)> {
+        let mut found = false;
+        let mut unopened = Vec::new();
+        for name in self.warehouse.list_tables().await? {
+            if self.streaming_table(&name).is_some() {
+                continue;
+            }
+            match self.attach(name.clone()).await {
+                Ok(_) => found = true,
+                Err(e) => unopened.push((name, e)),
+            }
+        }
+        for name in self.warehouse.list_foreign_tables().await? {
+            let reference = TableReference::partial(name.schema.clone(), name.table.clone());
+            if self.ctx.table_exist(reference).unwrap_or(false) {
+                continue;
+            }
+            match self.warehouse.foreign_provider(&name).await {
+                Ok(provider) => {
+                    self.register_in_schema(&name, provider)?;
+                    found = true;
+                }
+                Err(e) => unopened.push((name, e)),
+            }
+        }
+        Ok((found, unopened))
+    }
+
+    async fn sql_once(&self, sql: &str) -> Result<DataFrame> {
         let (dialect, normalize) = self.parser_options();
         match parse_cdc_statement(sql, &dialect, normalize)? {
             // a query with `FROM AUTO CDC (query) …` relations: each planned
@@ -532,6 +597,14 @@ impl CdcSession {
                  streaming table: it is read as it is (SELECT, a flow's FROM), never written here"
             )));
         }
+        let reference = TableReference::partial(name.schema.clone(), name.table.clone());
+        if self.ctx.table_exist(reference).unwrap_or(false) {
+            return Err(DataFusionError::Plan(format!(
+                "'{name}' is a table of this session (an external or registered table), not a \
+                 streaming table: only streaming tables are written by flows, UPDATE, DELETE, \
+                 MERGE and INSERT here"
+            )));
+        }
         Err(DataFusionError::Plan(format!(
             "'{name}' is not a streaming table: declare it with CREATE STREAMING TABLE {name}"
         )))
@@ -547,7 +620,9 @@ impl CdcSession {
         SessionState,
         Arc<dyn datafusion::physical_plan::ExecutionPlan>,
     )> {
-        let table = self.table(&merge.target).await?;
+        let table = self.table(&merge.target).await.map_err(|e| {
+            DataFusionError::Plan(format!("MERGE INTO {}: {}", merge.target, e.message()))
+        })?;
         table.refresh().await?;
         let state = self.dialect_state(&merge.dialect);
         // (boxed: the merge's planning is a large future, kept off the

@@ -438,6 +438,12 @@ impl CdcSession {
             FullRefresh::Tables(tables) => {
                 let mut set = BTreeSet::new();
                 for t in tables {
+                    if let Some((_, e)) = unopened.iter().find(|(name, _)| name == t) {
+                        return Err(DataFusionError::Plan(format!(
+                            "REFRESH PIPELINE … FULL ({t}): '{t}' cannot be opened, so it cannot be refreshed: {}",
+                            first_line(e)
+                        )));
+                    }
                     if !graph.upstream.contains_key(t) {
                         return Err(DataFusionError::Plan(format!(
                             "REFRESH PIPELINE … FULL ({t}): '{t}' is not a streaming table of the pipeline"
