@@ -3406,6 +3406,20 @@ async fn debezium_files_appended_to_are_read_on_from_where_they_were_read() {
         rows(&s, "SELECT * FROM t ORDER BY id").await,
         ["| 1 | b |", "| 2 | c |", "| 3 | d |"]
     );
+    // away from the folder while another file comes, then back: not read
+    // again (it was read from its start)
+    std::fs::rename(&file, dir.path().join("a.away")).unwrap();
+    std::fs::write(
+        events.join("b.json"),
+        format!("{}\n", pg_event("c", 4, "e", Some(105))),
+    )
+    .unwrap();
+    let refreshed = rows(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(refreshed, ["| f | 1 | 0 | 1 | 0 | 4 |"]);
+    std::fs::rename(dir.path().join("a.away"), &file).unwrap();
+    let refreshed = rows(&s, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(refreshed, ["| f | 0 | 0 | 0 | 0 | 5 |"]);
+    std::fs::remove_file(events.join("b.json")).unwrap();
     let version = rows(&s, "SELECT max(commit_version) FROM event_log('t')").await;
 
     // written anew, longer: what was read no longer ends a line there

@@ -30,15 +30,21 @@ pub(crate) struct NewFiles {
 /// The files of `listing` that are not in `read`, as a table of their own.
 /// Every column of it is nullable: the folder's schema was inferred from
 /// one file, and a newer file may hold NULLs where that one had none.
+///
+/// A file read once stays read, also if it leaves the folder for a while
+/// (moved away and back: not read again). An empty file is not read yet:
+/// its writer has created it and may not have written it (a Parquet file
+/// is written whole, and read once it has bytes).
 pub(crate) async fn new_files(
     state: &SessionState,
     listing: &ListingTable,
     read: &BTreeSet<String>,
 ) -> Result<NewFiles> {
-    let files = list_files(state, listing).await?;
+    let (files, empty) = list_files(state, listing).await?;
     let new: Vec<&(String, ListingTableUrl, i64)> = files
         .iter()
         .filter(|(location, _, _)| !read.contains(location))
+        .filter(|(location, _, _)| !empty.contains(location))
         .collect();
     let newest_ms = new.iter().map(|(_, _, modified)| *modified).max();
     let schema = all_nullable(listing.schema().as_ref());
@@ -54,18 +60,21 @@ pub(crate) async fn new_files(
         .with_schema(schema);
         Arc::new(ListingTable::try_new(config)?)
     };
+    let mut now_read = read.clone();
+    now_read.extend(new.into_iter().map(|(location, _, _)| location.clone()));
     Ok(NewFiles {
         provider,
-        read: files.into_iter().map(|(location, _, _)| location).collect(),
+        read: now_read,
         newest_ms,
     })
 }
 
-/// The data files of `listing`: location, URL, modification time (ms).
+/// The data files of `listing` (location, URL, modification time in ms),
+/// and the locations of those that are empty.
 async fn list_files(
     state: &SessionState,
     listing: &ListingTable,
-) -> Result<Vec<(String, ListingTableUrl, i64)>> {
+) -> Result<(Vec<(String, ListingTableUrl, i64)>, BTreeSet<String>)> {
     let extension = listing.options().file_extension.clone();
     // (as the table's own scans: files in sub-folders, a job's
     // `_temporary/` say, are not the table's unless the session says so)
@@ -74,6 +83,7 @@ async fn list_files(
         .execution
         .listing_table_ignore_subdirectory;
     let mut out = Vec::new();
+    let mut empty = BTreeSet::new();
     for url in listing.table_paths() {
         let store = state.runtime_env().object_store(url)?;
         // list the store itself: the session's listing cache may not know
@@ -101,6 +111,9 @@ async fn list_files(
             }
         };
         for meta in metas {
+            if meta.size == 0 {
+                empty.insert(meta.location.to_string());
+            }
             // the URL's path is decoded once to find the location: its `%`,
             // `?` and `#` (which would end a URL's path) and `\` (a `/` to
             // a URL) encoded
@@ -122,5 +135,5 @@ async fn list_files(
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out.dedup_by(|a, b| a.0 == b.0);
-    Ok(out)
+    Ok((out, empty))
 }

@@ -311,7 +311,9 @@ async fn debezium_changes(
         .map_err(|e| e.context(format!("flow '{}': debezium('{path}')", flow.name)))?;
     let mut old = Vec::new();
     let mut new = Vec::new();
-    let mut checkpoint = BTreeMap::new();
+    // (a file read before stays read while it is away from the folder: one
+    // moved out and back is read on from where it was read)
+    let mut checkpoint = read;
     for (meta, (done, end)) in files.into_iter().zip(ends) {
         if end > 0 {
             checkpoint.insert(meta.location.to_string(), end);
