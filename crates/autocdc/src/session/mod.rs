@@ -102,6 +102,12 @@ impl CdcSession {
         let runtime = RuntimeEnvBuilder::new()
             .with_cache_manager(CacheManagerConfig::default().with_list_files_cache_limit(0))
             .build_arc()?;
+        // without statistics of Parquet sources: DataFusion 55 takes a
+        // column whose footer statistics have one value and no NULLs as that
+        // constant, and Parquet statistics leave NaN out, so a column of
+        // 0.1 and NaN read 0.1 twice, into the target
+        let mut session_config = config.session_config;
+        session_config.options_mut().execution.collect_statistics = false;
         let mut builder = AutoCdc::install(
             SessionStateBuilder::new()
                 .with_runtime_env(runtime)
@@ -112,7 +118,7 @@ impl CdcSession {
                     Arc::new(crate::table::foreign::ForeignDeltaFactory),
                 )
                 .with_config(
-                    crate::config::with_autocdc_options(config.session_config)
+                    crate::config::with_autocdc_options(session_config)
                         .with_extension(Arc::new(SessionClock(Arc::clone(&config.clock)))),
                 )
                 .with_default_features(),
