@@ -16,7 +16,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::meta::MetadataChange;
-use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL};
+use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, SYSTEM_SEQ_COL};
 
 /// The target's state-store property naming its last rejects file.
 pub(crate) const PENDING_PROPERTY: &str = "autocdc.rejects.pending";
@@ -147,8 +147,20 @@ impl RejectSink {
                 parts.iter().map(|p| p.join(", ")),
             ))
         };
-        let sequence: ArrayRef = match text(SEQ_COL)? {
-            Some(values) => {
+        let sequence: ArrayRef = match (text(SEQ_COL)?, text(SYSTEM_SEQ_COL)?) {
+            // (BITEMPORAL: events that differ in their system sequence alone
+            // are two events, a correction and what it corrects)
+            // (the formatter shows a NULL as `NULL`)
+            (values, Some(system)) => {
+                let values = values.unwrap_or_else(|| vec!["NULL".to_string(); n]);
+                Arc::new(StringArray::from_iter_values(
+                    values
+                        .iter()
+                        .zip(&system)
+                        .map(|(v, s)| format!("{v} (system {s})")),
+                ))
+            }
+            (Some(values), None) => {
                 let seq = rows.column(schema.index_of(SEQ_COL)?);
                 Arc::new(StringArray::from_iter(
                     values
@@ -157,7 +169,7 @@ impl RejectSink {
                         .map(|(i, v)| seq.is_valid(i).then_some(v)),
                 ))
             }
-            None => Arc::new(StringArray::new_null(n)),
+            (None, None) => Arc::new(StringArray::new_null(n)),
         };
         let change: ArrayRef = match schema.index_of(KIND_COL) {
             Ok(index) => Arc::new(StringArray::from_iter(

@@ -8,7 +8,7 @@
 //! | `flow`           | `STRING` | the flow that brought the event                |
 //! | `reason`         | `STRING` | why it was rejected (`NULL sequence`, `NULL key column 'id'`, `expectation 'e' (…) DROP ROW`) |
 //! | `key`            | `STRING` | `k1=v1, k2=v2` (NULL for flows without keys)   |
-//! | `sequence`       | `STRING` | the event's sequence value, as text            |
+//! | `sequence`       | `STRING` | the event's sequence value, as text (BITEMPORAL: `seq (system s)`) |
 //! | `change`         | `STRING` | `UPSERT`, `DELETE` or `TRUNCATE`               |
 //! | `row`            | `STRING` | the event's target columns as a JSON object    |
 //! | `commit_version` | `BIGINT` | the target's commit that applied the update    |
