@@ -665,6 +665,15 @@ fn least_sequence(seq_type: &DataType) -> Option<datafusion::common::ScalarValue
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
             Some(datafusion::common::ScalarValue::Utf8(Some(String::new())))
         }
+        // (a STRUCT orders by its fields in turn: the least of each)
+        DataType::Struct(fields) => {
+            let children = fields
+                .iter()
+                .map(|f| least_sequence(f.data_type())?.to_array().ok())
+                .collect::<Option<Vec<_>>>()?;
+            let array = arrow::array::StructArray::try_new(fields.clone(), children, None).ok()?;
+            Some(datafusion::common::ScalarValue::Struct(Arc::new(array)))
+        }
         t => datafusion::common::ScalarValue::min(t),
     }
 }
