@@ -97,6 +97,17 @@ pub async fn plan_append(
                 field.name()
             )));
         }
+        if meta.user_schema.fields().is_empty()
+            && !crate::spec::resolve::delta_can_store(field.data_type())
+        {
+            return Err(DataFusionError::Plan(format!(
+                "flow '{}': column '{}' of the query has type {}, which a Delta table cannot \
+                 store: CAST it (to a TIMESTAMP, a BIGINT or a STRING, say), or leave it out",
+                flow.name,
+                field.name(),
+                field.data_type()
+            )));
+        }
         if let Ok(column) = user_schema.field_with_name(field.name()) {
             // (a fraction cut off, a boolean written as text: a changed value)
             if !compatible(field.data_type(), column.data_type()) {

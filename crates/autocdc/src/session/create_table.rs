@@ -210,6 +210,15 @@ impl CdcSession {
                     c.name
                 )));
             }
+            if !crate::spec::resolve::delta_can_store(field.data_type()) {
+                return Err(DataFusionError::Plan(format!(
+                    "streaming table '{}': column '{name}' has type {}, which a Delta table \
+                     cannot store: declare another type (a TIMESTAMP, a DECIMAL(38, s), a BIGINT or a \
+                     STRING, say)",
+                    c.name,
+                    field.data_type()
+                )));
+            }
             fields.push(Field::new(name, storage_type(field.data_type()), true));
         }
         Ok(fields)

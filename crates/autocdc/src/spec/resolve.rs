@@ -250,6 +250,12 @@ pub fn as_delta_stores(dt: &DataType) -> Option<DataType> {
     (&kernel).try_into_arrow().ok()
 }
 
+/// Whether a target can store a column of type `dt` (a Delta table has no
+/// time, duration, interval or Decimal256).
+pub(crate) fn delta_can_store(dt: &DataType) -> bool {
+    as_delta_stores(&mapped_type(dt)).is_some()
+}
+
 /// The type a source column is stored as, before Delta's own round trip
 /// ([`storage_type`]).
 fn mapped_type(dt: &DataType) -> DataType {
