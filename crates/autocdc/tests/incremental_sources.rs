@@ -426,3 +426,65 @@ async fn nan_in_a_parquet_source_is_read_as_nan() {
     .await;
     assert_eq!(rows(&s, "SELECT * FROM t ORDER BY id").await, expected);
 }
+
+/// A new file of a folder that cannot be read fails the update naming the
+/// file (DataFusion's readers name none: in a folder of many files the
+/// user could not tell which to fix), whether the folder is the flow's
+/// source or a stream of its query; nothing is committed, and once the
+/// file is fixed each file is read once.
+#[tokio::test]
+async fn a_folder_file_that_cannot_be_read_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("land");
+    std::fs::create_dir_all(&land).unwrap();
+    std::fs::write(land.join("f1.csv"), "id,v\n1,a\n").unwrap();
+    let s = open(dir.path()).await;
+    collect(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE land (id INT, v VARCHAR) STORED AS CSV LOCATION '{}/' \
+             OPTIONS ('format.has_header' 'true')",
+            land.display()
+        ),
+    )
+    .await;
+    collect(&s, "CREATE STREAMING TABLE t AS SELECT * FROM STREAM land").await;
+    collect(&s, "CREATE STREAMING TABLE u").await;
+    collect(
+        &s,
+        "CREATE FLOW fu AS AUTO CDC INTO u FROM land KEYS (id) SEQUENCE BY id",
+    )
+    .await;
+    std::fs::write(land.join("f2.csv"), "id,v\n2,b\n").unwrap();
+    std::fs::write(land.join("f3.csv"), "id,v\n3,c\nxx,d\n").unwrap();
+    std::fs::write(land.join("f4.csv"), "id,v\n4,d\n").unwrap();
+    let bad = format!(
+        "file:///{}/f3.csv",
+        land.display().to_string().trim_start_matches('/')
+    );
+    for (table, flow) in [("t", "t"), ("u", "fu")] {
+        let e = match s.sql(&format!("REFRESH STREAMING TABLE {table}")).await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{table}: no error"),
+        };
+        assert!(
+            e.contains(&format!(
+                "flow '{flow}': the update of '{table}' failed reading file '{bad}' of 'land'; nothing was committed"
+            )) && e.contains("'xx'"),
+            "{e}"
+        );
+    }
+    std::fs::write(land.join("f3.csv"), "id,v\n3,c\n").unwrap();
+    for table in ["t", "u"] {
+        collect(&s, &format!("REFRESH STREAMING TABLE {table}")).await;
+        assert_eq!(
+            rows(
+                &s,
+                &format!("SELECT id, count(*) FROM {table} GROUP BY id ORDER BY id")
+            )
+            .await,
+            ["| 1 | 1 |", "| 2 | 1 |", "| 3 | 1 |", "| 4 | 1 |"],
+            "{table}"
+        );
+    }
+}

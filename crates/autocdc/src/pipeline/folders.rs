@@ -137,3 +137,88 @@ async fn list_files(
     out.dedup_by(|a, b| a.0 == b.0);
     Ok((out, empty))
 }
+
+/// Which file of a folder a failed read failed on, when the error does not
+/// say (DataFusion's CSV, JSON and Parquet readers name no file): the flow
+/// `flow`'s folders' files not read yet (by its source checkpoint
+/// `checkpoint`) are read again one by one, up to the first that fails.
+/// Only after a failure that came from reading data, so the cost is that of
+/// a failed update's reading once more. `None`: no folder, or each file
+/// reads alone.
+pub(crate) async fn file_that_fails(
+    state: &SessionState,
+    flow: &crate::spec::FlowSpec,
+    checkpoint: Option<&str>,
+) -> Option<(String, DataFusionError)> {
+    use super::checkpoint::SourceCheckpoint;
+    use datafusion::physical_plan::execute_stream;
+    use futures::StreamExt;
+
+    let checkpoint: Option<SourceCheckpoint> =
+        checkpoint.and_then(|c| serde_json::from_str(c).ok());
+    let names = super::dependencies::flow_reads(flow).ok()?;
+    for name in names {
+        let reference =
+            datafusion::common::TableReference::partial(name.schema.clone(), name.table.clone());
+        let Ok(schema) = state.schema_for_ref(reference.clone()) else {
+            continue;
+        };
+        let Ok(Some(provider)) = schema.table(reference.table()).await else {
+            continue;
+        };
+        let Some(listing) = provider.downcast_ref::<ListingTable>() else {
+            continue;
+        };
+        let read: BTreeSet<String> = match &checkpoint {
+            Some(SourceCheckpoint::Files { files }) => files.clone(),
+            Some(SourceCheckpoint::Streams { folders, .. }) => folders
+                .iter()
+                .find(|(written, _)| {
+                    written.rsplit('.').next().map(|t| t.trim_matches('"'))
+                        == Some(name.table.as_str())
+                })
+                .map(|(_, files)| files.clone())
+                .unwrap_or_default(),
+            _ => BTreeSet::new(),
+        };
+        let Ok((files, empty)) = list_files(state, listing).await else {
+            continue;
+        };
+        let schema = all_nullable(listing.schema().as_ref());
+        for (location, url, _) in files {
+            if read.contains(&location) || empty.contains(&location) {
+                continue;
+            }
+            let shown = url.as_str().to_string();
+            let config = ListingTableConfig::new_with_multi_paths(vec![url])
+                .with_listing_options(listing.options().clone())
+                .with_schema(Arc::clone(&schema));
+            let failed = async {
+                let table = ListingTable::try_new(config)?;
+                let plan = table.scan(state, None, &[], None).await?;
+                let mut stream = execute_stream(plan, state.task_ctx())?;
+                while let Some(batch) = stream.next().await {
+                    batch?;
+                }
+                Ok::<(), DataFusionError>(())
+            }
+            .await;
+            if let Err(e) = failed {
+                return Some((format!("file '{shown}' of '{name}'"), e));
+            }
+        }
+    }
+    None
+}
+
+/// Whether `e` came from reading data (a reader's or the store's error),
+/// rather than from the rules of an update.
+pub(crate) fn is_read_error(e: &DataFusionError) -> bool {
+    matches!(
+        e.find_root(),
+        DataFusionError::ArrowError(..)
+            | DataFusionError::ParquetError(..)
+            | DataFusionError::ObjectStore(..)
+            | DataFusionError::IoError(..)
+    )
+}

@@ -115,7 +115,7 @@ pub mod dependencies;
 pub mod dml;
 mod fits;
 pub(crate) use fits::with_sequence_precision_checks;
-mod folders;
+pub(crate) mod folders;
 pub mod source;
 pub(crate) mod streams;
 

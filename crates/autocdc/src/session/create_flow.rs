@@ -9,6 +9,7 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::DataFrame;
 
 use crate::pipeline::append::plan_append;
+use crate::pipeline::folders::{file_that_fails, is_read_error};
 use crate::pipeline::streams::check_append_sources;
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::shared_target::check_joins_target;
@@ -16,7 +17,7 @@ use crate::spec::FlowSpec;
 use crate::table::commit::{Edit, EditKind, MetadataChange};
 use crate::table::delta_err;
 use crate::table::event::Operation;
-use crate::table::properties::FLOW_KEY_PREFIX;
+use crate::table::properties::{FLOW_KEY_PREFIX, SOURCE_CHECKPOINT_PREFIX};
 use crate::table::rejects::{deliver, rejects_table_name, takes_rejects};
 use crate::table::{ScdTable, TableName};
 
@@ -107,19 +108,31 @@ impl CdcSession {
         let named = format!("flow '{}'", spec.name);
         // rejects an interrupted update committed reach their table first
         self.deliver_rejects(table).await?;
-        let out = self
-            .run_flow_unnamed(table, spec, operation)
-            .await
-            .map_err(|e| {
-                if e.to_string().contains(&named) {
-                    e
-                } else {
-                    e.context(format!(
+        let out = match self.run_flow_unnamed(table, spec, operation).await {
+            Ok(out) => out,
+            Err(e) if e.to_string().contains(&named) => return Err(e),
+            Err(e) => {
+                // a reader's error names no file: find the one it failed on
+                let failed_file = match is_read_error(&e) {
+                    true => {
+                        let key = format!("{SOURCE_CHECKPOINT_PREFIX}{}", spec.name);
+                        let checkpoint = table.meta().properties.get(&key).cloned();
+                        file_that_fails(&self.ctx.state(), spec, checkpoint.as_deref()).await
+                    }
+                    false => None,
+                };
+                return Err(match failed_file {
+                    Some((file, cause)) => cause.context(format!(
+                        "{named}: the update of '{}' failed reading {file}; nothing was committed",
+                        table.name()
+                    )),
+                    None => e.context(format!(
                         "{named}: the update of '{}' failed; nothing was committed",
                         table.name()
-                    ))
-                }
-            })?;
+                    )),
+                });
+            }
+        };
         self.deliver_rejects(table).await.map_err(|e| {
             e.context(format!(
                 "{named}: the update of '{}' committed; its rejected events reach {} with the next update",
