@@ -3815,3 +3815,78 @@ async fn tables_created_after_a_session_opened_are_found_by_name() {
     let e = error_of(&early, "SELECT * FROM nothing_here").await;
     assert!(e.contains("not found"), "{e}");
 }
+
+/// Fails every request under one table's folder, as a folder without read
+/// permission does (`chmod 000`; the tests run as a user whom permissions
+/// may not stop).
+#[derive(Debug)]
+struct UnreadableFolder(&'static str);
+
+impl common::observed_store::Observer for UnreadableFolder {
+    fn request(&self, request: common::observed_store::Request<'_>) -> object_store::Result<()> {
+        use common::observed_store::Request;
+        let under = |p: &object_store::path::Path| p.as_ref().starts_with(self.0);
+        let refused = match request {
+            Request::Get { location, .. } | Request::Put { location } => under(location),
+            Request::List { prefix } => prefix.is_some_and(under),
+            Request::Other => false,
+        };
+        match refused {
+            true => Err(object_store::Error::Generic {
+                store: "local",
+                source: "Permission denied (os error 13)".into(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// One table whose folder cannot be read does not close the warehouse (it
+/// stopped every statement, a SELECT of another table included): the
+/// others are read and updated, the pipeline says why that one failed.
+#[tokio::test]
+async fn a_table_folder_that_cannot_be_read_does_not_close_the_warehouse() {
+    use std::sync::Arc;
+    let memory = Arc::new(object_store::memory::InMemory::new());
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(memory.clone()))
+        .await
+        .unwrap();
+    exec(&s, "CREATE TABLE src (id INT, seq INT) AS VALUES (1, 1)").await;
+    for t in ["a", "b"] {
+        exec(&s, &format!("CREATE STREAMING TABLE {t}")).await;
+        exec(
+            &s,
+            &format!("CREATE FLOW f{t} AS AUTO CDC INTO {t} FROM src KEYS (id) SEQUENCE BY seq"),
+        )
+        .await;
+    }
+    let store = Arc::new(common::observed_store::ObservedStore::new(
+        memory,
+        UnreadableFolder("public/a/"),
+    ));
+    let later = CdcSession::open(AutoCdcConfig::in_memory_on(store))
+        .await
+        .unwrap();
+    assert_eq!(rows(&later, "SELECT * FROM b").await, ["| 1 | 1 |"]);
+    let e = error_of(&later, "SELECT * FROM a").await;
+    assert!(
+        e.contains("'a' cannot be opened") && e.contains("Permission denied"),
+        "{e}"
+    );
+    exec(
+        &later,
+        "CREATE TABLE src (id INT, seq INT) AS VALUES (2, 1)",
+    )
+    .await;
+    let update = later.update_pipeline().await.unwrap();
+    let statuses: Vec<String> = update
+        .tables
+        .iter()
+        .map(|t| format!("{} {}", t.table, t.status.name()))
+        .collect();
+    assert_eq!(statuses, ["b updated", "a failed"]);
+    assert_eq!(
+        rows(&later, "SELECT * FROM b ORDER BY id").await,
+        ["| 1 | 1 |", "| 2 | 1 |"]
+    );
+}

@@ -260,7 +260,7 @@ pub async fn commit_written(
             flow: request.flow.name.clone(),
             target: request.target.to_string(),
             conflict: lost_a_race(&e),
-            cause: e.to_string(),
+            cause: commit_error_text(&e),
         })?;
     request.table.committed(commit.snapshot()).await?;
     request
@@ -513,8 +513,9 @@ impl Edit {
             .await
             .map_err(|e| {
                 DataFusionError::Execution(format!(
-                    "commit to '{}' failed: {e}; nothing of this statement was committed{}",
+                    "commit to '{}' failed: {}; nothing of this statement was committed{}",
                     table.name(),
+                    commit_error_text(&e),
                     match lost_a_race(&e) {
                         true => " (another writer committed first): run it again",
                         false => "",
@@ -849,6 +850,18 @@ async fn write_routed(
 
 /// Whether a failed commit lost a race with another writer (running it
 /// again may succeed), rather than being refused for what it holds.
+/// What a failed Delta commit says, on one line and without deltalake's
+/// advice (`Help: … the isolation level can be set to Snapshot Isolation`,
+/// a setting of deltalake's that statements here do not take).
+pub(crate) fn commit_error_text(error: &deltalake_core::DeltaTableError) -> String {
+    let text = error.to_string();
+    let text = match text.find("Help:") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn lost_a_race(error: &deltalake_core::DeltaTableError) -> bool {
     use deltalake_core::kernel::transaction::TransactionError;
     matches!(
@@ -866,6 +879,21 @@ mod tests {
     use super::*;
     use arrow::array::Int64Array;
     use arrow::datatypes::Int64Type;
+
+    /// A commit that lost a race says so in one line, without deltalake's
+    /// advice to change an isolation level statements here do not take.
+    #[test]
+    fn a_lost_race_is_told_in_one_line_without_deltalakes_advice() {
+        use deltalake_core::kernel::transaction::{CommitConflictError, TransactionError};
+        let e = deltalake_core::DeltaTableError::Transaction {
+            source: TransactionError::CommitConflict(CommitConflictError::ConcurrentDeleteRead),
+        };
+        assert!(e.to_string().contains("Snapshot Isolation"), "{e}");
+        let text = commit_error_text(&e);
+        assert!(!text.contains("Help") && !text.contains('\n'), "{text}");
+        assert!(text.contains("deleted data this operation read"), "{text}");
+        assert!(lost_a_race(&e));
+    }
 
     /// Rows selected in one run are a slice of the batch (no copy); others
     /// are a filtered copy; either way the rows and buckets a filter gives.

@@ -705,7 +705,8 @@ async fn commit(
     match result {
         Ok(done) => Ok(Some(done.version())),
         Err(e) => Err(PublishError::Commit(DataFusionError::Execution(format!(
-            "publishing the table's new state failed: {e}; the update itself is committed, and the next update or opening of the table publishes it"
+            "publishing the table's new state failed: {}; the update itself is committed, and the next update or opening of the table publishes it",
+            super::commit::commit_error_text(&e)
         )))),
     }
 }

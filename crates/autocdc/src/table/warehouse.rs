@@ -390,8 +390,17 @@ impl Warehouse {
                     schema: schema_name.clone(),
                     table: table_name,
                 };
-                if kinds.contains(&self.folder(&name).await?) {
-                    names.push(name);
+                match self.folder(&name).await {
+                    Ok(kind) if kinds.contains(&kind) => names.push(name),
+                    Ok(_) => {}
+                    // a folder that cannot be looked into (its permissions,
+                    // say) does not close the warehouse: a streaming table
+                    // that cannot be opened, whose opening says why
+                    Err(e) if kinds.contains(&Folder::Streaming) => {
+                        log::debug!("table folder '{name}' cannot be looked into: {e}");
+                        names.push(name);
+                    }
+                    Err(_) => {}
                 }
             }
         }
