@@ -487,4 +487,34 @@ async fn a_folder_file_that_cannot_be_read_is_named() {
             "{table}"
         );
     }
+
+    // a failure of the query, not of a file, blames no file (one whose
+    // column the query leaves out does not read, alone, as the query does)
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("a.csv"), "id,v\n1,10\n").unwrap();
+    collect(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE other (id INT, v INT) STORED AS CSV LOCATION '{}/' \
+             OPTIONS ('format.has_header' 'true')",
+            other.display()
+        ),
+    )
+    .await;
+    collect(
+        &s,
+        "CREATE STREAMING TABLE c AS SELECT id, 10 / (id - 5) AS r FROM STREAM other",
+    )
+    .await;
+    std::fs::write(other.join("b.csv"), "id,v\n2,abc\n").unwrap();
+    std::fs::write(other.join("c.csv"), "id,v\n5,1\n").unwrap();
+    let e = match s.sql("REFRESH STREAMING TABLE c").await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("no error"),
+    };
+    assert!(
+        e.contains("Divide by zero") && !e.contains("reading file"),
+        "{e}"
+    );
 }

@@ -3814,18 +3814,55 @@ async fn tables_created_after_a_session_opened_are_found_by_name() {
     // a name that is no table still says so
     let e = error_of(&early, "SELECT * FROM nothing_here").await;
     assert!(e.contains("not found"), "{e}");
+
+    // a statement that may have committed before it failed is not run
+    // again: a refresh whose second flow's source is gone commits its
+    // first flow once (it ran twice when another table had come meanwhile)
+    exec(
+        &early,
+        "CREATE TABLE a1 (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1)",
+    )
+    .await;
+    exec(
+        &early,
+        "CREATE TABLE a2 (id INT, v TEXT, seq INT) AS VALUES (2, 'b', 1)",
+    )
+    .await;
+    exec(&early, "CREATE STREAMING TABLE two").await;
+    for (flow, source) in [("f1", "a1"), ("f2", "a2")] {
+        exec(
+            &early,
+            &format!(
+                "CREATE FLOW {flow} AS AUTO CDC INTO two FROM {source} KEYS (id) SEQUENCE BY seq"
+            ),
+        )
+        .await;
+    }
+    exec(&early, "DROP TABLE a2").await;
+    exec(&other, "CREATE STREAMING TABLE later_still").await;
+    let before = rows(&early, "SELECT count(*) FROM event_log('two')").await;
+    let e = error_of(&early, "REFRESH STREAMING TABLE two").await;
+    assert!(e.contains("a2"), "{e}");
+    let refreshes = rows(
+        &early,
+        "SELECT flow, count(*) FROM event_log('two') WHERE operation = 'REFRESH' GROUP BY flow",
+    )
+    .await;
+    assert_eq!(refreshes, ["| f1 | 1 |"], "{before:?}");
 }
 
 /// Fails every request under one table's folder, as a folder without read
 /// permission does (`chmod 000`; the tests run as a user whom permissions
 /// may not stop).
 #[derive(Debug)]
-struct UnreadableFolder(&'static str);
+struct UnreadableFolder(&'static [&'static str]);
 
 impl common::observed_store::Observer for UnreadableFolder {
     fn request(&self, request: common::observed_store::Request<'_>) -> object_store::Result<()> {
         use common::observed_store::Request;
-        let under = |p: &object_store::path::Path| p.as_ref().starts_with(self.0);
+        let under = |p: &object_store::path::Path| {
+            self.0.iter().any(|folder| p.as_ref().starts_with(folder))
+        };
         let refused = match request {
             Request::Get { location, .. } | Request::Put { location } => under(location),
             Request::List { prefix } => prefix.is_some_and(under),
@@ -3860,9 +3897,19 @@ async fn a_table_folder_that_cannot_be_read_does_not_close_the_warehouse() {
         )
         .await;
     }
+    // (and a folder of another user's beside the schemas, as a volume's
+    // `lost+found`)
+    use object_store::ObjectStoreExt;
+    memory
+        .put(
+            &"lost+found/x".into(),
+            bytes::Bytes::from_static(b"x").into(),
+        )
+        .await
+        .unwrap();
     let store = Arc::new(common::observed_store::ObservedStore::new(
         memory,
-        UnreadableFolder("public/a/"),
+        UnreadableFolder(&["public/a/", "lost+found"]),
     ));
     let later = CdcSession::open(AutoCdcConfig::in_memory_on(store))
         .await
@@ -3889,4 +3936,63 @@ async fn a_table_folder_that_cannot_be_read_does_not_close_the_warehouse() {
         rows(&later, "SELECT * FROM b ORDER BY id").await,
         ["| 1 | 1 |", "| 2 | 1 |"]
     );
+}
+
+/// Another tool's Delta table with a float column of one number and NaN is
+/// read as it is: DataFusion 55 took the column for a constant from the
+/// files' statistics that deltalake gives (which leave NaN out).
+#[tokio::test]
+async fn nan_in_another_tools_delta_table_is_read_as_nan() {
+    use datafusion::arrow::array::{Float64Array, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("public").join("ext");
+    std::fs::create_dir_all(&folder).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("v", DataType::Float64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(Float64Array::from(vec![1.5, f64::NAN])),
+        ],
+    )
+    .unwrap();
+    let url = url::Url::from_directory_path(&folder).unwrap();
+    deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .build()
+        .unwrap()
+        .write([batch])
+        .await
+        .unwrap();
+    let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
+        .await
+        .unwrap();
+    let expected = ["| 1 | 1.5 |", "| 2 | NaN |"];
+    assert_eq!(rows(&s, "SELECT * FROM ext ORDER BY id").await, expected);
+    assert_eq!(
+        rows(&s, "SELECT count(*) FROM ext WHERE v = 1.5").await,
+        ["| 1 |"]
+    );
+    exec(
+        &s,
+        &format!(
+            "CREATE EXTERNAL TABLE dx STORED AS DELTA LOCATION '{}'",
+            folder.display()
+        ),
+    )
+    .await;
+    assert_eq!(rows(&s, "SELECT * FROM dx ORDER BY id").await, expected);
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM ext KEYS (id) SEQUENCE BY id",
+    )
+    .await;
+    assert_eq!(rows(&s, "SELECT * FROM t ORDER BY id").await, expected);
 }

@@ -79,7 +79,7 @@ pub(super) fn with_fit_checks(
             _ => lit(false),
         };
         let misfit = value.clone().is_not_null().and(kept.is_null().or(lost));
-        checks.push(raise_if(when(misfit, message).end()?));
+        checks.push((field.name().clone(), raise_if(when(misfit, message).end()?)));
     }
     filtered(source, checks)
 }
@@ -112,18 +112,46 @@ pub(crate) fn with_sequence_precision_checks(
             continue;
         };
         let prefix = format!("flow '{}': {clause} value ", flow.name);
-        checks.extend(microsecond_check(field, prefix, why)?);
+        if let Some(check) = microsecond_check(field, prefix, why)? {
+            checks.push((field.name().clone(), check));
+        }
     }
     filtered(source, checks)
 }
 
-/// `source` filtered by every one of `checks` (each keeps every row or
-/// fails), or as it is without any.
-fn filtered(source: LogicalPlan, checks: Vec<Expr>) -> Result<LogicalPlan> {
-    match checks.into_iter().reduce(Expr::and) {
-        None => Ok(source),
-        Some(check) => LogicalPlanBuilder::from(source).filter(check)?.build(),
+/// `source` with each of `checks` (a column's name and a check of its
+/// values, `true` or a failure) made where the column is read:
+/// `CASE WHEN check THEN c END AS c`, or `source` as it is without any.
+///
+/// A check is part of its column's value rather than a filter of its own:
+/// the optimizers would merge such a filter into the source query's
+/// `WHERE` (`autocdc_raise(…) AND v = 1`), whose `AND` evaluates both
+/// sides over whole batches, so that a row the query leaves out failed the
+/// update. A projection of every column sees the rows the filters below it
+/// kept, and is not moved below them.
+fn filtered(source: LogicalPlan, checks: Vec<(String, Expr)>) -> Result<LogicalPlan> {
+    if checks.is_empty() {
+        return Ok(source);
     }
+    let columns = source
+        .schema()
+        .columns()
+        .into_iter()
+        .map(|column| {
+            let check = checks
+                .iter()
+                .filter(|(name, _)| *name == column.name)
+                .map(|(_, check)| check.clone())
+                .reduce(Expr::and);
+            let name = column.name.clone();
+            let value = Expr::Column(column);
+            Ok(match check {
+                Some(check) => when(check, value).end()?.alias(name),
+                None => value,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    LogicalPlanBuilder::from(source).project(columns)?.build()
 }
 
 /// The check of one nanosecond timestamp column (`None` for another type):

@@ -138,18 +138,22 @@ async fn list_files(
     Ok((out, empty))
 }
 
-/// Which file of a folder a failed read failed on, when the error does not
-/// say (DataFusion's CSV, JSON and Parquet readers name no file): the flow
-/// `flow`'s folders' files not read yet (by its source checkpoint
-/// `checkpoint`) are read again one by one, up to the first that fails.
-/// Only after a failure that came from reading data, so the cost is that of
-/// a failed update's reading once more. `None`: no folder, or each file
-/// reads alone.
+/// Which file of a folder a failed read (`failure`) failed on, when the
+/// error does not say (DataFusion's CSV, JSON and Parquet readers name no
+/// file): the flow `flow`'s folders' files not read yet (by its source
+/// checkpoint `checkpoint`) are read again one by one, up to the first that
+/// fails as `failure` did (the same error at its root: a file that fails
+/// otherwise — in a column the flow's query leaves out, say — is not
+/// blamed). Only after a failure that came from reading data
+/// ([`is_read_error`]), so the cost is that of a failed update's reading
+/// once more. `None`: no folder, or no file fails so alone.
 pub(crate) async fn file_that_fails(
     state: &SessionState,
     flow: &crate::spec::FlowSpec,
     checkpoint: Option<&str>,
+    failure: &DataFusionError,
 ) -> Option<(String, DataFusionError)> {
+    let cause = failure.find_root().to_string();
     use super::checkpoint::SourceCheckpoint;
     use datafusion::physical_plan::execute_stream;
     use futures::StreamExt;
@@ -203,22 +207,33 @@ pub(crate) async fn file_that_fails(
                 Ok::<(), DataFusionError>(())
             }
             .await;
-            if let Err(e) = failed {
-                return Some((format!("file '{shown}' of '{name}'"), e));
+            match failed {
+                Err(e) if e.find_root().to_string() == cause => {
+                    return Some((format!("file '{shown}' of '{name}'"), e));
+                }
+                _ => {}
             }
         }
     }
     None
 }
 
-/// Whether `e` came from reading data (a reader's or the store's error),
-/// rather than from the rules of an update.
+/// Whether `e` may have come from reading data (a reader's or the store's
+/// error), rather than from the rules of an update or a computation of the
+/// query (a division by zero, an overflow).
 pub(crate) fn is_read_error(e: &DataFusionError) -> bool {
-    matches!(
-        e.find_root(),
-        DataFusionError::ArrowError(..)
-            | DataFusionError::ParquetError(..)
-            | DataFusionError::ObjectStore(..)
-            | DataFusionError::IoError(..)
-    )
+    use arrow::error::ArrowError;
+    match e.find_root() {
+        DataFusionError::ArrowError(e, _) => !matches!(
+            e.as_ref(),
+            ArrowError::DivideByZero
+                | ArrowError::ArithmeticOverflow(_)
+                | ArrowError::ComputeError(_)
+                | ArrowError::NotYetImplemented(_)
+        ),
+        DataFusionError::ParquetError(..)
+        | DataFusionError::ObjectStore(..)
+        | DataFusionError::IoError(..) => true,
+        _ => false,
+    }
 }

@@ -117,7 +117,7 @@ impl CdcSession {
                     true => {
                         let key = format!("{SOURCE_CHECKPOINT_PREFIX}{}", spec.name);
                         let checkpoint = table.meta().properties.get(&key).cloned();
-                        file_that_fails(&self.ctx.state(), spec, checkpoint.as_deref()).await
+                        file_that_fails(&self.ctx.state(), spec, checkpoint.as_deref(), &e).await
                     }
                     false => None,
                 };

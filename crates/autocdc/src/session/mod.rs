@@ -250,23 +250,52 @@ impl CdcSession {
             planned => return planned,
         };
         // a table another session or process created since this one looked:
-        // found now, and the statement planned again (a statement that names
-        // an unknown table fails before it runs anything); one that cannot be
-        // opened says why
+        // found now, and the statement planned again — unless it may have
+        // committed something before it failed (a refresh of several flows,
+        // a restore, an EXPLAIN ANALYZE: the others fail on an unknown name
+        // when they are planned, before they run anything); one that cannot
+        // be opened says why
         let (found, unopened) = self.attach_new_tables().await?;
-        if found {
+        if found && self.may_run_again(sql) {
             return self.sql_once(sql).await;
         }
+        // (the name as the error quotes it: qualified, or bare in the
+        // default schema)
         let message = unknown.to_string();
+        let default_schema = self
+            .ctx
+            .state()
+            .config()
+            .options()
+            .catalog
+            .default_schema
+            .clone();
         match unopened.into_iter().find(|(name, _)| {
-            message.contains(&format!("'{}'", name.table))
-                || message.contains(&format!(".{}'", name.table))
+            let qualified = format!("{}.{}'", name.schema, name.table);
+            message.contains(&format!("'{qualified}"))
+                || message.contains(&format!(".{qualified}"))
+                || (name.schema == default_schema && message.contains(&format!("'{}'", name.table)))
         }) {
             Some((name, e)) => Err(DataFusionError::Plan(format!(
                 "streaming table '{name}' cannot be opened: {e}"
             ))),
             None => Err(unknown),
         }
+    }
+
+    /// Whether `sql`, which failed naming an unknown table, committed nothing
+    /// before it did (see [`Self::sql`]).
+    fn may_run_again(&self, sql: &str) -> bool {
+        let (dialect, normalize) = self.parser_options();
+        !matches!(
+            parse_cdc_statement(sql, &dialect, normalize),
+            Ok(Some(
+                CdcStatement::Refresh { .. }
+                    | CdcStatement::RefreshPipeline { .. }
+                    | CdcStatement::Restore { .. }
+                    | CdcStatement::Explain { .. }
+            ))
+        )
     }
 
     /// Attach the tables of the warehouse this session has not seen (created

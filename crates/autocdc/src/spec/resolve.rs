@@ -1164,12 +1164,17 @@ pub fn resolve(
         .map(|f| f.name().clone())
         .collect();
     if spec.stored_as_scd_type != ScdType::Type1 {
+        // (what orders a snapshot flow's versions is its snapshots' version)
+        let ordered_by = match &spec.source {
+            FlowSource::Snapshot { .. } | FlowSource::SnapshotFunction => "the snapshot version",
+            _ => "SEQUENCE BY",
+        };
         match &target.start_at_type {
             Some(t) if *t != sequence_type => {
-                return Err(flow_err(flow, "STORED AS SCD TYPE 2", format!("the target's __START_AT and __END_AT have type {t}, but SEQUENCE BY has type {sequence_type}")));
+                return Err(flow_err(flow, "STORED AS SCD TYPE 2", format!("the target's __START_AT and __END_AT have type {t}, but {ordered_by} has type {sequence_type}")));
             }
             None if target.declared => {
-                return Err(flow_err(flow, "STORED AS SCD TYPE 2", format!("the declared target must include the columns __START_AT and __END_AT with the SEQUENCE BY type {sequence_type}")));
+                return Err(flow_err(flow, "STORED AS SCD TYPE 2", format!("the declared target must include the columns __START_AT and __END_AT with the type of {ordered_by}, {sequence_type}")));
             }
             _ => {}
         }

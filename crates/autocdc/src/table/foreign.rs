@@ -21,6 +21,50 @@ use deltalake_core::DeltaTable;
 
 use super::{delta_err, table_builder};
 
+/// `plan` with the statistics of its Parquet files left out: DataFusion 55
+/// reads a column whose file statistics hold one value and no NULLs as that
+/// value, and Delta's statistics (as Parquet's) leave NaN out, so a file of
+/// `1.5` and `NaN` read `1.5` twice (sessions turn statistics off for
+/// folders, `datafusion.execution.collect_statistics`; deltalake gives them
+/// from the log).
+fn without_file_statistics(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig};
+    use datafusion::datasource::source::DataSourceExec;
+    plan.transform_down(|node| {
+        let Some(config) = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|source| source.data_source().downcast_ref::<FileScanConfig>())
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let files = || config.file_groups.iter().flat_map(|g| g.files());
+        if files().all(|f| f.statistics.is_none()) {
+            return Ok(Transformed::no(node));
+        }
+        let mut config = config.clone();
+        config.file_groups = config
+            .file_groups
+            .iter()
+            .map(|group| {
+                FileGroup::new(
+                    group
+                        .files()
+                        .iter()
+                        .map(|file| {
+                            let mut file = file.clone();
+                            file.statistics = None;
+                            file
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        Ok(Transformed::yes(DataSourceExec::from_data_source(config)))
+    })
+    .map(|transformed| transformed.data)
+}
+
 /// A Delta table read here and written elsewhere (see the module docs).
 #[derive(Debug)]
 pub struct ForeignDelta {
@@ -85,7 +129,11 @@ impl TableProvider for ForeignDelta {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.reader()?.scan(state, projection, filters, limit).await
+        let plan = self
+            .reader()?
+            .scan(state, projection, filters, limit)
+            .await?;
+        without_file_statistics(plan)
     }
 
     fn supports_filters_pushdown(

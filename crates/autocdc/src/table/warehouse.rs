@@ -377,11 +377,16 @@ impl Warehouse {
             let Some(schema_name) = schema.filename().map(str::to_string) else {
                 continue;
             };
-            let tables = self
-                .store
-                .list_with_delimiter(Some(&schema))
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            // (a folder that cannot be listed — another user's, such as a
+            // volume's `lost+found` — holds no table this session can read;
+            // it does not close the warehouse)
+            let tables = match self.store.list_with_delimiter(Some(&schema)).await {
+                Ok(tables) => tables,
+                Err(e) => {
+                    log::warn!("warehouse folder '{schema_name}' cannot be listed: {e}");
+                    continue;
+                }
+            };
             for table in tables.common_prefixes {
                 let Some(table_name) = table.filename().map(str::to_string) else {
                     continue;

@@ -662,9 +662,13 @@ impl NewRows {
 /// for a key without a tombstone, older than any event.
 fn least_sequence(seq_type: &DataType) -> Option<datafusion::common::ScalarValue> {
     match seq_type {
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-            Some(datafusion::common::ScalarValue::Utf8(Some(String::new())))
-        }
+        DataType::Utf8 => Some(datafusion::common::ScalarValue::Utf8(Some(String::new()))),
+        DataType::LargeUtf8 => Some(datafusion::common::ScalarValue::LargeUtf8(Some(
+            String::new(),
+        ))),
+        DataType::Utf8View => Some(datafusion::common::ScalarValue::Utf8View(Some(
+            String::new(),
+        ))),
         // (a STRUCT orders by its fields in turn: the least of each)
         DataType::Struct(fields) => {
             let children = fields
@@ -877,7 +881,10 @@ impl TargetDml for PipelineDml {
                     })
                     .collect::<Result<Vec<_>>>()?
                     .into_iter()
-                    .reduce(Expr::or);
+                    .reduce(Expr::or)
+                    // (every column set to itself, `SET v = v`, which the
+                    // plan shows as no assignment: no row changes)
+                    .or(Some(lit(false)));
                 let changed = match &changes {
                     Some(changes) => hit.clone().and(changes.clone()),
                     None => hit.clone(),
