@@ -248,6 +248,8 @@ fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
     match warehouse.starts_with("file:") || warehouse.contains("://") {
         true => Ok(()),
         false if warehouse.is_empty() => Ok(()),
+        // (refused when the warehouse opens, before anything is created)
+        false if warehouse.contains('%') => Ok(()),
         false => std::fs::create_dir_all(warehouse),
     }
 }
@@ -294,9 +296,7 @@ fn duration(text: &str) -> std::result::Result<std::time::Duration, String> {
 async fn apply_definitions(shell: &Shell, files: &[PathBuf]) -> Result<Vec<String>> {
     let mut statements = Vec::new();
     for path in files {
-        let script = std::fs::read_to_string(path).map_err(|error| {
-            DataFusionError::Execution(format!("cannot read {}: {error}", path.display()))
-        })?;
+        let script = read_script(path)?;
         statements.extend(script_statements(&script));
     }
     // the tables the files define, and their flows
@@ -573,10 +573,20 @@ fn pipeline_batch(update: &PipelineUpdate) -> Result<RecordBatch> {
 
 /// Runs the statements of the SQL script at `path`, stopping at the first error.
 async fn run_file(shell: &Shell, path: &Path) -> Result<()> {
+    let script = read_script(path)?;
+    run_script(shell, &script).await
+}
+
+/// The text of the script at `path`, without the byte order mark some
+/// editors write first (the parser would take it for a statement).
+fn read_script(path: &Path) -> Result<String> {
     let script = std::fs::read_to_string(path).map_err(|error| {
         DataFusionError::Execution(format!("cannot read {}: {error}", path.display()))
     })?;
-    run_script(shell, &script).await
+    Ok(match script.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_string(),
+        None => script,
+    })
 }
 
 /// Runs the statements of `script` in order, stopping at the first error.

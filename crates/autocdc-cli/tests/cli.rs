@@ -69,6 +69,78 @@ fn file_runs_statements_in_order() {
     assert!(text.contains("42"), "{text}");
 }
 
+/// A script that starts with a byte order mark (as some editors write
+/// UTF-8) runs: the mark was taken for the start of a statement.
+#[test]
+fn a_script_with_a_byte_order_mark_runs() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let script = dir.path().join("bom.sql");
+    std::fs::write(&script, "\u{feff}SELECT 41 + 1 AS answer;\n").expect("write script");
+    let script = script.to_str().expect("utf-8 path");
+    let (output, _warehouse) = autocdc(&["-q", "--format", "csv", "-f", script]);
+    assert!(
+        output.status.success(),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout(&output), "answer\n42\n");
+}
+
+/// A warehouse whose path or tables have letters outside ASCII or a `#` is
+/// updated as any other (an update of a table holding rows read its files
+/// at a path encoded twice: "not found"); a `%`, which Delta readers take
+/// for an escape, is refused before anything is created.
+#[test]
+fn warehouse_paths_and_table_names_beyond_ascii_are_updated() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let run = |warehouse: &std::path::Path, sql: &str| {
+        Command::new(env!("CARGO_BIN_EXE_autocdc"))
+            .arg("--warehouse")
+            .arg(warehouse)
+            .args(["-q", "--format", "csv", "-c", sql])
+            .output()
+            .expect("run autocdc")
+    };
+    let script = "CREATE TABLE feed (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1); \
+        CREATE STREAMING TABLE \"tü#\"; \
+        CREATE FLOW f1 AS AUTO CDC INTO \"tü#\" FROM feed KEYS (id) SEQUENCE BY seq; \
+        CREATE TABLE feed2 (id INT, v TEXT, seq INT) AS VALUES (1, 'c', 2); \
+        CREATE FLOW f2 AS AUTO CDC INTO \"tü#\" FROM feed2 KEYS (id) SEQUENCE BY seq; \
+        SELECT id, v FROM \"tü#\" ORDER BY id";
+    let output = run(&dir.path().join("wü#h"), script);
+    assert!(
+        output.status.success(),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout(&output).ends_with("id,v\n1,c\n2,b\n"),
+        "{}",
+        stdout(&output)
+    );
+
+    let percent = dir.path().join("p%20x");
+    let output = run(&percent, "SELECT 1");
+    let error = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success() && error.contains("has a '%' in its path"),
+        "{error}"
+    );
+    assert!(!percent.exists());
+    let output = run(
+        &dir.path().join("plain"),
+        "CREATE STREAMING TABLE \"a%20b\"",
+    );
+    let error = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(error.contains("contain no '.', '/', '\\', '%'"), "{error}");
+    assert!(!dir
+        .path()
+        .join("plain")
+        .join("public")
+        .join("a%20b")
+        .exists());
+}
+
 #[test]
 fn failing_statement_stops_with_error() {
     let (output, _dir) = autocdc(&["-c", "SELECT * FROM missing_table; SELECT 'unreached'"]);

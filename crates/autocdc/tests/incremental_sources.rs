@@ -34,6 +34,20 @@ async fn open(dir: &std::path::Path) -> CdcSession {
         .unwrap()
 }
 
+/// `CREATE EXTERNAL TABLE name (columns) STORED AS CSV` over the folder
+/// `folder` (files with a header line).
+async fn csv_folder(s: &CdcSession, name: &str, columns: &str, folder: &std::path::Path) {
+    collect(
+        s,
+        &format!(
+            "CREATE EXTERNAL TABLE {name} ({columns}) STORED AS CSV LOCATION '{}/' \
+             OPTIONS ('format.has_header' 'true')",
+            folder.display()
+        ),
+    )
+    .await;
+}
+
 async fn rows(s: &CdcSession, sql: &str) -> Vec<String> {
     let text = pretty_format_batches(&collect(s, sql).await)
         .unwrap()
@@ -147,15 +161,7 @@ async fn folder_files_of_any_name_are_read_once_and_sub_folders_not() {
     }
     std::fs::write(land.join("_temporary/0/part-0.csv"), "id,v\n8,spark\n").unwrap();
     let s = open(dir.path()).await;
-    collect(
-        &s,
-        &format!(
-            "CREATE EXTERNAL TABLE land (id INT, v VARCHAR) STORED AS CSV LOCATION '{}/' \
-             OPTIONS ('format.has_header' 'true')",
-            land.display()
-        ),
-    )
-    .await;
+    csv_folder(&s, "land", "id INT, v VARCHAR", &land).await;
     let create = "CREATE STREAMING TABLE t AS SELECT * FROM STREAM land";
     assert_eq!(input_rows(&s, create).await, 6);
     collect(&s, "CREATE STREAMING TABLE u").await;
@@ -316,14 +322,7 @@ async fn a_folder_read_whole_shows_files_added_since_the_session_read_it() {
     std::fs::create_dir_all(&events).unwrap();
     std::fs::write(events.join("1.csv"), "id,v,seq\n1,a,1\n").unwrap();
     let s = open(dir.path()).await;
-    collect(
-        &s,
-        &format!(
-            "CREATE EXTERNAL TABLE src (id INT, v STRING, seq INT) STORED AS CSV LOCATION '{}/' OPTIONS ('format.has_header' 'true')",
-            events.display()
-        ),
-    )
-    .await;
+    csv_folder(&s, "src", "id INT, v STRING, seq INT", &events).await;
     collect(&s, "CREATE STREAMING TABLE t").await;
     collect(
         &s,
@@ -351,15 +350,7 @@ async fn folder_files_are_read_once_whether_they_move_away_and_back_or_start_emp
     std::fs::create_dir_all(&land).unwrap();
     std::fs::write(land.join("f1.csv"), "id,v\n1,a\n").unwrap();
     let s = open(dir.path()).await;
-    collect(
-        &s,
-        &format!(
-            "CREATE EXTERNAL TABLE land (id INT, v VARCHAR) STORED AS CSV LOCATION '{}/' \
-             OPTIONS ('format.has_header' 'true')",
-            land.display()
-        ),
-    )
-    .await;
+    csv_folder(&s, "land", "id INT, v VARCHAR", &land).await;
     let create = "CREATE STREAMING TABLE t AS SELECT * FROM STREAM land";
     assert_eq!(input_rows(&s, create).await, 1);
     collect(&s, "CREATE STREAMING TABLE u").await;
@@ -439,15 +430,7 @@ async fn a_folder_file_that_cannot_be_read_is_named() {
     std::fs::create_dir_all(&land).unwrap();
     std::fs::write(land.join("f1.csv"), "id,v\n1,a\n").unwrap();
     let s = open(dir.path()).await;
-    collect(
-        &s,
-        &format!(
-            "CREATE EXTERNAL TABLE land (id INT, v VARCHAR) STORED AS CSV LOCATION '{}/' \
-             OPTIONS ('format.has_header' 'true')",
-            land.display()
-        ),
-    )
-    .await;
+    csv_folder(&s, "land", "id INT, v VARCHAR", &land).await;
     collect(&s, "CREATE STREAMING TABLE t AS SELECT * FROM STREAM land").await;
     collect(&s, "CREATE STREAMING TABLE u").await;
     collect(
@@ -493,15 +476,7 @@ async fn a_folder_file_that_cannot_be_read_is_named() {
     let other = dir.path().join("other");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("a.csv"), "id,v\n1,10\n").unwrap();
-    collect(
-        &s,
-        &format!(
-            "CREATE EXTERNAL TABLE other (id INT, v INT) STORED AS CSV LOCATION '{}/' \
-             OPTIONS ('format.has_header' 'true')",
-            other.display()
-        ),
-    )
-    .await;
+    csv_folder(&s, "other", "id INT, v INT", &other).await;
     collect(
         &s,
         "CREATE STREAMING TABLE c AS SELECT id, 10 / (id - 5) AS r FROM STREAM other",

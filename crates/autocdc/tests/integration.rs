@@ -114,6 +114,23 @@ fn state_dir(dir: &tempfile::TempDir, table: &str) -> std::path::PathBuf {
 
 /// The Delta table at `path`, opened by deltalake's own reader, and a
 /// context where its provider is registered as `raw`.
+/// A new Delta table at `folder` holding `columns`, as another tool writes it.
+async fn write_delta_table(
+    folder: &std::path::Path,
+    columns: Vec<(&str, datafusion::arrow::array::ArrayRef)>,
+) {
+    std::fs::create_dir_all(folder).unwrap();
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let url = url::Url::from_directory_path(folder).unwrap();
+    deltalake_core::DeltaTableBuilder::from_url(url)
+        .unwrap()
+        .build()
+        .unwrap()
+        .write([batch])
+        .await
+        .unwrap();
+}
+
 async fn open_raw(path: std::path::PathBuf) -> (deltalake_core::DeltaTable, SessionContext) {
     let url = url::Url::from_directory_path(path).unwrap();
     let table = deltalake_core::DeltaTableBuilder::from_url(url)
@@ -3560,27 +3577,14 @@ async fn a_delta_table_another_tool_wrote_is_read_as_it_is() {
 
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("public").join("ext");
-    std::fs::create_dir_all(&folder).unwrap();
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, true),
-        Field::new("v", DataType::Utf8, true),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema,
+    write_delta_table(
+        &folder,
         vec![
-            Arc::new(Int64Array::from(vec![1, 2])),
-            Arc::new(StringArray::from(vec!["a", "b"])),
+            ("id", Arc::new(Int64Array::from(vec![1, 2])) as _),
+            ("v", Arc::new(StringArray::from(vec!["a", "b"])) as _),
         ],
     )
-    .unwrap();
-    let url = url::Url::from_directory_path(&folder).unwrap();
-    deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .build()
-        .unwrap()
-        .write([batch])
-        .await
-        .unwrap();
+    .await;
 
     let wh = dir.path().to_str().unwrap();
     let s = CdcSession::open(AutoCdcConfig::new(wh)).await.unwrap();
@@ -3764,7 +3768,6 @@ async fn a_foreign_table_with_a_column_named_as_ours_is_still_foreign() {
 #[tokio::test]
 async fn tables_created_after_a_session_opened_are_found_by_name() {
     use datafusion::arrow::array::Int64Array;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
@@ -3799,21 +3802,47 @@ async fn tables_created_after_a_session_opened_are_found_by_name() {
 
     // another tool's Delta table, written after the session opened
     let folder = dir.path().join("public").join("ext");
-    std::fs::create_dir_all(&folder).unwrap();
-    let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
-    let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![7]))]).unwrap();
-    let url = url::Url::from_directory_path(&folder).unwrap();
-    deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .build()
-        .unwrap()
-        .write([batch])
-        .await
-        .unwrap();
+    write_delta_table(
+        &folder,
+        vec![("n", Arc::new(Int64Array::from(vec![7])) as _)],
+    )
+    .await;
     assert_eq!(rows(&early, "SELECT * FROM ext").await, ["| 7 |"]);
     // a name that is no table still says so
     let e = error_of(&early, "SELECT * FROM nothing_here").await;
     assert!(e.contains("not found"), "{e}");
+
+    // a refresh of a flow whose source another session created since:
+    // found the first time (it said "no table of that name" once)
+    exec(
+        &other,
+        "CREATE TABLE upsrc (id INT, v TEXT) AS VALUES (5, 'e')",
+    )
+    .await;
+    exec(&other, "CREATE STREAMING TABLE up").await;
+    exec(
+        &other,
+        "CREATE FLOW uf AS AUTO CDC INTO up FROM upsrc KEYS (id) SEQUENCE BY id",
+    )
+    .await;
+    exec(&other, "CREATE STREAMING TABLE down").await;
+    exec(
+        &other,
+        "CREATE FLOW g AS INSERT INTO down BY NAME SELECT * FROM STREAM up",
+    )
+    .await;
+    exec(&other, "INSERT INTO up VALUES (6, 'f')").await;
+    assert!(
+        rows(&early, "EXPLAIN REFRESH STREAMING TABLE down")
+            .await
+            .len()
+            > 1
+    );
+    exec(&early, "REFRESH STREAMING TABLE down").await;
+    assert_eq!(
+        rows(&early, "SELECT * FROM down ORDER BY id").await,
+        ["| 5 | e |", "| 6 | f |"]
+    );
 
     // a statement that may have committed before it failed is not run
     // again: a refresh whose second flow's source is gone commits its
@@ -3944,32 +3973,18 @@ async fn a_table_folder_that_cannot_be_read_does_not_close_the_warehouse() {
 #[tokio::test]
 async fn nan_in_another_tools_delta_table_is_read_as_nan() {
     use datafusion::arrow::array::{Float64Array, Int64Array};
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("public").join("ext");
-    std::fs::create_dir_all(&folder).unwrap();
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, true),
-        Field::new("v", DataType::Float64, true),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema,
+    write_delta_table(
+        &folder,
         vec![
-            Arc::new(Int64Array::from(vec![1, 2])),
-            Arc::new(Float64Array::from(vec![1.5, f64::NAN])),
+            ("id", Arc::new(Int64Array::from(vec![1, 2])) as _),
+            ("v", Arc::new(Float64Array::from(vec![1.5, f64::NAN])) as _),
         ],
     )
-    .unwrap();
-    let url = url::Url::from_directory_path(&folder).unwrap();
-    deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .build()
-        .unwrap()
-        .write([batch])
-        .await
-        .unwrap();
+    .await;
     let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
         .await
         .unwrap();

@@ -58,7 +58,7 @@ use crate::spec::resolve::{
     update_list_type, written_at_type, written_at_value, ResolvedFlow,
 };
 use crate::spec::shared_target::check_tracked_alike;
-use crate::spec::{FlowSpec, ScdType};
+use crate::spec::{ColumnSelection, FlowSpec, ScdType};
 use crate::table::bucket::{bucket_field, BUCKET_COL, WATERMARK_BUCKET};
 use crate::table::commit::{data_files, ChangeFeed, CommitRequest, MetadataChange, Replaces};
 use crate::table::deletion_vectors::KeySet;
@@ -115,7 +115,8 @@ pub mod dependencies;
 pub mod dml;
 mod fits;
 pub(crate) use fits::with_sequence_precision_checks;
-pub(crate) mod folders;
+pub(crate) mod failed_read;
+mod folders;
 pub mod source;
 pub(crate) mod streams;
 
@@ -482,6 +483,33 @@ pub async fn plan_update(
             &resolved.layout.key_indices,
         )?;
         resolved.layout.group_sequences = !scd2 && !resolved.layout.sequence_groups.is_empty();
+        // (the per-column fold takes each column from one event: a STRUCT
+        // whose NULL fields keep the stored ones would need each field's)
+        if resolved.layout.group_sequences {
+            if let Some(ignored) = &flow.ignore_null_updates {
+                let keeps = |c: &str| match ignored {
+                    ColumnSelection::All => true,
+                    ColumnSelection::Only(named) => named.iter().any(|n| n == c),
+                    ColumnSelection::Except(named) => !named.iter().any(|n| n == c),
+                };
+                let nested = resolved.target_schema.fields().iter().find(|f| {
+                    matches!(f.data_type(), arrow::datatypes::DataType::Struct(_))
+                        && keeps(f.name())
+                });
+                if let Some(field) = nested {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "flow '{}': IGNORE NULL UPDATES: column '{}' is a STRUCT, and with \
+                         per-column sequencing ('{}' of '{}') its NULL fields would not keep the \
+                         stored ones; leave it out of IGNORE NULL UPDATES, keep its fields as \
+                         columns of their own, or sequence the table by row",
+                        flow.name,
+                        field.name(),
+                        sequence_groups::SEQUENCE_PER_COLUMN_PROPERTY,
+                        table.name()
+                    )));
+                }
+            }
+        }
     }
     let group_columns: Vec<String> = if resolved.layout.group_sequences {
         resolved

@@ -9,7 +9,7 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::DataFrame;
 
 use crate::pipeline::append::plan_append;
-use crate::pipeline::folders::{file_that_fails, is_read_error};
+use crate::pipeline::failed_read::{file_that_fails, is_read_error};
 use crate::pipeline::streams::check_append_sources;
 use crate::pipeline::{plan_update, Planning, UpdateSource};
 use crate::spec::shared_target::check_joins_target;

@@ -130,6 +130,7 @@ impl CdcSession {
             };
         let table = self.table(&name).await?;
         table.refresh().await?;
+        self.attach_sources_of(&table).await?;
         // (without ANALYZE nothing runs: the plans are those of a refresh)
         let full = full && analyze;
         let before = table.delta().version().unwrap_or(0);

@@ -283,6 +283,25 @@ impl CdcSession {
         }
     }
 
+    /// Attach the tables created since this session looked when a flow of
+    /// `table` reads one it does not know: a refresh (which is not planned
+    /// again, [`Self::sql`]) then finds it the first time.
+    pub(super) async fn attach_sources_of(&self, table: &ScdTable) -> Result<()> {
+        let unknown = table
+            .meta()
+            .flows
+            .values()
+            .flat_map(|flow| crate::pipeline::dependencies::flow_reads(flow).unwrap_or_default())
+            .any(|name| {
+                let reference = TableReference::partial(name.schema, name.table);
+                !self.ctx.table_exist(reference).unwrap_or(false)
+            });
+        if unknown {
+            self.attach_new_tables().await?;
+        }
+        Ok(())
+    }
+
     /// Whether `sql`, which failed naming an unknown table, committed nothing
     /// before it did (see [`Self::sql`]).
     fn may_run_again(&self, sql: &str) -> bool {

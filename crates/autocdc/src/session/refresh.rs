@@ -82,6 +82,7 @@ impl CdcSession {
     ) -> Result<(Vec<RecordBatch>, Option<DataFusionError>)> {
         let table = self.table(name).await?;
         table.refresh().await?;
+        self.attach_sources_of(&table).await?;
         let before = table.delta().version().unwrap_or(0);
         // (a full refresh, or one completing a full refresh that did not
         // finish, ends by removing the marks of flows that committed nothing)

@@ -403,10 +403,17 @@ impl TableProvider for PlainFilesTable {
             loads[lightest] += file.size;
             let mut values = file.partition_values.clone();
             values.push(ScalarValue::UInt32(Some(i as u32)));
-            grouped[lightest].push(
-                PartitionedFile::new(file.path.to_string(), file.size)
-                    .with_partition_values(values),
-            );
+            // (the location as it is: `PartitionedFile::new` parses its text
+            // again, encoding a `%`, a `#` or a non-ASCII letter of the
+            // warehouse's path or the table's name once more)
+            let meta = object_store::ObjectMeta {
+                location: file.path.clone(),
+                last_modified: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+                size: file.size,
+                e_tag: None,
+                version: None,
+            };
+            grouped[lightest].push(PartitionedFile::from(meta).with_partition_values(values));
         }
         let mut file_groups: Vec<FileGroup> = grouped
             .into_iter()

@@ -69,10 +69,10 @@ impl TableName {
             let bad = part.is_empty()
                 || part
                     .chars()
-                    .any(|c| c == '/' || c == '\\' || c == '.' || c.is_control());
+                    .any(|c| c == '/' || c == '\\' || c == '.' || c == '%' || c.is_control());
             if bad {
                 return Err(DataFusionError::Plan(format!(
-                    "invalid streaming table name '{}': name parts must be non-empty and contain no '.', '/', '\\' or control characters",
+                    "invalid streaming table name '{}': name parts must be non-empty and contain no '.', '/', '\\', '%' or control characters (a '%' in a folder's name is taken for an escape by Delta readers)",
                     parts.join(".")
                 )));
             }
@@ -153,6 +153,19 @@ impl Warehouse {
             }
             false => std::path::PathBuf::from(location),
         };
+        // (Delta readers, ours included, take a '%' in a table's location
+        // for an escape: a folder `p%20x` would be read as `p x`)
+        let refuse_percent = |path: &std::path::Path| {
+            if path.to_string_lossy().contains('%') {
+                return Err(DataFusionError::Plan(format!(
+                    "warehouse folder '{}' has a '%' in its path, which Delta readers take \
+                     for an escape: choose a folder without one",
+                    path.display()
+                )));
+            }
+            Ok(())
+        };
+        refuse_percent(&path)?;
         std::fs::create_dir_all(&path).map_err(|e| {
             DataFusionError::Execution(format!(
                 "cannot create warehouse folder '{}': {e}",
@@ -162,6 +175,7 @@ impl Warehouse {
         let abs = path.canonicalize().map_err(|e| {
             DataFusionError::Execution(format!("warehouse folder '{}': {e}", path.display()))
         })?;
+        refuse_percent(&abs)?;
         let root = Url::from_directory_path(&abs).map_err(|_| {
             DataFusionError::Execution(format!(
                 "warehouse folder '{}' is not a valid path",
