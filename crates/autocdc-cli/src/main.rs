@@ -249,7 +249,13 @@ fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
         true => Ok(()),
         false if warehouse.is_empty() => Ok(()),
         // (refused when the warehouse opens, before anything is created)
-        false if warehouse.contains('%') => Ok(()),
+        false
+            if std::path::absolute(warehouse).is_ok_and(|path| {
+                datafusion_autocdc::table::refused_in_path(&path.to_string_lossy()).is_some()
+            }) =>
+        {
+            Ok(())
+        }
         false => std::fs::create_dir_all(warehouse),
     }
 }

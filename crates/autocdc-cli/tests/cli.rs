@@ -119,26 +119,43 @@ fn warehouse_paths_and_table_names_beyond_ascii_are_updated() {
         stdout(&output)
     );
 
-    let percent = dir.path().join("p%20x");
-    let output = run(&percent, "SELECT 1");
-    let error = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        !output.status.success() && error.contains("has a '%' in its path"),
-        "{error}"
-    );
-    assert!(!percent.exists());
-    let output = run(
-        &dir.path().join("plain"),
-        "CREATE STREAMING TABLE \"a%20b\"",
-    );
-    let error = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(error.contains("contain no '.', '/', '\\', '%'"), "{error}");
-    assert!(!dir
-        .path()
-        .join("plain")
-        .join("public")
-        .join("a%20b")
-        .exists());
+    for (folder, c) in [("p%20x", '%'), ("b\\s", '\\'), ("c]x", ']')] {
+        let refused = dir.path().join(folder);
+        let output = run(&refused, "SELECT 1");
+        let error = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            !output.status.success() && error.contains(&format!("has a '{c}' in its path")),
+            "{error}"
+        );
+        assert!(!refused.exists());
+    }
+    // (a relative folder inside one: refused by its absolute path)
+    let inside = dir.path().join("q%y");
+    std::fs::create_dir_all(&inside).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .current_dir(&inside)
+        .args(["--warehouse", "rel", "-q", "-c", "SELECT 1"])
+        .output()
+        .expect("run autocdc");
+    assert!(!output.status.success() && !inside.join("rel").exists());
+    for name in ["a%20b", "t[", "t|"] {
+        let output = run(
+            &dir.path().join("plain"),
+            &format!("CREATE STREAMING TABLE \"{name}\""),
+        );
+        let error = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            error.contains("contain no '.', '/', control characters"),
+            "{error}"
+        );
+        assert!(!dir.path().join("plain").join("public").join(name).exists());
+    }
+    // a folder made by hand whose name holds one is not read as a table
+    let by_hand = dir.path().join("plain").join("public").join("h%20x");
+    std::fs::create_dir_all(by_hand.join("_delta_log")).unwrap();
+    let output = run(&dir.path().join("plain"), "SHOW TABLES");
+    assert!(output.status.success());
+    assert!(!stdout(&output).contains("h%20x"), "{}", stdout(&output));
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub mod writer;
 
 pub use meta::TableMeta;
 pub use provider::{ScdTable, TargetDml};
-pub use warehouse::{TableName, Warehouse};
+pub use warehouse::{refused_in_path, TableName, Warehouse, REFUSED_IN_PATHS};
 
 use datafusion::common::DataFusionError;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};

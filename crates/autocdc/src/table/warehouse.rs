@@ -59,6 +59,34 @@ enum Folder {
     Foreign,
 }
 
+/// Characters a table's location may not hold: Delta readers (ours and
+/// deltalake's) take a `%` for an escape (`p%20x` read as `p x`) and a `\`
+/// for a `/`, and deltalake's change feed fails on the others (it builds a
+/// URL whose host holds the path).
+pub const REFUSED_IN_PATHS: [char; 6] = ['%', '\\', '[', ']', '^', '|'];
+
+/// The first of [`REFUSED_IN_PATHS`] in `path`, if any.
+pub fn refused_in_path(path: &str) -> Option<char> {
+    path.chars().find(|c| REFUSED_IN_PATHS.contains(c))
+}
+
+/// Error for a warehouse folder whose path holds one of [`REFUSED_IN_PATHS`].
+fn refuse_path(path: &std::path::Path) -> Result<()> {
+    match refused_in_path(&path.to_string_lossy()) {
+        Some(c) => Err(DataFusionError::Plan(format!(
+            "warehouse folder '{}' has a '{c}' in its path, which Delta readers take for \
+             something else or fail on: choose a folder without any of {}",
+            path.display(),
+            REFUSED_IN_PATHS
+                .iter()
+                .map(|c| format!("'{c}'"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl TableName {
     /// Build from normalised name parts (`[table]`, `[schema, table]` or
     /// `[catalog, schema, table]`).
@@ -67,13 +95,14 @@ impl TableName {
         for part in parts {
             // a dot inside a part would make `a.b` and `"a.b"` one name
             let bad = part.is_empty()
-                || part
-                    .chars()
-                    .any(|c| c == '/' || c == '\\' || c == '.' || c == '%' || c.is_control());
+                || part.chars().any(|c| {
+                    c == '/' || c == '.' || REFUSED_IN_PATHS.contains(&c) || c.is_control()
+                });
             if bad {
                 return Err(DataFusionError::Plan(format!(
-                    "invalid streaming table name '{}': name parts must be non-empty and contain no '.', '/', '\\', '%' or control characters (a '%' in a folder's name is taken for an escape by Delta readers)",
-                    parts.join(".")
+                    "invalid streaming table name '{}': name parts must be non-empty and contain no '.', '/', control characters or any of {} (Delta readers take a '%' in a folder's name for an escape, a '\\' for a '/', and fail on the others)",
+                    parts.join("."),
+                    REFUSED_IN_PATHS.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(" ")
                 )));
             }
         }
@@ -153,19 +182,9 @@ impl Warehouse {
             }
             false => std::path::PathBuf::from(location),
         };
-        // (Delta readers, ours included, take a '%' in a table's location
-        // for an escape: a folder `p%20x` would be read as `p x`)
-        let refuse_percent = |path: &std::path::Path| {
-            if path.to_string_lossy().contains('%') {
-                return Err(DataFusionError::Plan(format!(
-                    "warehouse folder '{}' has a '%' in its path, which Delta readers take \
-                     for an escape: choose a folder without one",
-                    path.display()
-                )));
-            }
-            Ok(())
-        };
-        refuse_percent(&path)?;
+        // (checked on the absolute path before anything is created)
+        let absolute = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+        refuse_path(&absolute)?;
         std::fs::create_dir_all(&path).map_err(|e| {
             DataFusionError::Execution(format!(
                 "cannot create warehouse folder '{}': {e}",
@@ -175,7 +194,7 @@ impl Warehouse {
         let abs = path.canonicalize().map_err(|e| {
             DataFusionError::Execution(format!("warehouse folder '{}': {e}", path.display()))
         })?;
-        refuse_percent(&abs)?;
+        refuse_path(&abs)?;
         let root = Url::from_directory_path(&abs).map_err(|_| {
             DataFusionError::Execution(format!(
                 "warehouse folder '{}' is not a valid path",
@@ -391,6 +410,12 @@ impl Warehouse {
             let Some(schema_name) = schema.filename().map(str::to_string) else {
                 continue;
             };
+            // (a folder made by hand whose name Delta readers would take for
+            // another's: never read)
+            if let Some(c) = refused_in_path(&schema_name) {
+                log::warn!("warehouse folder '{schema_name}' is not read: it holds a '{c}'");
+                continue;
+            }
             // (a folder that cannot be listed — another user's, such as a
             // volume's `lost+found` — holds no table this session can read;
             // it does not close the warehouse)
@@ -405,6 +430,12 @@ impl Warehouse {
                 let Some(table_name) = table.filename().map(str::to_string) else {
                     continue;
                 };
+                if let Some(c) = refused_in_path(&table_name) {
+                    log::warn!(
+                        "warehouse folder '{schema_name}/{table_name}' is not read: it holds a '{c}'"
+                    );
+                    continue;
+                }
                 let name = TableName {
                     schema: schema_name.clone(),
                     table: table_name,
