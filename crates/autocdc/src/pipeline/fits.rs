@@ -81,7 +81,7 @@ pub(super) fn with_fit_checks(
         let misfit = value.clone().is_not_null().and(kept.is_null().or(lost));
         checks.push((field.name().clone(), raise_if(when(misfit, message).end()?)));
     }
-    filtered(source, checks)
+    with_value_checks(source, checks)
 }
 
 /// `source` with a check that the values of `flow`'s sequence columns (a
@@ -116,7 +116,7 @@ pub(crate) fn with_sequence_precision_checks(
             checks.push((field.name().clone(), check));
         }
     }
-    filtered(source, checks)
+    with_value_checks(source, checks)
 }
 
 /// `source` with each of `checks` (a column's name and a check of its
@@ -129,7 +129,7 @@ pub(crate) fn with_sequence_precision_checks(
 /// sides over whole batches, so that a row the query leaves out failed the
 /// update. A projection of every column sees the rows the filters below it
 /// kept, and is not moved below them.
-fn filtered(source: LogicalPlan, checks: Vec<(String, Expr)>) -> Result<LogicalPlan> {
+fn with_value_checks(source: LogicalPlan, checks: Vec<(String, Expr)>) -> Result<LogicalPlan> {
     if checks.is_empty() {
         return Ok(source);
     }
