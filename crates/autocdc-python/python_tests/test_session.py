@@ -710,3 +710,70 @@ class Arguments(unittest.TestCase):
         self.s.create_streaming_table("f")
         with self.assertRaisesRegex(cdc.AutoCdcError, "ValueError: bad"):
             self.s.create_auto_cdc_from_snapshot_flow(target="f", source=fails, keys=["id"])
+
+    def test_an_interrupt_in_one_sessions_callback_is_raised_by_that_session_only(self) -> None:
+        import threading
+
+        other = cdc.CdcSession(os.path.join(tempfile.mkdtemp(), "warehouse"))
+        stop = threading.Event()
+        leaked = []
+
+        def query_the_other() -> None:
+            while not stop.is_set():
+                try:
+                    other.sql("SELECT 1")
+                except BaseException as e:  # noqa: BLE001 - what leaks is the point
+                    leaked.append(repr(e))
+
+        threads = [threading.Thread(target=query_the_other) for _ in range(4)]
+        for t in threads:
+            t.start()
+        raised = []
+        try:
+            for i in range(60):
+
+                def interrupted(latest):
+                    raise KeyboardInterrupt()
+
+                self.s.create_streaming_table(f"k{i}")
+                try:
+                    self.s.create_auto_cdc_from_snapshot_flow(target=f"k{i}", source=interrupted, keys=["id"])
+                except BaseException as e:  # noqa: BLE001
+                    raised.append(type(e).__name__)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(leaked, [])
+        self.assertEqual(raised, ["KeyboardInterrupt"] * 60)
+
+    def test_a_datetime_is_no_point_of_an_integer_sequence(self) -> None:
+        self.s.register("hist", pa.table({"id": [1, 1], "v": ["a", "b"], "seq": [1, 5]}))
+        self.s.create_streaming_table("h")
+        self.s.create_auto_cdc_flow(target="h", source="hist", keys=["id"], sequence_by="seq", stored_as_scd_type=2)
+        self.assertEqual(pa.table(self.s.scd2_as_of("h", 3)).to_pylist(), [{"id": 1, "v": "a", "seq": 1}])
+        with self.assertRaisesRegex(cdc.AutoCdcError, "does not convert to the table's business time type Int64"):
+            self.s.scd2_as_of("h", datetime(1970, 1, 1, 0, 0, 0, 3))
+
+    def test_a_snapshot_function_is_registered_again_in_a_new_session(self) -> None:
+        snapshots = {1: pa.table({"id": [1, 2], "v": ["a", "b"]}), 2: pa.table({"id": [2], "v": ["B"]})}
+        last = {"version": 1}
+
+        def next_snapshot(latest):
+            n = 1 if latest is None else latest + 1
+            return (snapshots[n], n) if n <= last["version"] else None
+
+        self.s.create_streaming_table("snap")
+        self.s.create_auto_cdc_from_snapshot_flow(target="snap", source=next_snapshot, keys=["id"])
+        last["version"] = 2
+        # a new process (a new session): the function is not there
+        again = cdc.CdcSession(self.warehouse)
+        with self.assertRaisesRegex(cdc.AutoCdcError, "register_snapshot_function"):
+            again.refresh("snap")
+        with self.assertRaisesRegex(cdc.AutoCdcError, "has no snapshot flow 'other'"):
+            again.register_snapshot_function("snap", next_snapshot, name="other")
+        with self.assertRaisesRegex(TypeError, "function must be callable"):
+            again.register_snapshot_function("snap", 5)
+        again.register_snapshot_function("snap", next_snapshot)
+        again.refresh("snap")
+        self.assertEqual(pa.table(again.sql("SELECT * FROM snap")).to_pylist(), [{"id": 2, "v": "B"}])

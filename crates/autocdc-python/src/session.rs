@@ -4,11 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use datafusion::catalog::TableFunctionArgs;
-use datafusion::common::TableReference;
+use datafusion::common::{ScalarValue, TableReference};
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{lit, Expr};
 use datafusion::prelude::DataFrame;
 use datafusion_autocdc::api::{RestoreTo, UpdateMetrics};
+use datafusion_autocdc::session::SnapshotFunction;
 use datafusion_autocdc::table::TableName;
 use datafusion_autocdc::{AutoCdcConfig, CdcSession, ScdType};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -30,6 +31,7 @@ use crate::version::{self, Version};
 pub(crate) struct PyCdcSession {
     session: Arc<CdcSession>,
     runtime: Arc<SharedRuntime>,
+    interrupt: Interrupt,
 }
 
 impl PyCdcSession {
@@ -94,7 +96,7 @@ impl PyCdcSession {
         let result = py.detach(move || runtime.block_on(work(session)));
         // (a call that reports a failed flow as a result, not an error —
         // `update_pipeline` — raises the interrupt too)
-        match take_interrupt() {
+        match self.interrupt.take() {
             Some(interrupt) => Err(interrupt),
             None => result.map_err(engine_error),
         }
@@ -158,11 +160,12 @@ fn metrics_dict<'py>(py: Python<'py>, m: &UpdateMetrics) -> PyResult<Bound<'py, 
 fn next_snapshot(
     function: &Py<PyAny>,
     ctx: &datafusion::prelude::SessionContext,
+    interrupt: &Interrupt,
     latest: Option<Version>,
 ) -> datafusion::error::Result<Option<(datafusion::prelude::DataFrame, Version)>> {
     let failed = |e: PyErr| {
         let message = format!("next_snapshot_and_version: {e}");
-        keep_interrupt(e);
+        interrupt.keep(e);
         datafusion::error::DataFusionError::Execution(message)
     };
     let snapshot = Python::attach(|py| -> PyResult<Option<_>> {
@@ -188,22 +191,39 @@ fn next_snapshot(
 }
 
 /// A `BaseException` that is no `Exception` (`KeyboardInterrupt`,
-/// `SystemExit`) raised by a snapshot callback: the flow fails as for any
-/// error, and the call that ran it raises this one as it is, instead of an
-/// `AutoCdcError`, so Ctrl-C and `sys.exit` keep their meaning.
-static INTERRUPT: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+/// `SystemExit`) raised by a snapshot callback of a session: the flow fails
+/// as for any error, and the session's call that ran it raises this one as
+/// it is, instead of an `AutoCdcError`, so Ctrl-C and `sys.exit` keep their
+/// meaning. One per session: another session's calls never see it.
+#[derive(Clone, Default)]
+struct Interrupt(Arc<std::sync::Mutex<Option<PyErr>>>);
 
-fn keep_interrupt(e: PyErr) {
-    let interrupt = Python::attach(|py| !e.is_instance_of::<pyo3::exceptions::PyException>(py));
-    if interrupt {
-        if let Ok(mut slot) = INTERRUPT.lock() {
-            *slot = Some(e);
+impl Interrupt {
+    fn keep(&self, e: PyErr) {
+        let interrupt = Python::attach(|py| !e.is_instance_of::<pyo3::exceptions::PyException>(py));
+        if interrupt {
+            if let Ok(mut slot) = self.0.lock() {
+                *slot = Some(e);
+            }
         }
+    }
+
+    fn take(&self) -> Option<PyErr> {
+        self.0.lock().ok()?.take()
     }
 }
 
-fn take_interrupt() -> Option<PyErr> {
-    INTERRUPT.lock().ok()?.take()
+/// A Python `next_snapshot_and_version` as the session's snapshot function.
+fn snapshot_function(
+    function: Py<PyAny>,
+    ctx: datafusion::prelude::SessionContext,
+    interrupt: Interrupt,
+) -> SnapshotFunction {
+    Arc::new(move |latest: Option<ScalarValue>| {
+        let latest = latest.map(Version::try_from).transpose()?;
+        Ok(next_snapshot(&function, &ctx, &interrupt, latest)?
+            .map(|(frame, version)| (frame, version.into())))
+    })
 }
 
 /// `builder` with `set` applied when a Python argument was given.
@@ -298,6 +318,7 @@ impl PyCdcSession {
         Ok(Self {
             session: Arc::new(session),
             runtime: Arc::new(runtime),
+            interrupt: Interrupt::default(),
         })
     }
 
@@ -556,6 +577,7 @@ impl PyCdcSession {
                 "create_auto_cdc_from_snapshot_flow: stored_as_scd_type must be 1 or 2",
             ));
         }
+        let interrupt = self.interrupt.clone();
         let runs = self.run(py, move |s| async move {
             let flow = s.create_auto_cdc_from_snapshot_flow(&target).keys(keys);
             let flow = match source {
@@ -563,7 +585,7 @@ impl PyCdcSession {
                 Err(function) => {
                     let ctx = s.context().clone();
                     flow.next_snapshot_and_version(move |latest: Option<Version>| {
-                        next_snapshot(&function, &ctx, latest)
+                        next_snapshot(&function, &ctx, &interrupt, latest)
                     })
                 }
             };
@@ -578,6 +600,47 @@ impl PyCdcSession {
             flow.once(once).await
         })?;
         metrics_list(py, &runs)
+    }
+
+    /// Register the function `next_snapshot_and_version` a snapshot flow of
+    /// `target` (named `name`, by default the target's) reads: a function
+    /// lives in the process that registered it, so a new process registers
+    /// it again before the flow runs.
+    #[pyo3(signature = (target, function, *, name = None))]
+    fn register_snapshot_function(
+        &self,
+        py: Python<'_>,
+        target: String,
+        function: &Bound<'_, PyAny>,
+        name: Option<String>,
+    ) -> PyResult<()> {
+        if !function.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "register_snapshot_function('{target}'): function must be callable \
+                 (next_snapshot_and_version(latest_version)), got {}",
+                function.repr()?
+            )));
+        }
+        let function = function.clone().unbind();
+        let interrupt = self.interrupt.clone();
+        self.run(py, move |s| async move {
+            let table = TableName::parse(&target)?;
+            let flows = s.snapshot_function_flows(&table).await?;
+            let name = name.unwrap_or_else(|| table.table.clone());
+            if !flows.contains(&name) {
+                return Err(datafusion::error::DataFusionError::Plan(format!(
+                    "register_snapshot_function('{target}'): '{table}' has no snapshot flow \
+                     '{name}' that reads a function (those it has: {})",
+                    match flows.is_empty() {
+                        true => "none".to_string(),
+                        false => flows.join(", "),
+                    }
+                )));
+            }
+            let function = snapshot_function(function, s.context().clone(), interrupt);
+            s.register_snapshot_function(&table, &name, function);
+            Ok(())
+        })
     }
 
     /// Update every streaming table of the warehouse (of `schema`) once,

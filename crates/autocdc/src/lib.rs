@@ -62,6 +62,7 @@ pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub(crate) mod fit;
 pub(crate) mod fold;
 pub(crate) mod functions;
 pub(crate) mod logical;
@@ -103,5 +104,6 @@ impl AutoCdc {
         builder
             .with_query_planner(Arc::new(physical::CdcQueryPlanner))
             .with_optimizer_rule(Arc::new(logical::PushKeyFilters))
+            .with_analyzer_rule(Arc::new(pipeline::DmlFitChecks))
     }
 }

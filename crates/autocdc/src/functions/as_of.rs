@@ -193,8 +193,13 @@ impl Target {
             }
             other => other.clone(),
         };
+        // (a date or timestamp against numbers: its cast counts days,
+        // seconds, … or nanoseconds after 1970 by its own unit, a number no
+        // sequence means)
+        let temporal = |t: &DataType| t.is_temporal() || matches!(t, DataType::Interval(_));
+        let converts = !(temporal(&value.data_type()) && data_type.is_numeric());
         match floor.cast_to(data_type) {
-            Ok(cast) if !cast.is_null() => Ok(Point { field, value: cast }),
+            Ok(cast) if converts && !cast.is_null() => Ok(Point { field, value: cast }),
             _ => plan_err!(
                 "{function}('{name}', …): the {what} '{value}' ({}) does not convert to the \
                  table's {what} type {data_type}",

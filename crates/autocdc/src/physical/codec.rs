@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use super::{AutoCdcExec, CdcWriteExec, SnapshotDiffExec};
+use crate::fit::{fit_udf, FIT};
 use crate::fold::FoldSpec;
 use crate::logical::WriteRequest;
 use crate::raise::{raise_udf, RAISE};
@@ -330,8 +331,8 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
         // ours by name; DataFusion's own are looked up by name where decoded
-        if node.name() == RAISE {
-            buf.extend_from_slice(RAISE.as_bytes());
+        if node.name() == RAISE || node.name() == FIT {
+            buf.extend_from_slice(node.name().as_bytes());
         }
         Ok(())
     }
@@ -339,6 +340,7 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
     fn try_decode_udf(&self, name: &str, _buf: &[u8]) -> Result<Arc<ScalarUDF>> {
         match name {
             RAISE => Ok(raise_udf()),
+            FIT => Ok(fit_udf()),
             _ => Err(DataFusionError::NotImplemented(format!(
                 "CdcPhysicalCodec: no scalar function '{name}'"
             ))),

@@ -17,13 +17,23 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Schema, TimeUnit};
-use datafusion::common::{Column, Result};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DFSchema, Result};
+use datafusion::datasource::source_as_provider;
 use datafusion::functions::expr_fn::concat;
-use datafusion::logical_expr::{cast, lit, try_cast, when, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::expr::Cast;
+use datafusion::logical_expr::{
+    cast, lit, try_cast, when, DmlStatement, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
+    Projection, Values, WriteOp,
+};
+use datafusion::optimizer::AnalyzerRule;
 
+use crate::fit::fit;
 use crate::raise::raise_if;
 use crate::spec::resolve::{storage_type, widens};
 use crate::spec::{FlowSpec, SequenceBy};
+use crate::table::ScdTable;
 
 /// `source` with a check of every value it casts to a narrower target type
 /// (a declared INT column fed BIGINT, say): a value that does not fit fails
@@ -43,7 +53,7 @@ pub(super) fn with_fit_checks(
         };
         let from = storage_type(column.data_type());
         let to = field.data_type();
-        if from == *to || from == DataType::Null || widens(&from, to) || !from.is_numeric() {
+        if !needs_fit_check(&from, to) {
             continue;
         }
         let value = Expr::Column(Column::new_unqualified(field.name()));
@@ -57,31 +67,42 @@ pub(super) fn with_fit_checks(
                 ", which the target's type {to} cannot hold; nothing was committed"
             )),
         ]);
-        let kept = try_cast(value.clone(), to.clone());
-        let lost = match to {
-            // a decimal of fewer digits rounds: the value changes
-            DataType::Decimal32(..)
-            | DataType::Decimal64(..)
-            | DataType::Decimal128(..)
-            | DataType::Decimal256(..) => cast(kept.clone(), from.clone()).not_eq(value.clone()),
-            // a narrower float overflows to an infinity the value was not
-            DataType::Float16 | DataType::Float32 if from.is_floating() => {
-                let infinite = |e: Expr, t: &DataType| {
-                    let inf = cast(lit(f64::INFINITY), t.clone());
-                    let minus = cast(lit(f64::NEG_INFINITY), t.clone());
-                    e.clone().eq(inf).or(e.eq(minus))
-                };
-                infinite(kept.clone(), to).and(datafusion::logical_expr::not(infinite(
-                    value.clone(),
-                    &from,
-                )))
-            }
-            _ => lit(false),
-        };
-        let misfit = value.clone().is_not_null().and(kept.is_null().or(lost));
+        let misfit = misfit(value, &from, to);
         checks.push((field.name().clone(), raise_if(when(misfit, message).end()?)));
     }
     with_value_checks(source, checks)
+}
+
+/// Whether `value` (of type `from`, a numeric type that does not widen to
+/// `to`) does not fit `to`: out of its range, a decimal that would round,
+/// a float that would overflow to an infinity it was not.
+fn misfit(value: Expr, from: &DataType, to: &DataType) -> Expr {
+    let kept = try_cast(value.clone(), to.clone());
+    let lost = match to {
+        // a decimal of fewer digits rounds: the value changes
+        DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => cast(kept.clone(), from.clone()).not_eq(value.clone()),
+        // a narrower float overflows to an infinity the value was not
+        DataType::Float16 | DataType::Float32 if from.is_floating() => {
+            let infinite = |e: Expr, t: &DataType| {
+                let inf = cast(lit(f64::INFINITY), t.clone());
+                let minus = cast(lit(f64::NEG_INFINITY), t.clone());
+                e.clone().eq(inf).or(e.eq(minus))
+            };
+            infinite(kept.clone(), to)
+                .and(datafusion::logical_expr::not(infinite(value.clone(), from)))
+        }
+        _ => lit(false),
+    };
+    value.is_not_null().and(kept.is_null().or(lost))
+}
+
+/// Whether a value of type `from` needs a check to be kept as `to`: a
+/// numeric type that neither is nor widens to it.
+fn needs_fit_check(from: &DataType, to: &DataType) -> bool {
+    !(from == to || *from == DataType::Null || widens(from, to) || !from.is_numeric())
 }
 
 /// `source` with a check that the values of `flow`'s sequence columns (a
@@ -173,4 +194,131 @@ fn microsecond_check(
         lit(why),
     ]);
     Ok(Some(raise_if(when(kept.not_eq(value), message).end()?)))
+}
+
+/// `INSERT` into and `UPDATE` of a streaming table with a check of each
+/// value DataFusion's planner casts to a narrower column type (a BIGINT
+/// into a TINYINT column, say): one that does not fit fails the statement
+/// naming it, the table and the column, rather than with Arrow's cast error
+/// naming neither. An analyzer rule: the optimizers would fold a literal's
+/// cast, and fail, before any hook of the table sees it.
+///
+/// ```text
+/// Dml: op=[Insert Into] table=[t]         Dml: op=[Insert Into] table=[t]
+///   Projection: CAST(x AS Int8) AS v  ──►   Projection: autocdc_fit(x, Int8 NULL, …) AS v
+///     …                                       …
+///   (or VALUES cast to t's types)           (or VALUES of autocdc_fit(…))
+/// ```
+#[derive(Debug, Default)]
+pub struct DmlFitChecks;
+
+impl AnalyzerRule for DmlFitChecks {
+    fn name(&self) -> &str {
+        "autocdc_dml_fit_checks"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        Ok(plan
+            .transform_down(|node| {
+                let LogicalPlan::Dml(dml) = &node else {
+                    return Ok(Transformed::no(node));
+                };
+                let statement = match dml.op {
+                    WriteOp::Insert(_) => "INSERT INTO",
+                    WriteOp::Update => "UPDATE",
+                    _ => return Ok(Transformed::no(node)),
+                };
+                let streaming = source_as_provider(&dml.target)
+                    .is_ok_and(|p| p.downcast_ref::<ScdTable>().is_some());
+                let LogicalPlan::Projection(projection) = dml.input.as_ref() else {
+                    return Ok(Transformed::no(node));
+                };
+                if !streaming {
+                    return Ok(Transformed::no(node));
+                }
+                let checked = |column: &str, e: &Expr, schema: &DFSchema| -> Result<Option<Expr>> {
+                    let Expr::Cast(Cast { expr, field }) = e else {
+                        return Ok(None);
+                    };
+                    let (from, to) = (expr.get_type(schema)?, field.data_type());
+                    if !needs_fit_check(&from, to) {
+                        return Ok(None);
+                    }
+                    let before = format!(
+                        "{statement} {}: column '{column}' has the value ",
+                        dml.table_name
+                    );
+                    let after = format!(", which its type {to} cannot hold; nothing was changed");
+                    fit(expr.as_ref().clone(), to, before, after).map(Some)
+                };
+                // the statement's columns, and the target column each is
+                let mut changed = false;
+                let mut targets = Vec::new();
+                let mut exprs = Vec::with_capacity(projection.expr.len());
+                for e in &projection.expr {
+                    let Expr::Alias(alias) = e else {
+                        exprs.push(e.clone());
+                        continue;
+                    };
+                    let inner = match alias.expr.as_ref() {
+                        Expr::Cast(Cast { expr, .. }) => expr.as_ref(),
+                        other => other,
+                    };
+                    if let Expr::Column(c) = inner {
+                        targets.push((c.name.clone(), alias.name.clone()));
+                    }
+                    match checked(&alias.name, &alias.expr, projection.input.schema())? {
+                        Some(fitted) => {
+                            changed = true;
+                            exprs.push(
+                                fitted.alias_qualified(alias.relation.clone(), alias.name.clone()),
+                            );
+                        }
+                        None => exprs.push(e.clone()),
+                    }
+                }
+                // `INSERT … VALUES`: DataFusion casts the literals to the
+                // target's types in the VALUES themselves
+                let mut input = Arc::clone(&projection.input);
+                if let LogicalPlan::Values(values) = input.as_ref() {
+                    let empty = DFSchema::empty();
+                    let mut rows = Vec::with_capacity(values.values.len());
+                    for row in &values.values {
+                        let mut fitted = Vec::with_capacity(row.len());
+                        for (e, field) in row.iter().zip(values.schema.fields()) {
+                            let column = targets
+                                .iter()
+                                .find(|(from, _)| from == field.name())
+                                .map_or(field.name(), |(_, to)| to);
+                            match checked(column, e, &empty)? {
+                                Some(e) => {
+                                    changed = true;
+                                    fitted.push(e);
+                                }
+                                None => fitted.push(e.clone()),
+                            }
+                        }
+                        rows.push(fitted);
+                    }
+                    input = Arc::new(LogicalPlan::Values(Values {
+                        schema: Arc::clone(&values.schema),
+                        values: rows,
+                    }));
+                }
+                if !changed {
+                    return Ok(Transformed::no(node));
+                }
+                let projection = Projection::try_new(exprs, input)?;
+                let dml = DmlStatement {
+                    input: Arc::new(LogicalPlan::Projection(projection)),
+                    ..dml.clone()
+                };
+                Ok(Transformed::new(
+                    LogicalPlan::Dml(dml),
+                    true,
+                    TreeNodeRecursion::Jump,
+                ))
+            })?
+            .data)
+    }
 }

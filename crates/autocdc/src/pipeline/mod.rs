@@ -115,6 +115,7 @@ pub mod dependencies;
 pub mod dml;
 mod fits;
 pub(crate) use fits::with_sequence_precision_checks;
+pub(crate) use fits::DmlFitChecks;
 pub(crate) mod failed_read;
 mod folders;
 pub mod source;

@@ -38,6 +38,19 @@ impl CdcSession {
         }
     }
 
+    /// The flows of `target` that read a snapshot function (each needs
+    /// [`CdcSession::register_snapshot_function`] in a new process).
+    pub async fn snapshot_function_flows(&self, target: &TableName) -> Result<Vec<String>> {
+        let table = self.table(target).await?;
+        let meta = table.meta();
+        Ok(meta
+            .flows
+            .values()
+            .filter(|flow| matches!(flow.source, FlowSource::SnapshotFunction))
+            .map(|flow| flow.name.clone())
+            .collect())
+    }
+
     /// Create a snapshot flow that reads the Rust `function`. The function is
     /// registered before the flow runs; when the definition does not land
     /// (the flow is refused, or fails before its first commit) the function
@@ -286,8 +299,12 @@ impl CdcSession {
                     .and_then(|f| f.get(&(table.name().clone(), spec.name.clone())).cloned())
                     .ok_or_else(|| {
                         DataFusionError::Plan(format!(
-                            "flow '{}': reads a Rust snapshot function that is not registered in this session",
-                            spec.name
+                            "flow '{}' of '{}' reads a snapshot function (next_snapshot_and_version) \
+                             that is not registered in this session: a function lives in the \
+                             process that registered it; register it again in each new one \
+                             (register_snapshot_function)",
+                            spec.name,
+                            table.name()
                         ))
                     })?;
                 Ok(function(last)?.map(|(df, version)| (df.into_unoptimized_plan(), version)))

@@ -26,7 +26,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -48,6 +48,7 @@ use super::{
     column, counted, file_columns, find_keys, found_scan, key_positions, keyed_flow, raw_plan,
     read_found, statement_plan, unqualified, InsertedRows, NewRows, Replacing, StatementRows,
 };
+use crate::fit::fit_scalar;
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, KIND_COL, SEQ_COL,
     START_AT_COL, WRITTEN_AT_COL,
@@ -353,15 +354,20 @@ pub async fn merge(
         .map(|(n, &i)| Field::new(format!("__k{n}"), user.field(i).data_type().clone(), true))
         .collect();
     let key_names: Vec<String> = key_fields.iter().map(|f| f.name().clone()).collect();
-    let column_of = |scalars: Vec<ScalarValue>, data_type: &DataType| -> Result<Arc<dyn Array>> {
+    // (a value of the source's type, as the column's: one it cannot hold
+    // fails the statement naming it)
+    let column_of = |scalars: Vec<ScalarValue>, field: &Field| -> Result<Arc<dyn Array>> {
+        let data_type = field.data_type();
         let casted = scalars
             .into_iter()
             .map(|s| {
-                if s.is_null() {
-                    ScalarValue::try_from(data_type)
-                } else {
-                    s.cast_to(data_type)
-                }
+                fit_scalar(&s, data_type)?.ok_or_else(|| {
+                    let column = field.name().strip_prefix("__v_").unwrap_or(field.name());
+                    refuse(format!(
+                        "column '{column}' has the value {s}, which its type {data_type} \
+                         cannot hold"
+                    ))
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         if casted.is_empty() {
@@ -383,7 +389,7 @@ pub async fn merge(
         let columns = key_fields
             .iter()
             .enumerate()
-            .map(|(n, f)| column_of(rows.iter().map(|k| k[n].clone()).collect(), f.data_type()))
+            .map(|(n, f)| column_of(rows.iter().map(|k| k[n].clone()).collect(), f))
             .collect::<Result<_>>()?;
         table_of(key_fields.clone(), columns)
     };
@@ -391,23 +397,16 @@ pub async fn merge(
     let mut u_columns: Vec<Arc<dyn Array>> = key_fields
         .iter()
         .enumerate()
-        .map(|(n, f)| {
-            column_of(
-                updates.iter().map(|(k, _)| k[n].clone()).collect(),
-                f.data_type(),
-            )
-        })
+        .map(|(n, f)| column_of(updates.iter().map(|(k, _)| k[n].clone()).collect(), f))
         .collect::<Result<_>>()?;
     for (v, &i) in values.iter().enumerate() {
         let field = user.field(i);
         u_fields.push(Field::new(format!("__has{i}"), DataType::Boolean, false));
-        u_columns.push(column_of(
-            updates
-                .iter()
-                .map(|(_, set)| ScalarValue::Boolean(Some(set[v].is_some())))
-                .collect(),
-            &DataType::Boolean,
-        )?);
+        let has: BooleanArray = updates
+            .iter()
+            .map(|(_, set)| Some(set[v].is_some()))
+            .collect();
+        u_columns.push(Arc::new(has));
         u_fields.push(Field::new(
             format!("__set{i}"),
             field.data_type().clone(),
@@ -418,7 +417,7 @@ pub async fn merge(
                 .iter()
                 .map(|(_, set)| set[v].clone().unwrap_or(ScalarValue::Null))
                 .collect(),
-            field.data_type(),
+            field,
         )?);
     }
     let updated_table = table_of(u_fields, u_columns)?;
@@ -431,12 +430,7 @@ pub async fn merge(
     let i_columns = i_fields
         .iter()
         .enumerate()
-        .map(|(i, f)| {
-            column_of(
-                inserts.iter().map(|r| r[i].clone()).collect(),
-                f.data_type(),
-            )
-        })
+        .map(|(i, f)| column_of(inserts.iter().map(|r| r[i].clone()).collect(), f))
         .collect::<Result<_>>()?;
     let inserted_table = table_of(i_fields, i_columns)?;
     let inserted_keys_cols: Vec<String> = key_index

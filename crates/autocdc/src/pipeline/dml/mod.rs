@@ -38,6 +38,7 @@ use arrow::array::{AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Int8Type, Schema, SchemaRef};
 use async_trait::async_trait;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::ScalarValue;
 use datafusion::common::{Column, DataFusionError, Result};
 use datafusion::datasource::{provider_as_source, MemTable};
@@ -47,7 +48,7 @@ use datafusion::functions::expr_fn::coalesce;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    cast, col, lit, when, BinaryExpr, Expr, LogicalPlan, LogicalPlanBuilder, Operator,
+    cast, col, lit, when, BinaryExpr, Expr, LogicalPlan, LogicalPlanBuilder, Operator, Volatility,
 };
 use datafusion::physical_expr::expressions::{self as physical, Literal};
 use datafusion::physical_expr::PhysicalExpr;
@@ -69,6 +70,7 @@ pub use merge::merge;
 pub use rows_exec::DmlRowsExec;
 use rows_exec::{Prepare, Statement};
 
+use crate::fit::FIT;
 use crate::fold::columns::{
     Kind, CHANGE_DELETE, CHANGE_INSERT, CHANGE_POSTIMAGE, CHANGE_PREIMAGE, GROUP_SEQ_PREFIX,
     KIND_COL, SEQ_COL, WRITTEN_AT_COL,
@@ -76,6 +78,7 @@ use crate::fold::columns::{
 use crate::fold::count;
 use crate::physical::{CdcCommitExec, CdcWriteExec};
 use crate::pipeline::{deletion_vector_budget, find_superseded, write_request};
+use crate::raise::RAISE;
 use crate::spec::resolve::written_at_value;
 use crate::spec::sequence_groups;
 use crate::spec::{FlowSpec, ScdType};
@@ -816,7 +819,20 @@ impl TargetDml for PipelineDml {
         let user = table.meta().user_schema;
         // (the new values are read more than once: the stored row, its
         // change images, whether it changed; a volatile one would differ)
-        if let Some((name, _)) = assignments.iter().find(|(_, e)| e.is_volatile()) {
+        // (a value check, `autocdc_raise` or `autocdc_fit`, is volatile only
+        // so that no optimizer moves it: it gives the value or fails, each
+        // time alike)
+        let volatile = |e: &Expr| {
+            e.exists(|e| {
+                Ok(matches!(e, Expr::ScalarFunction(f)
+                    if f.func.name() != RAISE && f.func.name() != FIT
+                        && f.func.signature().volatility == Volatility::Volatile))
+            })
+        };
+        if let Some((name, _)) = assignments
+            .iter()
+            .find(|(_, e)| volatile(e).unwrap_or(true))
+        {
             return Err(DataFusionError::Plan(format!(
                 "UPDATE of streaming table '{}': the value of '{name}' is volatile \
                  (random(), uuid(), …), and the stored row and its change feed would \

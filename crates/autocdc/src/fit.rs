@@ -1,0 +1,237 @@
+//! `autocdc_fit(value, like, before, after)`: `value` cast to the type of
+//! `like` (a typed NULL), or a failure naming the first value that type
+//! cannot hold — `before`, the value, `after` — where Arrow's cast error
+//! would name neither the column nor the statement.
+//!
+//! A value does not fit when it is out of the type's range, when a decimal
+//! of fewer digits would round it, or when a narrower float would overflow
+//! it to an infinity it was not. NULL stays NULL.
+//!
+//! It is volatile, as [`crate::raise`] is: no optimizer folds a literal's
+//! cast (and fails with Arrow's error) before the statement runs, or splits
+//! its argument into a common subexpression that a DML hook cannot read.
+//! The Ballista codec ships it by name ([`crate::physical::codec`]).
+
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
+use arrow::compute::kernels::cast::{cast_with_options, CastOptions};
+use arrow::compute::kernels::cmp::distinct;
+use arrow::datatypes::{DataType, Float64Type};
+use arrow::datatypes::{Field, FieldRef};
+use datafusion::common::{exec_err, internal_err, Result, ScalarValue};
+use datafusion::logical_expr::{
+    lit, ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
+};
+
+/// The function's name (also its codec key).
+pub const FIT: &str = "autocdc_fit";
+
+/// See the module docs.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct FitFunction {
+    signature: Signature,
+}
+
+static UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::from(FitFunction {
+        signature: Signature::any(4, Volatility::Volatile),
+    }))
+});
+
+/// The function.
+pub fn fit_udf() -> Arc<ScalarUDF> {
+    Arc::clone(&UDF)
+}
+
+/// `value` as `to`, failing with `before`, the value and `after` for a
+/// value `to` cannot hold.
+pub fn fit(value: Expr, to: &DataType, before: String, after: String) -> Result<Expr> {
+    let like = lit(ScalarValue::try_from(to)?);
+    Ok(fit_udf().call(vec![value, like, lit(before), lit(after)]))
+}
+
+/// `value` as `to`, or `None` if `to` cannot hold it (see the module docs).
+pub fn fit_scalar(value: &ScalarValue, to: &DataType) -> Result<Option<ScalarValue>> {
+    if value.is_null() {
+        return Ok(Some(ScalarValue::try_from(to)?));
+    }
+    let values = value.to_array()?;
+    let kept = cast_with_options(&values, to, &SAFE)?;
+    if misfits(&values, &kept)?.value(0) {
+        return Ok(None);
+    }
+    ScalarValue::try_from_array(&kept, 0).map(Some)
+}
+
+/// A cast that gives NULL for a value the type cannot hold.
+const SAFE: CastOptions<'static> = CastOptions {
+    safe: true,
+    format_options: arrow::util::display::FormatOptions::new(),
+};
+
+/// Which of `values` (of their own type) do not fit `kept`, their cast to
+/// another type (see the module docs).
+fn misfits(values: &ArrayRef, kept: &ArrayRef) -> Result<BooleanArray> {
+    let lost = match kept.data_type() {
+        // a decimal of fewer digits rounds: the value changes
+        DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => {
+            let back = cast_with_options(kept, values.data_type(), &CastOptions::default())?;
+            Some(distinct(&back, values)?)
+        }
+        // a narrower float overflows to an infinity the value was not
+        DataType::Float16 | DataType::Float32 if values.data_type().is_floating() => {
+            let wide =
+                |a: &ArrayRef| cast_with_options(a, &DataType::Float64, &CastOptions::default());
+            let (was, now) = (wide(values)?, wide(kept)?);
+            let (was, now) = (
+                was.as_primitive::<Float64Type>(),
+                now.as_primitive::<Float64Type>(),
+            );
+            Some(
+                was.values()
+                    .iter()
+                    .zip(now.values().iter())
+                    .map(|(was, now)| Some(now.is_infinite() && !was.is_infinite()))
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    Ok((0..values.len())
+        .map(|i| {
+            let misfit = values.is_valid(i)
+                && (kept.is_null(i) || lost.as_ref().is_some_and(|lost| lost.value(i)));
+            Some(misfit)
+        })
+        .collect())
+}
+
+impl ScalarUDFImpl for FitFunction {
+    fn name(&self) -> &str {
+        FIT
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match args {
+            [_, like, _, _] => Ok(like.clone()),
+            _ => internal_err!("{FIT} takes four arguments"),
+        }
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        match args.arg_fields {
+            [value, like, _, _] => Ok(Arc::new(Field::new(
+                FIT,
+                like.data_type().clone(),
+                value.is_nullable(),
+            ))),
+            _ => internal_err!("{FIT} takes four arguments"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [value, _, before, after] = args.args.as_slice() else {
+            return internal_err!("{FIT} takes four arguments");
+        };
+        let to = args.return_field.data_type();
+        let values = value.to_array(args.number_rows)?;
+        let kept = cast_with_options(&values, to, &SAFE)?;
+        let misfits = misfits(&values, &kept)?;
+        if let Some(row) = misfits.iter().position(|m| m == Some(true)) {
+            fn text(c: &ColumnarValue) -> &str {
+                match c {
+                    ColumnarValue::Scalar(ScalarValue::Utf8(Some(s))) => s.as_str(),
+                    _ => "",
+                }
+            }
+            let value = ScalarValue::try_from_array(&values, row)?;
+            return exec_err!("{}{value}{}", text(before), text(after));
+        }
+        Ok(match value {
+            ColumnarValue::Scalar(_) => {
+                ColumnarValue::Scalar(ScalarValue::try_from_array(&kept, 0)?)
+            }
+            ColumnarValue::Array(_) => ColumnarValue::Array(kept),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Decimal128Array, Float64Array, Int64Array};
+
+    fn invoke(values: ArrayRef, to: DataType) -> Result<ArrayRef> {
+        let n = values.len();
+        let text = |s: &str| ColumnarValue::Scalar(ScalarValue::Utf8(Some(s.into())));
+        let result = fit_udf().invoke_with_args(ScalarFunctionArgs {
+            arg_fields: vec![
+                Arc::new(Field::new("v", values.data_type().clone(), true)),
+                Arc::new(Field::new("like", to.clone(), true)),
+                Arc::new(Field::new("b", DataType::Utf8, true)),
+                Arc::new(Field::new("a", DataType::Utf8, true)),
+            ],
+            args: vec![
+                ColumnarValue::Array(values),
+                ColumnarValue::Scalar(ScalarValue::try_from(&to)?),
+                text("column 'v' has the value "),
+                text(", too much"),
+            ],
+            number_rows: n,
+            return_field: Arc::new(Field::new("r", to, true)),
+            config_options: Arc::default(),
+        })?;
+        result.to_array(n)
+    }
+
+    #[test]
+    fn values_that_fit_are_cast_and_nulls_stay() {
+        let kept = invoke(
+            Arc::new(Int64Array::from(vec![Some(1), None, Some(-128)])),
+            DataType::Int8,
+        )
+        .expect("fits");
+        assert_eq!(kept.data_type(), &DataType::Int8);
+        assert_eq!(kept.null_count(), 1);
+    }
+
+    #[test]
+    fn the_first_value_out_of_range_is_named() {
+        let err = invoke(
+            Arc::new(Int64Array::from(vec![Some(1), Some(300), Some(400)])),
+            DataType::Int8,
+        )
+        .expect_err("300 does not fit");
+        assert!(
+            err.to_string()
+                .contains("column 'v' has the value 300, too much"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_decimal_that_would_round_and_a_float_that_would_overflow_do_not_fit() {
+        let decimals = Decimal128Array::from(vec![125])
+            .with_precision_and_scale(5, 2)
+            .expect("decimal");
+        let err = invoke(Arc::new(decimals), DataType::Decimal128(5, 1)).expect_err("rounds");
+        assert!(err.to_string().contains("has the value 1.25"), "{err}");
+        let err = invoke(Arc::new(Float64Array::from(vec![1e300])), DataType::Float32)
+            .expect_err("overflows");
+        assert!(err.to_string().contains("has the value 1e300"), "{err}");
+        invoke(
+            Arc::new(Float64Array::from(vec![f64::INFINITY])),
+            DataType::Float32,
+        )
+        .expect("an infinity stays one");
+    }
+}
