@@ -3465,41 +3465,42 @@ async fn debezium_files_appended_to_are_read_on_from_where_they_were_read() {
 /// `FROM debezium(...)` stores it as text, in order, rather than failing
 /// every update; the table function keeps its Arrow time type. SQL Server
 /// events are ordered by their LSNs, so one transaction's two updates of a
-/// key (one `ts_ms`) apply in order instead of conflicting.
+/// key (one `ts_ms`) apply in order instead of conflicting, after the
+/// snapshot reads, which have no change LSN (their sequence is no NULL).
 #[tokio::test]
 async fn debezium_times_are_stored_as_text_and_sql_server_orders_by_lsn() {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events");
     std::fs::create_dir_all(&events).unwrap();
     let schema = r#"{"type":"struct","fields":[{"type":"struct","field":"before","optional":true,"fields":[{"type":"int32","field":"id"},{"type":"int64","field":"at","name":"io.debezium.time.MicroTime"}]},{"type":"struct","field":"after","optional":true,"fields":[{"type":"int32","field":"id"},{"type":"int64","field":"at","name":"io.debezium.time.MicroTime"}]},{"type":"struct","field":"source","fields":[{"type":"string","field":"connector"},{"type":"int64","field":"ts_ms"},{"type":"string","field":"change_lsn","optional":true},{"type":"string","field":"commit_lsn","optional":true},{"type":"int64","field":"event_serial_no","optional":true}]},{"type":"string","field":"op"},{"type":"int64","field":"ts_ms"}]}"#;
-    let event = |op: &str, at: i64, commit: &str, change: &str, serial: i64| {
+    let event = |op: &str, id: i32, at: i64, commit: &str, change: Option<(&str, i64)>| {
+        // (a snapshot read has neither change LSN nor serial number)
+        let (change, serial) = match change {
+            Some((change, serial)) => (format!(r#""{change}""#), serial.to_string()),
+            None => ("null".to_string(), "null".to_string()),
+        };
         format!(
-            r#"{{"schema":{schema},"payload":{{"before":null,"after":{{"id":1,"at":{at}}},"source":{{"connector":"sqlserver","ts_ms":1700000005000,"change_lsn":"{change}","commit_lsn":"{commit}","event_serial_no":{serial}}},"op":"{op}","ts_ms":1700000005000}}}}"#
+            r#"{{"schema":{schema},"payload":{{"before":null,"after":{{"id":{id},"at":{at}}},"source":{{"connector":"sqlserver","ts_ms":1700000005000,"change_lsn":{change},"commit_lsn":"{commit}","event_serial_no":{serial}}},"op":"{op}","ts_ms":1700000005000}}}}"#
         )
     };
     std::fs::write(
         events.join("a.json"),
         [
-            event(
-                "c",
-                3_723_000_001,
-                "00000025:00000d98:0003",
-                "00000025:00000d98:0002",
-                1,
-            ),
+            event("r", 1, 3_723_000_001, "00000025:00000d98:0003", None),
+            event("r", 2, 3_723_000_001, "00000025:00000d98:0003", None),
             event(
                 "u",
+                1,
                 37_230_500_000,
                 "00000026:00000010:0009",
-                "00000026:00000010:0002",
-                1,
+                Some(("00000026:00000010:0002", 1)),
             ),
             event(
                 "u",
+                1,
                 45_000_000_000,
                 "00000026:00000010:0009",
-                "00000026:00000010:0004",
-                2,
+                Some(("00000026:00000010:0004", 2)),
             ),
         ]
         .join("\n"),
@@ -3521,7 +3522,10 @@ async fn debezium_times_are_stored_as_text_and_sql_server_orders_by_lsn() {
         &format!("CREATE FLOW f AS AUTO CDC INTO t FROM {source} KEYS (id)"),
     )
     .await;
-    assert_eq!(rows(&s, "SELECT id, at FROM t").await, ["| 1 | 12:30:00 |"]);
+    assert_eq!(
+        rows(&s, "SELECT id, at FROM t ORDER BY id").await,
+        ["| 1 | 12:30:00 |", "| 2 | 01:02:03.000001 |"]
+    );
 }
 
 /// The Delta properties a table is declared with (checkpoint interval, log

@@ -28,6 +28,8 @@ impl CdcSession {
         // (the SQL parser derives them too; the Rust and Python builders not)
         let spec = spec.with_source_defaults();
         let target = TableName::parse(&spec.target)?;
+        self.refuse_on_rejects_table(&format!("flow '{}': INTO", spec.name), &target)
+            .await?;
         let table = self.table(&target).await.map_err(|e| {
             let msg = match e {
                 DataFusionError::Plan(m) => m,

@@ -130,6 +130,12 @@ impl CdcSession {
                 Some("true".to_string()),
             ));
         }
+        if c.properties
+            .iter()
+            .any(|(k, v)| k == REJECTS_PROPERTY && v.eq_ignore_ascii_case("true"))
+        {
+            self.check_rejects_table_of(&c.name).await?;
+        }
         let created = self
             .warehouse
             .create_state_store(
@@ -359,7 +365,36 @@ impl CdcSession {
             expectations: vec![],
             comment: Some(format!("the rejected events of '{target}'")),
         };
-        Box::pin(self.create_table(rejects)).await
+        Box::pin(self.create_table(rejects)).await?;
+        self.check_rejects_table_of(target).await
+    }
+
+    /// Refuse rejects for `target` when a streaming table of its rejects
+    /// table's name exists and is no rejects table (it has flows, or other
+    /// columns): the rejected events would never reach it.
+    async fn check_rejects_table_of(&self, target: &TableName) -> Result<()> {
+        let name = rejects_table_name(target);
+        if !self.warehouse.exists(&name).await? {
+            return Ok(());
+        }
+        let meta = self.table(&name).await?.meta();
+        let columns: Vec<&str> = meta
+            .user_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        let expected: Vec<&str> = REJECTS_COLUMNS.iter().map(|(name, _)| *name).collect();
+        let why = match (meta.flows.is_empty(), columns == expected) {
+            (true, true) => return Ok(()),
+            (false, _) => "it has flows of its own",
+            (true, false) => "its columns are not a rejects table's",
+        };
+        Err(DataFusionError::Plan(format!(
+            "streaming table '{target}': {REJECTS_PROPERTY} = true keeps its rejected events \
+             in '{name}', a streaming table that exists and is no rejects table ({why}); drop \
+             or rename it, or leave rejects off"
+        )))
     }
 }
 

@@ -77,17 +77,11 @@ impl CdcSession {
             )));
         }
         // a target's rejects table goes with its target, not alone
-        if let Some(target) = name.table.strip_suffix(REJECTS_SUFFIX) {
-            let target = TableName {
-                schema: name.schema.clone(),
-                table: target.to_string(),
-            };
-            if self.warehouse.exists(&target).await? && self.takes_rejects(&target).await {
-                return Err(DataFusionError::Plan(format!(
-                    "DROP STREAMING TABLE {name}: it holds the rejected events of '{target}' \
-                     (autocdc.rejects = true); DROP STREAMING TABLE {target} drops both"
-                )));
-            }
+        if let Some(target) = self.rejects_target_of(name).await? {
+            return Err(DataFusionError::Plan(format!(
+                "DROP STREAMING TABLE {name}: it holds the rejected events of '{target}' \
+                 (autocdc.rejects = true); DROP STREAMING TABLE {target} drops both"
+            )));
         }
         let rejects = rejects_table_name(name);
         let drops_rejects =
@@ -99,6 +93,41 @@ impl CdcSession {
             self.forget(&rejects)?;
         }
         Ok(())
+    }
+
+    /// The target whose rejects table `name` is: `t` for `t__rejects`,
+    /// when `t` turns rejects on. Such a table is written by `t`'s updates
+    /// alone: no flow, refresh, restore or DML of its own.
+    pub(super) async fn rejects_target_of(&self, name: &TableName) -> Result<Option<TableName>> {
+        let Some(target) = name.table.strip_suffix(REJECTS_SUFFIX) else {
+            return Ok(None);
+        };
+        let target = TableName {
+            schema: name.schema.clone(),
+            table: target.to_string(),
+        };
+        Ok(
+            match self.warehouse.exists(&target).await? && self.takes_rejects(&target).await {
+                true => Some(target),
+                false => None,
+            },
+        )
+    }
+
+    /// Refuse `statement` (the words naming it and `name`) when `name` is
+    /// a target's rejects table.
+    pub(super) async fn refuse_on_rejects_table(
+        &self,
+        statement: &str,
+        name: &TableName,
+    ) -> Result<()> {
+        match self.rejects_target_of(name).await? {
+            Some(target) => Err(DataFusionError::Plan(format!(
+                "{statement}: '{name}' is the rejects table of '{target}', appended to by \
+                 its updates only; nothing was changed"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Whether table `name` turns rejects on (false when it cannot be

@@ -80,6 +80,10 @@ impl CdcSession {
         full: bool,
         only: Option<&BTreeSet<String>>,
     ) -> Result<(Vec<RecordBatch>, Option<DataFusionError>)> {
+        if full {
+            self.refuse_on_rejects_table(&format!("REFRESH STREAMING TABLE {name} FULL"), name)
+                .await?;
+        }
         let table = self.table(name).await?;
         table.refresh().await?;
         self.attach_sources_of(&table).await?;

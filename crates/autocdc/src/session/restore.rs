@@ -49,6 +49,8 @@ impl CdcSession {
         to: &RestoreTo,
     ) -> Result<RestoreMetrics> {
         let started = Instant::now();
+        self.refuse_on_rejects_table(&format!("RESTORE of '{name}'"), name)
+            .await?;
         let table = self.table(name).await?;
         table.refresh().await?;
         let refuse = |why: String| {

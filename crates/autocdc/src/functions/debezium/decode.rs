@@ -30,15 +30,16 @@
 //! | `source.connector` | [`SequenceKind`] | `_seq`                                   |
 //! |--------------------|------------------|------------------------------------------|
 //! | `postgresql`       | `PostgresLsn`    | Int64 `source.lsn`                       |
-//! | `mysql`            | `MySqlBinlog`    | Struct{file: Utf8, pos: Int64, row: Int32} from `source.file/pos/row` |
+//! | `mysql`, `mariadb` | `MySqlBinlog`    | Struct{file: Utf8, pos: Int64, row: Int32} from `source.file/pos/row` |
 //! | `sqlserver`        | `SqlServerLsn`   | Struct{commit_lsn: Utf8, change_lsn: Utf8, event_serial_no: Int64} from `source` |
 //! | other              | `TimestampMs`    | Int64 `source.ts_ms`, else the event's `ts_ms` |
 //!
 //! SQL Server's LSNs are fixed-width hexadecimal text (`00000027:00000758:0003`),
 //! so they order as text: by transaction commit, then change, then the
 //! event's number within the change (an update's two rows). A snapshot read
-//! has no `change_lsn` (NULL, first among the events of its commit LSN);
-//! an event without `commit_lsn` has a NULL `_seq`.
+//! has neither `change_lsn` nor `event_serial_no` (Debezium sends NULL):
+//! they read `''` and `0`, first among the events of its commit LSN; an
+//! event without `commit_lsn` has a NULL `_seq`.
 //!
 //! The connector alone decides: a flow's events are ordered alike in every
 //! update, whatever one update's samples hold. A missing sequence value
@@ -627,10 +628,24 @@ impl DebeziumLayout {
                 )?))
             }
             SequenceKind::SqlServerLsn => {
+                // (a snapshot read has neither a change LSN nor a serial
+                // number: '' and 0, first among its commit LSN's events —
+                // a NULL field would make the whole sequence NULL)
+                let least = |column: &ArrayRef, least: ArrayRef| -> Result<ArrayRef> {
+                    let typed = arrow::compute::cast(column, least.data_type())?;
+                    let least = arrow::array::Scalar::new(least);
+                    Ok(zip(&is_not_null(&typed)?, &typed, &least)?)
+                };
                 let parts = [
                     field(source, "commit_lsn")?.clone(),
-                    field(source, "change_lsn")?.clone(),
-                    field(source, "event_serial_no")?.clone(),
+                    least(
+                        field(source, "change_lsn")?,
+                        Arc::new(arrow::array::StringArray::from(vec![""])),
+                    )?,
+                    least(
+                        field(source, "event_serial_no")?,
+                        Arc::new(arrow::array::Int64Array::from(vec![0])),
+                    )?,
                 ];
                 let valid: Vec<bool> = (0..source.len())
                     .map(|i| source.is_valid(i) && parts[0].is_valid(i))
@@ -1261,7 +1276,7 @@ impl Inference {
         }
         let sequence = match self.connector.as_ref().map(|(c, _)| c.as_str()) {
             Some("postgresql") => SequenceKind::PostgresLsn,
-            Some("mysql") => SequenceKind::MySqlBinlog,
+            Some("mysql" | "mariadb") => SequenceKind::MySqlBinlog,
             Some("sqlserver") => SequenceKind::SqlServerLsn,
             _ => SequenceKind::TimestampMs,
         };
@@ -2241,6 +2256,8 @@ mod tests {
             .unwrap();
         assert!(rows.row(0) < rows.row(1) && rows.row(1) < rows.row(2));
         assert!(seq.is_valid(0), "a snapshot read has a sequence");
+        // whose every field is one (a NULL field would be a NULL sequence)
+        assert!(seq.columns().iter().all(|c| c.is_valid(0)));
         assert!(seq.is_null(3), "no commit LSN: a NULL sequence");
     }
 
