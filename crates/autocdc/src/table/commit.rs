@@ -168,8 +168,16 @@ pub async fn commit_written(
     event.newest_input_ms = request.newest_input_ms;
     let mut metadata = request.metadata.clone();
     // the rejected events, in a file the commit names (delivered after it)
+    // (a full refresh reads every flow's sources again: the one clearing
+    // the table, and each other flow it marked, until that one commits)
+    let read_again = request.clears
+        || request
+            .table
+            .meta()
+            .full_refresh_pending()
+            .contains(&request.flow.name);
     let pending = match &request.rejects {
-        Some(sink) => write_pending(&store, sink, request.clears).await?,
+        Some(sink) => write_pending(&store, sink, read_again).await?,
         None => None,
     };
     if let Some(pending) = &pending {
