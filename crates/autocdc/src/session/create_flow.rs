@@ -176,8 +176,7 @@ impl CdcSession {
         operation: Operation,
     ) -> Result<Vec<RecordBatch>> {
         if spec.source.is_snapshot() {
-            let register = operation == Operation::CreateFlow;
-            return self.run_snapshot_flow(table, spec, register).await;
+            return self.run_snapshot_flow(table, spec, operation).await;
         }
         let state = self.ctx.state();
         if spec.append && !spec.once && operation != Operation::CreateFlow {

@@ -57,7 +57,12 @@ impl CdcSession {
             )
             .await;
         }
-        let meta = table.meta();
+        // (a full refresh's first run carries its clear: as into an empty
+        // table, every version read again)
+        let meta = match operation {
+            Operation::FullRefresh => table.meta().cleared(),
+            _ => table.meta(),
+        };
         let last = match (
             meta.properties.get(&last_version_property(&flow.name)),
             &meta.sequence_type,
@@ -98,7 +103,7 @@ impl CdcSession {
             &state,
             Arc::clone(table),
             flow,
-            Operation::Refresh,
+            operation,
             now,
             UpdateSource::Snapshot {
                 plan: Box::new(plan),
@@ -136,7 +141,7 @@ impl CdcSession {
         let before = table.delta().version().unwrap_or(0);
         let (runs, clear_first) = Self::runs(&table, full);
         if clear_first {
-            self.clear(&table).await?;
+            self.clear(&table, None).await?;
         }
         let cleared = full.then_some(before);
         match self

@@ -37,19 +37,22 @@ impl CdcSession {
     /// The runs of a refresh of `table`, each flow with what its run is;
     /// for a full refresh, whether the table is to be cleared first. The
     /// first run of a full refresh carries its clear, so that a failure or
-    /// a crash before its commit leaves the table as it was: not a snapshot
-    /// flow's (it commits each snapshot version by itself), nor on a table
-    /// of the earlier layout (its change feed would lack the clear's
-    /// deletes); then the clear is a commit of its own.
+    /// a crash before its commit leaves the table as it was (a snapshot
+    /// flow's first version's commit carries it); not on a table of the
+    /// earlier layout (its change feed would lack the clear's deletes):
+    /// then the clear is a commit of its own.
     pub(super) fn runs(table: &ScdTable, full: bool) -> (Vec<(FlowSpec, Operation)>, bool) {
         let mut flows = Self::flows_to_run(table, full);
         if !full {
             let runs = flows.into_iter().map(|f| (f, Operation::Refresh)).collect();
             return (runs, false);
         }
+        // (a snapshot flow's run may find no version to carry the clear:
+        // it clears the table by itself then; a flow of another kind first)
         let carrier = flows
             .iter()
             .position(|f| !f.source.is_snapshot())
+            .or((!flows.is_empty()).then_some(0))
             .filter(|_| table.is_published());
         let Some(carrier) = carrier else {
             let runs = flows.into_iter().map(|f| (f, Operation::Refresh)).collect();
@@ -96,7 +99,7 @@ impl CdcSession {
             runs.retain(|(flow, _)| only.contains(&flow.name));
         }
         let mut cleared_rows = match clear_first {
-            true => self.clear(&table).await?,
+            true => self.clear(&table, None).await?,
             false => 0,
         };
         let cleared = full.then_some(before);
@@ -228,8 +231,9 @@ impl CdcSession {
 
     /// Remove every row of a table (full refresh), keeping its definition,
     /// as a commit of its own (see [`Self::runs`]); the rows removed (SCD 2:
-    /// versions).
-    pub(super) async fn clear(&self, table: &Arc<ScdTable>) -> Result<u64> {
+    /// versions). Every flow but `by` (one that ran, finding nothing to
+    /// apply) is marked to run before the full refresh is complete.
+    pub(super) async fn clear(&self, table: &Arc<ScdTable>, by: Option<&str>) -> Result<u64> {
         let started = std::time::Instant::now();
         // its count: the rows its change feed deletes (SCD 2: versions)
         let rows = self
@@ -247,7 +251,7 @@ impl CdcSession {
             .metadata(MetadataChange::forget_reads());
         let edit = table
             .meta()
-            .marks_of_flows_but(None)
+            .marks_of_flows_but(by)
             .into_iter()
             .fold(edit, Edit::metadata);
         edit.commit(table).await?;

@@ -91,14 +91,19 @@ impl CdcSession {
     /// committed on its own. One result row per version. When a version
     /// fails after others of this update committed, the error names those:
     /// they stay.
+    ///
+    /// `operation`: `CREATE FLOW` registers the flow with its first commit;
+    /// a full refresh's clear (`REFRESH FULL`) is carried by its first
+    /// version's commit, so that a failure before it leaves the table as it
+    /// was, or is a commit of its own when there is no version to apply.
     pub(super) async fn run_snapshot_flow(
         &self,
         table: &Arc<ScdTable>,
         spec: &FlowSpec,
-        register: bool,
+        operation: Operation,
     ) -> Result<Vec<RecordBatch>> {
         let mut applied = Vec::new();
-        self.run_snapshot_versions(table, spec, register, &mut applied)
+        self.run_snapshot_versions(table, spec, operation, &mut applied)
             .await
             .map_err(|e| match applied.is_empty() {
                 true => e,
@@ -117,14 +122,18 @@ impl CdcSession {
         &self,
         table: &Arc<ScdTable>,
         spec: &FlowSpec,
-        register: bool,
+        operation: Operation,
         applied: &mut Vec<String>,
     ) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         let mut skipped_at = None;
-        let mut register = register;
+        let mut register = operation == Operation::CreateFlow;
+        let mut clearing = operation == Operation::FullRefresh;
         loop {
-            let meta = table.meta();
+            let meta = match clearing {
+                true => table.meta().cleared(),
+                false => table.meta(),
+            };
             let last = match (
                 meta.properties.get(&last_version_property(&spec.name)),
                 &meta.sequence_type,
@@ -222,11 +231,15 @@ impl CdcSession {
                 }
             }
             let shown_version = shown(&version);
+            let operation = match clearing {
+                true => Operation::FullRefresh,
+                false => Operation::flow_run(register),
+            };
             let update = plan_update(
                 &state,
                 Arc::clone(table),
                 spec,
-                Operation::flow_run(register),
+                operation,
                 now,
                 UpdateSource::Snapshot {
                     plan: Box::new(plan),
@@ -247,10 +260,24 @@ impl CdcSession {
             // before the next version's commit names others)
             self.deliver_rejects(table).await?;
             register = false;
+            clearing = false;
         }
         if register {
             // no version to process yet: the definition still lands
             self.commit_definition(table, spec).await?;
+        }
+        if clearing {
+            // no version to carry the full refresh's clear: it is a commit
+            // of its own (from scratch, the table holds nothing yet)
+            let rows = self.clear(table, Some(&spec.name)).await?;
+            out.push(result_batch(
+                &spec.name,
+                crate::fold::FoldCounts {
+                    deleted: rows as usize,
+                    ..Default::default()
+                },
+                table.delta().version().map(|v| v as i64),
+            )?);
         }
         if out.is_empty() {
             // (a skipped version's commit is the run's)
