@@ -42,6 +42,7 @@ use datafusion_autocdc::physical::{AutoCdcExec, CdcCommitExec, SnapshotDiffExec}
 use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use futures::TryStreamExt;
+use prost::Message;
 
 use crate::codec::physical_codec;
 use crate::window_sorts::with_explicit_window_sorts;
@@ -228,6 +229,12 @@ fn cluster_error(e: DataFusionError) -> DataFusionError {
     }
 }
 
+/// The largest encoded plan sent to the cluster: a job's plan travels in
+/// one gRPC message (16 MiB by Ballista's default,
+/// `ballista.client.grpc_max_message_size`), and so do its tasks'; a larger
+/// one runs here rather than failing with a transport error.
+const PLAN_MAX_BYTES: usize = 8 * 1024 * 1024;
+
 /// Puts a [`DistributedWriteExec`] under every `CdcCommitExec` (see the
 /// module docs).
 #[derive(Debug)]
@@ -263,6 +270,15 @@ impl PhysicalOptimizerRule for DistributeWrites {
             let encoded =
                 PhysicalPlanNode::try_from_physical_plan(Arc::clone(input), codec.as_ref());
             match (self.scheduler.get(), encoded) {
+                (Some(_), Ok(node)) if node.encoded_len() > PLAN_MAX_BYTES => {
+                    Placement::Local(format!(
+                        "its plan is {} MiB, which carries the rows it writes (a DML \
+                         statement's, say), more than a job's message to the cluster holds \
+                         ({} MiB here, of Ballista's 16 MiB)",
+                        node.encoded_len().div_ceil(1024 * 1024),
+                        PLAN_MAX_BYTES / (1024 * 1024)
+                    ))
+                }
                 (Some(url), Ok(_)) => Placement::Cluster(url.clone()),
                 (None, _) => Placement::Local("no cluster yet".to_string()),
                 (_, Err(e)) => Placement::Local(untravelled(&e.to_string())),

@@ -254,6 +254,57 @@ async fn plans_holding_large_in_memory_tables_run() -> Result<()> {
     Ok(())
 }
 
+/// An update of a few hundred thousand events (staged by the client, under
+/// the stage's 64 MiB) and a DML statement of as many rows run on the
+/// cluster: their plans carried every row, and a plan past gRPC's 16 MiB
+/// failed with a transport error ("h2 protocol error").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn updates_and_statements_of_many_rows_run() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let land = dir.path().join("land");
+    std::fs::create_dir_all(&land)?;
+    let land = land.to_string_lossy();
+    let cluster = open_session(config(dir.path()), &Cluster::Standalone { executors: 2 }).await?;
+    let s = &cluster.session;
+    let rows = |sql: String| async move {
+        let batches = tokio::time::timeout(std::time::Duration::from_secs(300), async {
+            s.sql(&sql).await?.collect().await
+        })
+        .await
+        .expect("the statement's job never ended")
+        .map_err(|e| e.context(sql))?;
+        Ok::<_, datafusion::error::DataFusionError>(pretty_format_batches(&batches)?.to_string())
+    };
+    for sql in [
+        format!(
+            "COPY (SELECT value AS id, 'v0' AS v, value AS n, 0 AS seq FROM range(1000)) \
+             TO '{land}/b0.parquet'"
+        ),
+        format!("CREATE EXTERNAL TABLE land STORED AS PARQUET LOCATION '{land}/'"),
+        "CREATE STREAMING TABLE s".to_string(),
+        "CREATE FLOW sf AS AUTO CDC INTO s FROM STREAM land KEYS (id) SEQUENCE BY seq".into(),
+        "CREATE STREAMING TABLE h".to_string(),
+        "CREATE FLOW hf AS AUTO CDC INTO h FROM STREAM land KEYS (id) SEQUENCE BY seq \
+         STORED AS SCD TYPE 2"
+            .into(),
+        format!(
+            "COPY (SELECT value AS id, 'v1_' || (value % 97) AS v, value * 2 AS n, 1 AS seq \
+             FROM range(450000)) TO '{land}/b1.parquet'"
+        ),
+    ] {
+        rows(sql).await?;
+    }
+    rows("REFRESH STREAMING TABLE s".into()).await?;
+    let stored = rows("SELECT count(*) AS c, sum(n) AS n FROM s".into()).await?;
+    assert!(stored.contains("| 450000 | 202499550000 |"), "{stored}");
+    rows("REFRESH STREAMING TABLE h".into()).await?;
+    let updated = rows("UPDATE h SET n = 1 WHERE __end_at IS NULL AND id < 200000".into()).await?;
+    assert!(updated.contains("| 200000 |"), "{updated}");
+    let ones = rows("SELECT count(*) AS c FROM h WHERE n = 1 AND __end_at IS NULL".into()).await?;
+    assert!(ones.contains("| 200000 |"), "{ones}");
+    Ok(())
+}
+
 /// An error raised on an executor (a NULL key) reads as it does when the
 /// update runs here: its message, not the debug text of the errors around
 /// it that Ballista hands back; the target is unchanged.

@@ -902,6 +902,10 @@ fn fit_checked(
     }
 }
 
+/// The most events (Arrow bytes) a plan for a cluster carries; an update
+/// with more has its executors read its source again.
+const PLAN_EVENTS_MAX_BYTES: usize = 4 * 1024 * 1024;
+
 /// Run `stage` over `events` while planning (a plan for a cluster): what
 /// it chose, and its events as a table when it holds them all (`None`: a
 /// large update, which reads its source again).
@@ -917,6 +921,15 @@ async fn run_stage(
         staged.let_go_of_rest();
         return Ok((staged.replacement.clone(), None));
     };
+    // (a plan travels in one gRPC message, 16 MiB by Ballista's default:
+    // more events than a few MiB are read again by the executors)
+    let size: usize = batches
+        .iter()
+        .map(arrow::array::RecordBatch::get_array_memory_size)
+        .sum();
+    if size > PLAN_EVENTS_MAX_BYTES {
+        return Ok((staged.replacement.clone(), None));
+    }
     // declared nullable: a plan may say a column holds no NULL while its
     // batches do, and the staged table travels in plans that check
     let schema = Arc::new(Schema::new(
