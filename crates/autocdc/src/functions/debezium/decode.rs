@@ -462,6 +462,19 @@ impl DebeziumLayout {
                 &value,
                 "which is past the type's range; reading it would make it infinite",
             )),
+            Some(RowProblem::OutOfBounds(i, value)) => Err(self.value_error(
+                file,
+                no,
+                i,
+                &value,
+                match self.columns[i].raw {
+                    DataType::Timestamp(..) => {
+                        "which is past what a timestamp kept to the microsecond holds \
+                         (Debezium's infinity, say)"
+                    }
+                    _ => "which is no time of day (from midnight to before the next)",
+                },
+            )),
             Some(RowProblem::Fraction(i, value)) => Err(self.value_error(
                 file,
                 no,
@@ -1371,15 +1384,30 @@ impl DebeziumLayout {
 /// fraction; as a float, reading a number past its range as infinity; or
 /// otherwise.
 fn reads_numbers(raw: &DataType) -> ReadsNumbers {
+    /// A day's count of each unit.
+    const DAY: [(TimeUnit, i64); 4] = [
+        (TimeUnit::Second, 86_400),
+        (TimeUnit::Millisecond, 86_400_000),
+        (TimeUnit::Microsecond, 86_400_000_000),
+        (TimeUnit::Nanosecond, 86_400_000_000_000),
+    ];
+    let per_day = |unit: &TimeUnit| DAY.iter().find(|(u, _)| u == unit).map_or(1, |(_, n)| *n);
     match raw {
         DataType::Float64 => ReadsNumbers::Double,
         DataType::Float32 | DataType::Float16 => ReadsNumbers::Single,
-        DataType::Date32
-        | DataType::Date64
-        | DataType::Time32(_)
-        | DataType::Time64(_)
-        | DataType::Duration(_)
-        | DataType::Timestamp(..) => ReadsNumbers::Whole,
+        // a time of day: from midnight to before the next
+        DataType::Time32(unit) | DataType::Time64(unit) => {
+            ReadsNumbers::Within(0, per_day(unit) - 1)
+        }
+        // a count of seconds or milliseconds that a flow keeps in
+        // microseconds (Delta's timestamps): one past that overflows
+        DataType::Timestamp(unit @ (TimeUnit::Second | TimeUnit::Millisecond), _) => {
+            let scale = per_day(&TimeUnit::Microsecond) / per_day(unit);
+            ReadsNumbers::Within(i64::MIN / scale, i64::MAX / scale)
+        }
+        DataType::Date32 | DataType::Date64 | DataType::Duration(_) | DataType::Timestamp(..) => {
+            ReadsNumbers::Whole
+        }
         raw if raw.is_integer() => ReadsNumbers::Whole,
         _ => ReadsNumbers::Other,
     }
@@ -2623,6 +2651,48 @@ mod tests {
         let batch = &batches[0];
         assert_eq!(col::<Int64Array>(batch, "id").values(), &[1, 2]);
         assert_eq!(col::<Int64Array>(batch, "qty").values(), &[5, 10]);
+    }
+
+    #[test]
+    fn a_time_past_a_day_or_a_timestamp_past_microseconds_is_an_error() {
+        let schema = vec![
+            json!({"type": "int32", "optional": false, "field": "id"}),
+            field_schema("int64", "mt", Some("io.debezium.time.MicroTime")),
+            field_schema("int64", "ts", Some("io.debezium.time.Timestamp")),
+        ];
+        let ev = |id: i64, mt: i64, ts: i64| {
+            envelope(
+                &schema,
+                payload(
+                    "c",
+                    Value::Null,
+                    json!({"id": id, "mt": mt, "ts": ts}),
+                    pg_source(1, 1),
+                ),
+            )
+        };
+        let fine = lines(&[ev(1, 0, 0), ev(2, 86_399_999_999, -1_000)]);
+        let layout = layout_of("t.json", &fine);
+        assert_eq!(
+            layout.decode("t.json", &fine, 100).unwrap()[0].num_rows(),
+            2
+        );
+        // PostgreSQL's TIME '24:00:00', and Debezium's infinity
+        let err = err_of(layout.decode("t.json", &lines(&[ev(3, 86_400_000_000, 0)]), 100));
+        assert!(
+            err.contains("line 1: column 'mt' is Time64(µs) and the event gives it 86400000000, which is no time of day"),
+            "{err}"
+        );
+        let err = err_of(layout.decode("t.json", &lines(&[ev(3, -5, 0)]), 100));
+        assert!(
+            err.contains("gives it -5, which is no time of day"),
+            "{err}"
+        );
+        let err = err_of(layout.decode("t.json", &lines(&[ev(3, 1, i64::MAX)]), 100));
+        assert!(
+            err.contains("column 'ts' is Timestamp(ms) and the event gives it 9223372036854775807, which is past what a timestamp kept to the microsecond holds"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! | an integer column's value with a fraction (`1.5`, `"2.7"`, `1e-3`), or written with `.` or an exponent past a double's precision (`9007199254740993.0`) | [`RowProblem::Fraction`] |
 //! | an integer column's value written with `.` or an exponent, whole and within 2^53 (`1.0`, `1e3`) | no problem (read as that integer) |
 //! | a floating-point column's value past its type's range (`1e400`; `1e39` for a FLOAT) | [`RowProblem::OutOfRange`] |
+//! | a time column's value outside a day (`86400000000` µs), a second or millisecond timestamp's past what microseconds hold | [`RowProblem::OutOfBounds`] |
 //! | malformed JSON                         | no problem (the decoder reports the line) |
 //!
 //! Debezium writes `before` first in the payload, so the first `"before"`
@@ -56,6 +57,10 @@ pub(crate) enum RowProblem<'l> {
     /// A number past the range of the floating-point column at this index
     /// (the value as written).
     OutOfRange(usize, Cow<'l, str>),
+    /// A whole number outside the bounds of the column at this index (a
+    /// time of day past midnight, a timestamp a flow cannot keep to the
+    /// microsecond; the value as written).
+    OutOfBounds(usize, Cow<'l, str>),
 }
 
 /// How a column reads a JSON number, for [`KnownColumns::check`].
@@ -68,6 +73,9 @@ pub(crate) enum ReadsNumbers {
     Double,
     /// As a single-precision float: likewise.
     Single,
+    /// As a whole number within these bounds (inclusive): a time of day, a
+    /// count of a timestamp's unit.
+    Within(i64, i64),
     /// Otherwise (text, booleans, nested values): left to the decoder.
     Other,
 }
@@ -139,6 +147,14 @@ impl KnownColumns {
                 ReadsNumbers::Whole => {
                     if let Some(fraction) = fraction(written) {
                         return Err(Some(RowProblem::Fraction(column, fraction)));
+                    }
+                }
+                ReadsNumbers::Within(low, high) => {
+                    if let Some(fraction) = fraction(written) {
+                        return Err(Some(RowProblem::Fraction(column, fraction)));
+                    }
+                    if let Some(value) = out_of_bounds(written, low, high) {
+                        return Err(Some(RowProblem::OutOfBounds(column, value)));
                     }
                 }
                 ReadsNumbers::Double | ReadsNumbers::Single => {
@@ -295,6 +311,23 @@ fn out_of_range(value: &[u8], single: bool) -> Option<Cow<'_, str>> {
         false => text.parse::<f64>().ok()?.is_finite(),
     };
     (!inside).then(|| String::from_utf8_lossy(value))
+}
+
+/// `value` (a JSON number, or one in a string) when it is a whole number
+/// outside `low..=high`.
+fn out_of_bounds(value: &[u8], low: i64, high: i64) -> Option<Cow<'_, str>> {
+    let value = value.trim_ascii_end();
+    let number = match value {
+        [b'"', inner @ .., b'"'] => inner,
+        _ => value,
+    };
+    let text = std::str::from_utf8(number).ok()?;
+    let whole = match text.parse::<i128>() {
+        Ok(whole) => whole,
+        // (an exponent: `8.64e10`)
+        Err(_) => text.parse::<f64>().ok()? as i128,
+    };
+    (whole < i128::from(low) || whole > i128::from(high)).then(|| String::from_utf8_lossy(value))
 }
 
 /// A raw JSON string (quotes included) as text.
