@@ -73,6 +73,8 @@ enum Output {
     Changes,
 }
 
+/// The prefix of the columns [`snapshot_events`] adds (no source column's).
+const SNAPSHOT_PREFIX: &str = "__snapshot_";
 /// The sequence of the change events of [`snapshot_events`].
 const SNAPSHOT_VERSION: &str = "__snapshot_version";
 /// Whether a change event of [`snapshot_events`] is a delete.
@@ -110,6 +112,19 @@ fn snapshot_events_of(
         return plan_err!(
             "flow '{flow}': VERSION BY: column '{version}' does not exist in the snapshots ({})",
             columns.join(", ")
+        );
+    }
+    // (the diff's own columns: a source column of such a name would be
+    // ambiguous with them)
+    if let Some(taken) = schema
+        .fields()
+        .iter()
+        .find(|f| f.name().to_ascii_lowercase().starts_with(SNAPSHOT_PREFIX))
+    {
+        return plan_err!(
+            "flow '{flow}': the snapshots' column '{}' uses a name of the diff's own columns \
+             ({SNAPSHOT_PREFIX}*): rename it",
+            taken.name()
         );
     }
     let values: Vec<&str> = schema

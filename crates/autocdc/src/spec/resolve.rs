@@ -902,6 +902,18 @@ pub fn resolve(
                 format!("column '{name}' uses a reserved name"),
             ));
         }
+        // (DataFusion names the common subexpressions it computes once so:
+        // a column of such a name was read as one of them, its values lost)
+        if lower.starts_with("__common_expr") {
+            return Err(flow_err(
+                flow,
+                "source",
+                format!(
+                    "column '{name}' uses a name DataFusion gives its own common \
+                     subexpressions (__common_expr_N); rename it"
+                ),
+            ));
+        }
     }
     let lookup = |clause: &str, name: &str| -> Result<String> {
         find_column(&source_names, name).cloned().ok_or_else(|| {
