@@ -1085,13 +1085,17 @@ pub fn resolve(
             // a narrower sequence orders among the stored ones as their type
             sequence_type = existing.clone();
         } else if *existing != sequence_type {
-            let why = match widens(existing, &sequence_type) {
-                true => {
+            let why = match (widens(existing, &sequence_type), spec.stored_as_scd_type) {
+                (true, ScdType::Type1) => {
+                    "the target stores its sequences as that type, which cannot widen: \
+                     cast the sequence to it, or store the events in a new target"
+                }
+                (true, _) => {
                     "the target stores its sequences (and __START_AT / __END_AT) as that \
                          type, which cannot widen: cast the sequence to it, or store the \
                          events in a new target"
                 }
-                false => {
+                (false, _) => {
                     "a target's events are ordered by one sequence type, fixed by its \
                           first update"
                 }
