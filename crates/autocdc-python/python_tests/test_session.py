@@ -524,6 +524,19 @@ class Arguments(unittest.TestCase):
             pa.table({"id": [1, 1, 1], "a": ["a1", "a2", "a2"], "b": ["b1", "b1", "b2"], "seq": [1, 2, 3]}),
         )
 
+    def test_table_names_read_as_sql_names_them(self) -> None:
+        # unquoted names fold to lower case, as in s.sql and as sources do
+        self.s.create_streaming_table("Users")
+        self.s.create_auto_cdc_flow(target="Users", source="feed", keys=["id"], sequence_by="seq")
+        self.s.create_streaming_table("down")
+        self.s.create_auto_cdc_flow(target="down", source="Users", keys=["id"], sequence_by="seq")
+        self.assertEqual(pa.table(self.s.sql("SELECT id, a FROM USERS")).num_rows, 1)
+        self.assertEqual(self.s.refresh("USERS")[0]["flow"], "users")
+        # a quoted name keeps its case
+        self.s.create_streaming_table('"Mixed"')
+        self.s.create_auto_cdc_flow(target='"Mixed"', source="feed", keys=["id"], sequence_by="seq")
+        self.assertEqual(pa.table(self.s.sql('SELECT a FROM "Mixed"')).to_pylist(), [{"a": "a2"}])
+
     def test_comment_is_the_tables_description(self) -> None:
         self.s.create_streaming_table("t", comment="my table", table_properties={"autocdc.buckets": "4"})
         properties = {r["key"]: r["value"] for r in pa.table(self.s.sql("SHOW TBLPROPERTIES t")).to_pylist()}

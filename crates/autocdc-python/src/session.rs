@@ -226,6 +226,13 @@ fn snapshot_function(
     })
 }
 
+/// A table name as SQL reads one: `Users` is `users`, `'"Users"'` keeps
+/// its case, `s.t` is schema `s`'s table `t`, and a name that is not one
+/// (`"Src Tbl"`) is that table — the Python API names tables as `sql` does.
+fn sql_name(name: &str) -> String {
+    TableReference::from(name).to_vec().join(".")
+}
+
 /// `builder` with `set` applied when a Python argument was given.
 fn with<B, T>(builder: B, value: Option<T>, set: impl FnOnce(B, T) -> B) -> B {
     match value {
@@ -393,7 +400,7 @@ impl PyCdcSession {
         };
         self.run(py, move |s| async move {
             let mut builder = s
-                .create_streaming_table(&name)
+                .create_streaming_table(&sql_name(&name))
                 .table_properties(properties)
                 .expect_all(expect_all)
                 .expect_all_or_drop(expect_all_or_drop)
@@ -491,7 +498,9 @@ impl PyCdcSession {
             ));
         }
         let metrics = self.run(py, move |s| async move {
-            let flow = s.create_auto_cdc_flow(&target, &source).keys(keys);
+            let flow = s
+                .create_auto_cdc_flow(&sql_name(&target), &source)
+                .keys(keys);
             let flow = match sequence {
                 Some(Ok(column)) => flow.sequence_by(column),
                 Some(Err(columns)) => flow.sequence_by_struct(columns),
@@ -579,7 +588,9 @@ impl PyCdcSession {
         }
         let interrupt = self.interrupt.clone();
         let runs = self.run(py, move |s| async move {
-            let flow = s.create_auto_cdc_from_snapshot_flow(&target).keys(keys);
+            let flow = s
+                .create_auto_cdc_from_snapshot_flow(&sql_name(&target))
+                .keys(keys);
             let flow = match source {
                 Ok(table) => flow.source(&table),
                 Err(function) => {
@@ -624,7 +635,7 @@ impl PyCdcSession {
         let function = function.clone().unbind();
         let interrupt = self.interrupt.clone();
         self.run(py, move |s| async move {
-            let table = TableName::parse(&target)?;
+            let table = TableName::parse(&sql_name(&target))?;
             let flows = s.snapshot_function_flows(&table).await?;
             let name = name.unwrap_or_else(|| table.table.clone());
             if !flows.contains(&name) {
@@ -681,7 +692,7 @@ impl PyCdcSession {
             let update = match full {
                 Full::None => update,
                 Full::All => update.full_refresh_all(),
-                Full::Tables(tables) => update.full_refresh(tables)?,
+                Full::Tables(tables) => update.full_refresh(tables.iter().map(|t| sql_name(t)))?,
             };
             update.await
         })?;
@@ -725,7 +736,7 @@ impl PyCdcSession {
             }
         };
         let metrics = self.run(py, move |s| async move {
-            let flow = s.create_append_flow(&target).once(once);
+            let flow = s.create_append_flow(&sql_name(&target)).once(once);
             let flow = match flow_source {
                 Ok(table) => flow.source(table),
                 Err(sql) => flow.query(sql),
@@ -899,7 +910,7 @@ impl PyCdcSession {
             }
         };
         let m = self.run(py, move |s| async move {
-            s.restore_streaming_table(&name, to).await
+            s.restore_streaming_table(&sql_name(&name), to).await
         })?;
         let d = PyDict::new(py);
         d.set_item("restored_version", m.restored_version)?;
@@ -921,7 +932,7 @@ impl PyCdcSession {
         full: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let runs = self.run(py, move |s| async move {
-            s.refresh_streaming_table(&target, full).await
+            s.refresh_streaming_table(&sql_name(&target), full).await
         })?;
         metrics_list(py, &runs)
     }
