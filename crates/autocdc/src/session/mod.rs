@@ -374,6 +374,9 @@ impl CdcSession {
                     None => {
                         self.refuse_plain_ddl(sql, &dialect, normalize).await?;
                         let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
+                        let sql = crate::sql::with_databricks_values_columns(&sql, &dialect);
+                        let sql = crate::sql::truncate_as_delete(&sql, &dialect);
+                        let sql = crate::sql::truncate_as_delete(&sql, &dialect);
                         self.ctx.sql(&sql).await
                     }
                 }
@@ -381,6 +384,8 @@ impl CdcSession {
             None => {
                 self.refuse_plain_ddl(sql, &dialect, normalize).await?;
                 let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
+                let sql = crate::sql::with_databricks_values_columns(&sql, &dialect);
+                let sql = crate::sql::truncate_as_delete(&sql, &dialect);
                 self.ctx.sql(&sql).await
             }
             Some(statement) => self.execute(statement).await,

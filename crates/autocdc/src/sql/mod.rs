@@ -23,13 +23,19 @@
 //! SELECT … FROM SNAPSHOTS (query) VERSION BY v KEYS (k, ...) [COLUMNS …] [STORED AS …] [AS alias] …
 //! ```
 //! Every other statement goes to DataFusion unchanged, but DataFusion DDL
-//! that would only forget a streaming table in the session ([`plain_ddl`]).
+//! that would only forget a streaming table in the session ([`plain_ddl`]),
+//! `UPDATE` targets folded ([`update_targets`]), `TRUNCATE` as `DELETE`
+//! ([`truncate`]) and, under the `databricks`
+//! dialect, `VALUES` columns named as Databricks names them
+//! ([`values_columns`]).
 
 mod equivalent;
 mod outer_ctes;
 mod parser;
 mod plain_ddl;
+mod truncate;
 mod update_targets;
+mod values_columns;
 
 pub use equivalent::{equivalent_sql, flow_differences, spelled_flow};
 pub use outer_ctes::{outer_ctes, reads_only_planned, with_outer_ctes};
@@ -38,4 +44,6 @@ pub use parser::{
     CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement, RestoreTo,
 };
 pub use plain_ddl::{created_schema, is_lone_query, plain_ddl_targets, PlainDdl};
+pub use truncate::truncate_as_delete;
 pub use update_targets::fold_update_targets;
+pub use values_columns::with_databricks_values_columns;

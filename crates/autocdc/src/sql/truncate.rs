@@ -1,0 +1,74 @@
+//! `TRUNCATE [TABLE] t` as `DELETE FROM t`.
+//!
+//! DataFusion 55 plans `TRUNCATE` but none of the tables a session holds
+//! takes it (its in-memory tables and our streaming tables alike: "TRUNCATE
+//! not supported"), while the documentation's examples empty a table so
+//! between snapshots. Every row goes either way; the statement returns the
+//! rows removed.
+//!
+//! | written                                   | planned as        |
+//! |-------------------------------------------|-------------------|
+//! | `TRUNCATE TABLE t`, `TRUNCATE t`          | `DELETE FROM t`   |
+//! | several tables, partitions, `IF EXISTS`, `CASCADE`, … | as written (DataFusion reports it) |
+
+use std::borrow::Cow;
+
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
+use datafusion::sql::sqlparser::parser::Parser;
+
+/// `sql` as `DELETE FROM t` when it is a plain `TRUNCATE [TABLE] t`; as
+/// written otherwise (only text starting with `TRUNCATE` is parsed).
+pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
+    let is_truncate = sql
+        .trim_start()
+        .get(..8)
+        .is_some_and(|w| w.eq_ignore_ascii_case("truncate"));
+    if !is_truncate {
+        return Cow::Borrowed(sql);
+    }
+    let Some(dialect) = dialect_from_str(dialect) else {
+        return Cow::Borrowed(sql);
+    };
+    let Ok(statements) = Parser::parse_sql(dialect.as_ref(), sql) else {
+        return Cow::Borrowed(sql);
+    };
+    let [Statement::Truncate(truncate)] = statements.as_slice() else {
+        return Cow::Borrowed(sql);
+    };
+    let plain = truncate.partitions.is_none()
+        && !truncate.if_exists
+        && truncate.identity.is_none()
+        && truncate.cascade.is_none()
+        && truncate.on_cluster.is_none();
+    match truncate.table_names.as_slice() {
+        [target] if plain && !target.only && !target.has_asterisk => {
+            Cow::Owned(format!("DELETE FROM {}", target.name))
+        }
+        _ => Cow::Borrowed(sql),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate_as_delete;
+
+    #[test]
+    fn a_plain_truncate_is_a_delete_of_every_row() {
+        assert_eq!(
+            truncate_as_delete("TRUNCATE TABLE main.s.\"T\"", "generic"),
+            "DELETE FROM main.s.\"T\""
+        );
+        assert_eq!(
+            truncate_as_delete(" truncate t;", "databricks"),
+            "DELETE FROM t"
+        );
+        for other in [
+            "TRUNCATE TABLE a, b",
+            "SELECT 1",
+            "TRUNCATE TABLE t CASCADE",
+        ] {
+            assert_eq!(truncate_as_delete(other, "postgresql"), other);
+        }
+    }
+}
