@@ -33,7 +33,7 @@ use super::source;
 use crate::fold::columns::{Kind, INTERNAL_PREFIX, KIND_COL, SEQ_COL, WRITTEN_AT_COL};
 use crate::logical::{CdcCommitNode, CdcWriteNode};
 use crate::spec::resolve::{
-    check_change_feed_names, compatible, storage_type, written_at_type, written_at_value,
+    check_change_feed_names_in, compatible, storage_type, written_at_type, written_at_value,
     RESERVED_COLUMNS,
 };
 use crate::spec::FlowSpec;
@@ -141,7 +141,7 @@ pub async fn plan_append(
         .iter()
         .map(|f| f.name().clone())
         .collect();
-    check_change_feed_names(&flow.name, &names)?;
+    check_change_feed_names_in(&flow.name, "query", &names)?;
     // by name; a column the query lacks is NULL
     let mut columns: Vec<Expr> = user_schema
         .fields()

@@ -35,6 +35,16 @@ pub const RESERVED_COLUMNS: [&str; 4] = [
 /// `COLUMNS` clause brings all three): the target's feed would have the
 /// column twice. (A query relation has no feed: it keeps them.)
 pub fn check_change_feed_names(flow: &str, target_columns: &[String]) -> Result<()> {
+    check_change_feed_names_in(flow, "COLUMNS", target_columns)
+}
+
+/// [`check_change_feed_names`] of the columns `clause` gives the target (an
+/// append flow's query, which has no `COLUMNS` clause).
+pub fn check_change_feed_names_in(
+    flow: &str,
+    clause: &str,
+    target_columns: &[String],
+) -> Result<()> {
     const CHANGE_FEED_COLUMNS: [&str; 3] = ["_change_type", "_commit_version", "_commit_timestamp"];
     match target_columns
         .iter()
@@ -42,11 +52,16 @@ pub fn check_change_feed_names(flow: &str, target_columns: &[String]) -> Result<
     {
         Some(name) => Err(flow_err(
             flow,
-            "COLUMNS",
+            clause,
             format!(
                 "column '{name}' would be a target column, and the target's change data feed \
-                 has a column of that name: leave it out (COLUMNS * EXCEPT (_change_type, \
-                 _commit_version, _commit_timestamp), or SELECT * EXCEPT (…) in a query)"
+                 has a column of that name: leave it out ({})",
+                match clause {
+                    "COLUMNS" =>
+                        "COLUMNS * EXCEPT (_change_type, _commit_version, \
+                                  _commit_timestamp), or SELECT * EXCEPT (…) in a query",
+                    _ => "SELECT * EXCEPT (_change_type, _commit_version, _commit_timestamp)",
+                }
             ),
         )),
         None => Ok(()),
