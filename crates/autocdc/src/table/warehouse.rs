@@ -474,6 +474,26 @@ impl Warehouse {
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
         }
+        // (a local store deletes files, not the folders that held them: the
+        // table's folder goes too, with what is left of it empty)
+        if let Ok(folder) = self.table_url(name)?.to_file_path() {
+            remove_empty_folders(&folder);
+        }
         Ok(())
     }
+}
+
+/// Remove `folder` and the folders under it that are empty once their
+/// empty sub-folders are gone; a folder holding a file stays (another
+/// process writing there, say).
+fn remove_empty_folders(folder: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(folder) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_folders(&entry.path());
+            }
+        }
+    }
+    // (fails, and so keeps it, unless it is empty)
+    let _ = std::fs::remove_dir(folder);
 }
