@@ -282,11 +282,17 @@ pub fn replace_auto_cdc_relations(
         .filter(|t| !matches!(t, Token::Whitespace(_)))
         .chain([Token::EOF])
         .collect();
+    // (and an alias written without AS: a word that is no keyword after a
+    // name or a closing parenthesis, `FROM e auto_cdc`; a column's alias so
+    // written is skipped too, which costs nothing)
     let mut taken: std::collections::HashSet<String> = tokens
         .windows(3)
         .filter_map(|w| match (&w[0], &w[1], &w[2]) {
             (before, Token::Word(name), after)
-                if (starts_relation(before) || is_word(before, "AS"))
+                if (starts_relation(before)
+                    || is_word(before, "AS")
+                    || (matches!(before, Token::Word(_) | Token::RParen)
+                        && name.keyword == Keyword::NoKeyword))
                     && !matches!(after, Token::LParen | Token::Period) =>
             {
                 Some(name.value.to_lowercase())
