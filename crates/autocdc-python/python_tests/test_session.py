@@ -668,6 +668,12 @@ class Arguments(unittest.TestCase):
         )
         # a quoted mixed-case name is another table
         self.s.register('"Users"', pa.table({"other": [42]}))
+        # an empty name names no table
+        with self.assertRaisesRegex(ValueError, "name must not be empty"):
+            self.s.register(" ", pa.table({"other": [42]}))
+        # a declared type that is none names its column
+        with self.assertRaisesRegex(cdc.AutoCdcError, "column 'v' has type NOTATYPE"):
+            self.s.create_streaming_table("typed", schema="id INT, v NOTATYPE")
 
     def test_snapshot_flow_arguments_are_checked_as_the_change_flows_are(self) -> None:
         self.s.register("snap", pa.table({"id": [1], "a": ["x"], "b": [1]}))

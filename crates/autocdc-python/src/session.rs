@@ -342,6 +342,11 @@ impl PyCdcSession {
     /// Register Arrow data (anything with `__arrow_c_stream__`) as a table
     /// named `name`, replacing one of that name.
     fn register(&self, py: Python<'_>, name: String, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        if name.trim().is_empty() {
+            return Err(PyValueError::new_err(
+                "register: name must not be empty (it is how SQL names the table)",
+            ));
+        }
         let (schema, batches) = read_stream(data, &format!("register('{name}')"))?;
         let table = MemTable::try_new(schema, vec![batches]).map_err(engine_error)?;
         // the name as the context takes it (folded unless quoted)

@@ -205,9 +205,24 @@ impl CdcSession {
             .map(|(i, (_, ty))| format!("CAST(NULL AS {ty}) AS c{i}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let plan = state
-            .create_logical_plan(&format!("SELECT {select}"))
-            .await?;
+        let plan = match state.create_logical_plan(&format!("SELECT {select}")).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                // (the column whose type it is, found one by one)
+                for (name, ty) in &c.columns {
+                    let sql = format!("SELECT CAST(NULL AS {ty})");
+                    if let Err(e) = state.create_logical_plan(&sql).await {
+                        let why = e.message().lines().next().unwrap_or_default().to_string();
+                        return Err(DataFusionError::Plan(format!(
+                            "streaming table '{}': column '{name}' has type {ty}, which is \
+                             no type here: {why}",
+                            c.name
+                        )));
+                    }
+                }
+                return Err(e);
+            }
+        };
         let mut fields = Vec::with_capacity(c.columns.len() + 2);
         for ((name, _), field) in c.columns.iter().zip(plan.schema().fields()) {
             if name.starts_with(INTERNAL_PREFIX) {
