@@ -4,8 +4,9 @@
 //! would name neither the column nor the statement.
 //!
 //! A value does not fit when it is out of the type's range, when a decimal
-//! of fewer digits would round it, or when a narrower float would overflow
-//! it to an infinity it was not. NULL stays NULL.
+//! of fewer digits would round it or an integer cut its fraction off, when
+//! a narrower float would overflow it to an infinity it was not, or (text)
+//! when it does not read as the type. NULL stays NULL.
 //!
 //! It is volatile, as [`crate::raise`] is: no optimizer folds a literal's
 //! cast (and fails with Arrow's error) before the statement runs, or splits
@@ -65,6 +66,16 @@ pub fn fit_scalar(value: &ScalarValue, to: &DataType) -> Result<Option<ScalarVal
     ScalarValue::try_from_array(&kept, 0).map(Some)
 }
 
+fn is_decimal(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Decimal32(..)
+            | DataType::Decimal64(..)
+            | DataType::Decimal128(..)
+            | DataType::Decimal256(..)
+    )
+}
+
 /// A cast that gives NULL for a value the type cannot hold.
 const SAFE: CastOptions<'static> = CastOptions {
     safe: true,
@@ -74,12 +85,20 @@ const SAFE: CastOptions<'static> = CastOptions {
 /// Which of `values` (of their own type) do not fit `kept`, their cast to
 /// another type (see the module docs).
 fn misfits(values: &ArrayRef, kept: &ArrayRef) -> Result<BooleanArray> {
+    let from = values.data_type();
     let lost = match kept.data_type() {
-        // a decimal of fewer digits rounds: the value changes
+        // a decimal of fewer digits rounds, an integer cuts a fraction off:
+        // the value changes (text is read, not compared)
         DataType::Decimal32(..)
         | DataType::Decimal64(..)
         | DataType::Decimal128(..)
-        | DataType::Decimal256(..) => {
+        | DataType::Decimal256(..)
+            if from.is_numeric() =>
+        {
+            let back = cast_with_options(kept, values.data_type(), &CastOptions::default())?;
+            Some(distinct(&back, values)?)
+        }
+        to if to.is_integer() && (from.is_floating() || is_decimal(from)) => {
             let back = cast_with_options(kept, values.data_type(), &CastOptions::default())?;
             Some(distinct(&back, values)?)
         }
@@ -153,7 +172,12 @@ impl ScalarUDFImpl for FitFunction {
                     _ => "",
                 }
             }
-            let value = ScalarValue::try_from_array(&values, row)?;
+            // (a float as Rust writes it short: `1e300`, not 301 digits)
+            let value = match ScalarValue::try_from_array(&values, row)? {
+                ScalarValue::Float64(Some(f)) => format!("{f:?}"),
+                ScalarValue::Float32(Some(f)) => format!("{f:?}"),
+                other => other.to_string(),
+            };
             return exec_err!("{}{value}{}", text(before), text(after));
         }
         Ok(match value {

@@ -84,6 +84,10 @@ fn misfit(value: Expr, from: &DataType, to: &DataType) -> Expr {
         | DataType::Decimal64(..)
         | DataType::Decimal128(..)
         | DataType::Decimal256(..) => cast(kept.clone(), from.clone()).not_eq(value.clone()),
+        // an integer cuts a fraction off: the value changes
+        to if to.is_integer() && !from.is_integer() => {
+            cast(kept.clone(), from.clone()).not_eq(value.clone())
+        }
         // a narrower float overflows to an infinity the value was not
         DataType::Float16 | DataType::Float32 if from.is_floating() => {
             let infinite = |e: Expr, t: &DataType| {
@@ -103,6 +107,16 @@ fn misfit(value: Expr, from: &DataType, to: &DataType) -> Expr {
 /// numeric type that neither is nor widens to it.
 fn needs_fit_check(from: &DataType, to: &DataType) -> bool {
     !(from == to || *from == DataType::Null || widens(from, to) || !from.is_numeric())
+}
+
+/// [`needs_fit_check`], or text a statement gives a number, date or time
+/// column (read when it is written: `'300'` for a TINYINT).
+fn statement_needs_fit_check(from: &DataType, to: &DataType) -> bool {
+    let text = matches!(
+        from,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    );
+    needs_fit_check(from, to) || (text && (to.is_numeric() || to.is_temporal()))
 }
 
 /// `source` with a check that the values of `flow`'s sequence columns (a
@@ -241,7 +255,7 @@ impl AnalyzerRule for DmlFitChecks {
                         return Ok(None);
                     };
                     let (from, to) = (expr.get_type(schema)?, field.data_type());
-                    if !needs_fit_check(&from, to) {
+                    if !statement_needs_fit_check(&from, to) {
                         return Ok(None);
                     }
                     let before = format!(
@@ -277,34 +291,70 @@ impl AnalyzerRule for DmlFitChecks {
                         None => exprs.push(e.clone()),
                     }
                 }
-                // `INSERT … VALUES`: DataFusion casts the literals to the
+                // `INSERT … VALUES`, also below a query (`SELECT * FROM
+                // (VALUES …)`): DataFusion casts the literals to the
                 // target's types in the VALUES themselves
-                let mut input = Arc::clone(&projection.input);
-                if let LogicalPlan::Values(values) = input.as_ref() {
-                    let empty = DFSchema::empty();
-                    let mut rows = Vec::with_capacity(values.values.len());
-                    for row in &values.values {
-                        let mut fitted = Vec::with_capacity(row.len());
-                        for (e, field) in row.iter().zip(values.schema.fields()) {
-                            let column = targets
-                                .iter()
-                                .find(|(from, _)| from == field.name())
-                                .map_or(field.name(), |(_, to)| to);
-                            match checked(column, e, &empty)? {
-                                Some(e) => {
-                                    changed = true;
-                                    fitted.push(e);
+                let width = dml.target.schema().fields().len();
+                let target_names: Vec<String> = dml
+                    .target
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                let input =
+                    Arc::unwrap_or_clone(Arc::clone(&projection.input)).transform_up(|plan| {
+                        let LogicalPlan::Values(values) = &plan else {
+                            return Ok(Transformed::no(plan));
+                        };
+                        let empty = DFSchema::empty();
+                        let mut fitted_any = false;
+                        let mut rows = Vec::with_capacity(values.values.len());
+                        for row in &values.values {
+                            let mut fitted = Vec::with_capacity(row.len());
+                            for (i, (e, field)) in
+                                row.iter().zip(values.schema.fields()).enumerate()
+                            {
+                                // the target column it is: by the statement's
+                                // projection, or by position when as wide
+                                let column = targets
+                                    .iter()
+                                    .find(|(from, _)| from == field.name())
+                                    .map(|(_, to)| to.clone())
+                                    .or_else(|| {
+                                        (row.len() == width).then(|| target_names[i].clone())
+                                    })
+                                    .unwrap_or_else(|| field.name().clone());
+                                let (inner, alias) = match e {
+                                    Expr::Alias(alias) => (alias.expr.as_ref(), Some(alias)),
+                                    other => (other, None),
+                                };
+                                match checked(&column, inner, &empty)? {
+                                    Some(e) => {
+                                        fitted_any = true;
+                                        fitted.push(match alias {
+                                            Some(a) => e.alias_qualified(
+                                                a.relation.clone(),
+                                                a.name.clone(),
+                                            ),
+                                            None => e,
+                                        });
+                                    }
+                                    None => fitted.push(e.clone()),
                                 }
-                                None => fitted.push(e.clone()),
                             }
+                            rows.push(fitted);
                         }
-                        rows.push(fitted);
-                    }
-                    input = Arc::new(LogicalPlan::Values(Values {
-                        schema: Arc::clone(&values.schema),
-                        values: rows,
-                    }));
-                }
+                        if !fitted_any {
+                            return Ok(Transformed::no(plan));
+                        }
+                        Ok(Transformed::yes(LogicalPlan::Values(Values {
+                            schema: Arc::clone(&values.schema),
+                            values: rows,
+                        })))
+                    })?;
+                changed |= input.transformed;
+                let input = Arc::new(input.data);
                 if !changed {
                     return Ok(Transformed::no(node));
                 }

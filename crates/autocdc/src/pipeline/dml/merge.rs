@@ -82,21 +82,29 @@ pub async fn merge(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let name = table.name().to_string();
     let meta = table.meta();
-    let history = match meta.stored_as {
-        Some(ScdType::Type1) => None,
-        Some(ScdType::Type2) => Some(History::new(Arc::clone(&table), "MERGE")?),
-        stored => {
+    if merge.clauses.is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "MERGE INTO {name}: no WHEN clause: say what a matched or unmatched source row \
+             does (WHEN MATCHED THEN UPDATE SET … | DELETE, WHEN NOT MATCHED THEN INSERT …)"
+        )));
+    }
+    // (a table without a flow has no keys to match by; a rejects table
+    // takes no DML: the flow's refusal says which)
+    let flow = keyed_flow(&table, "MERGE")?;
+    // (a flow that has not run yet: the storage it declares)
+    let history = match meta.stored_as.unwrap_or(flow.stored_as_scd_type) {
+        ScdType::Type1 => None,
+        ScdType::Type2 => Some(History::new(Arc::clone(&table), "MERGE")?),
+        ScdType::Bitemporal => {
             return Err(DataFusionError::NotImplemented(format!(
-                "MERGE INTO {name} ({}) is not supported: its rows are beliefs over system \
-                 time, written by its flows; DELETE erases whole keys",
-                stored.map(|s| s.to_string()).unwrap_or_default()
+                "MERGE INTO {name} (BITEMPORAL) is not supported: its rows are beliefs over \
+                 system time, written by its flows; DELETE erases whole keys"
             )))
         }
     };
     let refuse = |why: String| {
         DataFusionError::Execution(format!("MERGE INTO {name}: {why}; nothing was changed"))
     };
-    let flow = keyed_flow(&table, "MERGE")?;
     let key_index = key_positions(&table, &flow)?;
     if key_index.is_empty() {
         // (an append flow's table: rows without keys, so nothing to match)
@@ -143,18 +151,17 @@ pub async fn merge(
     };
 
     // 1. per source row: the clause that applies, and its values
-    let quote = dialect_from_str(&merge.dialect)
-        .ok_or_else(|| {
-            DataFusionError::Plan(format!("unsupported SQL dialect '{}'", merge.dialect))
-        })?
-        .identifier_quote_style("c")
-        .unwrap_or('"');
+    // (the statement's own texts are in its dialect, so is the query made
+    // of them: its names quoted as the dialect quotes names — a `"` is a
+    // string's under `databricks` — and its own names, `__tk0`, … quoted too,
+    // which some dialects take for no identifier unquoted)
+    let quote = sql_dialect_quote(&merge.dialect)?;
     let q = |s: &str| Ident::with_quote(quote, s).to_string();
     let alias = q(&merge.target_alias);
     let mut select: Vec<String> = identity_names
         .iter()
         .enumerate()
-        .map(|(i, k)| format!("{alias}.{} AS __tk{i}", q(k)))
+        .map(|(i, k)| format!("{alias}.{} AS {}", q(k), q(&format!("__tk{i}"))))
         .collect();
     let matched = format!("{alias}.{} IS NOT NULL", q(&keys[0]));
     let mut case = String::from("CASE");
@@ -164,7 +171,7 @@ pub async fn merge(
         } else {
             format!("NOT ({matched})")
         };
-        let condition = clause.condition.as_deref().unwrap_or("TRUE");
+        let condition = clause.condition.as_deref().unwrap_or("1 = 1");
         case.push_str(&format!(" WHEN ({kind}) AND ({condition}) THEN {n}"));
         match &clause.action {
             MergeAction::Update(set) => {
@@ -173,7 +180,7 @@ pub async fn merge(
                     if key_index.contains(&i) {
                         return Err(refuse(format!("key column '{c}' cannot be updated")));
                     }
-                    select.push(format!("({e}) AS __u{n}_{i}"));
+                    select.push(format!("({e}) AS {}", q(&format!("__u{n}_{i}"))));
                 }
             }
             MergeAction::Delete => {}
@@ -194,18 +201,22 @@ pub async fn merge(
                     )));
                 }
                 for (i, e) in columns.iter().zip(exprs) {
-                    select.push(format!("({e}) AS __i{n}_{i}"));
+                    select.push(format!("({e}) AS {}", q(&format!("__i{n}_{i}"))));
                 }
             }
         }
     }
-    case.push_str(" ELSE -1 END AS __clause");
+    case.push_str(&format!(" ELSE -1 END AS {}", q("__clause")));
     select.push(case);
     // (SCD 1: the matched row's values, to leave out an update that sets
     // them to what they are: it changes nothing, SPEC §4)
     if history.is_none() {
         for &i in &values {
-            select.push(format!("{alias}.{} AS __cur{i}", q(user.field(i).name())));
+            select.push(format!(
+                "{alias}.{} AS {}",
+                q(user.field(i).name()),
+                q(&format!("__cur{i}"))
+            ));
         }
     }
     let target = format!("{}.{}", q(&table.name().schema), q(&table.name().table));
@@ -497,6 +508,17 @@ pub async fn merge(
     }
 }
 
+/// The character `dialect` quotes names with (`"`, or `` ` `` where a `"`
+/// starts a string, as under `databricks`).
+fn sql_dialect_quote(dialect: &str) -> Result<char> {
+    let d = dialect_from_str(dialect)
+        .ok_or_else(|| DataFusionError::Plan(format!("unsupported SQL dialect '{dialect}'")))?;
+    Ok(['"', '`']
+        .into_iter()
+        .find(|c| d.is_delimited_identifier_start(*c))
+        .unwrap_or('"'))
+}
+
 /// The source expressions `on` equates with each of `keys` of the target
 /// (named `alias`): `alias.key = e` conjuncts where `e` does not name the
 /// target. `None` unless every key has one.
@@ -574,12 +596,13 @@ async fn source_key_rows(
     let Some(exprs) = key_equalities(&merge.on, &merge.dialect, &merge.target_alias, keys) else {
         return Ok(None);
     };
+    let quote = sql_dialect_quote(&merge.dialect)?;
     let sql = format!(
         "SELECT DISTINCT {} FROM {} LIMIT {}",
         exprs
             .iter()
             .enumerate()
-            .map(|(i, e)| format!("({e}) AS __k{i}"))
+            .map(|(i, e)| format!("({e}) AS {}", Ident::with_quote(quote, format!("__k{i}"))))
             .collect::<Vec<_>>()
             .join(", "),
         merge.source,

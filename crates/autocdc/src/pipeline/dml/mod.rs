@@ -166,11 +166,20 @@ fn keyed_flow(table: &ScdTable, statement: &str) -> Result<FlowSpec> {
     let meta = table.meta();
     meta.flows.into_values().next().ok_or_else(|| {
         let name = table.name();
-        // (a rejects table holds rows, written by its target's updates)
+        // (a rejects table holds rows, written by its target's updates: its
+        // name and columns tell it)
+        let rejects_columns = meta
+            .user_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .eq(crate::table::rejects::REJECTS_COLUMNS
+                .iter()
+                .map(|(c, _)| *c));
         let rejects_of = name
             .table
             .strip_suffix(crate::table::rejects::REJECTS_SUFFIX)
-            .filter(|_| meta.sequence_type.is_some());
+            .filter(|_| rejects_columns);
         match rejects_of {
             Some(target) => DataFusionError::Plan(format!(
                 "{statement} on streaming table '{name}': it is the rejects table of \
