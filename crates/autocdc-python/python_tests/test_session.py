@@ -536,6 +536,13 @@ class Arguments(unittest.TestCase):
         self.s.create_streaming_table('"Mixed"')
         self.s.create_auto_cdc_flow(target='"Mixed"', source="feed", keys=["id"], sequence_by="seq")
         self.assertEqual(pa.table(self.s.sql('SELECT a FROM "Mixed"')).to_pylist(), [{"a": "a2"}])
+        # and so do the history queries and providers
+        self.assertEqual(pa.table(self.s.table_as_of('"Mixed"', 1)).num_rows, 1)
+        self.assertEqual(pa.table(self.s.sql("""SELECT * FROM table_changes('"Mixed"', 0)""")).num_rows, 1)
+        ctx = datafusion.SessionContext()
+        ctx.register_table("m", self.s.table_provider('"Mixed"'))
+        ctx.register_table("u", self.s.table_provider("Users"))
+        self.assertEqual(ctx.sql("SELECT count(*) AS n FROM m, u").to_arrow_table().to_pylist(), [{"n": 1}])
 
     def test_comment_is_the_tables_description(self) -> None:
         self.s.create_streaming_table("t", comment="my table", table_properties={"autocdc.buckets": "4"})

@@ -755,7 +755,7 @@ impl PyCdcSession {
     /// (`ctx.register_table("t", s.table_provider("t"))`), read there as
     /// `sql` reads it.
     fn table_provider(&self, name: &str) -> PyResult<PyTableProvider> {
-        let parsed = TableName::parse(name).map_err(engine_error)?;
+        let parsed = TableName::parse(&sql_name(name)).map_err(engine_error)?;
         let table = self.session.streaming_table(&parsed).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "table_provider('{name}'): no streaming table of that name in this session"

@@ -25,8 +25,9 @@ use datafusion::common::{plan_err, DataFusionError, Result};
 
 use crate::table::{ScdTable, TableName};
 
-/// The streaming table a table function names (as written, or folded to
-/// lower case like an unquoted identifier).
+/// The streaming table a table function names: as written, as SQL names
+/// it (`'"Mixed"'` keeps its case, `s.t`), or folded to lower case like an
+/// unquoted identifier.
 pub(crate) fn lookup_table(
     tables: &TableRegistry,
     function: &str,
@@ -35,11 +36,14 @@ pub(crate) fn lookup_table(
     let tables = tables
         .lock()
         .map_err(|_| DataFusionError::Internal("poisoned table registry".into()))?;
+    let as_sql = datafusion::common::TableReference::from(name).to_vec();
     let found = [
-        TableName::parse(name)?,
-        TableName::parse(&name.to_lowercase())?,
+        TableName::parse(name).ok(),
+        TableName::from_parts(&as_sql).ok(),
+        TableName::parse(&name.to_lowercase()).ok(),
     ]
     .iter()
+    .flatten()
     .find_map(|n| tables.get(n).cloned());
     match found {
         Some(table) => Ok(table),

@@ -102,10 +102,14 @@ impl CdcSession {
         spec: &FlowSpec,
         operation: Operation,
     ) -> Result<Vec<RecordBatch>> {
+        // (within a full refresh, its failure puts the table back as it was
+        // before the refresh: no version it applied stays)
+        let full_refresh = operation == Operation::FullRefresh
+            || table.meta().full_refresh_pending().contains(&spec.name);
         let mut applied = Vec::new();
         self.run_snapshot_versions(table, spec, operation, &mut applied)
             .await
-            .map_err(|e| match applied.is_empty() {
+            .map_err(|e| match applied.is_empty() || full_refresh {
                 true => e,
                 false => e.context(format!(
                     "flow '{}': snapshot version(s) {} of this update were applied before \
