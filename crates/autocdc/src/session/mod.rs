@@ -464,7 +464,10 @@ impl CdcSession {
                 &registered,
             );
             let events = match query {
-                Ok(query) => self.ctx.sql(&query).await,
+                Ok(query) => {
+                    let query = crate::sql::with_databricks_values_columns(&query, dialect);
+                    self.ctx.sql(&query).await
+                }
                 Err(e) => Err(e),
             };
             let folded = match (events, &relation.snapshot_version, relation.changes) {
@@ -487,7 +490,10 @@ impl CdcSession {
             }
         }
         let result = match planned {
-            Ok(()) => self.ctx.sql(sql).await,
+            Ok(()) => {
+                let sql = crate::sql::with_databricks_values_columns(sql, dialect);
+                self.ctx.sql(&sql).await
+            }
             Err(e) => Err(e),
         };
         for name in registered {

@@ -215,9 +215,13 @@ pub async fn plan_source(
             .with_dialect(d.as_ref())
             .build()?
             .parse_statements()?;
-        statements
+        let mut statement = statements
             .pop_front()
-            .ok_or_else(|| DataFusionError::Plan("empty flow source".to_string()))?
+            .ok_or_else(|| DataFusionError::Plan("empty flow source".to_string()))?;
+        if let datafusion::sql::parser::Statement::Statement(ast) = &mut statement {
+            crate::sql::name_values_columns(ast, dialect);
+        }
+        statement
     };
     state.statement_to_plan(statement).await
 }

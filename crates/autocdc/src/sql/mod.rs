@@ -46,4 +46,4 @@ pub use parser::{
 pub use plain_ddl::{created_schema, is_lone_query, plain_ddl_targets, PlainDdl};
 pub use truncate::truncate_as_delete;
 pub use update_targets::fold_update_targets;
-pub use values_columns::with_databricks_values_columns;
+pub use values_columns::{name_values_columns, with_databricks_values_columns};

@@ -11,13 +11,19 @@
 //! | `FROM (VALUES (1, 'a'))`             | `FROM (VALUES (1, 'a')) AS __values(col1, col2)` |
 //! | `FROM (VALUES (1, 'a')) AS v`        | `FROM (VALUES (1, 'a')) AS v(col1, col2)`   |
 //! | `FROM (VALUES (1, 'a')) AS v(a, b)`  | as written                                  |
+//! | `WITH v AS (VALUES (1, 'a'))`        | `WITH v (col1, col2) AS (VALUES (1, 'a'))`  |
+//! | a statement `VALUES (1, 'a')`        | `SELECT * FROM (VALUES (1, 'a')) AS __values(col1, col2)` |
 //! | any other dialect, or no `VALUES`    | as written                                  |
+//!
+//! The statements DataFusion plans (through [`with_databricks_values_columns`])
+//! and the queries of flows (through [`name_values_columns`]) alike.
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Ident, SetExpr, TableAlias, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
+    Ident, Query, SetExpr, Statement, TableAlias, TableAliasColumnDef, TableFactor, Values,
+    VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -39,9 +45,20 @@ pub fn with_databricks_values_columns<'a>(sql: &'a str, dialect: &str) -> Cow<'a
     let Ok(mut statements) = Parser::parse_sql(parser_dialect.as_ref(), sql) else {
         return Cow::Borrowed(sql);
     };
-    let mut naming = Naming { named: false };
-    let _ = statements.visit(&mut naming);
-    if !naming.named {
+    // a statement that is a VALUES list: its rows under Databricks' names
+    if let [Statement::Query(query)] = statements.as_slice() {
+        if let (SetExpr::Values(values), None) = (query.body.as_ref(), &query.with) {
+            return Cow::Owned(format!(
+                "SELECT * FROM ({query}) AS __values ({})",
+                databricks_names(values).join(", ")
+            ));
+        }
+    }
+    let mut named = false;
+    for statement in &mut statements {
+        named |= name_values_columns(statement, dialect);
+    }
+    if !named {
         return Cow::Borrowed(sql);
     }
     Cow::Owned(
@@ -53,6 +70,24 @@ pub fn with_databricks_values_columns<'a>(sql: &'a str, dialect: &str) -> Cow<'a
     )
 }
 
+/// `statement` (in `dialect`) with Databricks' names for the columns of
+/// its `VALUES` lists in `FROM` and `WITH` (see the module docs); whether
+/// it named any. Under another dialect it is left as it is.
+pub fn name_values_columns(statement: &mut Statement, dialect: &str) -> bool {
+    if !dialect.eq_ignore_ascii_case("databricks") {
+        return false;
+    }
+    let mut naming = Naming { named: false };
+    let _ = statement.visit(&mut naming);
+    naming.named
+}
+
+/// `col1`, `col2`, … for each column of `values`.
+fn databricks_names(values: &Values) -> Vec<String> {
+    let width = values.rows.first().map_or(0, |row| row.content.len());
+    (1..=width).map(|i| format!("col{i}")).collect()
+}
+
 /// Names the columns of `VALUES` lists (see the module docs).
 struct Naming {
     named: bool,
@@ -60,6 +95,24 @@ struct Naming {
 
 impl VisitorMut for Naming {
     type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        let Some(with) = &mut query.with else {
+            return ControlFlow::Continue(());
+        };
+        for cte in &mut with.cte_tables {
+            if let SetExpr::Values(values) = cte.query.body.as_ref() {
+                if cte.alias.columns.is_empty() {
+                    cte.alias.columns = databricks_names(values)
+                        .into_iter()
+                        .map(TableAliasColumnDef::from_name)
+                        .collect();
+                    self.named = true;
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
         let TableFactor::Derived {
@@ -71,20 +124,19 @@ impl VisitorMut for Naming {
         let SetExpr::Values(values) = subquery.body.as_ref() else {
             return ControlFlow::Continue(());
         };
-        let Some(width) = values.rows.first().map(|row| row.content.len()) else {
-            return ControlFlow::Continue(());
-        };
-        if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+        if values.rows.is_empty() || alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
             return ControlFlow::Continue(());
         }
+        let names = databricks_names(values);
         let alias = alias.get_or_insert_with(|| TableAlias {
             explicit: true,
             name: Ident::new("__values"),
             columns: Vec::new(),
             at: None,
         });
-        alias.columns = (1..=width)
-            .map(|i| TableAliasColumnDef::from_name(format!("col{i}")))
+        alias.columns = names
+            .into_iter()
+            .map(TableAliasColumnDef::from_name)
             .collect();
         self.named = true;
         ControlFlow::Continue(())
@@ -105,6 +157,16 @@ mod tests {
         );
         let aliased = with_databricks_values_columns("SELECT * FROM (VALUES (1)) v", "databricks");
         assert!(aliased.contains("v (col1)"), "{aliased}");
+        let cte = with_databricks_values_columns(
+            "WITH v AS (VALUES (1, 2)) SELECT col2 FROM v",
+            "databricks",
+        );
+        assert!(cte.contains("v (col1, col2) AS"), "{cte}");
+        let bare = with_databricks_values_columns("VALUES (1, 'a')", "databricks");
+        assert_eq!(
+            bare,
+            "SELECT * FROM (VALUES (1, 'a')) AS __values (col1, col2)"
+        );
         // columns named by the query, another dialect, no VALUES: as written
         for (sql, dialect) in [
             ("SELECT * FROM (VALUES (1)) AS v(a)", "databricks"),
