@@ -164,6 +164,7 @@ pub async fn merge(
         .map(|(i, k)| format!("{alias}.{} AS {}", q(k), q(&format!("__tk{i}"))))
         .collect();
     let matched = format!("{alias}.{} IS NOT NULL", q(&keys[0]));
+    check_clauses(merge, &refuse)?;
     let mut case = String::from("CASE");
     for (n, clause) in merge.clauses.iter().enumerate() {
         let kind = if clause.matched {
@@ -506,6 +507,76 @@ pub async fn merge(
             )
         }
     }
+}
+
+/// Refuse what the clauses of `merge` cannot mean (`refuse` words it):
+///
+/// | in a clause                                   | why                                     |
+/// |-----------------------------------------------|-----------------------------------------|
+/// | a column assigned or inserted twice           | which value would it take               |
+/// | a subquery (`IN (SELECT …)`, `EXISTS`, …)     | join it into the `USING` source instead |
+/// | `WHEN NOT MATCHED` reading the target (`t.v`) | an unmatched row has no target row      |
+fn check_clauses(merge: &MergeStatement, refuse: &dyn Fn(String) -> DataFusionError) -> Result<()> {
+    let dialect = dialect_from_str(&merge.dialect).ok_or_else(|| {
+        DataFusionError::Plan(format!("unsupported SQL dialect '{}'", merge.dialect))
+    })?;
+    let parse = |text: &str| -> Option<SqlExpr> {
+        Parser::new(dialect.as_ref())
+            .try_with_sql(text)
+            .ok()?
+            .parse_expr()
+            .ok()
+    };
+    let target = merge.target_alias.to_lowercase();
+    for clause in &merge.clauses {
+        let when = match clause.matched {
+            true => "WHEN MATCHED",
+            false => "WHEN NOT MATCHED",
+        };
+        let (columns, values): (Vec<&String>, Vec<&String>) = match &clause.action {
+            MergeAction::Update(set) => set.iter().map(|(c, e)| (c, e)).unzip(),
+            MergeAction::Insert { columns, values } => {
+                (columns.iter().collect(), values.iter().collect())
+            }
+            MergeAction::Delete => (Vec::new(), Vec::new()),
+        };
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = columns.iter().find(|c| !seen.insert(c.to_lowercase())) {
+            return Err(refuse(format!("{when}: column '{twice}' is given twice")));
+        }
+        for text in values.into_iter().chain(clause.condition.as_ref()) {
+            let Some(expr) = parse(text) else { continue };
+            let mut subquery = false;
+            let mut reads_target = None;
+            let _ = datafusion::sql::sqlparser::ast::visit_expressions(&expr, |e| {
+                match e {
+                    SqlExpr::Subquery(_) | SqlExpr::InSubquery { .. } | SqlExpr::Exists { .. } => {
+                        subquery = true
+                    }
+                    SqlExpr::CompoundIdentifier(parts)
+                        if parts.len() == 2 && parts[0].value.to_lowercase() == target =>
+                    {
+                        reads_target.get_or_insert_with(|| e.to_string());
+                    }
+                    _ => {}
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+            if subquery {
+                return Err(refuse(format!(
+                    "{when}: a subquery in '{text}' is not supported; join what it reads \
+                     into the USING source"
+                )));
+            }
+            if let (false, Some(column)) = (clause.matched, reads_target) {
+                return Err(refuse(format!(
+                    "WHEN NOT MATCHED: '{text}' reads the target's {column}, and an unmatched \
+                     source row has no target row"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The character `dialect` quotes names with (`"`, or `` ` `` where a `"`
