@@ -99,6 +99,11 @@ impl CdcSession {
                 flow.name
             ))
         })?;
+        // (as the flow's run stores it: the target's sequence type)
+        let version = match version.is_null() {
+            true => version,
+            false => super::snapshot_flows::stored_version(flow, version, &meta)?,
+        };
         plan_update(
             &state,
             Arc::clone(table),

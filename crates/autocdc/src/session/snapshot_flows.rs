@@ -179,41 +179,7 @@ impl CdcSession {
                 Ok(v) => crate::fold::errors::scalar_text(&v),
                 Err(_) => v.to_string(),
             };
-            // (the type of the stored sequences, or of a declared SCD 2
-            // target's __START_AT)
-            let fixed = meta.sequence_type.clone().or(meta.start_at_type.clone());
-            let version = match &fixed {
-                Some(t) if version.data_type() != *t => {
-                    // the version as stored (a timestamp's microseconds, say),
-                    // an integer of another width, or a time in another
-                    // zone's notation (the same instant)
-                    let stored = crate::spec::resolve::storage_type(&version.data_type());
-                    let same_instants = matches!(
-                        (&stored, t),
-                        (DataType::Timestamp(a, _), DataType::Timestamp(b, _)) if a == b
-                    );
-                    if stored != *t
-                        && !same_instants
-                        && !(version.data_type().is_integer() && t.is_integer())
-                    {
-                        return Err(DataFusionError::Plan(format!(
-                            "flow '{}': the snapshot version type {} differs from the target's sequence type {t}",
-                            spec.name,
-                            version.data_type()
-                        )));
-                    }
-                    version.cast_to(t).map_err(|_| {
-                        DataFusionError::Plan(format!(
-                            "flow '{}': the snapshot version {} does not fit the target's \
-                             sequence type {t} (its versions are stored as that type, which \
-                             cannot widen); nothing was committed",
-                            spec.name,
-                            crate::fold::errors::scalar_text(&version)
-                        ))
-                    })?
-                }
-                _ => version,
-            };
+            let version = stored_version(spec, version, &meta)?;
             if let Some(last) = &last {
                 if version.partial_cmp(last) != Some(std::cmp::Ordering::Greater) {
                     // out of order: ignored, as the reference says; the
@@ -496,5 +462,49 @@ fn output_name(query: &str, dialect: &str) -> Option<String> {
     Some(match ident.quote_style {
         Some(_) => ident.value,
         None => ident.value.to_lowercase(),
+    })
+}
+
+/// `version` (a snapshot flow's next) as the target stores versions: the
+/// type of its stored sequences, or of a declared SCD 2 target's
+/// `__START_AT` — an integer of another width, a time in another zone's
+/// notation (the same instant) cast to it; another type refused.
+pub(super) fn stored_version(
+    spec: &FlowSpec,
+    version: ScalarValue,
+    meta: &crate::table::meta::TableMeta,
+) -> Result<ScalarValue> {
+    let fixed = meta.sequence_type.clone().or(meta.start_at_type.clone());
+    Ok(match &fixed {
+        Some(t) if version.data_type() != *t => {
+            // the version as stored (a timestamp's microseconds, say),
+            // an integer of another width, or a time in another
+            // zone's notation (the same instant)
+            let stored = crate::spec::resolve::storage_type(&version.data_type());
+            let same_instants = matches!(
+                (&stored, t),
+                (DataType::Timestamp(a, _), DataType::Timestamp(b, _)) if a == b
+            );
+            if stored != *t
+                && !same_instants
+                && !(version.data_type().is_integer() && t.is_integer())
+            {
+                return Err(DataFusionError::Plan(format!(
+                    "flow '{}': the snapshot version type {} differs from the target's sequence type {t}",
+                    spec.name,
+                    version.data_type()
+                )));
+            }
+            version.cast_to(t).map_err(|_| {
+                DataFusionError::Plan(format!(
+                    "flow '{}': the snapshot version {} does not fit the target's \
+                     sequence type {t} (its versions are stored as that type, which \
+                     cannot widen); nothing was committed",
+                    spec.name,
+                    crate::fold::errors::scalar_text(&version)
+                ))
+            })?
+        }
+        _ => version,
     })
 }
