@@ -58,6 +58,11 @@ pub fn fit_scalar(value: &ScalarValue, to: &DataType) -> Result<Option<ScalarVal
     if value.is_null() {
         return Ok(Some(ScalarValue::try_from(to)?));
     }
+    // (a nested value's fields and elements: a strict cast, which fails
+    // where a value does not fit rather than making it NULL)
+    if to.is_nested() {
+        return Ok(value.cast_to(to).ok());
+    }
     let values = value.to_array()?;
     let kept = cast_with_options(&values, to, &SAFE)?;
     if misfits(&values, &kept)?.value(0) {
@@ -86,7 +91,19 @@ const SAFE: CastOptions<'static> = CastOptions {
 /// another type (see the module docs).
 fn misfits(values: &ArrayRef, kept: &ArrayRef) -> Result<BooleanArray> {
     let from = values.data_type();
+    let text = matches!(
+        from,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    );
     let lost = match kept.data_type() {
+        // text for a decimal: read at a scale finer than any decimal's, it
+        // must be the value kept (`'1.005'` is no DECIMAL(5, 2))
+        to if text && is_decimal(to) => {
+            let fine = DataType::Decimal256(76, 38);
+            let read = cast_with_options(values, &fine, &SAFE)?;
+            let kept_fine = cast_with_options(kept, &fine, &SAFE)?;
+            Some(distinct(&read, &kept_fine)?)
+        }
         // a decimal of fewer digits rounds, an integer cuts a fraction off:
         // the value changes (text is read, not compared)
         DataType::Decimal32(..)
@@ -121,11 +138,19 @@ fn misfits(values: &ArrayRef, kept: &ArrayRef) -> Result<BooleanArray> {
         }
         _ => None,
     };
+    // (-0.0 is 0: a zero loses nothing, whatever its sign)
+    let zeros = match from.is_floating() {
+        true => {
+            let wide = cast_with_options(values, &DataType::Float64, &CastOptions::default())?;
+            Some(wide.as_primitive::<Float64Type>().values().to_vec())
+        }
+        false => None,
+    };
+    let is_zero = |i: usize| zeros.as_ref().is_some_and(|z| z[i] == 0.0);
     Ok((0..values.len())
         .map(|i| {
-            let misfit = values.is_valid(i)
-                && (kept.is_null(i) || lost.as_ref().is_some_and(|lost| lost.value(i)));
-            Some(misfit)
+            let changed = lost.as_ref().is_some_and(|lost| lost.value(i)) && !is_zero(i);
+            Some(values.is_valid(i) && (kept.is_null(i) || changed))
         })
         .collect())
 }
@@ -257,5 +282,22 @@ mod tests {
             DataType::Float32,
         )
         .expect("an infinity stays one");
+        // -0.0 is 0 for an integer or a decimal; text is read exactly
+        invoke(
+            Arc::new(Float64Array::from(vec![-0.0, 2.0])),
+            DataType::Int32,
+        )
+        .expect("whole");
+        invoke(
+            Arc::new(Float64Array::from(vec![-0.0])),
+            DataType::Decimal128(5, 2),
+        )
+        .expect("zero");
+        let err = invoke(
+            Arc::new(arrow::array::StringArray::from(vec!["1.50", "1.005"])),
+            DataType::Decimal128(5, 2),
+        )
+        .expect_err("rounds");
+        assert!(err.to_string().contains("has the value 1.005"), "{err}");
     }
 }

@@ -25,9 +25,9 @@ use datafusion::common::{plan_err, DataFusionError, Result};
 
 use crate::table::{ScdTable, TableName};
 
-/// The streaming table a table function names: as written, as SQL names
-/// it (`'"Mixed"'` keeps its case, `s.t`), or folded to lower case like an
-/// unquoted identifier.
+/// The streaming table a table function names: as SQL names it
+/// (`'"Mixed"'` keeps its case, `s.t`), as written (`'Src Tbl'`), or folded
+/// to lower case like an unquoted identifier.
 pub(crate) fn lookup_table(
     tables: &TableRegistry,
     function: &str,
@@ -37,9 +37,11 @@ pub(crate) fn lookup_table(
         .lock()
         .map_err(|_| DataFusionError::Internal("poisoned table registry".into()))?;
     let as_sql = datafusion::common::TableReference::from(name).to_vec();
+    // (as SQL names it first: `'Users'` is `users`, even where a table
+    // `"Users"` exists too)
     let found = [
-        TableName::parse(name).ok(),
         TableName::from_parts(&as_sql).ok(),
+        TableName::parse(name).ok(),
         TableName::parse(&name.to_lowercase()).ok(),
     ]
     .iter()

@@ -84,10 +84,6 @@ fn misfit(value: Expr, from: &DataType, to: &DataType) -> Expr {
         | DataType::Decimal64(..)
         | DataType::Decimal128(..)
         | DataType::Decimal256(..) => cast(kept.clone(), from.clone()).not_eq(value.clone()),
-        // an integer cuts a fraction off: the value changes
-        to if to.is_integer() && !from.is_integer() => {
-            cast(kept.clone(), from.clone()).not_eq(value.clone())
-        }
         // a narrower float overflows to an infinity the value was not
         DataType::Float16 | DataType::Float32 if from.is_floating() => {
             let infinite = |e: Expr, t: &DataType| {
@@ -116,7 +112,8 @@ fn statement_needs_fit_check(from: &DataType, to: &DataType) -> bool {
         from,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
     );
-    needs_fit_check(from, to) || (text && (to.is_numeric() || to.is_temporal()))
+    needs_fit_check(from, to)
+        || (text && (to.is_numeric() || to.is_temporal() || *to == DataType::Boolean))
 }
 
 /// `source` with a check that the values of `flow`'s sequence columns (a
@@ -279,7 +276,8 @@ impl AnalyzerRule for DmlFitChecks {
                         other => other,
                     };
                     if let Expr::Column(c) = inner {
-                        targets.push((c.name.clone(), alias.name.clone()));
+                        let at = projection.input.schema().index_of_column(c).ok();
+                        targets.push((at, alias.name.clone()));
                     }
                     match checked(&alias.name, &alias.expr, projection.input.schema())? {
                         Some(fitted) => {
@@ -295,6 +293,7 @@ impl AnalyzerRule for DmlFitChecks {
                 // (VALUES …)`): DataFusion casts the literals to the
                 // target's types in the VALUES themselves
                 let width = dml.target.schema().fields().len();
+                let fed = projection.input.schema().fields().len();
                 let target_names: Vec<String> = dml
                     .target
                     .schema()
@@ -317,9 +316,12 @@ impl AnalyzerRule for DmlFitChecks {
                             {
                                 // the target column it is: by the statement's
                                 // projection, or by position when as wide
+                                // (DataFusion types a VALUES list's column i
+                                // as the statement's column i: the target
+                                // column the query's column i feeds)
                                 let column = targets
                                     .iter()
-                                    .find(|(from, _)| from == field.name())
+                                    .find(|(from, _)| *from == Some(i) && row.len() == fed)
                                     .map(|(_, to)| to.clone())
                                     .or_else(|| {
                                         (row.len() == width).then(|| target_names[i].clone())

@@ -227,6 +227,9 @@ pub async fn merge(
         merge.source,
         merge.on
     );
+    // (the source may be a VALUES list: under `databricks` its columns are
+    // col1, col2, …)
+    let sql = crate::sql::with_databricks_values_columns(&sql, &merge.dialect);
     let mut plan = state.create_logical_plan(&sql).await?;
     // (SCD 1: matched against the stored rows of the source's keys only,
     // when the ON clause equates every key with the source and they are few)
@@ -679,6 +682,7 @@ async fn source_key_rows(
         merge.source,
         budget + 1
     );
+    let sql = crate::sql::with_databricks_values_columns(&sql, &merge.dialect);
     let batches = match state.create_logical_plan(&sql).await {
         Ok(plan) => match state.create_physical_plan(&plan).await {
             Ok(physical) => collect(physical, state.task_ctx()).await.ok(),
