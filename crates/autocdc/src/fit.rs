@@ -120,9 +120,9 @@ fn misfits(values: &ArrayRef, kept: &ArrayRef) -> Result<BooleanArray> {
             Some(distinct(&back, values)?)
         }
         // a narrower float overflows to an infinity the value was not
-        DataType::Float16 | DataType::Float32 if values.data_type().is_floating() => {
-            let wide =
-                |a: &ArrayRef| cast_with_options(a, &DataType::Float64, &CastOptions::default());
+        // (a number, or text read as one: `'1e39'`)
+        DataType::Float16 | DataType::Float32 if from.is_floating() || text => {
+            let wide = |a: &ArrayRef| cast_with_options(a, &DataType::Float64, &SAFE);
             let (was, now) = (wide(values)?, wide(kept)?);
             let (was, now) = (
                 was.as_primitive::<Float64Type>(),

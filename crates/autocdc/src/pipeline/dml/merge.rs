@@ -278,10 +278,16 @@ pub async fn merge(
                 let Some(current) = scalar(&format!("__cur{i}"), row)? else {
                     return Ok(false);
                 };
-                // (in the column's type: the scan may read text as views)
-                let of_column = |v: &ScalarValue| v.cast_to(user.field(i).data_type()).ok();
-                match (of_column(value), of_column(&current)) {
-                    (Some(value), Some(current)) if same_value(&value, &current) => {}
+                // (in the column's type: the scan may read text as views;
+                // a value the type cannot hold is no value it holds, and is
+                // refused when written)
+                let field = user.field(i);
+                let value = match fit_scalar(value, field.data_type())? {
+                    Some(value) => value,
+                    None => return Ok(false),
+                };
+                match current.cast_to(field.data_type()) {
+                    Ok(current) if same_value(&value, &current) => {}
                     _ => return Ok(false),
                 }
             }
@@ -530,7 +536,12 @@ fn check_clauses(merge: &MergeStatement, refuse: &dyn Fn(String) -> DataFusionEr
             .parse_expr()
             .ok()
     };
-    let target = merge.target_alias.to_lowercase();
+    // (a name part as SQL reads it: folded unless quoted)
+    let read = |ident: &Ident| match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    };
+    let (alias, table) = (&merge.target_alias, &merge.target.table);
     for clause in &merge.clauses {
         let when = match clause.matched {
             true => "WHEN MATCHED",
@@ -556,8 +567,11 @@ fn check_clauses(merge: &MergeStatement, refuse: &dyn Fn(String) -> DataFusionEr
                     SqlExpr::Subquery(_) | SqlExpr::InSubquery { .. } | SqlExpr::Exists { .. } => {
                         subquery = true
                     }
+                    // `t.v`, `t.st.x`, `schema.table.v`
                     SqlExpr::CompoundIdentifier(parts)
-                        if parts.len() == 2 && parts[0].value.to_lowercase() == target =>
+                        if parts.len() >= 2
+                            && (read(&parts[0]) == *alias
+                                || (parts.len() == 3 && read(&parts[1]) == *table)) =>
                     {
                         reads_target.get_or_insert_with(|| e.to_string());
                     }
