@@ -164,7 +164,26 @@ pub async fn merge(
         .map(|(i, k)| format!("{alias}.{} AS {}", q(k), q(&format!("__tk{i}"))))
         .collect();
     let matched = format!("{alias}.{} IS NOT NULL", q(&keys[0]));
-    check_clauses(merge, &refuse)?;
+    // (the source's columns, for the clauses' unqualified names: when its
+    // query does not plan alone, the MERGE's own planning reports it)
+    let source_sql = crate::sql::with_databricks_values_columns(
+        &format!("SELECT * FROM {}", merge.source),
+        &merge.dialect,
+    )
+    .into_owned();
+    let source_columns: Option<Vec<String>> = state
+        .create_logical_plan(&source_sql)
+        .await
+        .ok()
+        .map(|plan| {
+            plan.schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect()
+        });
+    let target_columns: Vec<String> = user.fields().iter().map(|f| f.name().clone()).collect();
+    check_clauses(merge, &refuse, &target_columns, source_columns.as_deref())?;
     let mut case = String::from("CASE");
     for (n, clause) in merge.clauses.iter().enumerate() {
         let kind = if clause.matched {
@@ -524,8 +543,13 @@ pub async fn merge(
 /// |-----------------------------------------------|-----------------------------------------|
 /// | a column assigned or inserted twice           | which value would it take               |
 /// | a subquery (`IN (SELECT …)`, `EXISTS`, …)     | join it into the `USING` source instead |
-/// | `WHEN NOT MATCHED` reading the target (`t.v`) | an unmatched row has no target row      |
-fn check_clauses(merge: &MergeStatement, refuse: &dyn Fn(String) -> DataFusionError) -> Result<()> {
+/// | `WHEN NOT MATCHED` reading the target (`t.v`, or `v` the source lacks) | an unmatched row has no target row |
+fn check_clauses(
+    merge: &MergeStatement,
+    refuse: &dyn Fn(String) -> DataFusionError,
+    target_columns: &[String],
+    source_columns: Option<&[String]>,
+) -> Result<()> {
     let dialect = dialect_from_str(&merge.dialect).ok_or_else(|| {
         DataFusionError::Plan(format!("unsupported SQL dialect '{}'", merge.dialect))
     })?;
@@ -566,6 +590,13 @@ fn check_clauses(merge: &MergeStatement, refuse: &dyn Fn(String) -> DataFusionEr
                 match e {
                     SqlExpr::Subquery(_) | SqlExpr::InSubquery { .. } | SqlExpr::Exists { .. } => {
                         subquery = true
+                    }
+                    // `v`, a column of the target and not of the source
+                    SqlExpr::Identifier(ident)
+                        if target_columns.contains(&read(ident))
+                            && source_columns.is_some_and(|s| !s.contains(&read(ident))) =>
+                    {
+                        reads_target.get_or_insert_with(|| e.to_string());
                     }
                     // `t.v`, `t.st.x`, `schema.table.v`
                     SqlExpr::CompoundIdentifier(parts)
