@@ -76,6 +76,7 @@ pub(crate) mod spec;
 pub mod sql;
 pub(crate) mod stored_value;
 pub mod table;
+pub(crate) mod values_columns;
 
 use std::sync::Arc;
 

@@ -112,8 +112,6 @@ fn state_dir(dir: &tempfile::TempDir, table: &str) -> std::path::PathBuf {
         .join("state")
 }
 
-/// The Delta table at `path`, opened by deltalake's own reader, and a
-/// context where its provider is registered as `raw`.
 /// A new Delta table at `folder` holding `columns`, as another tool writes it.
 async fn write_delta_table(
     folder: &std::path::Path,
@@ -131,6 +129,8 @@ async fn write_delta_table(
         .unwrap();
 }
 
+/// The Delta table at `path`, opened by deltalake's own reader, and a
+/// context where its provider is registered as `raw`.
 async fn open_raw(path: std::path::PathBuf) -> (deltalake_core::DeltaTable, SessionContext) {
     let url = url::Url::from_directory_path(path).unwrap();
     let table = deltalake_core::DeltaTableBuilder::from_url(url)
@@ -3728,31 +3728,23 @@ async fn a_foreign_table_with_a_column_named_as_ours_is_still_foreign() {
 
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("public").join("kind");
-    std::fs::create_dir_all(&folder).unwrap();
     // (our columns by name and type, but not our partitioning)
-    let batch = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, true),
-            Field::new("__cdc_kind", DataType::Int8, true),
-            Field::new("__cdc_bucket", DataType::Int32, true),
-            Field::new("v", DataType::Utf8, true),
-        ])),
+    write_delta_table(
+        &folder,
         vec![
-            Arc::new(Int64Array::from(vec![1, 2])),
-            Arc::new(datafusion::arrow::array::Int8Array::from(vec![1, 1])),
-            Arc::new(datafusion::arrow::array::Int32Array::from(vec![0, 0])),
-            Arc::new(StringArray::from(vec!["x", "y"])),
+            ("id", Arc::new(Int64Array::from(vec![1, 2]))),
+            (
+                "__cdc_kind",
+                Arc::new(datafusion::arrow::array::Int8Array::from(vec![1, 1])),
+            ),
+            (
+                "__cdc_bucket",
+                Arc::new(datafusion::arrow::array::Int32Array::from(vec![0, 0])),
+            ),
+            ("v", Arc::new(StringArray::from(vec!["x", "y"]))),
         ],
     )
-    .unwrap();
-    let url = url::Url::from_directory_path(&folder).unwrap();
-    deltalake_core::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .build()
-        .unwrap()
-        .write([batch])
-        .await
-        .unwrap();
+    .await;
     let s = CdcSession::open(AutoCdcConfig::new(dir.path().to_str().unwrap()))
         .await
         .unwrap();

@@ -278,7 +278,7 @@ fn parse(query: &str, dialect_name: &str) -> Result<(DFStatement, Vec<Stream>)> 
         if let ControlFlow::Break(e) = ast.visit(&mut visitor) {
             return Err(e);
         }
-        crate::sql::name_values_columns(ast, dialect_name);
+        crate::values_columns::name_values_columns(ast, dialect_name);
     }
     Ok((statement, visitor.found))
 }

@@ -219,7 +219,7 @@ pub async fn plan_source(
             .pop_front()
             .ok_or_else(|| DataFusionError::Plan("empty flow source".to_string()))?;
         if let datafusion::sql::parser::Statement::Statement(ast) = &mut statement {
-            crate::sql::name_values_columns(ast, dialect);
+            crate::values_columns::name_values_columns(ast, dialect);
         }
         statement
     };

@@ -27,7 +27,7 @@
 //! `UPDATE` targets folded ([`update_targets`]), `TRUNCATE` as `DELETE`
 //! ([`truncate`]) and, under the `databricks`
 //! dialect, `VALUES` columns named as Databricks names them
-//! ([`values_columns`]).
+//! ([`crate::values_columns`]).
 
 mod equivalent;
 mod outer_ctes;
@@ -35,8 +35,8 @@ mod parser;
 mod plain_ddl;
 mod truncate;
 mod update_targets;
-mod values_columns;
 
+pub use crate::values_columns::with_databricks_values_columns;
 pub use equivalent::{equivalent_sql, flow_differences, spelled_flow};
 pub use outer_ctes::{outer_ctes, reads_only_planned, with_outer_ctes};
 pub use parser::{
@@ -46,4 +46,3 @@ pub use parser::{
 pub use plain_ddl::{created_schema, is_lone_query, plain_ddl_targets, PlainDdl};
 pub use truncate::truncate_as_delete;
 pub use update_targets::fold_update_targets;
-pub use values_columns::{name_values_columns, with_databricks_values_columns};
