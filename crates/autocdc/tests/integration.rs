@@ -3723,7 +3723,6 @@ async fn a_delta_table_read_with_stored_as_delta_stays_current() {
 #[tokio::test]
 async fn a_foreign_table_with_a_column_named_as_ours_is_still_foreign() {
     use datafusion::arrow::array::{Int64Array, StringArray};
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
