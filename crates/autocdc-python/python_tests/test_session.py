@@ -544,6 +544,14 @@ class Arguments(unittest.TestCase):
         ctx.register_table("u", self.s.table_provider("Users"))
         self.assertEqual(ctx.sql("SELECT count(*) AS n FROM m, u").to_arrow_table().to_pylist(), [{"n": 1}])
 
+    def test_a_declared_schema_keeps_the_tables_name(self) -> None:
+        self.s.create_streaming_table('"Typed"', schema="id BIGINT, v STRING")
+        self.s.create_streaming_table('"Sp Tbl"', schema="id BIGINT")
+        self.assertEqual(pa.table(self.s.sql('SELECT * FROM "Typed"')).column_names, ["id", "v"])
+        self.assertEqual(pa.table(self.s.sql('SELECT * FROM "Sp Tbl"')).column_names, ["id"])
+        with self.assertRaises(Exception):
+            self.s.sql("SELECT * FROM typed")
+
     def test_comment_is_the_tables_description(self) -> None:
         self.s.create_streaming_table("t", comment="my table", table_properties={"autocdc.buckets": "4"})
         properties = {r["key"]: r["value"] for r in pa.table(self.s.sql("SHOW TBLPROPERTIES t")).to_pylist()}

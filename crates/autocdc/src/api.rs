@@ -134,8 +134,9 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
             let name = TableName::parse(&self.name)?;
             let declared = match &self.schema {
                 // the columns are read by the statement parser, as in SQL
+                // (under a stand-in name: the table's is already parsed)
                 Some(columns) => {
-                    let sql = format!("CREATE OR REFRESH STREAMING TABLE {name} ({columns})");
+                    let sql = format!("CREATE OR REFRESH STREAMING TABLE t ({columns})");
                     let refused = |why: String| {
                         DataFusionError::Plan(format!(
                             "create_streaming_table('{}'): schema '{columns}' is not a column list ('name TYPE, ...'): {why}",
@@ -143,7 +144,9 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
                         ))
                     };
                     match parse_cdc_statement(&sql, "generic", true) {
-                        Ok(Some(CdcStatement::CreateStreamingTable(parsed))) => parsed,
+                        Ok(Some(CdcStatement::CreateStreamingTable(parsed))) => {
+                            CreateStreamingTable { name, ..parsed }
+                        }
                         Ok(_) => return Err(refused("not a table declaration".into())),
                         Err(e) => return Err(refused(e.to_string())),
                     }

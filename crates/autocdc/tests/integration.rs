@@ -2017,6 +2017,22 @@ async fn create_streaming_table_takes_a_schema_and_properties() {
         "{refused}"
     );
     assert!(s.sql("SELECT * FROM untyped").await.is_err());
+
+    // the name is the table's own (Rust names are not SQL), with a schema as
+    // without one
+    s.create_streaming_table("Mixed")
+        .schema("id BIGINT, v STRING")
+        .await
+        .unwrap();
+    s.create_streaming_table("Sp Tbl")
+        .schema("id BIGINT")
+        .await
+        .unwrap();
+    let mixed = s.sql("SELECT * FROM \"Mixed\"").await.unwrap();
+    let names: Vec<&String> = mixed.schema().fields().iter().map(|f| f.name()).collect();
+    assert_eq!(names, ["id", "v"]);
+    assert!(s.sql("SELECT * FROM mixed").await.is_err());
+    assert_eq!(rows(&s, "SELECT count(*) FROM \"Sp Tbl\"").await, ["| 0 |"]);
 }
 
 /// A table of the earlier layout (its state store at the table's own

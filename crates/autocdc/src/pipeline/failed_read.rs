@@ -64,12 +64,12 @@ pub(crate) async fn file_that_fails(
             continue;
         };
         let schema = all_nullable(listing.schema().as_ref());
-        for (location, url, _) in files {
-            if read.contains(&location) || empty.contains(&location) {
+        for file in files {
+            if read.contains(&file.location) || empty.contains(&file.location) {
                 continue;
             }
-            let shown = url.as_str().to_string();
-            let config = ListingTableConfig::new_with_multi_paths(vec![url])
+            let shown = file.url.as_str().to_string();
+            let config = ListingTableConfig::new_with_multi_paths(vec![file.url])
                 .with_listing_options(listing.options().clone())
                 .with_schema(Arc::clone(&schema));
             let failed = async {

@@ -3,16 +3,20 @@
 //! not read yet, listed from the store itself (the session's listing cache
 //! may not know files written since it was filled).
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, Weak};
 
-use datafusion::catalog::TableProvider;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::empty::EmptyTable;
 use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::datasource::provider::DefaultTableFactory;
 use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::CreateExternalTable;
 use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
+use object_store::{ObjectMeta, ObjectStoreExt};
 
 use crate::fold::columns::all_nullable;
 
@@ -41,27 +45,27 @@ pub(crate) async fn new_files(
     read: &BTreeSet<String>,
 ) -> Result<NewFiles> {
     let (files, empty) = list_files(state, listing).await?;
-    let new: Vec<&(String, ListingTableUrl, i64)> = files
+    let new: Vec<&FolderFile> = files
         .iter()
-        .filter(|(location, _, _)| !read.contains(location))
-        .filter(|(location, _, _)| !empty.contains(location))
+        .filter(|file| !read.contains(&file.location))
+        .filter(|file| !empty.contains(&file.location))
         .collect();
-    let newest_ms = new.iter().map(|(_, _, modified)| *modified).max();
-    let schema = all_nullable(listing.schema().as_ref());
+    let newest_ms = new.iter().map(|file| file.modified_ms()).max();
     // the files are named explicitly, also for a whole read: the session's
     // listing cache may miss files written since it was filled
     let provider: Arc<dyn TableProvider> = if new.is_empty() {
-        Arc::new(EmptyTable::new(schema))
+        Arc::new(EmptyTable::new(all_nullable(listing.schema().as_ref())))
     } else {
+        let schema = schema_of(state, listing, &new).await?;
         let config = ListingTableConfig::new_with_multi_paths(
-            new.iter().map(|(_, url, _)| url.clone()).collect(),
+            new.iter().map(|file| file.url.clone()).collect(),
         )
         .with_listing_options(listing.options().clone())
         .with_schema(schema);
         Arc::new(ListingTable::try_new(config)?)
     };
     let mut now_read = read.clone();
-    now_read.extend(new.into_iter().map(|(location, _, _)| location.clone()));
+    now_read.extend(new.into_iter().map(|file| file.location.clone()));
     Ok(NewFiles {
         provider,
         read: now_read,
@@ -69,12 +73,172 @@ pub(crate) async fn new_files(
     })
 }
 
-/// The data files of `listing` (location, URL, modification time in ms),
-/// and the locations of those that are empty.
+/// The schema the new files `new` of `listing` are read with: the folder's
+/// (every column nullable), each column widened where the new files hold a
+/// wider type of its kind (`INT` to `BIGINT`, `FLOAT` to `DOUBLE`, a decimal
+/// to one that holds it), and the columns the new files add after it — as a
+/// read of the whole folder now would infer it. The folder's schema was
+/// inferred when the table was declared: a long-lived session (a continuous
+/// pipeline) would otherwise drop a column first seen in a later file, and
+/// narrow its wider values. A table whose `CREATE EXTERNAL TABLE` declares
+/// its columns keeps them; so does a folder whose new files disagree on a
+/// column's type (their scan then fails, or casts, as before).
+async fn schema_of(
+    state: &SessionState,
+    listing: &ListingTable,
+    new: &[&FolderFile],
+) -> Result<SchemaRef> {
+    let declared = all_nullable(listing.schema().as_ref());
+    if declares_columns(state, listing) {
+        return Ok(declared);
+    }
+    let format = &listing.options().format;
+    // (the files of each store at once; files whose types conflict, or one
+    // that cannot be read, keep the folder's schema: their scan says why)
+    let mut by_store: BTreeMap<String, (&ListingTableUrl, Vec<ObjectMeta>)> = BTreeMap::new();
+    for file in new {
+        by_store
+            .entry(file.url.object_store().as_str().to_string())
+            .or_insert_with(|| (&file.url, Vec::new()))
+            .1
+            .push(file.meta.clone());
+    }
+    let mut found: Vec<SchemaRef> = Vec::new();
+    for (url, metas) in by_store.into_values() {
+        let store = state.runtime_env().object_store(url)?;
+        match format.infer_schema(state, &store, &metas).await {
+            Ok(schema) => found.push(schema),
+            Err(_) => return Ok(declared),
+        }
+    }
+    let mut fields: Vec<Field> = declared
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    for schema in &found {
+        for field in schema.fields() {
+            match fields.iter_mut().find(|f| f.name() == field.name()) {
+                Some(known) if known.data_type() == field.data_type() => {}
+                Some(known) if widens(known.data_type(), field.data_type()) => {
+                    known.set_data_type(field.data_type().clone())
+                }
+                // narrower, or of another kind: read as declared
+                Some(_) => {}
+                None => fields.push(field.as_ref().clone().with_nullable(true)),
+            }
+        }
+    }
+    Ok(Arc::new(Schema::new_with_metadata(
+        fields,
+        declared.metadata().clone(),
+    )))
+}
+
+/// The tables a session's `CREATE EXTERNAL TABLE t (id INT, …) STORED AS …`
+/// declared with their columns (a session configuration extension, filled
+/// by [`FolderTableFactory`]): their files are read in the columns declared.
+/// (DataFusion keeps no trace of it: its definition text of such a table
+/// leaves the columns out.)
+#[derive(Debug, Default)]
+pub(crate) struct DeclaredColumns(Mutex<Vec<Weak<dyn TableProvider>>>);
+
+impl DeclaredColumns {
+    /// Whether `listing` is one of them (held weakly: a dropped table's
+    /// allocation stays until this list forgets it, so its address cannot
+    /// stand for another table).
+    fn hold(&self, listing: &ListingTable) -> bool {
+        let mut tables = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tables.retain(|table| table.strong_count() > 0);
+        tables
+            .iter()
+            .any(|table| std::ptr::addr_eq(table.as_ptr(), listing as *const ListingTable))
+    }
+}
+
+/// DataFusion's factory of `CREATE EXTERNAL TABLE … STORED AS PARQUET`
+/// (CSV, JSON, …) tables, noting those declared with their columns in the
+/// session's [`DeclaredColumns`].
+#[derive(Debug, Default)]
+pub(crate) struct FolderTableFactory(DefaultTableFactory);
+
+#[async_trait]
+impl TableProviderFactory for FolderTableFactory {
+    async fn create(
+        &self,
+        state: &dyn Session,
+        cmd: &CreateExternalTable,
+    ) -> Result<Arc<dyn TableProvider>> {
+        let table = self.0.create(state, cmd).await?;
+        if !cmd.schema.fields().is_empty() {
+            if let Some(declared) = state.config().get_extension::<DeclaredColumns>() {
+                declared
+                    .0
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(Arc::downgrade(&table));
+            }
+        }
+        Ok(table)
+    }
+}
+
+/// Whether `listing` was declared with its columns, not inferred from its
+/// files.
+fn declares_columns(state: &SessionState, listing: &ListingTable) -> bool {
+    state
+        .config()
+        .get_extension::<DeclaredColumns>()
+        .is_some_and(|declared| declared.hold(listing))
+}
+
+/// Whether values of type `from` all fit `to`, a wider type of their kind.
+fn widens(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    let rank = |t: &DataType| match t {
+        Int8 | UInt8 | Float16 => 1,
+        Int16 | UInt16 | Float32 => 2,
+        Int32 | UInt32 | Float64 => 3,
+        Int64 | UInt64 => 4,
+        _ => 0,
+    };
+    match (from, to) {
+        (Int8 | Int16 | Int32, Int16 | Int32 | Int64)
+        | (UInt8 | UInt16 | UInt32, UInt16 | UInt32 | UInt64)
+        | (Float16 | Float32, Float32 | Float64) => rank(from) < rank(to),
+        (Decimal128(p, s), Decimal128(to_p, to_s)) => {
+            to_s >= s && (*to_p as i16 - *to_s as i16) >= (*p as i16 - *s as i16)
+        }
+        _ => false,
+    }
+}
+
+/// A data file of a folder.
+pub(super) struct FolderFile {
+    /// Its location in its store (what a checkpoint keeps).
+    pub(super) location: String,
+    /// Its URL, to scan it alone.
+    pub(super) url: ListingTableUrl,
+    /// What its store listed of it.
+    meta: ObjectMeta,
+}
+
+impl FolderFile {
+    /// Its modification time, in ms.
+    pub(super) fn modified_ms(&self) -> i64 {
+        self.meta.last_modified.timestamp_millis()
+    }
+}
+
+/// The data files of `listing`, by location, and the locations of those
+/// that are empty.
 pub(super) async fn list_files(
     state: &SessionState,
     listing: &ListingTable,
-) -> Result<(Vec<(String, ListingTableUrl, i64)>, BTreeSet<String>)> {
+) -> Result<(Vec<FolderFile>, BTreeSet<String>)> {
     let extension = listing.options().file_extension.clone();
     // (as the table's own scans: files in sub-folders, a job's
     // `_temporary/` say, are not the table's unless the session says so)
@@ -125,15 +289,15 @@ pub(super) async fn list_files(
                 .replace('?', "%3F")
                 .replace('#', "%23")
                 .replace('\\', "%5C");
-            let file = ListingTableUrl::parse(format!("{}{path}", base.as_str()))?;
-            out.push((
-                meta.location.to_string(),
-                file,
-                meta.last_modified.timestamp_millis(),
-            ));
+            let url = ListingTableUrl::parse(format!("{}{path}", base.as_str()))?;
+            out.push(FolderFile {
+                location: meta.location.to_string(),
+                url,
+                meta,
+            });
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out.dedup_by(|a, b| a.0 == b.0);
+    out.sort_by(|a, b| a.location.cmp(&b.location));
+    out.dedup_by(|a, b| a.location == b.location);
     Ok((out, empty))
 }

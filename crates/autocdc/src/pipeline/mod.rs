@@ -117,7 +117,7 @@ mod fits;
 pub(crate) use fits::with_sequence_precision_checks;
 pub(crate) use fits::DmlFitChecks;
 pub(crate) mod failed_read;
-mod folders;
+pub(crate) mod folders;
 pub mod source;
 pub(crate) mod streams;
 

@@ -119,10 +119,21 @@ impl CdcSession {
                 )
                 .with_config(
                     crate::config::with_autocdc_options(session_config)
-                        .with_extension(Arc::new(SessionClock(Arc::clone(&config.clock)))),
+                        .with_extension(Arc::new(SessionClock(Arc::clone(&config.clock))))
+                        .with_extension(Arc::new(
+                            crate::pipeline::folders::DeclaredColumns::default(),
+                        )),
                 )
                 .with_default_features(),
         );
+        // folder tables note whether they were declared with their columns
+        // (a folder's later files may add columns: read unless declared)
+        for format in ["PARQUET", "CSV", "JSON", "NDJSON", "AVRO", "ARROW"] {
+            builder = builder.with_table_factory(
+                format.to_string(),
+                Arc::new(crate::pipeline::folders::FolderTableFactory::default()),
+            );
+        }
         for rule in config.physical_optimizer_rules {
             builder = builder.with_physical_optimizer_rule(rule);
         }
@@ -375,7 +386,6 @@ impl CdcSession {
                         self.refuse_plain_ddl(sql, &dialect, normalize).await?;
                         let sql = crate::sql::fold_update_targets(sql, &dialect, normalize);
                         let sql = crate::sql::with_databricks_values_columns(&sql, &dialect);
-                        let sql = crate::sql::truncate_as_delete(&sql, &dialect);
                         let sql = crate::sql::truncate_as_delete(&sql, &dialect);
                         self.ctx.sql(&sql).await
                     }
