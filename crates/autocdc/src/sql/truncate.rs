@@ -9,6 +9,7 @@
 //! | written                                   | planned as        |
 //! |-------------------------------------------|-------------------|
 //! | `TRUNCATE TABLE t`, `TRUNCATE t`          | `DELETE FROM t`   |
+//! | `EXPLAIN [ANALYZE] [VERBOSE] TRUNCATE …`   | `EXPLAIN … DELETE FROM t` |
 //! | several tables, partitions, `IF EXISTS`, `CASCADE`, … | as written (DataFusion reports it) |
 
 use std::borrow::Cow;
@@ -20,6 +21,31 @@ use datafusion::sql::sqlparser::parser::Parser;
 /// `sql` as `DELETE FROM t` when it is a plain `TRUNCATE [TABLE] t`; as
 /// written otherwise (only text starting with `TRUNCATE` is parsed).
 pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
+    // `EXPLAIN [ANALYZE] [VERBOSE]` before it: the statement it explains
+    let words: Vec<(usize, &str)> = sql
+        .split_whitespace()
+        .take(4)
+        .map(|w| (w.as_ptr() as usize - sql.as_ptr() as usize, w))
+        .collect();
+    if words
+        .first()
+        .is_some_and(|(_, w)| w.eq_ignore_ascii_case("explain"))
+    {
+        let options = words[1..]
+            .iter()
+            .take_while(|(_, w)| {
+                w.eq_ignore_ascii_case("analyze") || w.eq_ignore_ascii_case("verbose")
+            })
+            .count();
+        if let Some(&(at, _)) = words.get(1 + options) {
+            let (head, explained) = sql.split_at(at);
+            return match truncate_as_delete(explained, dialect) {
+                Cow::Owned(delete) => Cow::Owned(format!("{head}{delete}")),
+                Cow::Borrowed(_) => Cow::Borrowed(sql),
+            };
+        }
+        return Cow::Borrowed(sql);
+    }
     let is_truncate = sql
         .trim_start()
         .get(..8)
@@ -52,6 +78,22 @@ pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
 #[cfg(test)]
 mod tests {
     use super::truncate_as_delete;
+
+    #[test]
+    fn an_explained_truncate_explains_the_delete() {
+        assert_eq!(
+            truncate_as_delete("EXPLAIN TRUNCATE TABLE t", "generic"),
+            "EXPLAIN DELETE FROM t"
+        );
+        assert_eq!(
+            truncate_as_delete("explain  analyze VERBOSE\ntruncate t", "generic"),
+            "explain  analyze VERBOSE\nDELETE FROM t"
+        );
+        assert_eq!(
+            truncate_as_delete("EXPLAIN SELECT 1", "generic"),
+            "EXPLAIN SELECT 1"
+        );
+    }
 
     #[test]
     fn a_plain_truncate_is_a_delete_of_every_row() {
