@@ -13,6 +13,9 @@
 //! | `FROM (VALUES (1, 'a')) AS v(a, b)`  | as written                                  |
 //! | `WITH v AS (VALUES (1, 'a'))`        | `WITH v (col1, col2) AS (VALUES (1, 'a'))`  |
 //! | a statement `VALUES (1, 'a')`        | `SELECT * FROM (VALUES (1, 'a')) AS __values(col1, col2)` |
+//! | `CREATE TABLE t AS VALUES …`, `CREATE VIEW v AS VALUES …` | their `VALUES` so |
+//! | `VALUES (1) UNION ALL VALUES (2)` (a query, in `FROM`, in `WITH`, under `CREATE … AS`) | its first `VALUES` so (a set operation takes its first part's names) |
+//! | `INSERT INTO t VALUES …`             | as written (the target names the columns)  |
 //! | any other dialect, or no `VALUES`    | as written                                  |
 //!
 //! The statements DataFusion plans (through [`with_databricks_values_columns`])
@@ -77,9 +80,50 @@ pub fn name_values_columns(statement: &mut Statement, dialect: &str) -> bool {
     if !dialect.eq_ignore_ascii_case("databricks") {
         return false;
     }
-    let mut naming = Naming { named: false };
+    let mut naming = Naming {
+        named: false,
+        dialect,
+    };
+    // a query that is a set operation, or the query of `CREATE … AS`: its
+    // first VALUES list
+    naming.named |= match statement {
+        Statement::Query(query) => name_first_values(&mut query.body, dialect),
+        Statement::CreateTable(create) => create
+            .query
+            .as_mut()
+            .is_some_and(|query| name_first_values(&mut query.body, dialect)),
+        Statement::CreateView(create) => name_first_values(&mut create.query.body, dialect),
+        _ => false,
+    };
     let _ = statement.visit(&mut naming);
     naming.named
+}
+
+/// `body` with its first `VALUES` list — itself, or the first part of a set
+/// operation, nested — read under Databricks' names (`SELECT * FROM
+/// (VALUES …) AS __values (col1, …)`); whether it had one.
+fn name_first_values(body: &mut SetExpr, dialect: &str) -> bool {
+    match body {
+        SetExpr::Values(values) if !values.rows.is_empty() => {
+            let sql = format!(
+                "SELECT * FROM ({values}) AS __values ({})",
+                databricks_names(values).join(", ")
+            );
+            let Some(parser_dialect) = dialect_from_str(dialect) else {
+                return false;
+            };
+            match Parser::parse_sql(parser_dialect.as_ref(), &sql).as_deref() {
+                Ok([Statement::Query(query)]) => {
+                    *body = query.body.as_ref().clone();
+                    true
+                }
+                _ => false,
+            }
+        }
+        SetExpr::SetOperation { left, .. } => name_first_values(left, dialect),
+        SetExpr::Query(query) => name_first_values(&mut query.body, dialect),
+        _ => false,
+    }
 }
 
 /// `col1`, `col2`, … for each column of `values`.
@@ -89,11 +133,12 @@ fn databricks_names(values: &Values) -> Vec<String> {
 }
 
 /// Names the columns of `VALUES` lists (see the module docs).
-struct Naming {
+struct Naming<'a> {
     named: bool,
+    dialect: &'a str,
 }
 
-impl VisitorMut for Naming {
+impl VisitorMut for Naming<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
@@ -101,14 +146,18 @@ impl VisitorMut for Naming {
             return ControlFlow::Continue(());
         };
         for cte in &mut with.cte_tables {
-            if let SetExpr::Values(values) = cte.query.body.as_ref() {
-                if cte.alias.columns.is_empty() {
+            if !cte.alias.columns.is_empty() {
+                continue;
+            }
+            match cte.query.body.as_mut() {
+                SetExpr::Values(values) => {
                     cte.alias.columns = databricks_names(values)
                         .into_iter()
                         .map(TableAliasColumnDef::from_name)
                         .collect();
                     self.named = true;
                 }
+                body => self.named |= name_first_values(body, self.dialect),
             }
         }
         ControlFlow::Continue(())
@@ -121,12 +170,17 @@ impl VisitorMut for Naming {
         else {
             return ControlFlow::Continue(());
         };
-        let SetExpr::Values(values) = subquery.body.as_ref() else {
-            return ControlFlow::Continue(());
-        };
-        if values.rows.is_empty() || alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+        if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
             return ControlFlow::Continue(());
         }
+        let values = match subquery.body.as_mut() {
+            SetExpr::Values(values) if !values.rows.is_empty() => values,
+            SetExpr::Values(_) => return ControlFlow::Continue(()),
+            body => {
+                self.named |= name_first_values(body, self.dialect);
+                return ControlFlow::Continue(());
+            }
+        };
         let names = databricks_names(values);
         let alias = alias.get_or_insert_with(|| TableAlias {
             explicit: true,
@@ -167,7 +221,30 @@ mod tests {
             bare,
             "SELECT * FROM (VALUES (1, 'a')) AS __values (col1, col2)"
         );
-        // columns named by the query, another dialect, no VALUES: as written
+        for (sql, written) in [
+            (
+                "CREATE TABLE t AS VALUES (1, 2)",
+                "CREATE TABLE t AS SELECT * FROM (VALUES (1, 2)) AS __values (col1, col2)",
+            ),
+            (
+                "CREATE VIEW w AS VALUES (1)",
+                "CREATE VIEW w AS SELECT * FROM (VALUES (1)) AS __values (col1)",
+            ),
+            (
+                "VALUES (1) UNION ALL VALUES (2)",
+                "SELECT * FROM (VALUES (1)) AS __values (col1) UNION ALL VALUES (2)",
+            ),
+            (
+                "SELECT col1 FROM (VALUES (1) UNION ALL VALUES (2))",
+                "SELECT col1 FROM (SELECT * FROM (VALUES (1)) AS __values (col1) UNION ALL VALUES (2))",
+            ),
+        ] {
+            assert_eq!(with_databricks_values_columns(sql, "databricks"), written);
+        }
+        // an INSERT's rows, columns named by the query, another dialect, no
+        // VALUES: as written
+        let insert = "INSERT INTO t VALUES (1, 2)";
+        assert_eq!(with_databricks_values_columns(insert, "databricks"), insert);
         for (sql, dialect) in [
             ("SELECT * FROM (VALUES (1)) AS v(a)", "databricks"),
             (sql, "generic"),
