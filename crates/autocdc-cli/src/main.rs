@@ -256,6 +256,8 @@ fn create_local_warehouse(warehouse: &str) -> io::Result<()> {
         {
             Ok(())
         }
+        // (a file there is refused when the warehouse opens, naming it)
+        false if std::path::Path::new(warehouse).is_file() => Ok(()),
         false => std::fs::create_dir_all(warehouse),
     }
 }

@@ -174,9 +174,24 @@ fn missing_script_is_an_error() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read"));
 }
 
-/// Streaming tables appear in `information_schema` (`SHOW TABLES`,
-/// `SHOW COLUMNS`), `SHOW TBLPROPERTIES` lists a table's properties (not our
-/// bookkeeping), and `--format csv` with `-q` prints bare CSV.
+/// A warehouse path that is a file is refused, naming it; the file stays.
+#[test]
+fn a_warehouse_that_is_a_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wh");
+    std::fs::write(&file, "keep").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_autocdc"))
+        .arg("--warehouse")
+        .arg(&file)
+        .args(["-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is a file, not a folder"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+}
+
 #[test]
 fn a_command_before_run_is_refused_not_ignored() {
     let (output, dir) = autocdc(&["-c", "CREATE STREAMING TABLE lost", "run"]);
@@ -189,6 +204,9 @@ fn a_command_before_run_is_refused_not_ignored() {
     assert!(!dir.path().join("warehouse").exists(), "nothing opened");
 }
 
+/// Streaming tables appear in `information_schema` (`SHOW TABLES`,
+/// `SHOW COLUMNS`), `SHOW TBLPROPERTIES` lists a table's properties (not our
+/// bookkeeping), and `--format csv` with `-q` prints bare CSV.
 #[test]
 fn show_tables_and_properties_print_as_csv() {
     let (output, _warehouse) = autocdc(&[

@@ -185,6 +185,12 @@ impl Warehouse {
         // (checked on the absolute path before anything is created)
         let absolute = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
         refuse_path(&absolute)?;
+        if path.exists() && !path.is_dir() {
+            return Err(DataFusionError::Execution(format!(
+                "warehouse '{}' is a file, not a folder",
+                path.display()
+            )));
+        }
         std::fs::create_dir_all(&path).map_err(|e| {
             DataFusionError::Execution(format!(
                 "cannot create warehouse folder '{}': {e}",
