@@ -24,7 +24,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::functions::expr_fn::concat;
 use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::{
-    cast, lit, try_cast, when, DmlStatement, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
+    cast, lit, when, DmlStatement, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder,
     Projection, Values, WriteOp,
 };
 use datafusion::optimizer::AnalyzerRule;
@@ -38,7 +38,10 @@ use crate::table::ScdTable;
 /// `source` with a check of every value it casts to a narrower target type
 /// (a declared INT column fed BIGINT, say): a value that does not fit fails
 /// the update with a message naming the flow, column and value, rather
-/// than with a cast error naming none.
+/// than with a cast error naming none. The check is DML's
+/// ([`crate::fit`]): each such column is read as `autocdc_fit(c, …)` cast
+/// back to its own type (lossless for a value that fits), in a projection
+/// of every column (see [`with_value_checks`] on why not a filter).
 pub(super) fn with_fit_checks(
     flow: &str,
     clause: &str,
@@ -46,57 +49,35 @@ pub(super) fn with_fit_checks(
     target_schema: &Schema,
 ) -> Result<LogicalPlan> {
     let source_schema = Arc::clone(source.schema());
-    let mut checks = Vec::new();
-    for field in target_schema.fields() {
-        let Ok(column) = source_schema.field_with_unqualified_name(field.name()) else {
-            continue;
-        };
-        let from = storage_type(column.data_type());
-        let to = field.data_type();
-        if !needs_fit_check(&from, to) {
-            continue;
-        }
-        let value = Expr::Column(Column::new_unqualified(field.name()));
-        let message = concat(vec![
-            lit(format!(
-                "flow '{flow}': {clause}: column '{}' has the value ",
-                field.name()
-            )),
-            cast(value.clone(), DataType::Utf8),
-            lit(format!(
-                ", which the target's type {to} cannot hold; nothing was committed"
-            )),
-        ]);
-        let misfit = misfit(value, &from, to);
-        checks.push((field.name().clone(), raise_if(when(misfit, message).end()?)));
-    }
-    with_value_checks(source, checks)
-}
-
-/// Whether `value` (of type `from`, a numeric type that does not widen to
-/// `to`) does not fit `to`: out of its range, a decimal that would round,
-/// a float that would overflow to an infinity it was not.
-fn misfit(value: Expr, from: &DataType, to: &DataType) -> Expr {
-    let kept = try_cast(value.clone(), to.clone());
-    let lost = match to {
-        // a decimal of fewer digits rounds: the value changes
-        DataType::Decimal32(..)
-        | DataType::Decimal64(..)
-        | DataType::Decimal128(..)
-        | DataType::Decimal256(..) => cast(kept.clone(), from.clone()).not_eq(value.clone()),
-        // a narrower float overflows to an infinity the value was not
-        DataType::Float16 | DataType::Float32 if from.is_floating() => {
-            let infinite = |e: Expr, t: &DataType| {
-                let inf = cast(lit(f64::INFINITY), t.clone());
-                let minus = cast(lit(f64::NEG_INFINITY), t.clone());
-                e.clone().eq(inf).or(e.eq(minus))
+    let mut checked = false;
+    let columns = source_schema
+        .columns()
+        .into_iter()
+        .zip(source_schema.fields())
+        .map(|(column, field)| {
+            let name = column.name.clone();
+            let value = Expr::Column(column);
+            let Ok(target) = target_schema.field_with_name(&name) else {
+                return Ok(value);
             };
-            infinite(kept.clone(), to)
-                .and(datafusion::logical_expr::not(infinite(value.clone(), from)))
-        }
-        _ => lit(false),
-    };
-    value.is_not_null().and(kept.is_null().or(lost))
+            let to = target.data_type();
+            if !needs_fit_check(&storage_type(field.data_type()), to) {
+                return Ok(value);
+            }
+            checked = true;
+            let kept = fit(
+                value,
+                to,
+                format!("flow '{flow}': {clause}: column '{name}' has the value "),
+                format!(", which the target's type {to} cannot hold; nothing was committed"),
+            )?;
+            Ok(cast(kept, field.data_type().clone()).alias(name))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    match checked {
+        true => LogicalPlanBuilder::from(source).project(columns)?.build(),
+        false => Ok(source),
+    }
 }
 
 /// Whether a value of type `from` needs a check to be kept as `to`: a
