@@ -19,7 +19,7 @@
 //!
 //! | events staged                   | stored rows read (`TargetRowsExec`)        | commit                                  |
 //! |---------------------------------|--------------------------------------------|-----------------------------------------|
-//! | over [`STAGE_MAX_BYTES`], or a TRUNCATE, or a widened column | all                 | every file replaced                     |
+//! | over [`STAGE_MAX_BYTES`] (or a quarter of a smaller bounded memory pool), or a TRUNCATE, or a widened column | all | every file replaced |
 //! | within it, keys over the budget or no deletion vectors | the touched buckets | the touched buckets' files replaced     |
 //! | within it, keys within `autocdc.deletion_vector_max_fraction` | the keys' rows (probed), compacted buckets whole | vectors on the probed files; compacted buckets replaced |
 //!
@@ -34,7 +34,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::common::{DataFusionError, HashMap, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -51,6 +53,21 @@ use crate::fold::columns::{Kind, KIND_COL};
 
 /// Most bytes of events an update holds in memory to choose what it reads.
 pub const STAGE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// The share of a bounded memory pool the stage may hold at most (its
+/// memory cannot spill, and is held until the update ends): the rest is
+/// left to the fold and the writer below it, whose sorts would otherwise
+/// find the pool taken by events that just fit.
+const STAGE_POOL_SHARE: usize = 4;
+
+/// Most bytes of events an update holds in memory under `pool`:
+/// [`STAGE_MAX_BYTES`], or a quarter of a smaller bounded pool.
+fn stage_max_bytes(pool: &dyn MemoryPool) -> usize {
+    match pool.memory_limit() {
+        MemoryLimit::Finite(limit) => STAGE_MAX_BYTES.min(limit / STAGE_POOL_SHARE),
+        MemoryLimit::Infinite | MemoryLimit::Unknown => STAGE_MAX_BYTES,
+    }
+}
 
 /// What an update's stage needs to choose (settled when it is planned).
 #[derive(Debug)]
@@ -264,6 +281,7 @@ impl UpdateStage {
         let (mut rows, mut bytes) = (0, 0);
         let mut touched = vec![false; usize::try_from(self.config.buckets).unwrap_or(0)];
         let mut truncated = false;
+        let most = stage_max_bytes(context.memory_pool().as_ref());
         while let Some(batch) = stream.next().await {
             let batch = batch?;
             if batch.num_rows() == 0 {
@@ -272,8 +290,7 @@ impl UpdateStage {
             let size = batch.get_array_memory_size();
             rows += batch.num_rows();
             bytes += size;
-            let fits =
-                reservation.size() + size <= STAGE_MAX_BYTES && reservation.try_grow(size).is_ok();
+            let fits = reservation.size() + size <= most && reservation.try_grow(size).is_ok();
             if !fits {
                 pulled.push(batch);
                 drop(reservation);
@@ -496,9 +513,10 @@ fn compaction_choice(mut files: Vec<(i32, usize)>, touched: usize, limit: usize)
 
 #[cfg(test)]
 mod tests {
-    use super::{compaction_choice, SharedRun};
+    use super::{compaction_choice, stage_max_bytes, SharedRun, STAGE_MAX_BYTES};
     use arrow::array::{AsArray, Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, UnboundedMemoryPool};
     use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
     use futures::StreamExt;
     use std::sync::Arc;
@@ -588,5 +606,20 @@ mod tests {
             most = most.max(*files.iter().max().unwrap_or(&0));
         }
         assert!(most <= 2 * limit, "{most}");
+    }
+
+    /// The stage holds at most a quarter of a bounded pool (its memory
+    /// cannot spill: events that just fit a 20 MB pool left the SCD 2
+    /// fold's sorts below it none), and 64 MiB at most.
+    #[test]
+    fn the_stage_leaves_most_of_a_bounded_pool_to_the_fold() {
+        let small = GreedyMemoryPool::new(20 * 1024 * 1024);
+        assert_eq!(stage_max_bytes(&small), 5 * 1024 * 1024);
+        let large = GreedyMemoryPool::new(1024 * 1024 * 1024);
+        assert_eq!(stage_max_bytes(&large), STAGE_MAX_BYTES);
+        assert_eq!(
+            stage_max_bytes(&UnboundedMemoryPool::default()),
+            STAGE_MAX_BYTES
+        );
     }
 }
