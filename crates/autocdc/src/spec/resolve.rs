@@ -1284,13 +1284,20 @@ pub fn resolve(
         projection[i] = unsigned_zero(value, field.data_type())?.alias(field.name());
     }
     let num_target = projection.len();
-    projection.push(cast(seq_expr, sequence_type.clone()).alias(SEQ_COL));
+    // and so is a float sequence's: two events at -0.0 and 0.0 share one
+    // sequence (a conflict unless equal), not two versions, one empty
+    projection.push(
+        unsigned_zero(cast(seq_expr, sequence_type.clone()), &sequence_type)?.alias(SEQ_COL),
+    );
     let upsert = kind.clone().eq(lit(Kind::Upsert as i8));
     projection.push(kind.alias(KIND_COL));
     projection.push(lit(written_at_value(now_micros)).alias(WRITTEN_AT_COL));
     projection.push(lit(Origin::New as i8).alias(ORIGIN_COL));
     if let Some((expr, system_type)) = &system_sequence {
-        projection.push(cast(expr.clone(), system_type.clone()).alias(SYSTEM_SEQ_COL));
+        projection.push(
+            unsigned_zero(cast(expr.clone(), system_type.clone()), system_type)?
+                .alias(SYSTEM_SEQ_COL),
+        );
     }
     if let Some(name) = &update_list {
         projection.push(
