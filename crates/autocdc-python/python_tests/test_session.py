@@ -551,6 +551,12 @@ class Arguments(unittest.TestCase):
         self.assertEqual(pa.table(self.s.sql('SELECT * FROM "Sp Tbl"')).column_names, ["id"])
         with self.assertRaises(Exception):
             self.s.sql("SELECT * FROM typed")
+        # a quoted part holding a dot is refused, as SQL refuses it
+        for schema in [None, "id BIGINT"]:
+            with self.assertRaisesRegex(Exception, "name parts must contain no '.'"):
+                self.s.create_streaming_table('"we.ird"', schema=schema)
+        with self.assertRaises(Exception):
+            self.s.sql("SELECT * FROM we.ird")
 
     def test_comment_is_the_tables_description(self) -> None:
         self.s.create_streaming_table("t", comment="my table", table_properties={"autocdc.buckets": "4"})

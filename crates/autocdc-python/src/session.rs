@@ -229,8 +229,16 @@ fn snapshot_function(
 /// A table name as SQL reads one: `Users` is `users`, `'"Users"'` keeps
 /// its case, `s.t` is schema `s`'s table `t`, and a name that is not one
 /// (`"Src Tbl"`) is that table — the Python API names tables as `sql` does.
-fn sql_name(name: &str) -> String {
-    TableReference::from(name).to_vec().join(".")
+/// A quoted part holding a `.` (`'"we.ird"'`) is refused, as SQL refuses
+/// it, rather than read as two parts.
+fn sql_name(name: &str) -> datafusion::common::Result<String> {
+    let parts = TableReference::from(name).to_vec();
+    if let Some(part) = parts.iter().find(|part| part.contains('.')) {
+        return Err(datafusion::common::DataFusionError::Plan(format!(
+            "invalid streaming table name '{name}': name parts must contain no '.' ('{part}')"
+        )));
+    }
+    Ok(parts.join("."))
 }
 
 /// `builder` with `set` applied when a Python argument was given.
@@ -241,9 +249,8 @@ fn with<B, T>(builder: B, value: Option<T>, set: impl FnOnce(B, T) -> B) -> B {
     }
 }
 
-/// Runs' metrics as a list of dicts.
-/// `{name: condition}` of an `expect_all*` argument, in its order.
-/// The expectations `{name: condition}` of parameter `parameter`.
+/// The expectations `{name: condition}` of an `expect_all*` parameter
+/// `parameter`, in its order.
 fn expectations(
     parameter: &str,
     dict: Option<Bound<'_, PyDict>>,
@@ -405,7 +412,7 @@ impl PyCdcSession {
         };
         self.run(py, move |s| async move {
             let mut builder = s
-                .create_streaming_table(&sql_name(&name))
+                .create_streaming_table(&sql_name(&name)?)
                 .table_properties(properties)
                 .expect_all(expect_all)
                 .expect_all_or_drop(expect_all_or_drop)
@@ -504,7 +511,7 @@ impl PyCdcSession {
         }
         let metrics = self.run(py, move |s| async move {
             let flow = s
-                .create_auto_cdc_flow(&sql_name(&target), &source)
+                .create_auto_cdc_flow(&sql_name(&target)?, &source)
                 .keys(keys);
             let flow = match sequence {
                 Some(Ok(column)) => flow.sequence_by(column),
@@ -594,7 +601,7 @@ impl PyCdcSession {
         let interrupt = self.interrupt.clone();
         let runs = self.run(py, move |s| async move {
             let flow = s
-                .create_auto_cdc_from_snapshot_flow(&sql_name(&target))
+                .create_auto_cdc_from_snapshot_flow(&sql_name(&target)?)
                 .keys(keys);
             let flow = match source {
                 Ok(table) => flow.source(&table),
@@ -640,7 +647,7 @@ impl PyCdcSession {
         let function = function.clone().unbind();
         let interrupt = self.interrupt.clone();
         self.run(py, move |s| async move {
-            let table = TableName::parse(&sql_name(&target))?;
+            let table = TableName::parse(&sql_name(&target)?)?;
             let flows = s.snapshot_function_flows(&table).await?;
             let name = name.unwrap_or_else(|| table.table.clone());
             if !flows.contains(&name) {
@@ -697,7 +704,12 @@ impl PyCdcSession {
             let update = match full {
                 Full::None => update,
                 Full::All => update.full_refresh_all(),
-                Full::Tables(tables) => update.full_refresh(tables.iter().map(|t| sql_name(t)))?,
+                Full::Tables(tables) => update.full_refresh(
+                    tables
+                        .iter()
+                        .map(|t| sql_name(t))
+                        .collect::<datafusion::common::Result<Vec<_>>>()?,
+                )?,
             };
             update.await
         })?;
@@ -741,7 +753,7 @@ impl PyCdcSession {
             }
         };
         let metrics = self.run(py, move |s| async move {
-            let flow = s.create_append_flow(&sql_name(&target)).once(once);
+            let flow = s.create_append_flow(&sql_name(&target)?).once(once);
             let flow = match flow_source {
                 Ok(table) => flow.source(table),
                 Err(sql) => flow.query(sql),
@@ -755,7 +767,9 @@ impl PyCdcSession {
     /// (`ctx.register_table("t", s.table_provider("t"))`), read there as
     /// `sql` reads it.
     fn table_provider(&self, name: &str) -> PyResult<PyTableProvider> {
-        let parsed = TableName::parse(&sql_name(name)).map_err(engine_error)?;
+        let parsed = sql_name(name)
+            .and_then(|name| TableName::parse(&name))
+            .map_err(engine_error)?;
         let table = self.session.streaming_table(&parsed).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "table_provider('{name}'): no streaming table of that name in this session"
@@ -915,7 +929,7 @@ impl PyCdcSession {
             }
         };
         let m = self.run(py, move |s| async move {
-            s.restore_streaming_table(&sql_name(&name), to).await
+            s.restore_streaming_table(&sql_name(&name)?, to).await
         })?;
         let d = PyDict::new(py);
         d.set_item("restored_version", m.restored_version)?;
@@ -937,7 +951,7 @@ impl PyCdcSession {
         full: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let runs = self.run(py, move |s| async move {
-            s.refresh_streaming_table(&sql_name(&target), full).await
+            s.refresh_streaming_table(&sql_name(&target)?, full).await
         })?;
         metrics_list(py, &runs)
     }

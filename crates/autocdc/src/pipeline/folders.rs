@@ -74,65 +74,117 @@ pub(crate) async fn new_files(
 }
 
 /// The schema the new files `new` of `listing` are read with: the folder's
-/// (every column nullable), each column widened where the new files hold a
-/// wider type of its kind (`INT` to `BIGINT`, `FLOAT` to `DOUBLE`, a decimal
-/// to one that holds it), and the columns the new files add after it — as a
-/// read of the whole folder now would infer it. The folder's schema was
-/// inferred when the table was declared: a long-lived session (a continuous
-/// pipeline) would otherwise drop a column first seen in a later file, and
-/// narrow its wider values. A table whose `CREATE EXTERNAL TABLE` declares
-/// its columns keeps them; so does a folder whose new files disagree on a
-/// column's type (their scan then fails, or casts, as before).
+/// (every column nullable), then the columns the new files add, after it —
+/// as a read of the whole folder now would infer it. The folder's schema
+/// was inferred when the table was declared: a long-lived session (a
+/// continuous pipeline) would otherwise drop a column first seen in a
+/// later file. The folder's own columns keep their types (a new file's
+/// values are cast to them, as its scans cast them).
+///
+/// A new column takes its type in the new files read together (as the
+/// format infers several files: a JSON column holding integers and
+/// fractions is a double); where they cannot be (one holds a column of the
+/// folder in another type), file by file: the first file's type, or a
+/// later one's that widens it, and files that hold it in types of other
+/// kinds fail the update, naming them. A folder declared with its columns
+/// keeps them, and so does a CSV folder (read by position: a column added
+/// before others would shift their values).
 async fn schema_of(
     state: &SessionState,
     listing: &ListingTable,
     new: &[&FolderFile],
 ) -> Result<SchemaRef> {
     let declared = all_nullable(listing.schema().as_ref());
-    if declares_columns(state, listing) {
-        return Ok(declared);
-    }
     let format = &listing.options().format;
-    // (the files of each store at once; files whose types conflict, or one
-    // that cannot be read, keep the folder's schema: their scan says why)
-    let mut by_store: BTreeMap<String, (&ListingTableUrl, Vec<ObjectMeta>)> = BTreeMap::new();
-    for file in new {
-        by_store
-            .entry(file.url.object_store().as_str().to_string())
-            .or_insert_with(|| (&file.url, Vec::new()))
-            .1
-            .push(file.meta.clone());
-    }
-    let mut found: Vec<SchemaRef> = Vec::new();
-    for (url, metas) in by_store.into_values() {
-        let store = state.runtime_env().object_store(url)?;
-        match format.infer_schema(state, &store, &metas).await {
-            Ok(schema) => found.push(schema),
-            Err(_) => return Ok(declared),
-        }
+    if declares_columns(state, listing) || format.get_ext().eq_ignore_ascii_case("csv") {
+        return Ok(declared);
     }
     let mut fields: Vec<Field> = declared
         .fields()
         .iter()
         .map(|f| f.as_ref().clone())
         .collect();
-    for schema in &found {
-        for field in schema.fields() {
-            match fields.iter_mut().find(|f| f.name() == field.name()) {
-                Some(known) if known.data_type() == field.data_type() => {}
-                Some(known) if widens(known.data_type(), field.data_type()) => {
-                    known.set_data_type(field.data_type().clone())
+    let known = fields.len();
+    let together = match infer(state, listing, new).await {
+        Ok(schema) => Some(vec![(None, schema)]),
+        Err(_) => None,
+    };
+    let found = match together {
+        Some(found) => found,
+        None => {
+            let mut found = Vec::new();
+            for &file in new {
+                // (a file that cannot be read adds nothing: its scan fails,
+                // naming it)
+                if let Ok(schema) = infer(state, listing, &[file]).await {
+                    found.push((Some(file.location.as_str()), schema));
                 }
-                // narrower, or of another kind: read as declared
-                Some(_) => {}
-                None => fields.push(field.as_ref().clone().with_nullable(true)),
             }
+            found
+        }
+    };
+    let mut first_in: Vec<Option<&str>> = Vec::new();
+    for (file, schema) in &found {
+        for field in schema.fields() {
+            let Some(at) = fields.iter().position(|f| f.name() == field.name()) else {
+                fields.push(field.as_ref().clone().with_nullable(true));
+                first_in.push(*file);
+                continue;
+            };
+            let Some(added) = at.checked_sub(known) else {
+                continue;
+            };
+            let had = fields[at].data_type().clone();
+            if had == *field.data_type() || widens(field.data_type(), &had) {
+                continue;
+            }
+            if widens(&had, field.data_type()) {
+                fields[at].set_data_type(field.data_type().clone());
+                continue;
+            }
+            return Err(DataFusionError::Plan(format!(
+                "folder '{}': the new files '{}' and '{}' hold the column '{}', which the \
+                 folder's earlier files lack, as {had} and {}: a column files add must have \
+                 one type (or a wider one of its kind) in all of them; nothing was read",
+                listing.table_paths().first().map_or("", |url| url.as_str()),
+                first_in[added].unwrap_or("?"),
+                file.unwrap_or("?"),
+                field.name(),
+                field.data_type()
+            )));
         }
     }
     Ok(Arc::new(Schema::new_with_metadata(
         fields,
         declared.metadata().clone(),
     )))
+}
+
+/// The schema `listing`'s format infers from `files` read together.
+async fn infer(
+    state: &SessionState,
+    listing: &ListingTable,
+    files: &[&FolderFile],
+) -> Result<SchemaRef> {
+    let mut by_store: BTreeMap<String, (&ListingTableUrl, Vec<ObjectMeta>)> = BTreeMap::new();
+    for file in files {
+        by_store
+            .entry(file.url.object_store().as_str().to_string())
+            .or_insert_with(|| (&file.url, Vec::new()))
+            .1
+            .push(file.meta.clone());
+    }
+    let mut schemas = Vec::new();
+    for (url, metas) in by_store.into_values() {
+        let store = state.runtime_env().object_store(url)?;
+        let schema = listing
+            .options()
+            .format
+            .infer_schema(state, &store, &metas)
+            .await?;
+        schemas.push(schema.as_ref().clone());
+    }
+    Ok(Arc::new(Schema::try_merge(schemas)?))
 }
 
 /// The tables a session's `CREATE EXTERNAL TABLE t (id INT, …) STORED AS …`

@@ -1286,9 +1286,8 @@ pub fn resolve(
     let num_target = projection.len();
     // and so is a float sequence's: two events at -0.0 and 0.0 share one
     // sequence (a conflict unless equal), not two versions, one empty
-    projection.push(
-        unsigned_zero(cast(seq_expr, sequence_type.clone()), &sequence_type)?.alias(SEQ_COL),
-    );
+    projection
+        .push(unsigned_zero(cast(seq_expr, sequence_type.clone()), &sequence_type)?.alias(SEQ_COL));
     let upsert = kind.clone().eq(lit(Kind::Upsert as i8));
     projection.push(kind.alias(KIND_COL));
     projection.push(lit(written_at_value(now_micros)).alias(WRITTEN_AT_COL));

@@ -145,10 +145,13 @@ impl fmt::Debug for Staged {
 }
 
 enum StagedEvents {
-    /// Every event, in memory (and granted by the pool).
+    /// Every event, in memory (and granted by the pool until the events
+    /// are handed to the fold: the operators that keep them account for
+    /// them from then on — a sort's buffer of the same batches counted
+    /// twice left the sort no room).
     Small {
         batches: Vec<RecordBatch>,
-        _reservation: MemoryReservation,
+        reservation: MemoryReservation,
     },
     /// The batches pulled, then the rest of the same run.
     Large(SharedRun),
@@ -334,7 +337,7 @@ impl UpdateStage {
             bytes,
             events: StagedEvents::Small {
                 batches: pulled,
-                _reservation: reservation,
+                reservation,
             },
         })
     }
@@ -398,16 +401,23 @@ impl Staged {
 
     /// The staged batches (every `of`-th from the `partition`-th), or `None`
     /// for a large update.
+    /// The stage's grant from the pool ends here (see [`StagedEvents`]).
     pub fn batches(&self, partition: usize, of: usize) -> Option<Vec<RecordBatch>> {
         match &self.events {
-            StagedEvents::Small { batches, .. } => Some(
-                batches
-                    .iter()
-                    .skip(partition)
-                    .step_by(of.max(1))
-                    .cloned()
-                    .collect(),
-            ),
+            StagedEvents::Small {
+                batches,
+                reservation,
+            } => {
+                reservation.free();
+                Some(
+                    batches
+                        .iter()
+                        .skip(partition)
+                        .step_by(of.max(1))
+                        .cloned()
+                        .collect(),
+                )
+            }
             StagedEvents::Large(_) => None,
         }
     }
