@@ -38,6 +38,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
+use datafusion_autocdc::config::AutoCdcOptions;
 use datafusion_autocdc::physical::{AutoCdcExec, CdcCommitExec, SnapshotDiffExec};
 use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
 use datafusion_proto::protobuf::PhysicalPlanNode;
@@ -255,8 +256,25 @@ impl PhysicalOptimizerRule for DistributeWrites {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        // an update of a cluster writes one manifest per fold partition
+        // (plain Parquet reads); one that does not would lose the rows of
+        // every partition but one: refused
+        let plain_reads = config
+            .extensions
+            .get::<AutoCdcOptions>()
+            .is_none_or(|options| options.plain_parquet_reads);
+        let writes = plan.exists(|n| Ok(n.downcast_ref::<CdcCommitExec>().is_some()))?;
+        if writes && !plain_reads {
+            return Err(DataFusionError::Plan(
+                "autocdc.plain_parquet_reads is false, but a session on a Ballista cluster \
+                 reads stored rows as plain Parquet scans and writes a manifest per fold \
+                 partition: SET autocdc.plain_parquet_reads = true (its value in cluster \
+                 sessions); nothing was run"
+                    .to_string(),
+            ));
+        }
         let codec = physical_codec();
         // (stages of a cluster know no constants of the stages before them)
         let plan = with_explicit_window_sorts(plan)?;

@@ -346,6 +346,43 @@ async fn errors_raised_on_executors_read_as_local_ones() -> Result<()> {
     Ok(())
 }
 
+/// A cluster session's settings travel with its jobs (listed under their
+/// prefix), and an update with `autocdc.plain_parquet_reads` off — which
+/// read the rows of one fold partition of several — is refused, nothing
+/// written; set back, the update runs whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn updates_without_plain_reads_are_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = open_session(config(dir.path()), &Cluster::Standalone { executors: 2 }).await?;
+    let s = &cluster.session;
+    for sql in [
+        "SET datafusion.execution.target_partitions = 4",
+        "CREATE TABLE c AS SELECT value AS id, 1 AS seq FROM generate_series(1, 2000)",
+        "CREATE STREAMING TABLE t",
+        "SET autocdc.plain_parquet_reads = false",
+    ] {
+        s.sql(sql).await?.collect().await?;
+    }
+    let flow = "CREATE FLOW f AS AUTO CDC INTO t FROM c KEYS (id) SEQUENCE BY seq";
+    let refused = match s.sql(flow).await {
+        Ok(df) => df.collect().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let err = refused.expect_err("refused").to_string();
+    assert!(
+        err.contains("autocdc.plain_parquet_reads is false, but a session on a Ballista cluster"),
+        "{err}"
+    );
+    s.sql("SET autocdc.plain_parquet_reads = true")
+        .await?
+        .collect()
+        .await?;
+    s.sql(flow).await?.collect().await?;
+    let rows = pretty_format_batches(&s.sql("SELECT count(*) FROM t").await?.collect().await?)?;
+    assert!(rows.to_string().contains("| 2000 "), "{rows}");
+    Ok(())
+}
+
 /// A plan reading a table's change data through deltalake's store of this
 /// process (an append flow's stream of a streaming table) runs here and
 /// says why (on a cluster of other processes its executors could not

@@ -15,10 +15,10 @@
 
 use std::sync::{Arc, LazyLock};
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array};
 use arrow::compute::kernels::cast::{cast_with_options, CastOptions};
 use arrow::compute::kernels::cmp::distinct;
-use arrow::datatypes::{DataType, Float64Type};
+use arrow::datatypes::{DataType, Float32Type, Float64Type};
 use arrow::datatypes::{Field, FieldRef};
 use datafusion::common::{exec_err, internal_err, Result, ScalarValue};
 use datafusion::logical_expr::{
@@ -64,7 +64,7 @@ pub fn fit_scalar(value: &ScalarValue, to: &DataType) -> Result<Option<ScalarVal
         return Ok(value.cast_to(to).ok());
     }
     let values = value.to_array()?;
-    let kept = cast_with_options(&values, to, &SAFE)?;
+    let kept = fit_cast(&values, to)?;
     if misfits(&values, &kept)?.value(0) {
         return Ok(None);
     }
@@ -87,6 +87,73 @@ const SAFE: CastOptions<'static> = CastOptions {
     format_options: arrow::util::display::FormatOptions::new(),
 };
 
+/// `values` cast to `to`, NULL where `to` cannot hold a value: Arrow's
+/// cast, but floats to a decimal of at most 38 digits and a scale of at
+/// least 0 by [`float_as_decimal`]: Arrow multiplies by 10^scale in
+/// floating point, which is off at a high scale (303.125 at scale 18 is
+/// 303.124999999999967232 to it, and the check then refused the value).
+fn fit_cast(values: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+    let scale = match to {
+        DataType::Decimal32(_, s) | DataType::Decimal64(_, s) | DataType::Decimal128(_, s)
+            if values.data_type().is_floating() && *s >= 0 =>
+        {
+            *s
+        }
+        _ => return Ok(cast_with_options(values, to, &SAFE)?),
+    };
+    // (each float as its own width writes it: a FLOAT's 0.1 is 0.1)
+    let mut text = String::new();
+    let exact: Decimal128Array = match values.data_type() {
+        DataType::Float64 => values
+            .as_primitive::<Float64Type>()
+            .iter()
+            .map(|v| v.and_then(|v| float_as_decimal(v, v.is_finite(), scale, &mut text)))
+            .collect(),
+        _ => cast_with_options(values, &DataType::Float32, &SAFE)?
+            .as_primitive::<Float32Type>()
+            .iter()
+            .map(|v| v.and_then(|v| float_as_decimal(v, v.is_finite(), scale, &mut text)))
+            .collect(),
+    };
+    let exact = exact.with_precision_and_scale(38, scale)?;
+    // (a narrower precision: NULL where the digits do not fit)
+    Ok(cast_with_options(&exact, to, &SAFE)?)
+}
+
+/// The unscaled value at scale `scale` of the shortest decimal that reads
+/// back as `v` (Rust's writing of a float: `0.1` is 0.1, not the binary
+/// value's 0.1000000000000000055…), when it has at most `scale` fraction
+/// digits; else `None` (no decimal of that scale stands for `v`: 1.005 at
+/// scale 2). `text` is scratch space.
+fn float_as_decimal(
+    v: impl std::fmt::Display,
+    finite: bool,
+    scale: i8,
+    text: &mut String,
+) -> Option<i128> {
+    use std::fmt::Write;
+    if !finite {
+        return None;
+    }
+    text.clear();
+    // (never an exponent: `1e20` is written out)
+    write!(text, "{v}").ok()?;
+    let fraction_digits = text.split_once('.').map_or(0, |(_, f)| f.len());
+    let more = i32::from(scale) - i32::try_from(fraction_digits).ok()?;
+    let mut unscaled: i128 = 0;
+    for digit in text.bytes().filter(u8::is_ascii_digit) {
+        unscaled = unscaled
+            .checked_mul(10)?
+            .checked_add(i128::from(digit - b'0'))?;
+    }
+    let unscaled = unscaled.checked_mul(10i128.checked_pow(u32::try_from(more).ok()?)?)?;
+    Some(if text.starts_with('-') {
+        -unscaled
+    } else {
+        unscaled
+    })
+}
+
 /// Which of `values` (of their own type) do not fit `kept`, their cast to
 /// another type (see the module docs).
 fn misfits(values: &ArrayRef, kept: &ArrayRef) -> Result<BooleanArray> {
@@ -106,6 +173,13 @@ fn misfits(values: &ArrayRef, kept: &ArrayRef) -> Result<BooleanArray> {
         }
         // a decimal of fewer digits rounds, an integer cuts a fraction off:
         // the value changes (text is read, not compared)
+        // (a float into a decimal `fit_cast` converted exactly: NULL
+        // where it would round)
+        DataType::Decimal32(_, s) | DataType::Decimal64(_, s) | DataType::Decimal128(_, s)
+            if from.is_floating() && *s >= 0 =>
+        {
+            None
+        }
         DataType::Decimal32(..)
         | DataType::Decimal64(..)
         | DataType::Decimal128(..)
@@ -188,7 +262,7 @@ impl ScalarUDFImpl for FitFunction {
         };
         let to = args.return_field.data_type();
         let values = value.to_array(args.number_rows)?;
-        let kept = cast_with_options(&values, to, &SAFE)?;
+        let kept = fit_cast(&values, to)?;
         let misfits = misfits(&values, &kept)?;
         if let Some(row) = misfits.iter().position(|m| m == Some(true)) {
             fn text(c: &ColumnarValue) -> &str {
@@ -299,5 +373,62 @@ mod tests {
         )
         .expect_err("rounds");
         assert!(err.to_string().contains("has the value 1.005"), "{err}");
+    }
+
+    /// Floats a decimal holds exactly are kept exactly at any scale (Arrow's
+    /// cast multiplies in floating point: 303.125 at scale 18 came out
+    /// 303.124999999999967232, and was refused); one that would round is
+    /// refused, and so is one past the precision.
+    #[test]
+    fn floats_go_into_decimals_exactly() {
+        let kept = invoke(
+            Arc::new(Float64Array::from(vec![
+                303.125,
+                4.001,
+                -123456.789,
+                0.1,
+                1e20,
+                -0.0,
+            ])),
+            DataType::Decimal128(38, 18),
+        )
+        .expect("exact");
+        let kept = kept.as_primitive::<arrow::datatypes::Decimal128Type>();
+        assert_eq!(
+            kept.values().to_vec(),
+            vec![
+                303_125_000_000_000_000_000,
+                4_001_000_000_000_000_000,
+                -123_456_789_000_000_000_000_000,
+                100_000_000_000_000_000,
+                100_000_000_000_000_000_000_000_000_000_000_000_000,
+                0
+            ]
+        );
+        let err = invoke(
+            Arc::new(Float64Array::from(vec![1.005])),
+            DataType::Decimal128(5, 2),
+        )
+        .expect_err("rounds");
+        assert!(err.to_string().contains("has the value 1.005"), "{err}");
+        let err = invoke(
+            Arc::new(Float64Array::from(vec![1e3])),
+            DataType::Decimal128(5, 2),
+        )
+        .expect_err("past the precision");
+        assert!(err.to_string().contains("has the value 1000.0"), "{err}");
+        invoke(
+            Arc::new(Float64Array::from(vec![999.75])),
+            DataType::Decimal64(5, 2),
+        )
+        .expect("fits");
+        // a FLOAT's 0.1 is 0.1 (as a DOUBLE it is 0.10000000149011612)
+        let kept = invoke(
+            Arc::new(arrow::array::Float32Array::from(vec![0.1f32])),
+            DataType::Decimal128(5, 2),
+        )
+        .expect("fits");
+        let kept = kept.as_primitive::<arrow::datatypes::Decimal128Type>();
+        assert_eq!(kept.value(0), 10);
     }
 }

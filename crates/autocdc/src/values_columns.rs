@@ -48,15 +48,6 @@ pub fn with_databricks_values_columns<'a>(sql: &'a str, dialect: &str) -> Cow<'a
     let Ok(mut statements) = Parser::parse_sql(parser_dialect.as_ref(), sql) else {
         return Cow::Borrowed(sql);
     };
-    // a statement that is a VALUES list: its rows under Databricks' names
-    if let [Statement::Query(query)] = statements.as_slice() {
-        if let (SetExpr::Values(values), None) = (query.body.as_ref(), &query.with) {
-            return Cow::Owned(format!(
-                "SELECT * FROM ({query}) AS __values ({})",
-                databricks_names(values).join(", ")
-            ));
-        }
-    }
     let mut named = false;
     for statement in &mut statements {
         named |= name_values_columns(statement, dialect);
@@ -241,6 +232,11 @@ mod tests {
         ] {
             assert_eq!(with_databricks_values_columns(sql, "databricks"), written);
         }
+        // a VALUES statement's ORDER BY and LIMIT stay on it, over the names
+        assert_eq!(
+            with_databricks_values_columns("VALUES (2), (1) ORDER BY col1 LIMIT 1", "databricks"),
+            "SELECT * FROM (VALUES (2), (1)) AS __values (col1) ORDER BY col1 LIMIT 1"
+        );
         // an INSERT's rows, columns named by the query, another dialect, no
         // VALUES: as written
         let insert = "INSERT INTO t VALUES (1, 2)";

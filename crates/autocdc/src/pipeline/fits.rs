@@ -31,7 +31,7 @@ use datafusion::optimizer::AnalyzerRule;
 
 use crate::fit::fit;
 use crate::raise::raise_if;
-use crate::spec::resolve::{storage_type, widens};
+use crate::spec::resolve::{compatible, storage_type, widens};
 use crate::spec::{FlowSpec, SequenceBy};
 use crate::table::ScdTable;
 
@@ -39,9 +39,10 @@ use crate::table::ScdTable;
 /// (a declared INT column fed BIGINT, say): a value that does not fit fails
 /// the update with a message naming the flow, column and value, rather
 /// than with a cast error naming none. The check is DML's
-/// ([`crate::fit`]): each such column is read as `autocdc_fit(c, …)` cast
-/// back to its own type (lossless for a value that fits), in a projection
-/// of every column (see [`with_value_checks`] on why not a filter).
+/// ([`crate::fit`]): each such column is read as `autocdc_fit(c, …)`, in
+/// the target's type (its exact conversion: a float into a decimal), in a
+/// projection of every column (see [`with_value_checks`] on why not a
+/// filter).
 pub(super) fn with_fit_checks(
     flow: &str,
     clause: &str,
@@ -61,7 +62,11 @@ pub(super) fn with_fit_checks(
                 return Ok(value);
             };
             let to = target.data_type();
-            if !needs_fit_check(&storage_type(field.data_type()), to) {
+            // (a type the target's cannot take stays as it is: the flow's
+            // type checks refuse it, naming both)
+            if !needs_fit_check(&storage_type(field.data_type()), to)
+                || !compatible(field.data_type(), to)
+            {
                 return Ok(value);
             }
             checked = true;
@@ -71,7 +76,7 @@ pub(super) fn with_fit_checks(
                 format!("flow '{flow}': {clause}: column '{name}' has the value "),
                 format!(", which the target's type {to} cannot hold; nothing was committed"),
             )?;
-            Ok(cast(kept, field.data_type().clone()).alias(name))
+            Ok(kept.alias(name))
         })
         .collect::<Result<Vec<_>>>()?;
     match checked {

@@ -9,7 +9,7 @@
 //! | written                                   | planned as        |
 //! |-------------------------------------------|-------------------|
 //! | `TRUNCATE TABLE t`, `TRUNCATE t`          | `DELETE FROM t`   |
-//! | `EXPLAIN [ANALYZE] [VERBOSE] TRUNCATE …`   | `EXPLAIN … DELETE FROM t` |
+//! | `EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f] TRUNCATE …` | `EXPLAIN … DELETE FROM t` |
 //! | several tables, partitions, `IF EXISTS`, `CASCADE`, … | as written (DataFusion reports it) |
 
 use std::borrow::Cow;
@@ -21,23 +21,27 @@ use datafusion::sql::sqlparser::parser::Parser;
 /// `sql` as `DELETE FROM t` when it is a plain `TRUNCATE [TABLE] t`; as
 /// written otherwise (only text starting with `TRUNCATE` is parsed).
 pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
-    // `EXPLAIN [ANALYZE] [VERBOSE]` before it: the statement it explains
+    // `EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f]` before it: the statement it
+    // explains
     let words: Vec<(usize, &str)> = sql
         .split_whitespace()
-        .take(4)
+        .take(6)
         .map(|w| (w.as_ptr() as usize - sql.as_ptr() as usize, w))
         .collect();
     if words
         .first()
         .is_some_and(|(_, w)| w.eq_ignore_ascii_case("explain"))
     {
-        let options = words[1..]
-            .iter()
-            .take_while(|(_, w)| {
-                w.eq_ignore_ascii_case("analyze") || w.eq_ignore_ascii_case("verbose")
-            })
-            .count();
-        if let Some(&(at, _)) = words.get(1 + options) {
+        // (its options: ANALYZE, VERBOSE, FORMAT <format>)
+        let mut at_statement = 1;
+        while let Some((_, word)) = words.get(at_statement) {
+            at_statement += match word.to_ascii_lowercase().as_str() {
+                "analyze" | "verbose" => 1,
+                "format" => 2,
+                _ => break,
+            };
+        }
+        if let Some(&(at, _)) = words.get(at_statement) {
             let (head, explained) = sql.split_at(at);
             return match truncate_as_delete(explained, dialect) {
                 Cow::Owned(delete) => Cow::Owned(format!("{head}{delete}")),
@@ -88,6 +92,10 @@ mod tests {
         assert_eq!(
             truncate_as_delete("explain  analyze VERBOSE\ntruncate t", "generic"),
             "explain  analyze VERBOSE\nDELETE FROM t"
+        );
+        assert_eq!(
+            truncate_as_delete("EXPLAIN FORMAT indent VERBOSE TRUNCATE t", "generic"),
+            "EXPLAIN FORMAT indent VERBOSE DELETE FROM t"
         );
         assert_eq!(
             truncate_as_delete("EXPLAIN SELECT 1", "generic"),
