@@ -558,6 +558,13 @@ class Arguments(unittest.TestCase):
         with self.assertRaises(Exception):
             self.s.sql("SELECT * FROM we.ird")
 
+    def test_settings_show_as_in_the_cli(self) -> None:
+        self.s.sql("SET autocdc.deletion_vector_max_fraction = 0.25")
+        shown = pa.table(self.s.sql("SHOW autocdc.deletion_vector_max_fraction")).to_pylist()
+        self.assertEqual(shown, [{"name": "autocdc.deletion_vector_max_fraction", "value": "0.25"}])
+        with self.assertRaisesRegex(Exception, "is not a fraction of at least 0"):
+            self.s.sql("SET autocdc.deletion_vector_max_fraction = -2")
+
     def test_comment_is_the_tables_description(self) -> None:
         self.s.create_streaming_table("t", comment="my table", table_properties={"autocdc.buckets": "4"})
         properties = {r["key"]: r["value"] for r in pa.table(self.s.sql("SHOW TBLPROPERTIES t")).to_pylist()}

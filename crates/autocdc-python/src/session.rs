@@ -313,7 +313,10 @@ impl PyCdcSession {
             .build()
             .map_err(|e| PyValueError::new_err(format!("CdcSession: no tokio runtime: {e}")))?;
         let runtime = SharedRuntime::new(runtime);
-        let config = AutoCdcConfig::new(warehouse);
+        let mut config = AutoCdcConfig::new(warehouse);
+        // (`information_schema` on, as in the CLI: `SHOW TABLES`, `SHOW
+        // autocdc.<setting>`)
+        config.session_config = config.session_config.with_information_schema(true);
         let open = || runtime.block_on(CdcSession::open(config));
         // (inside a runtime, a snapshot callback of another session's say,
         // this thread cannot block on one: a thread of its own does)

@@ -103,7 +103,7 @@ pub struct AutoCdcOptions {
     pub indexed_fold_max_bytes: usize,
     /// See [`OPTIONS`]: `deletion_vectors`.
     pub deletion_vectors: bool,
-    /// See [`OPTIONS`]: `deletion_vector_max_fraction` (from 0 to 1).
+    /// See [`OPTIONS`]: `deletion_vector_max_fraction` (at least 0).
     pub deletion_vector_max_fraction: f64,
     /// See [`OPTIONS`]: `deletion_vector_max_files_per_bucket`.
     pub deletion_vector_max_files_per_bucket: usize,
@@ -155,8 +155,8 @@ pub const OPTIONS: [(&str, &str); 8] = [
     (
         "deletion_vector_max_fraction",
         "An update uses deletion vectors when its distinct keys are at most this fraction \
-         (from 0 to 1) of the table's live stored rows; larger updates rewrite the buckets \
-         they touch.",
+         (at least 0; 1 or more: any update) of the table's live stored rows; larger updates \
+         rewrite the buckets they touch.",
     ),
     (
         "deletion_vector_max_files_per_bucket",
@@ -203,10 +203,11 @@ impl AutoCdcOptions {
             "indexed_fold_max_bytes" => self.indexed_fold_max_bytes = parsed(value, COUNT)?,
             "deletion_vectors" => self.deletion_vectors = parsed(value, "true or false")?,
             "deletion_vector_max_fraction" => {
-                let fraction: f64 = parsed(value, "a fraction from 0 to 1")?;
-                if !(0.0..=1.0).contains(&fraction) {
+                const FRACTION: &str = "a fraction of at least 0 (1 or more: any update)";
+                let fraction: f64 = parsed(value, FRACTION)?;
+                if fraction.is_nan() || fraction < 0.0 {
                     return Err(DataFusionError::Configuration(format!(
-                        "'{value}' is not a fraction from 0 to 1"
+                        "'{value}' is not {FRACTION}"
                     )));
                 }
                 self.deletion_vector_max_fraction = fraction

@@ -93,11 +93,11 @@ const SAFE: CastOptions<'static> = CastOptions {
 /// floating point, which is off at a high scale (303.125 at scale 18 is
 /// 303.124999999999967232 to it, and the check then refused the value).
 fn fit_cast(values: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
-    let scale = match to {
-        DataType::Decimal32(_, s) | DataType::Decimal64(_, s) | DataType::Decimal128(_, s)
+    let (precision, scale) = match to {
+        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s)
             if values.data_type().is_floating() && *s >= 0 =>
         {
-            *s
+            (*p, *s)
         }
         _ => return Ok(cast_with_options(values, to, &SAFE)?),
     };
@@ -115,8 +115,11 @@ fn fit_cast(values: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
             .map(|v| v.and_then(|v| float_as_decimal(v, v.is_finite(), scale, &mut text)))
             .collect(),
     };
-    let exact = exact.with_precision_and_scale(38, scale)?;
-    // (a narrower precision: NULL where the digits do not fit)
+    // (NULL where the digits do not fit the precision; Arrow's check
+    // returns the array in its default type: the type again after it)
+    let exact = exact
+        .null_if_overflow_precision(precision)
+        .with_precision_and_scale(precision, scale)?;
     Ok(cast_with_options(&exact, to, &SAFE)?)
 }
 
@@ -387,7 +390,7 @@ mod tests {
                 4.001,
                 -123456.789,
                 0.1,
-                1e20,
+                1e19,
                 -0.0,
             ])),
             DataType::Decimal128(38, 18),
@@ -401,10 +404,20 @@ mod tests {
                 4_001_000_000_000_000_000,
                 -123_456_789_000_000_000_000_000,
                 100_000_000_000_000_000,
-                100_000_000_000_000_000_000_000_000_000_000_000_000,
+                10_000_000_000_000_000_000_000_000_000_000_000_000,
                 0
             ]
         );
+        // 38 digits at most: 1e20 needs 21 before the point at scale 18
+        for (value, to) in [
+            (1e20, DataType::Decimal128(38, 18)),
+            (1.5, DataType::Decimal128(38, 38)),
+            (1.5e38, DataType::Decimal128(38, 0)),
+        ] {
+            let err = invoke(Arc::new(Float64Array::from(vec![value])), to)
+                .expect_err("past the precision");
+            assert!(err.to_string().contains("has the value"), "{err}");
+        }
         let err = invoke(
             Arc::new(Float64Array::from(vec![1.005])),
             DataType::Decimal128(5, 2),

@@ -75,19 +75,32 @@ pub fn name_values_columns(statement: &mut Statement, dialect: &str) -> bool {
         named: false,
         dialect,
     };
-    // a query that is a set operation, or the query of `CREATE … AS`: its
-    // first VALUES list
-    naming.named |= match statement {
+    naming.named |= name_statement_values(statement, dialect);
+    let _ = statement.visit(&mut naming);
+    naming.named
+}
+
+/// A query that is a VALUES list or a set operation of them, or the query of
+/// `CREATE … AS`, or the statement `EXPLAIN` explains: its first VALUES list
+/// under Databricks' names; whether it had one.
+fn name_statement_values(statement: &mut Statement, dialect: &str) -> bool {
+    match statement {
         Statement::Query(query) => name_first_values(&mut query.body, dialect),
         Statement::CreateTable(create) => create
             .query
             .as_mut()
             .is_some_and(|query| name_first_values(&mut query.body, dialect)),
         Statement::CreateView(create) => name_first_values(&mut create.query.body, dialect),
+        Statement::Explain { statement, .. } => name_statement_values(statement, dialect),
         _ => false,
-    };
-    let _ = statement.visit(&mut naming);
-    naming.named
+    }
+}
+
+/// Whether `query` orders, limits or fetches its rows: a VALUES body it has
+/// is named inside it (its `ORDER BY col1` reads the names), not by an alias
+/// outside.
+fn shapes_rows(query: &Query) -> bool {
+    query.order_by.is_some() || query.limit_clause.is_some() || query.fetch.is_some()
 }
 
 /// `body` with its first `VALUES` list — itself, or the first part of a set
@@ -140,6 +153,10 @@ impl VisitorMut for Naming<'_> {
             if !cte.alias.columns.is_empty() {
                 continue;
             }
+            if shapes_rows(&cte.query) {
+                self.named |= name_first_values(&mut cte.query.body, self.dialect);
+                continue;
+            }
             match cte.query.body.as_mut() {
                 SetExpr::Values(values) => {
                     cte.alias.columns = databricks_names(values)
@@ -162,6 +179,10 @@ impl VisitorMut for Naming<'_> {
             return ControlFlow::Continue(());
         };
         if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+            return ControlFlow::Continue(());
+        }
+        if shapes_rows(subquery) {
+            self.named |= name_first_values(&mut subquery.body, self.dialect);
             return ControlFlow::Continue(());
         }
         let values = match subquery.body.as_mut() {
@@ -228,6 +249,23 @@ mod tests {
             (
                 "SELECT col1 FROM (VALUES (1) UNION ALL VALUES (2))",
                 "SELECT col1 FROM (SELECT * FROM (VALUES (1)) AS __values (col1) UNION ALL VALUES (2))",
+            ),
+        ] {
+            assert_eq!(with_databricks_values_columns(sql, "databricks"), written);
+        }
+        // inside a CTE, a derived table or EXPLAIN too
+        for (sql, written) in [
+            (
+                "WITH w AS (VALUES (2), (1) ORDER BY col1 LIMIT 1) SELECT * FROM w",
+                "WITH w AS (SELECT * FROM (VALUES (2), (1)) AS __values (col1) ORDER BY col1 LIMIT 1) SELECT * FROM w",
+            ),
+            (
+                "SELECT * FROM (VALUES (2), (1) ORDER BY col1)",
+                "SELECT * FROM (SELECT * FROM (VALUES (2), (1)) AS __values (col1) ORDER BY col1)",
+            ),
+            (
+                "EXPLAIN VALUES (2), (1) ORDER BY col1",
+                "EXPLAIN SELECT * FROM (VALUES (2), (1)) AS __values (col1) ORDER BY col1",
             ),
         ] {
             assert_eq!(with_databricks_values_columns(sql, "databricks"), written);

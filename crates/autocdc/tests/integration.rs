@@ -1142,6 +1142,63 @@ async fn small_updates_compact_their_fullest_buckets_one_at_a_time() {
     assert_eq!(files_per_bucket(&s, "t").await, [(0, 3, 1), (1, 2, 1)]);
 }
 
+/// A change feed read from a version a Delta tool has cleaned out of the
+/// table's log (as its `delta.logRetentionDuration` allows; our commits
+/// never clean it) says so, naming the table and the version, where
+/// deltalake says "Invalid table version: 1"; later versions still read.
+#[tokio::test]
+async fn a_change_feed_from_a_cleaned_up_version_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("wh");
+    let s = CdcSession::open(AutoCdcConfig::new(warehouse.to_str().unwrap()))
+        .await
+        .unwrap();
+    exec(&s, "CREATE TABLE src (id INT, seq INT) AS VALUES (1, 1)").await;
+    exec(
+        &s,
+        "CREATE STREAMING TABLE t TBLPROPERTIES ('delta.checkpointInterval' = '2')",
+    )
+    .await;
+    exec(
+        &s,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    for id in 2..=4 {
+        exec(&s, &format!("INSERT INTO src VALUES ({id}, {id})")).await;
+        exec(&s, "REFRESH STREAMING TABLE t").await;
+    }
+    drop(s);
+    // the table at the path cleaned up to its checkpoint at version 3
+    let log = warehouse.join("public/t/_delta_log");
+    for file in [
+        "00000000000000000000.json",
+        "00000000000000000001.json",
+        "00000000000000000001.checkpoint.parquet",
+        "00000000000000000002.json",
+    ] {
+        std::fs::remove_file(log.join(file)).unwrap();
+    }
+    let s = CdcSession::open(AutoCdcConfig::new(warehouse.to_str().unwrap()))
+        .await
+        .unwrap();
+    let err = match s.sql("SELECT count(*) FROM table_changes('t', 1)").await {
+        Ok(df) => df.collect().await.map(|_| ()),
+        Err(e) => Err(e),
+    }
+    .expect_err("version 1 is gone");
+    assert!(
+        err.to_string().contains(
+            "the change data feed of 't' from version 1: version 1 is no longer in its log"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        rows(&s, "SELECT count(*) FROM table_changes('t', 3)").await,
+        ["| 2 |"]
+    );
+}
+
 /// Commits write a Delta checkpoint every `delta.checkpointInterval`
 /// versions, so a table opens from its last checkpoint instead of
 /// replaying every commit. The checkpoint keeps the deletion vectors, the

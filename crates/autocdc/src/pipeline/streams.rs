@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use datafusion::catalog::TableProvider;
+use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DataFusionError, Result, TableReference};
 use datafusion::datasource::listing::ListingTable;
@@ -397,6 +397,9 @@ pub(super) async fn plan_query(
     // streaming table at the version its checkpoint records
     let mut scans: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
     let mut newest_input_ms: Option<i64> = None;
+    // the folders' new files, each registered while the query is planned
+    let mut files_tables: Vec<(Arc<dyn SchemaProvider>, String)> = Vec::new();
+    let planned = async {
     for stream in &found {
         // (two streams of one table may read it in different ways)
         let key = stream.clone();
@@ -422,9 +425,18 @@ pub(super) async fn plan_query(
             let read = folders_before.get(&stream.table).unwrap_or(&empty);
             let new = folders::new_files(state, listing, read).await?;
             newest_input_ms = newest_input_ms.max(new.newest_ms);
-            let alias = format!("{SCAN_PREFIX}{}", scans.len());
-            replace.insert(key, format!("SELECT * FROM {} AS {alias}", stream.table));
-            scans.insert(alias, new.provider);
+            // planned as a table of its own while the query is planned: its
+            // columns are the new files' (a column a later file adds is one
+            // of them, also under the query's `*`), not the folder's as
+            // declared
+            let name = format!(
+                "{FILES_PREFIX}{}",
+                FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let schema = state.schema_for_ref(TableReference::bare(name.as_str()))?;
+            schema.register_table(name.clone(), new.provider)?;
+            files_tables.push((schema, name.clone()));
+            replace.insert(key, format!("SELECT * FROM {name}"));
             folders_now.insert(stream.table.clone(), new.read);
             continue;
         }
@@ -527,8 +539,13 @@ pub(super) async fn plan_query(
         read_now.insert(stream.table.clone(), StreamCheckpoint { table_id, version });
     }
     replace_streams(&mut statement, &replace, dialect_name)?;
-    let plan = state.statement_to_plan(statement).await?;
-    let plan = scan_providers(plan, scans)?;
+    state.statement_to_plan(statement).await
+    }
+    .await;
+    for (schema, name) in files_tables {
+        schema.deregister_table(&name)?;
+    }
+    let plan = scan_providers(planned?, scans)?;
     let checkpoint = SourceCheckpoint::Streams {
         tables: read_now,
         folders: folders_now,
@@ -578,6 +595,13 @@ pub(super) fn check_starting(table: &str, starting: u64, version: u64) -> Result
 /// Alias of the scan a stream becomes, before its source is replaced by
 /// what the stream reads (then a number).
 const SCAN_PREFIX: &str = "__cdc_stream_scan_";
+
+/// Name under which a folder's new files are planned (then a number, from
+/// [`FILES`]: unique in the process, as updates run at once).
+const FILES_PREFIX: &str = "__cdc_stream_files_";
+
+/// The next number of [`FILES_PREFIX`].
+static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The folder (a listing table) `provider` is, if it is one that a stream
 /// reads by its new files; an error for a stream of a folder that cannot be

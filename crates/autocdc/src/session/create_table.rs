@@ -421,6 +421,54 @@ fn describe<'a>(fields: impl Iterator<Item = &'a Field>) -> String {
         .join(", ")
 }
 
+/// Whether `value` is a value Delta readers take for the allowed property
+/// `key`: written to both logs as given, a value they cannot parse (an
+/// interval `garbage`, a checkpoint interval `-5`) would fail other tools.
+fn delta_value_valid(key: &str, value: &str) -> std::result::Result<(), String> {
+    let v = value.trim().to_ascii_lowercase();
+    let (ok, what) = match key {
+        "delta.logRetentionDuration" | "delta.deletedFileRetentionDuration" => {
+            const UNITS: [&str; 8] = [
+                "nanosecond",
+                "microsecond",
+                "millisecond",
+                "second",
+                "minute",
+                "hour",
+                "day",
+                "week",
+            ];
+            let parts: Vec<&str> = v.split_whitespace().collect();
+            let ok = match parts.as_slice() {
+                ["interval", n, unit] => {
+                    n.parse::<u64>().is_ok()
+                        && UNITS.contains(&unit.strip_suffix('s').unwrap_or(unit))
+                }
+                _ => false,
+            };
+            (
+                ok,
+                "an interval, 'interval <n> <unit>' (unit: second, minute, hour, day, week, …)",
+            )
+        }
+        "delta.checkpointInterval" => (
+            v.parse::<u64>().is_ok_and(|n| n > 0),
+            "a whole number of commits, at least 1",
+        ),
+        "delta.dataSkippingNumIndexedCols" => (
+            v.parse::<i64>().is_ok_and(|n| n >= -1),
+            "a whole number of columns, at least -1 (all)",
+        ),
+        _ => (v == "true" || v == "false", "true or false"),
+    };
+    match ok {
+        true => Ok(()),
+        false => Err(format!(
+            "TBLPROPERTIES '{key}' = '{value}': Delta readers take {what}"
+        )),
+    }
+}
+
 /// Delta table properties (`delta.*`) a streaming table may be created
 /// with: those that change no table feature nor how files are written (log
 /// and file retention, checkpoints). Its state store and published table
@@ -451,7 +499,7 @@ fn delta_property_allowed(
         return Ok(());
     }
     if ALLOWED.contains(&key) {
-        return Ok(());
+        return delta_value_valid(key, value);
     }
     if let Some(spelled) = ALLOWED.iter().find(|a| a.eq_ignore_ascii_case(key)) {
         return Err(format!(

@@ -65,6 +65,7 @@ pub(crate) fn changes_provider(
         None => ChangesSource::Ready(state_changes),
     };
     Ok(Arc::new(ChangesTable {
+        name: table.name().to_string(),
         source,
         from,
         to,
@@ -99,6 +100,8 @@ enum ChangesSource {
 /// The change feed of one table over a version range.
 #[derive(Debug)]
 struct ChangesTable {
+    /// The table's name (for messages).
+    name: String,
     source: ChangesSource,
     from: u64,
     to: Option<u64>,
@@ -106,6 +109,27 @@ struct ChangesTable {
 }
 
 impl ChangesTable {
+    /// `error` as what it means when deltalake finds a version of the range
+    /// no longer in the log: a Delta tool cleaned the log up, following the
+    /// table's `delta.logRetentionDuration` (our commits never do).
+    fn cleaned_up(&self, error: DataFusionError) -> DataFusionError {
+        let text = error.to_string();
+        let Some(at) = text.find("Invalid table version: ") else {
+            return error;
+        };
+        let version: String = text[at + 23..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        DataFusionError::Plan(format!(
+            "the change data feed of '{}' from version {}: version {version} is no longer in \
+             its log (a Delta tool cleaned the log up, as its delta.logRetentionDuration \
+             allows); read it from a later version, or REFRESH … FULL the table whose flow \
+             reads it",
+            self.name, self.from
+        ))
+    }
+
     /// The reader of the change feed; `None`: the table has no published
     /// table yet (no flow has given it columns), so no change.
     async fn reader(&self) -> Result<Option<Arc<dyn TableProvider>>> {
@@ -140,7 +164,7 @@ impl TableProvider for ChangesTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some(reader) = self.reader().await? else {
+        let Some(reader) = self.reader().await.map_err(|e| self.cleaned_up(e))? else {
             let schema = match projection {
                 Some(p) => Arc::new(self.schema.project(p)?),
                 None => Arc::clone(&self.schema),
@@ -152,7 +176,9 @@ impl TableProvider for ChangesTable {
             filters,
             limit,
         };
-        let plan = plan_read(state, "changes", reader, &self.schema, None, read).await?;
+        let plan = plan_read(state, "changes", reader, &self.schema, None, read)
+            .await
+            .map_err(|e| self.cleaned_up(e))?;
         drop_empty_branches(plan)
     }
 
