@@ -18,7 +18,7 @@ use std::sync::{Arc, LazyLock};
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array};
 use arrow::compute::kernels::cast::{cast_with_options, CastOptions};
 use arrow::compute::kernels::cmp::distinct;
-use arrow::datatypes::{DataType, Float32Type, Float64Type};
+use arrow::datatypes::{ArrowPrimitiveType, DataType, Float16Type, Float32Type, Float64Type};
 use arrow::datatypes::{Field, FieldRef};
 use datafusion::common::{exec_err, internal_err, Result, ScalarValue};
 use datafusion::logical_expr::{
@@ -109,6 +109,14 @@ fn fit_cast(values: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
             .iter()
             .map(|v| v.and_then(|v| float_as_decimal(v, v.is_finite(), scale, &mut text)))
             .collect(),
+        DataType::Float16 => values
+            .as_primitive::<Float16Type>()
+            .iter()
+            .map(|v| {
+                let v = v.and_then(shortest_half)?;
+                float_as_decimal(v, v.is_finite(), scale, &mut text)
+            })
+            .collect(),
         _ => cast_with_options(values, &DataType::Float32, &SAFE)?
             .as_primitive::<Float32Type>()
             .iter()
@@ -121,6 +129,23 @@ fn fit_cast(values: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
         .null_if_overflow_precision(precision)
         .with_precision_and_scale(precision, scale)?;
     Ok(cast_with_options(&exact, to, &SAFE)?)
+}
+
+/// The shortest decimal (as a double) that reads back as the half-precision
+/// float `v` (0.1 for its 0.0999755859375), `None` for an infinity or NaN:
+/// Rust writes no half floats, so the digits are tried one more at a time.
+fn shortest_half(v: <Float16Type as ArrowPrimitiveType>::Native) -> Option<f64> {
+    if !v.is_finite() {
+        return None;
+    }
+    let wide = v.to_f32();
+    (1..=6).find_map(|digits| {
+        let text = format!("{:.*e}", digits - 1, wide);
+        let read: f32 = text.parse().ok()?;
+        (<Float16Type as ArrowPrimitiveType>::Native::from_f32(read) == v)
+            .then(|| text.parse::<f64>().ok())
+            .flatten()
+    })
 }
 
 /// The unscaled value at scale `scale` of the shortest decimal that reads
@@ -435,6 +460,16 @@ mod tests {
             DataType::Decimal64(5, 2),
         )
         .expect("fits");
+        // a half float's 0.1 is 0.1 too (as a FLOAT, 0.099975586)
+        let half = cast_with_options(
+            &(Arc::new(Float64Array::from(vec![0.1, 2.5])) as ArrayRef),
+            &DataType::Float16,
+            &SAFE,
+        )
+        .expect("half");
+        let kept = invoke(half, DataType::Decimal128(5, 2)).expect("fits");
+        let kept = kept.as_primitive::<arrow::datatypes::Decimal128Type>();
+        assert_eq!(kept.values().to_vec(), vec![10, 250]);
         // a FLOAT's 0.1 is 0.1 (as a DOUBLE it is 0.10000000149011612)
         let kept = invoke(
             Arc::new(arrow::array::Float32Array::from(vec![0.1f32])),

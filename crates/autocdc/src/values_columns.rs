@@ -150,11 +150,12 @@ impl VisitorMut for Naming<'_> {
             return ControlFlow::Continue(());
         };
         for cte in &mut with.cte_tables {
-            if !cte.alias.columns.is_empty() {
-                continue;
-            }
+            // (named inside even under a column list, which renames them)
             if shapes_rows(&cte.query) {
                 self.named |= name_first_values(&mut cte.query.body, self.dialect);
+                continue;
+            }
+            if !cte.alias.columns.is_empty() {
                 continue;
             }
             match cte.query.body.as_mut() {
@@ -178,11 +179,12 @@ impl VisitorMut for Naming<'_> {
         else {
             return ControlFlow::Continue(());
         };
-        if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
-            return ControlFlow::Continue(());
-        }
+        // (named inside even under a column list, which renames them)
         if shapes_rows(subquery) {
             self.named |= name_first_values(&mut subquery.body, self.dialect);
+            return ControlFlow::Continue(());
+        }
+        if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
             return ControlFlow::Continue(());
         }
         let values = match subquery.body.as_mut() {

@@ -429,14 +429,23 @@ pub(super) async fn plan_query(
             // columns are the new files' (a column a later file adds is one
             // of them, also under the query's `*`), not the folder's as
             // declared
+            // (beside the folder's table, in its schema: the default schema
+            // may be none that takes tables)
             let name = format!(
                 "{FILES_PREFIX}{}",
                 FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             );
-            let schema = state.schema_for_ref(TableReference::bare(name.as_str()))?;
+            let defaults = &state.config_options().catalog;
+            let at = reference
+                .clone()
+                .resolve(&defaults.default_catalog, &defaults.default_schema);
+            let schema = state.schema_for_ref(reference.clone())?;
             schema.register_table(name.clone(), new.provider)?;
             files_tables.push((schema, name.clone()));
-            replace.insert(key, format!("SELECT * FROM {name}"));
+            let qualified = [at.catalog.as_ref(), at.schema.as_ref(), name.as_str()]
+                .map(|part| Ident::with_quote(quote, part).to_string())
+                .join(".");
+            replace.insert(key, format!("SELECT * FROM {qualified}"));
             folders_now.insert(stream.table.clone(), new.read);
             continue;
         }

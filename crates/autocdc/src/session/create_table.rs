@@ -425,41 +425,55 @@ fn describe<'a>(fields: impl Iterator<Item = &'a Field>) -> String {
 /// `key`: written to both logs as given, a value they cannot parse (an
 /// interval `garbage`, a checkpoint interval `-5`) would fail other tools.
 fn delta_value_valid(key: &str, value: &str) -> std::result::Result<(), String> {
-    let v = value.trim().to_ascii_lowercase();
+    // (as Delta's parsers read them: exactly, no spaces, lower case)
     let (ok, what) = match key {
         "delta.logRetentionDuration" | "delta.deletedFileRetentionDuration" => {
-            const UNITS: [&str; 8] = [
-                "nanosecond",
-                "microsecond",
-                "millisecond",
-                "second",
-                "minute",
-                "hour",
-                "day",
-                "week",
+            const NANOS: [(&str, u64); 8] = [
+                ("nanosecond", 1),
+                ("microsecond", 1_000),
+                ("millisecond", 1_000_000),
+                ("second", 1_000_000_000),
+                ("minute", 60_000_000_000),
+                ("hour", 3_600_000_000_000),
+                ("day", 86_400_000_000_000),
+                ("week", 604_800_000_000_000),
             ];
-            let parts: Vec<&str> = v.split_whitespace().collect();
+            let parts: Vec<&str> = value.split(' ').collect();
             let ok = match parts.as_slice() {
                 ["interval", n, unit] => {
-                    n.parse::<u64>().is_ok()
-                        && UNITS.contains(&unit.strip_suffix('s').unwrap_or(unit))
+                    let unit = unit.strip_suffix('s').unwrap_or(unit);
+                    let nanos = NANOS.iter().find(|(name, _)| *name == unit);
+                    // (a span past what a Delta reader's arithmetic holds
+                    // made it panic, or wrap: at most ~292 years)
+                    match (n.parse::<u64>(), nanos) {
+                        (Ok(n), Some((_, per))) => {
+                            n.checked_mul(*per).is_some_and(|t| t <= i64::MAX as u64)
+                        }
+                        _ => false,
+                    }
                 }
                 _ => false,
             };
             (
                 ok,
-                "an interval, 'interval <n> <unit>' (unit: second, minute, hour, day, week, …)",
+                "an interval, 'interval <n> <unit>' in lower case (unit: second, minute, \
+                 hour, day, week, …; at most ~292 years)",
             )
         }
         "delta.checkpointInterval" => (
-            v.parse::<u64>().is_ok_and(|n| n > 0),
+            value
+                .parse::<u64>()
+                .is_ok_and(|n| n > 0 && n <= i64::MAX as u64),
             "a whole number of commits, at least 1",
         ),
         "delta.dataSkippingNumIndexedCols" => (
-            v.parse::<i64>().is_ok_and(|n| n >= -1),
+            value.parse::<i64>().is_ok_and(|n| n >= -1),
             "a whole number of columns, at least -1 (all)",
         ),
-        _ => (v == "true" || v == "false", "true or false"),
+        _ => (
+            value == "true" || value == "false",
+            "true or false, in lower case",
+        ),
     };
     match ok {
         true => Ok(()),
