@@ -400,155 +400,154 @@ pub(super) async fn plan_query(
     // the folders' new files, each registered while the query is planned
     let mut files_tables: Vec<(Arc<dyn SchemaProvider>, String)> = Vec::new();
     let planned = async {
-    for stream in &found {
-        // (two streams of one table may read it in different ways)
-        let key = stream.clone();
-        if replace.contains_key(&key) {
-            continue;
-        }
-        let reference = TableReference::parse_str(&stream.table);
-        let provider = match state.schema_for_ref(reference.clone()) {
-            Ok(schema) => schema.table(reference.table()).await?,
-            Err(_) => None,
-        };
-        if let Some(listing) = folder(provider.as_ref(), stream)? {
-            // a folder's new files, however the stream reads them
-            let read_already = replace
-                .iter()
-                .find(|(other, _)| other.table == stream.table)
-                .map(|(_, sql)| sql.clone());
-            if let Some(sql) = read_already {
-                replace.insert(key, sql);
+        for stream in &found {
+            // (two streams of one table may read it in different ways)
+            let key = stream.clone();
+            if replace.contains_key(&key) {
                 continue;
             }
-            let empty = BTreeSet::new();
-            let read = folders_before.get(&stream.table).unwrap_or(&empty);
-            let new = folders::new_files(state, listing, read).await?;
-            newest_input_ms = newest_input_ms.max(new.newest_ms);
-            // planned as a table of its own while the query is planned: its
-            // columns are the new files' (a column a later file adds is one
-            // of them, also under the query's `*`), not the folder's as
-            // declared
-            // (beside the folder's table, in its schema: the default schema
-            // may be none that takes tables)
-            let name = format!(
-                "{FILES_PREFIX}{}",
-                FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            );
-            let defaults = &state.config_options().catalog;
-            let at = reference
-                .clone()
-                .resolve(&defaults.default_catalog, &defaults.default_schema);
-            let schema = state.schema_for_ref(reference.clone())?;
-            schema.register_table(name.clone(), new.provider)?;
-            files_tables.push((schema, name.clone()));
-            let qualified = [at.catalog.as_ref(), at.schema.as_ref(), name.as_str()]
-                .map(|part| Ident::with_quote(quote, part).to_string())
-                .join(".");
-            replace.insert(key, format!("SELECT * FROM {qualified}"));
-            folders_now.insert(stream.table.clone(), new.read);
-            continue;
-        }
-        let Some(table) = provider.as_ref().and_then(|p| p.downcast_ref::<ScdTable>()) else {
-            if stream.read == StreamRead::ChangeFeed {
-                return Err(DataFusionError::Plan(format!(
-                    "{}: '{}' is not a streaming table, and only streaming tables have a change feed",
-                    stream.read.describe(&stream.table),
-                    stream.table
-                )));
-            }
-            // not a streaming table: read whole, as `stream(t)` does
-            replace.insert(key, format!("SELECT * FROM {}", stream.table));
-            continue;
-        };
-        // (the lookup brought it to its latest version)
-        let version = table.delta().version().unwrap_or(0);
-        let table_id = table.delta_table_id();
-        let since = match read_before.get(&stream.table) {
-            Some(read) => Some(same_table(
-                &stream.table,
-                &read.table_id,
-                read.version,
-                &table_id,
-                version,
-            )?),
-            None => None,
-        };
-        let name = quoted(&table.name().to_string());
-        // the first commit to read; `None`: a new stream starts at the
-        // table's current snapshot
-        let first = match (since, stream.starting) {
-            (Some(read), _) => Some(read + 1),
-            (None, Some(starting)) => Some(check_starting(&stream.table, starting, version)?),
-            (None, None) => None,
-        };
-        if first.is_none_or(|from| from <= version) {
-            newest_input_ms = newest_input_ms.max(table.commit_time(version).await?);
-        }
-        let sql = match (stream.read, first) {
-            // the snapshot as inserts at its version, as its change feed
-            // would have them
-            (StreamRead::ChangeFeed, None) => {
-                let alias = format!("{SCAN_PREFIX}{}", scans.len());
-                scans.insert(alias.clone(), Arc::new(table.pinned()));
-                let at_micros = table.commit_time(version).await?.unwrap_or(0) * 1000;
-                format!(
-                    "SELECT *, 'insert' AS _change_type, CAST({version} AS BIGINT) AS \
-                     _commit_version, arrow_cast({at_micros}, 'Timestamp(Microsecond, \
-                     Some(\"UTC\"))') AS _commit_timestamp FROM {} AS {alias}",
-                    stream.table
-                )
-            }
-            (StreamRead::ChangeFeed, Some(from)) => {
-                if from > version {
-                    format!("SELECT * FROM table_changes({name}, 0) WHERE false")
-                } else {
-                    // (to `version`: what the checkpoint records)
-                    format!("SELECT * FROM table_changes({name}, {from}, {version})")
-                }
-            }
-            (_, None) => {
-                // the version the checkpoint records, whatever later lookups
-                // (this query's planning among them) load
-                let alias = format!("{SCAN_PREFIX}{}", scans.len());
-                scans.insert(alias.clone(), Arc::new(table.pinned()));
-                format!("SELECT * FROM {} AS {alias}", stream.table)
-            }
-            (_, Some(from)) if from > version => {
-                format!("SELECT * FROM {} WHERE false", stream.table)
-            }
-            (mode, Some(from)) => {
-                let skipped = changing_versions(state, table, from).await?;
-                if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
-                    return Err(not_append_only(mode, &stream.table, *first));
-                }
-                // the columns a read of the table shows (an SCD 2 target's
-                // `__start_at` / `__end_at` among them)
-                let columns: Vec<String> = TableProvider::schema(table)
-                    .fields()
+            let reference = TableReference::parse_str(&stream.table);
+            let provider = match state.schema_for_ref(reference.clone()) {
+                Ok(schema) => schema.table(reference.table()).await?,
+                Err(_) => None,
+            };
+            if let Some(listing) = folder(provider.as_ref(), stream)? {
+                // a folder's new files, however the stream reads them
+                let read_already = replace
                     .iter()
-                    .map(|f| Ident::with_quote(quote, f.name()).to_string())
-                    .collect();
-                let mut sql = format!(
-                    "SELECT {} FROM table_changes({name}, {from}, {version}) \
-                     WHERE _change_type = 'insert'",
-                    columns.join(", ")
-                );
-                if !skipped.is_empty() {
-                    let list: Vec<String> = skipped.iter().map(i64::to_string).collect();
-                    sql.push_str(&format!(
-                        " AND _commit_version NOT IN ({})",
-                        list.join(", ")
-                    ));
+                    .find(|(other, _)| other.table == stream.table)
+                    .map(|(_, sql)| sql.clone());
+                if let Some(sql) = read_already {
+                    replace.insert(key, sql);
+                    continue;
                 }
-                sql
+                let empty = BTreeSet::new();
+                let read = folders_before.get(&stream.table).unwrap_or(&empty);
+                let new = folders::new_files(state, listing, read).await?;
+                newest_input_ms = newest_input_ms.max(new.newest_ms);
+                // planned as a table of its own while the query is planned,
+                // beside the folder's table in its schema (the default schema
+                // may take no tables): its columns are the new files' (a
+                // column a later file adds is one of them, also under the
+                // query's `*`), not the folder's as declared
+                let name = format!(
+                    "{FILES_PREFIX}{}",
+                    FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                );
+                let defaults = &state.config_options().catalog;
+                let at = reference
+                    .clone()
+                    .resolve(&defaults.default_catalog, &defaults.default_schema);
+                let schema = state.schema_for_ref(reference.clone())?;
+                schema.register_table(name.clone(), new.provider)?;
+                files_tables.push((schema, name.clone()));
+                let qualified = [at.catalog.as_ref(), at.schema.as_ref(), name.as_str()]
+                    .map(|part| Ident::with_quote(quote, part).to_string())
+                    .join(".");
+                replace.insert(key, format!("SELECT * FROM {qualified}"));
+                folders_now.insert(stream.table.clone(), new.read);
+                continue;
             }
-        };
-        replace.insert(key, sql);
-        read_now.insert(stream.table.clone(), StreamCheckpoint { table_id, version });
-    }
-    replace_streams(&mut statement, &replace, dialect_name)?;
-    state.statement_to_plan(statement).await
+            let Some(table) = provider.as_ref().and_then(|p| p.downcast_ref::<ScdTable>()) else {
+                if stream.read == StreamRead::ChangeFeed {
+                    return Err(DataFusionError::Plan(format!(
+                        "{}: '{}' is not a streaming table, and only streaming tables have a change feed",
+                        stream.read.describe(&stream.table),
+                        stream.table
+                    )));
+                }
+                // not a streaming table: read whole, as `stream(t)` does
+                replace.insert(key, format!("SELECT * FROM {}", stream.table));
+                continue;
+            };
+            // (the lookup brought it to its latest version)
+            let version = table.delta().version().unwrap_or(0);
+            let table_id = table.delta_table_id();
+            let since = match read_before.get(&stream.table) {
+                Some(read) => Some(same_table(
+                    &stream.table,
+                    &read.table_id,
+                    read.version,
+                    &table_id,
+                    version,
+                )?),
+                None => None,
+            };
+            let name = quoted(&table.name().to_string());
+            // the first commit to read; `None`: a new stream starts at the
+            // table's current snapshot
+            let first = match (since, stream.starting) {
+                (Some(read), _) => Some(read + 1),
+                (None, Some(starting)) => Some(check_starting(&stream.table, starting, version)?),
+                (None, None) => None,
+            };
+            if first.is_none_or(|from| from <= version) {
+                newest_input_ms = newest_input_ms.max(table.commit_time(version).await?);
+            }
+            let sql = match (stream.read, first) {
+                // the snapshot as inserts at its version, as its change feed
+                // would have them
+                (StreamRead::ChangeFeed, None) => {
+                    let alias = format!("{SCAN_PREFIX}{}", scans.len());
+                    scans.insert(alias.clone(), Arc::new(table.pinned()));
+                    let at_micros = table.commit_time(version).await?.unwrap_or(0) * 1000;
+                    format!(
+                        "SELECT *, 'insert' AS _change_type, CAST({version} AS BIGINT) AS \
+                         _commit_version, arrow_cast({at_micros}, 'Timestamp(Microsecond, \
+                         Some(\"UTC\"))') AS _commit_timestamp FROM {} AS {alias}",
+                        stream.table
+                    )
+                }
+                (StreamRead::ChangeFeed, Some(from)) => {
+                    if from > version {
+                        format!("SELECT * FROM table_changes({name}, 0) WHERE false")
+                    } else {
+                        // (to `version`: what the checkpoint records)
+                        format!("SELECT * FROM table_changes({name}, {from}, {version})")
+                    }
+                }
+                (_, None) => {
+                    // the version the checkpoint records, whatever later lookups
+                    // (this query's planning among them) load
+                    let alias = format!("{SCAN_PREFIX}{}", scans.len());
+                    scans.insert(alias.clone(), Arc::new(table.pinned()));
+                    format!("SELECT * FROM {} AS {alias}", stream.table)
+                }
+                (_, Some(from)) if from > version => {
+                    format!("SELECT * FROM {} WHERE false", stream.table)
+                }
+                (mode, Some(from)) => {
+                    let skipped = changing_versions(state, table, from).await?;
+                    if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
+                        return Err(not_append_only(mode, &stream.table, *first));
+                    }
+                    // the columns a read of the table shows (an SCD 2 target's
+                    // `__start_at` / `__end_at` among them)
+                    let columns: Vec<String> = TableProvider::schema(table)
+                        .fields()
+                        .iter()
+                        .map(|f| Ident::with_quote(quote, f.name()).to_string())
+                        .collect();
+                    let mut sql = format!(
+                        "SELECT {} FROM table_changes({name}, {from}, {version}) \
+                         WHERE _change_type = 'insert'",
+                        columns.join(", ")
+                    );
+                    if !skipped.is_empty() {
+                        let list: Vec<String> = skipped.iter().map(i64::to_string).collect();
+                        sql.push_str(&format!(
+                            " AND _commit_version NOT IN ({})",
+                            list.join(", ")
+                        ));
+                    }
+                    sql
+                }
+            };
+            replace.insert(key, sql);
+            read_now.insert(stream.table.clone(), StreamCheckpoint { table_id, version });
+        }
+        replace_streams(&mut statement, &replace, dialect_name)?;
+        state.statement_to_plan(statement).await
     }
     .await;
     for (schema, name) in files_tables {
