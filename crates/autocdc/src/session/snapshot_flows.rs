@@ -164,12 +164,7 @@ impl CdcSession {
             let Some((plan, version)) = next else { break };
             // a float version's -0.0 is its 0.0 (as a float sequence's): no
             // later 0.0 is newer than it
-            let version = match version {
-                // (-0.0 + 0.0 is 0.0; any other value stays as it is)
-                ScalarValue::Float64(Some(v)) => ScalarValue::Float64(Some(v + 0.0)),
-                ScalarValue::Float32(Some(v)) => ScalarValue::Float32(Some(v + 0.0)),
-                version => version,
-            };
+            let version = crate::spec::resolve::unsigned_zero_value(version);
             if let ScalarValue::TimestampNanosecond(Some(ns), _) = &version {
                 if ns % 1000 != 0 {
                     return Err(DataFusionError::Plan(format!(

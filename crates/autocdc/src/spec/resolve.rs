@@ -792,6 +792,18 @@ impl MovedKeys<'_> {
     }
 }
 
+/// `value` with a float's -0.0 made 0.0 (a key's, a sequence's, a
+/// snapshot version's: SQL equates the two, the folds compare by bits);
+/// any other value as it is. [`unsigned_zero`] for an expression.
+pub(crate) fn unsigned_zero_value(value: ScalarValue) -> ScalarValue {
+    match value {
+        // (-0.0 + 0.0 is 0.0; any other value stays as it is)
+        ScalarValue::Float64(Some(v)) => ScalarValue::Float64(Some(v + 0.0)),
+        ScalarValue::Float32(Some(v)) => ScalarValue::Float32(Some(v + 0.0)),
+        other => other,
+    }
+}
+
 /// `value`, of type `data_type`, with a float's -0.0 made 0.0 (keys: SQL
 /// equates the two, the folds compare keys by their bits); other types as
 /// they are.

@@ -54,6 +54,7 @@ use crate::fold::columns::{
     START_AT_COL, WRITTEN_AT_COL,
 };
 use crate::pipeline::deletion_vector_budget;
+use crate::spec::resolve::unsigned_zero_value;
 use crate::spec::{sequence_groups, ScdType};
 use crate::sql::{MergeAction, MergeStatement};
 use crate::table::commit::EditKind;
@@ -64,17 +65,6 @@ use crate::table::ScdTable;
 /// The plan of `merge` on `table` (its clauses matched to the source rows
 /// now); it yields the number of target rows it updated, deleted or
 /// inserted.
-/// `value` with a float's -0.0 made 0.0 (keys: SQL equates the two, the
-/// folds compare keys by their bits).
-fn unsigned_zero(value: ScalarValue) -> ScalarValue {
-    match value {
-        // (-0.0 + 0.0 is 0.0; any other value stays as it is)
-        ScalarValue::Float64(Some(v)) => ScalarValue::Float64(Some(v + 0.0)),
-        ScalarValue::Float32(Some(v)) => ScalarValue::Float32(Some(v + 0.0)),
-        other => other,
-    }
-}
-
 pub async fn merge(
     state: &SessionState,
     table: Arc<ScdTable>,
@@ -362,8 +352,10 @@ pub async fn merge(
                         .collect::<Result<_>>()?;
                     // (a float key's -0.0 is its 0.0, as in flows)
                     for &i in &key_index {
-                        values[i] =
-                            unsigned_zero(std::mem::replace(&mut values[i], ScalarValue::Null));
+                        values[i] = unsigned_zero_value(std::mem::replace(
+                            &mut values[i],
+                            ScalarValue::Null,
+                        ));
                     }
                     let key: Vec<ScalarValue> =
                         key_index.iter().map(|&i| values[i].clone()).collect();
