@@ -86,6 +86,45 @@ async fn restart_on_the_same_local_warehouse() {
     );
 }
 
+/// `stream(t)` in a query of a session that did not create `t` reads it
+/// every time (its lookup while planning did I/O, and failed when that was
+/// not done at once), and at its latest version.
+#[tokio::test(flavor = "multi_thread")]
+async fn stream_in_a_query_of_another_session_reads_the_latest_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = session_in(&dir).await;
+    exec(
+        &one,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+    )
+    .await;
+    exec(&one, "CREATE STREAMING TABLE base").await;
+    exec(
+        &one,
+        "CREATE FLOW f AS AUTO CDC INTO base FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let two = session_in(&dir).await;
+    for _ in 0..10 {
+        assert_eq!(
+            rows(&two, "SELECT count(*) FROM stream(base)").await,
+            ["| 2 |"]
+        );
+    }
+    exec(&one, "INSERT INTO src VALUES (3, 'c', 1)").await;
+    exec(&one, "REFRESH STREAMING TABLE base").await;
+    assert_eq!(
+        rows(&two, "SELECT id FROM AUTO CDC (SELECT * FROM stream(base)) KEYS (id) SEQUENCE BY seq ORDER BY id").await,
+        ["| 1 |", "| 2 |", "| 3 |"]
+    );
+    exec(&one, "INSERT INTO src VALUES (4, 'd', 1)").await;
+    exec(&one, "REFRESH STREAMING TABLE base").await;
+    assert_eq!(
+        rows(&two, "SELECT count(*) FROM stream(base)").await,
+        ["| 4 |"]
+    );
+}
+
 /// A session on a local warehouse in `dir/wh`.
 async fn session_in(dir: &tempfile::TempDir) -> CdcSession {
     let wh = dir.path().join("wh");

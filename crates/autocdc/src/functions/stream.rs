@@ -2,6 +2,12 @@
 //! their whole source at every update (replays are harmless), so
 //! `stream(t)` reads `t` itself; it exists so the documented SQL —
 //! `FROM stream(cdc_data.users)` — works verbatim in flows and in queries.
+//!
+//! A table function is called while a statement is planned, synchronously:
+//! a streaming table is taken from the session's tables as it is (the
+//! session brings the tables a statement streams to their latest version
+//! before planning it), any other table from its schema when that answers
+//! at once.
 
 use std::sync::Arc;
 
@@ -10,26 +16,33 @@ use datafusion::common::{plan_err, DataFusionError, Result, TableReference};
 use datafusion::logical_expr::Expr;
 use futures::FutureExt;
 
+use super::TableRegistry;
+use crate::table::TableName;
+
 /// The `stream(table)` table function.
 #[derive(Debug)]
 pub struct StreamFunction {
     catalogs: Arc<dyn CatalogProviderList>,
     default_catalog: String,
     default_schema: String,
+    /// The session's streaming tables (of its default catalog).
+    tables: TableRegistry,
 }
 
 impl StreamFunction {
     /// A function resolving names in `catalogs` (unqualified names in the
-    /// given default catalog and schema).
+    /// given default catalog and schema), streaming tables in `tables`.
     pub fn new(
         catalogs: Arc<dyn CatalogProviderList>,
         default_catalog: String,
         default_schema: String,
+        tables: TableRegistry,
     ) -> Self {
         Self {
             catalogs,
             default_catalog,
             default_schema,
+            tables,
         }
     }
 }
@@ -54,6 +67,21 @@ impl TableFunctionImpl for StreamFunction {
         let resolved = reference
             .clone()
             .resolve(&self.default_catalog, &self.default_schema);
+        if *resolved.catalog == *self.default_catalog {
+            let name = TableName {
+                schema: resolved.schema.to_string(),
+                table: resolved.table.to_string(),
+            };
+            let streaming = self
+                .tables
+                .lock()
+                .map_err(|_| DataFusionError::Internal("poisoned table registry".into()))?
+                .get(&name)
+                .cloned();
+            if let Some(table) = streaming {
+                return Ok(table);
+            }
+        }
         let schema = self
             .catalogs
             .catalog(&resolved.catalog)

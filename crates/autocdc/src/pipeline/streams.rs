@@ -283,6 +283,49 @@ fn parse(query: &str, dialect_name: &str) -> Result<(DFStatement, Vec<Stream>)> 
     Ok((statement, visitor.found))
 }
 
+/// The names `sql` may read as streams (`stream(t)`, `STREAM t`), as
+/// written (quoted parts quoted), found in its tokens: any statement,
+/// ours (`FROM AUTO CDC (…)`, `CREATE FLOW`) too. A name that is no table
+/// is the planner's to report.
+pub(crate) fn streamed_tables(sql: &str, dialect_name: &str) -> Vec<String> {
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let Ok(d) = dialect(dialect_name) else {
+        return vec![];
+    };
+    let Ok(tokens) = Tokenizer::new(d.as_ref(), sql).tokenize() else {
+        return vec![];
+    };
+    let tokens: Vec<&Token> = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let name_at = |mut at: usize| {
+        let mut parts = vec![];
+        while let Some(Token::Word(w)) = tokens.get(at) {
+            parts.push(w.to_string());
+            match tokens.get(at + 1) {
+                Some(Token::Period) => at += 2,
+                _ => break,
+            }
+        }
+        (!parts.is_empty()).then(|| parts.join("."))
+    };
+    let mut found = vec![];
+    for (at, token) in tokens.iter().enumerate() {
+        let Token::Word(w) = token else { continue };
+        if w.quote_style.is_some() || !w.value.eq_ignore_ascii_case("stream") {
+            continue;
+        }
+        let name = match tokens.get(at + 1) {
+            Some(Token::LParen) => name_at(at + 2),
+            Some(Token::Word(_)) => name_at(at + 1),
+            _ => None,
+        };
+        found.extend(name);
+    }
+    found
+}
+
 /// Replace the streams of `statement` by the subqueries of `replace`.
 fn replace_streams(
     statement: &mut DFStatement,
@@ -734,6 +777,18 @@ mod tests {
             ControlFlow::Break(e) => Err(e),
             ControlFlow::Continue(()) => Ok(visitor.found),
         }
+    }
+
+    #[test]
+    fn streamed_names_are_found_in_any_statement() {
+        assert_eq!(
+            super::streamed_tables(
+                "SELECT * FROM AUTO CDC (SELECT * FROM stream(s.\"T\")) KEYS (id) \
+                 SEQUENCE BY seq JOIN STREAM u ON true, -- stream\n STREAM (v)",
+                "generic"
+            ),
+            ["s.\"T\"", "u", "v"]
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DataFusionError, Result, TableReference};
 
-use crate::fold::columns::{INTERNAL_PREFIX, KIND_COL};
-use crate::spec::resolve::storage_type;
+use crate::fold::columns::{
+    END_AT_COL, INTERNAL_PREFIX, KIND_COL, START_AT_COL, SYSTEM_END_AT_COL, SYSTEM_START_AT_COL,
+};
+use crate::spec::resolve::{storage_type, RESERVED_COLUMNS};
 use crate::sql::CreateStreamingTable;
 use crate::table::bucket::{bucket_field, DEFAULT_BUCKETS};
 use crate::table::commit::{Edit, EditKind, MetadataChange};
@@ -259,19 +261,33 @@ impl CdcSession {
             ))
         };
         let declared = self.declared_fields(c).await?;
-        let stored = meta.user_schema.fields();
-        let same_columns = declared.len() == stored.len()
-            && declared
-                .iter()
-                .zip(stored.iter())
-                .all(|(d, s)| d.name() == s.name() && d.data_type() == s.data_type());
+        // (its user columns in order, and the time columns of its SCD type,
+        // which the table keeps apart from them)
+        let mut stored: Vec<Field> = meta
+            .user_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let time_columns = [
+            (START_AT_COL, &meta.start_at_type),
+            (END_AT_COL, &meta.start_at_type),
+            (SYSTEM_START_AT_COL, &meta.system_start_at_type),
+            (SYSTEM_END_AT_COL, &meta.system_start_at_type),
+        ];
+        for (name, data_type) in time_columns {
+            if let Some(data_type) = data_type {
+                stored.push(Field::new(name, data_type.clone(), true));
+            }
+        }
+        let same_columns = same_columns(&declared, &stored);
         let keeps_columns = declared.is_empty() || same_columns;
         if !keeps_columns {
             return Err(refuse(format!(
                 "it declares the columns ({}), and the table has ({}); a table keeps its \
                  columns: DROP it and create it again to change them",
                 describe(declared.iter()),
-                describe(stored.iter().map(|f| f.as_ref()))
+                describe(stored.iter())
             )));
         }
         for (name, value) in &c.properties {
@@ -414,6 +430,27 @@ impl CdcSession {
 }
 
 /// `name type, …` of `fields`.
+/// Whether `declared` are the columns `stored`: the user columns in order,
+/// the SCD time columns (`__START_AT`, …) wherever they are written.
+fn same_columns(declared: &[Field], stored: &[Field]) -> bool {
+    fn apart(fields: &[Field]) -> [Vec<&Field>; 2] {
+        let (mut time, user): (Vec<&Field>, Vec<&Field>) = fields
+            .iter()
+            .partition(|f| RESERVED_COLUMNS.contains(&f.name().as_str()));
+        time.sort_by(|a, b| a.name().cmp(b.name()));
+        [user, time]
+    }
+    let same = |a: &[&Field], b: &[&Field]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+    };
+    let [declared_user, declared_time] = apart(declared);
+    let [stored_user, stored_time] = apart(stored);
+    same(&declared_user, &stored_user) && same(&declared_time, &stored_time)
+}
+
 fn describe<'a>(fields: impl Iterator<Item = &'a Field>) -> String {
     fields
         .map(|f| format!("{} {}", f.name(), f.data_type()))

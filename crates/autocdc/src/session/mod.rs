@@ -193,6 +193,7 @@ impl CdcSession {
                 ctx.state().catalog_list().clone(),
                 catalog,
                 schema,
+                Arc::clone(&tables),
             )),
         );
         let session = Self {
@@ -361,6 +362,18 @@ impl CdcSession {
 
     async fn sql_once(&self, sql: &str) -> Result<DataFrame> {
         let (dialect, normalize) = self.parser_options();
+        // the tables it reads as streams at their latest version: `stream(t)`
+        // takes them as they are while planning (see `StreamFunction`)
+        if sql
+            .as_bytes()
+            .windows(6)
+            .any(|w| w.eq_ignore_ascii_case(b"STREAM"))
+        {
+            for table in crate::pipeline::streams::streamed_tables(sql, &dialect) {
+                // (a table it cannot look up: planning says why)
+                let _ = self.ctx.table_provider(table.as_str()).await;
+            }
+        }
         match parse_cdc_statement(sql, &dialect, normalize)? {
             // a query with `FROM AUTO CDC (query) …` relations: each planned
             // as the fold of its query under a name of its own

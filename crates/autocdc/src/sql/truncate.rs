@@ -21,9 +21,10 @@ use datafusion::sql::sqlparser::parser::Parser;
 /// `sql` as `DELETE FROM t` when it is a plain `TRUNCATE [TABLE] t`; as
 /// written otherwise (only text starting with `TRUNCATE` is parsed).
 pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
+    let body = past_comments(sql);
     // `EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f]` before it: the statement it
     // explains
-    let words: Vec<(usize, &str)> = sql
+    let words: Vec<(usize, &str)> = body
         .split_whitespace()
         .take(6)
         .map(|w| (w.as_ptr() as usize - sql.as_ptr() as usize, w))
@@ -50,8 +51,7 @@ pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
         }
         return Cow::Borrowed(sql);
     }
-    let is_truncate = sql
-        .trim_start()
+    let is_truncate = body
         .get(..8)
         .is_some_and(|w| w.eq_ignore_ascii_case("truncate"));
     if !is_truncate {
@@ -76,6 +76,45 @@ pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
             Cow::Owned(format!("DELETE FROM {}", target.name))
         }
         _ => Cow::Borrowed(sql),
+    }
+}
+
+/// `sql` from its first token: past white space and the `--` and `/* */`
+/// comments before it (block comments may nest, as the parser reads them).
+fn past_comments(sql: &str) -> &str {
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(comment) = rest.strip_prefix("--") {
+            rest = comment.split_once('\n').map_or("", |(_, after)| after);
+        } else if rest.starts_with("/*") {
+            let mut depth = 0usize;
+            let mut at = 0;
+            let bytes = rest.as_bytes();
+            while at + 1 < bytes.len() {
+                match &bytes[at..at + 2] {
+                    b"/*" => {
+                        depth += 1;
+                        at += 2;
+                    }
+                    b"*/" => {
+                        depth -= 1;
+                        at += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => at += 1,
+                }
+            }
+            if depth > 0 {
+                // unterminated: the parser reports it
+                return rest;
+            }
+            rest = &rest[at..];
+        } else {
+            return rest;
+        }
+        rest = rest.trim_start();
     }
 }
 
@@ -113,7 +152,20 @@ mod tests {
             truncate_as_delete(" truncate t;", "databricks"),
             "DELETE FROM t"
         );
+        assert_eq!(
+            truncate_as_delete(
+                "-- empty it\n/* before /* nested */ the load */ TRUNCATE t",
+                "generic"
+            ),
+            "DELETE FROM t"
+        );
+        assert_eq!(
+            truncate_as_delete("EXPLAIN -- the plan\nTRUNCATE t", "generic"),
+            "EXPLAIN DELETE FROM t"
+        );
         for other in [
+            "-- TRUNCATE t\nSELECT 1",
+            "/* unterminated TRUNCATE t",
             "TRUNCATE TABLE a, b",
             "SELECT 1",
             "TRUNCATE TABLE t CASCADE",
