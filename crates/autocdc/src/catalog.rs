@@ -80,6 +80,7 @@ pub async fn register_warehouse(
         "bitemporal_as_of",
         Arc::new(BitemporalAsOfFunction::new(Arc::clone(&found.registry))),
     );
+    ctx.register_relation_planner(Arc::new(crate::sql::TimeTravelPlanner))?;
     Ok(catalog)
 }
 

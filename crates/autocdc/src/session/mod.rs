@@ -171,6 +171,7 @@ impl CdcSession {
             Arc::new(EventLogFunction::new(Arc::clone(&tables))),
         );
         ctx.register_udtf("debezium", Arc::new(DebeziumFunction));
+        ctx.register_relation_planner(Arc::new(crate::sql::TimeTravelPlanner))?;
         ctx.register_udtf(
             "scd2_as_of",
             Arc::new(Scd2AsOfFunction::new(Arc::clone(&tables))),

@@ -25,7 +25,8 @@
 //! Every other statement goes to DataFusion unchanged, but DataFusion DDL
 //! that would only forget a streaming table in the session ([`plain_ddl`]),
 //! `UPDATE` targets folded ([`update_targets`]), `TRUNCATE` as `DELETE`
-//! ([`truncate`]) and, under the `databricks`
+//! ([`truncate`]), tables read `VERSION AS OF` / `TIMESTAMP AS OF` as
+//! `table_as_of` ([`time_travel`]) and, under the `databricks`
 //! dialect, `VALUES` columns named as Databricks names them
 //! ([`crate::values_columns`]).
 
@@ -33,6 +34,7 @@ mod equivalent;
 mod outer_ctes;
 mod parser;
 mod plain_ddl;
+mod time_travel;
 mod truncate;
 mod update_targets;
 
@@ -44,5 +46,6 @@ pub use parser::{
     CreateStreamingTable, FullRefresh, MergeAction, MergeClause, MergeStatement, RestoreTo,
 };
 pub use plain_ddl::{created_schema, is_lone_query, plain_ddl_targets, PlainDdl};
+pub use time_travel::TimeTravelPlanner;
 pub use truncate::truncate_as_delete;
 pub use update_targets::fold_update_targets;
