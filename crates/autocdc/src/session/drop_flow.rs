@@ -12,8 +12,8 @@ use datafusion::common::{DataFusionError, Result};
 use crate::table::commit::{Edit, EditKind, MetadataChange};
 use crate::table::event::{CommitEvent, Operation};
 use crate::table::properties::{
-    full_refresh_pending_property, last_version_property, source_checkpoint_property,
-    FLOW_KEY_PREFIX,
+    full_refresh_pending_property, last_version_property, read_again_property,
+    source_checkpoint_property, FLOW_KEY_PREFIX,
 };
 use crate::table::TableName;
 
@@ -51,6 +51,7 @@ impl CdcSession {
             source_checkpoint_property(flow),
             last_version_property(flow),
             full_refresh_pending_property(flow),
+            read_again_property(flow),
         ];
         // (the log's `flow` names flows that ran: this one is gone)
         let event = CommitEvent::new(Operation::DropFlow, None, std::time::Instant::now())

@@ -16,7 +16,7 @@ use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::DEFAULT_BUCKETS;
 use crate::table::properties::{
-    full_refresh_pending_property, BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX,
+    full_refresh_pending_property, read_again_property, BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX,
     FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
     SOURCE_CHECKPOINT_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
 };
@@ -174,20 +174,35 @@ impl TableMeta {
     /// sees it): the run clearing the table for a full refresh marks every
     /// other flow as still to run; a run of a marked flow removes its mark.
     ///
+    /// A run also removes the mark of its flow a restore left
+    /// ([`Self::read_again_after_restore`]).
+    ///
     /// | run                         | marks                          |
     /// |-----------------------------|--------------------------------|
     /// | clears the table (`FULL`)   | set for every other flow       |
     /// | of a marked flow            | its own removed                |
     /// | any other                   | none                           |
     pub fn full_refresh_marks(&self, flow: &str, clearing: bool) -> Vec<MetadataChange> {
+        let restored = read_again_property(flow);
+        let mut marks = match self.properties.contains_key(&restored) {
+            true => vec![MetadataChange::Remove(vec![restored])],
+            false => Vec::new(),
+        };
         if clearing {
-            return self.marks_of_flows_but(Some(flow));
+            marks.extend(self.marks_of_flows_but(Some(flow)));
+            return marks;
         }
         let mark = full_refresh_pending_property(flow);
-        match self.properties.contains_key(&mark) {
-            true => vec![MetadataChange::Remove(vec![mark])],
-            false => Vec::new(),
+        if self.properties.contains_key(&mark) {
+            marks.push(MetadataChange::Remove(vec![mark]));
         }
+        marks
+    }
+
+    /// Whether a restore rewound `flow` (an append flow) and it has not
+    /// committed since: its run reads rows again that it read before.
+    pub fn read_again_after_restore(&self, flow: &str) -> bool {
+        self.properties.contains_key(&read_again_property(flow))
     }
 
     /// The table as the update carrying a full refresh's clear sees it: no

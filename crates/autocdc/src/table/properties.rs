@@ -55,6 +55,17 @@ pub fn full_refresh_pending_property(flow: &str) -> String {
     format!("{FULL_REFRESH_PENDING_PREFIX}{flow}")
 }
 
+/// Prefix of the keys marking the append flows a restore rewound: their
+/// next run reads rows again that they read before, so their rejected rows
+/// alike to delivered ones are not new (set by `RESTORE`, each removed by
+/// its flow's commit).
+pub const READ_AGAIN_PREFIX: &str = "autocdc.read_again.";
+
+/// The key marking `flow` as rewound by a restore.
+pub fn read_again_property(flow: &str) -> String {
+    format!("{READ_AGAIN_PREFIX}{flow}")
+}
+
 /// Number of key buckets.
 pub const BUCKETS_PROPERTY: &str = "autocdc.buckets";
 

@@ -71,7 +71,7 @@ use super::commit::{
 use super::event::CommitEvent;
 use super::plain_files::{PlainFilesTable, TableLocation};
 use super::properties::{
-    FLOW_KEY_PREFIX, FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX,
+    read_again_property, FLOW_KEY_PREFIX, FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX,
     SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX,
 };
 use super::{delta_err, ScdTable};
@@ -195,6 +195,14 @@ pub(crate) async fn restore(
     restored.sort();
     for (key, value) in restored {
         edit = edit.metadata(MetadataChange::Set(key.clone(), value.clone()));
+    }
+    // append flows read again what they read since `to`: rows they reject
+    // again are not new rejects (`rejects::deliver`)
+    for flow in now_flows.values().filter(|f| f.append) {
+        edit = edit.metadata(MetadataChange::Set(
+            read_again_property(&flow.name),
+            "true".to_string(),
+        ));
     }
     event.upserted = counts.inserted + counts.updated;
     event.deleted = counts.deleted;
