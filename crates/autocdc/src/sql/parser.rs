@@ -786,7 +786,9 @@ impl CdcParser<'_> {
                 name: self.ident(&name),
                 if_exists,
             }
-        } else if self.peek_word(0, "MERGE") {
+        } else if self.peek_word(0, "MERGE")
+            || (self.peek_word(0, "WITH") && self.merge_after_with())
+        {
             self.merge()?
         } else if top && self.peek_word(0, "SHOW") && self.peek_word(1, "TBLPROPERTIES") {
             self.p.next_token();
@@ -1021,14 +1023,65 @@ impl CdcParser<'_> {
         SequenceBy::Expr(e.to_string())
     }
 
-    /// `MERGE INTO ...`, parsed by sqlparser and kept as SQL texts.
+    /// Whether the statement starting with `WITH` (the next token) is a
+    /// `MERGE`: its first word outside parentheses after the CTEs.
+    fn merge_after_with(&self) -> bool {
+        let mut depth = 0usize;
+        for n in 1.. {
+            match &self.p.peek_nth_token(n).token {
+                Token::LParen => depth += 1,
+                Token::RParen => depth = depth.saturating_sub(1),
+                Token::EOF | Token::SemiColon => return false,
+                Token::Word(w) if depth == 0 && w.quote_style.is_none() => {
+                    match w.value.to_ascii_uppercase().as_str() {
+                        "MERGE" => return true,
+                        "SELECT" | "VALUES" | "INSERT" | "UPDATE" | "DELETE" | "TABLE" | "FROM" => {
+                            return false
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// `[WITH …] MERGE INTO ...`, parsed by sqlparser and kept as SQL texts
+    /// (a `WITH` clause goes with the source, the only relation it can
+    /// name: `USING c` is `USING (WITH … SELECT * FROM c) AS c`).
     fn merge(&mut self) -> Result<CdcStatement> {
         use datafusion::sql::sqlparser::ast::{
-            AssignmentTarget, MergeAction as SqlAction, MergeClauseKind, MergeInsertKind,
+            AssignmentTarget, MergeAction as SqlAction, MergeClauseKind, MergeInsertKind, SetExpr,
             Statement, TableFactor,
         };
-        let Statement::Merge(merge) = self.p.parse_statement()? else {
-            return Err(perr("expected MERGE INTO target USING source ON ..."));
+        let expected = || perr("expected [WITH …] MERGE INTO target USING source ON ...");
+        let (with, merge) = match self.p.parse_statement()? {
+            Statement::Merge(merge) => (None, merge),
+            Statement::Query(query) => match (query.with, *query.body) {
+                (Some(with), SetExpr::Merge(Statement::Merge(merge))) => (Some(with), merge),
+                _ => return Err(expected()),
+            },
+            _ => return Err(expected()),
+        };
+        let source = match &with {
+            None => merge.source.to_string(),
+            Some(with) => {
+                let alias = match &merge.source {
+                    TableFactor::Table {
+                        alias: Some(alias), ..
+                    }
+                    | TableFactor::Derived {
+                        alias: Some(alias), ..
+                    } => alias.name.to_string(),
+                    TableFactor::Table { name, .. } => name
+                        .0
+                        .last()
+                        .map_or_else(|| "source".to_string(), |part| part.to_string()),
+                    _ => "source".to_string(),
+                };
+                format!("({with} SELECT * FROM {}) AS {alias}", merge.source)
+            }
         };
         let TableFactor::Table { name, alias, .. } = &merge.table else {
             return Err(perr(
@@ -1113,7 +1166,7 @@ impl CdcParser<'_> {
         Ok(CdcStatement::Merge(Box::new(MergeStatement {
             target,
             target_alias,
-            source: merge.source.to_string(),
+            source,
             on: merge.on.to_string(),
             clauses,
             dialect: self.dialect.clone(),

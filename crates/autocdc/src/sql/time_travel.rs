@@ -69,12 +69,15 @@ impl RelationPlanner for TimeTravelPlanner {
             .map_err(|e| DataFusionError::SQL(Box::new(e), None))?;
         // (the relation keeps its name: `t.col` still names its columns)
         let alias = alias.clone().or_else(|| {
-            name.0.last().and_then(|part| part.as_ident()).map(|table| TableAlias {
-                explicit: true,
-                name: table.clone(),
-                columns: vec![],
-                at: None,
-            })
+            name.0
+                .last()
+                .and_then(|part| part.as_ident())
+                .map(|table| TableAlias {
+                    explicit: true,
+                    name: table.clone(),
+                    columns: vec![],
+                    at: None,
+                })
         });
         if let TableFactor::Table { alias: slot, .. } = &mut factor {
             *slot = alias;

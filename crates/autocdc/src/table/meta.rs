@@ -16,9 +16,9 @@ use crate::spec::resolve::{TargetShape, RESERVED_COLUMNS};
 use crate::spec::{FlowSpec, ScdType};
 use crate::table::bucket::DEFAULT_BUCKETS;
 use crate::table::properties::{
-    full_refresh_pending_property, read_again_property, BUCKETS_PROPERTY, COMPRESSION_PROPERTY, FLOW_KEY_PREFIX,
-    FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX, SNAPSHOT_WATERMARK_PROPERTY,
-    SOURCE_CHECKPOINT_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
+    full_refresh_pending_property, read_again_property, BUCKETS_PROPERTY, COMPRESSION_PROPERTY,
+    FLOW_KEY_PREFIX, FULL_REFRESH_PENDING_PREFIX, SNAPSHOT_PROPERTY_PREFIX,
+    SNAPSHOT_WATERMARK_PROPERTY, SOURCE_CHECKPOINT_PREFIX, TABLE_KEY, TOMBSTONE_GC_PROPERTY,
 };
 use crate::table::writer::FileCompression;
 
