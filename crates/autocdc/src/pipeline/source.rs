@@ -189,14 +189,16 @@ pub async fn plan_changes(
                 let schema = changes_provider(table, version, Some(version))?.schema();
                 snapshot_as_changes(pinned()?.build()?, &schema, version, at)?
             }
-            // each commit's changes once
+            // each commit's changes once (but those a restore undid)
             (StreamRead::ChangeFeed, Some(from)) => {
                 let changes = changes_provider(table, from.min(version), None)?;
                 if from > version {
                     empty_with(changes.schema())?
                 } else {
+                    let undone = super::streams::restored_away(table, from, version).await?;
                     let scan =
-                        LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?;
+                        LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?
+                            .filter(not_in_versions(&undone))?;
                     if flow.post_images_only {
                         scan.filter(col("_change_type").not_eq(lit("update_preimage")))?
                             .build()?
@@ -208,8 +210,14 @@ pub async fn plan_changes(
             // the version the checkpoint records, whatever later lookups load
             (_, None) => pinned()?.build()?,
             (_, Some(from)) if from > version => empty_with(provider.schema())?,
-            (StreamRead::Rows, Some(from)) => changed_rows(table, from, &provider)?,
-            (mode, Some(from)) => appended_rows(state, table, from, &provider, mode, name).await?,
+            (StreamRead::Rows, Some(from)) => {
+                let undone = super::streams::restored_away(table, from, version).await?;
+                changed_rows(table, from, &provider, &undone)?
+            }
+            (mode, Some(from)) => {
+                let undone = super::streams::restored_away(table, from, version).await?;
+                appended_rows(state, table, from, &provider, mode, name, undone).await?
+            }
         };
         let newest_input_ms = match first {
             Some(from) if from > version => None,
@@ -418,19 +426,31 @@ async fn part_to_read(
     Ok((done, readable_end(&store, &meta, done).await?))
 }
 
-/// The rows a streaming table inserted or updated from version `from` on:
-/// its change data feed's `insert` and `update_postimage` rows.
+/// The rows a streaming table inserted or updated from version `from` on
+/// (but in the versions `undone`, see `streams::restored_away`): its change
+/// data feed's `insert` and `update_postimage` rows.
 fn changed_rows(
     table: &ScdTable,
     from: u64,
     provider: &Arc<dyn TableProvider>,
+    undone: &BTreeSet<i64>,
 ) -> Result<LogicalPlan> {
     let changes = changes_provider(table, from, None)?;
     let columns = columns_of(provider);
     LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?
         .filter(col("_change_type").in_list(vec![lit("insert"), lit("update_postimage")], false))?
+        .filter(not_in_versions(undone))?
         .project(columns)?
         .build()
+}
+
+/// A filter keeping the change rows of other versions than `versions`.
+fn not_in_versions(versions: &BTreeSet<i64>) -> Expr {
+    if versions.is_empty() {
+        return lit(true);
+    }
+    cast(col("_commit_version"), arrow::datatypes::DataType::Int64)
+        .in_list(versions.iter().map(|v| lit(*v)).collect(), true)
 }
 
 /// The rows the commits of a streaming table from version `from` on added,
@@ -444,6 +464,7 @@ async fn appended_rows(
     provider: &Arc<dyn TableProvider>,
     mode: StreamRead,
     name: &str,
+    undone: BTreeSet<i64>,
 ) -> Result<LogicalPlan> {
     let changes = || -> Result<LogicalPlanBuilder> {
         LogicalPlanBuilder::scan(
@@ -452,18 +473,21 @@ async fn appended_rows(
             None,
         )
     };
-    let versions = changing_versions(state, table, from).await?;
+    // (the versions a restore undid are not read: see
+    // `streams::restored_away`)
+    let mut versions: BTreeSet<i64> = changing_versions(state, table, from)
+        .await?
+        .into_iter()
+        .filter(|v| !undone.contains(v))
+        .collect();
     if let (StreamRead::AppendOnly, Some(first)) = (mode, versions.first()) {
         return Err(not_append_only(mode, name, *first));
     }
+    versions.extend(undone);
     let columns = columns_of(provider);
-    let skipped: Vec<Expr> = versions.into_iter().map(lit).collect();
-    let mut kept = col("_change_type").eq(lit("insert"));
-    if !skipped.is_empty() {
-        kept = kept.and(
-            cast(col("_commit_version"), arrow::datatypes::DataType::Int64).in_list(skipped, true),
-        );
-    }
+    let kept = col("_change_type")
+        .eq(lit("insert"))
+        .and(not_in_versions(&versions));
     changes()?.filter(kept)?.project(columns)?.build()
 }
 

@@ -546,7 +546,11 @@ pub(super) async fn plan_query(
                         format!("SELECT * FROM table_changes({name}, 0) WHERE false")
                     } else {
                         // (to `version`: what the checkpoint records)
-                        format!("SELECT * FROM table_changes({name}, {from}, {version})")
+                        let undone = restored_away(table, from, version).await?;
+                        format!(
+                            "SELECT * FROM table_changes({name}, {from}, {version}){}",
+                            not_in_versions(" WHERE", &undone)
+                        )
                     }
                 }
                 (_, None) => {
@@ -560,10 +564,16 @@ pub(super) async fn plan_query(
                     format!("SELECT * FROM {} WHERE false", stream.table)
                 }
                 (mode, Some(from)) => {
-                    let skipped = changing_versions(state, table, from).await?;
+                    let undone = restored_away(table, from, version).await?;
+                    let mut skipped: BTreeSet<i64> = changing_versions(state, table, from)
+                        .await?
+                        .into_iter()
+                        .filter(|v| !undone.contains(v))
+                        .collect();
                     if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
                         return Err(not_append_only(mode, &stream.table, *first));
                     }
+                    skipped.extend(undone);
                     // the columns a read of the table shows (an SCD 2 target's
                     // `__start_at` / `__end_at` among them)
                     let columns: Vec<String> = TableProvider::schema(table)
@@ -576,13 +586,7 @@ pub(super) async fn plan_query(
                          WHERE _change_type = 'insert'",
                         columns.join(", ")
                     );
-                    if !skipped.is_empty() {
-                        let list: Vec<String> = skipped.iter().map(i64::to_string).collect();
-                        sql.push_str(&format!(
-                            " AND _commit_version NOT IN ({})",
-                            list.join(", ")
-                        ));
-                    }
+                    sql.push_str(&not_in_versions(" AND", &skipped));
                     sql
                 }
             };
@@ -745,6 +749,35 @@ pub(super) async fn changing_versions(
         versions.extend(column.as_primitive::<Int64Type>().iter().flatten());
     }
     Ok(versions)
+}
+
+/// The versions from `from` on (to `version`) of `table` that a `RESTORE`
+/// among them undid: one back to a version the stream had read (`from - 1`
+/// or later) makes the table what it was before them, so the stream reads
+/// none of them — a failed full refresh's clear and the restore after it,
+/// an update restored away leave its readers as they were. A restore to an
+/// earlier version, or to one undone so, is read as the change it is.
+pub(super) async fn restored_away(
+    table: &ScdTable,
+    from: u64,
+    version: u64,
+) -> Result<BTreeSet<i64>> {
+    let mut undone = BTreeSet::new();
+    for (restore, to) in crate::table::event::restores(&table.delta(), from..=version).await? {
+        if to + 1 >= from && !undone.contains(&(to as i64)) {
+            undone.extend((to + 1..=restore).map(|v| v as i64));
+        }
+    }
+    Ok(undone)
+}
+
+/// `{joiner} _commit_version NOT IN (…)` of `versions`; nothing when none.
+fn not_in_versions(joiner: &str, versions: &BTreeSet<i64>) -> String {
+    if versions.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = versions.iter().map(i64::to_string).collect();
+    format!("{joiner} _commit_version NOT IN ({})", list.join(", "))
 }
 
 /// The error of an append-only stream of `name` meeting version `version`,

@@ -142,6 +142,9 @@ pub struct CommitEvent {
     pub rejects: Option<String>,
     /// Events the run rejected.
     pub rejected: u64,
+    /// The version a `RESTORE` brought the table back to (Delta's
+    /// `operationParameters.version`).
+    pub restored_version: Option<u64>,
 }
 
 /// The metric names, in [`CommitEvent`] order.
@@ -173,6 +176,7 @@ impl CommitEvent {
             newest_input_ms: None,
             rejects: None,
             rejected: 0,
+            restored_version: None,
         }
     }
 
@@ -199,6 +203,9 @@ impl CommitEvent {
         }
         if let Some(rejects) = &self.rejects {
             parameters.insert("rejects".to_string(), Value::String(rejects.clone()));
+        }
+        if let Some(version) = self.restored_version {
+            parameters.insert("version".to_string(), Value::String(version.to_string()));
         }
         if let Some(expectations) = &self.expectations {
             parameters.insert(
@@ -252,6 +259,7 @@ impl CommitEvent {
         let update_id = parameter("updateId");
         let newest_input_ms = parameter("newestInputAt").and_then(|at| at.parse().ok());
         let rejects = parameter("rejects");
+        let restored_version = parameter("version").and_then(|v| v.parse().ok());
         let metrics = info.info.get("operationMetrics").and_then(Value::as_object);
         let metric = |name: &str| -> Option<u64> {
             let value = metrics?.get(name)?;
@@ -275,6 +283,7 @@ impl CommitEvent {
                 newest_input_ms,
                 rejects,
                 rejected: metric(REJECTED_METRIC).unwrap_or(0),
+                restored_version,
             },
             counted,
         ))
@@ -302,6 +311,42 @@ pub(crate) async fn commit_time_ms(
             Action::CommitInfo(info) => info.in_commit_timestamp.or(info.timestamp),
             _ => None,
         }))
+}
+
+/// The version each `RESTORE` among `versions` of `table` brought it back
+/// to, by the restore's version (entries cleaned from the log are left out).
+pub(crate) async fn restores(
+    table: &deltalake_core::DeltaTable,
+    versions: std::ops::RangeInclusive<u64>,
+) -> datafusion::common::Result<Vec<(u64, u64)>> {
+    let log_store = table.log_store();
+    futures::stream::iter(versions)
+        .map(|version| {
+            let log_store = Arc::clone(&log_store);
+            async move {
+                let Some(bytes) = log_store
+                    .read_commit_entry(version)
+                    .await
+                    .map_err(super::delta_err)?
+                else {
+                    return Ok(None);
+                };
+                let restored = get_actions(version, &bytes)
+                    .map_err(super::delta_err)?
+                    .into_iter()
+                    .find_map(|action| match action {
+                        Action::CommitInfo(info) => CommitEvent::read(&info),
+                        _ => None,
+                    })
+                    .filter(|(event, _)| event.operation == Operation::Restore.name())
+                    .and_then(|(event, _)| event.restored_version);
+                Ok(restored.map(|to| (version, to)))
+            }
+        })
+        .buffered(CONCURRENT_READS)
+        .try_filter_map(|entry| async move { Ok(entry) })
+        .try_collect()
+        .await
 }
 
 /// Commit entries read at once.

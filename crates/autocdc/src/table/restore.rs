@@ -204,6 +204,7 @@ pub(crate) async fn restore(
             "true".to_string(),
         ));
     }
+    event.restored_version = Some(to);
     event.upserted = counts.inserted + counts.updated;
     event.deleted = counts.deleted;
     event.duration_ms += began.elapsed().as_millis() as u64;
