@@ -144,6 +144,20 @@ impl<'a> IntoFuture for CreateStreamingTableBuilder<'a> {
                         ))
                     };
                     match parse_cdc_statement(&sql, "generic", true) {
+                        // (only columns and constraints: a query, a flow, a
+                        // comment or properties after them would be lost)
+                        Ok(Some(CdcStatement::CreateStreamingTable(parsed)))
+                            if parsed.query.is_some()
+                                || parsed.flow.is_some()
+                                || parsed.comment.is_some()
+                                || !parsed.properties.is_empty() =>
+                        {
+                            return Err(refused(
+                                "it goes on after the columns (a query, a flow, a comment or \
+                                 properties are arguments of their own)"
+                                    .into(),
+                            ))
+                        }
                         Ok(Some(CdcStatement::CreateStreamingTable(parsed))) => {
                             CreateStreamingTable { name, ..parsed }
                         }

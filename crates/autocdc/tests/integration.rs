@@ -2113,6 +2113,19 @@ async fn create_streaming_table_takes_a_schema_and_properties() {
         "{refused}"
     );
     assert!(s.sql("SELECT * FROM untyped").await.is_err());
+    // and one going on past its columns (what follows would be lost)
+    let refused = s
+        .create_streaming_table("tail")
+        .schema("id BIGINT) AS SELECT 1 AS id --")
+        .await
+        .expect_err("a query after the columns is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("schema 'id BIGINT) AS SELECT 1 AS id --' is not a column list ('name TYPE, ...'): it goes on after the columns"),
+        "{refused}"
+    );
+    assert!(s.sql("SELECT * FROM tail").await.is_err());
 
     // the name is the table's own (Rust names are not SQL), with a schema as
     // without one
