@@ -125,6 +125,66 @@ async fn stream_in_a_query_of_another_session_reads_the_latest_rows() {
     );
 }
 
+/// A table another session dropped, or dropped and created again, is read
+/// as it is now: an error naming it, or the new table — never the old one's
+/// files (a raw "object not found") or its flows laid over the new log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_dropped_and_created_again_elsewhere_is_read_anew() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = session_in(&dir).await;
+    exec(
+        &one,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+    )
+    .await;
+    exec(&one, "CREATE STREAMING TABLE t").await;
+    exec(
+        &one,
+        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
+    )
+    .await;
+    let two = session_in(&dir).await;
+    assert_eq!(
+        rows(&two, "SELECT id FROM t ORDER BY id").await,
+        ["| 1 |", "| 2 |"]
+    );
+
+    exec(&one, "DROP STREAMING TABLE t").await;
+    let gone = two.sql("SELECT * FROM t").await.expect_err("t was dropped");
+    assert!(
+        gone.to_string()
+            .contains("streaming table 't' was dropped since this session read it"),
+        "{gone}"
+    );
+
+    // created again, with more commits than the old one had when `two` read it
+    exec(
+        &one,
+        "CREATE TABLE src2 (k INT, w TEXT, s INT) AS VALUES (7, 'x', 1)",
+    )
+    .await;
+    exec(&one, "CREATE STREAMING TABLE t").await;
+    exec(
+        &one,
+        "CREATE FLOW g AS AUTO CDC INTO t FROM src2 KEYS (k) SEQUENCE BY s",
+    )
+    .await;
+    exec(&one, "INSERT INTO src2 VALUES (8, 'y', 1)").await;
+    exec(&one, "REFRESH STREAMING TABLE t").await;
+    exec(&one, "INSERT INTO src2 VALUES (9, 'z', 1)").await;
+    exec(&one, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&two, "SELECT k, w FROM t ORDER BY k").await,
+        ["| 7 | x |", "| 8 | y |", "| 9 | z |"]
+    );
+    // its refresh runs the new table's flow (whose source it does not have)
+    let refresh = two
+        .sql("REFRESH STREAMING TABLE t")
+        .await
+        .expect_err("flow g reads src2, a table of the other session");
+    assert!(refresh.to_string().contains("flow 'g'"), "{refresh}");
+}
+
 /// A session on a local warehouse in `dir/wh`.
 async fn session_in(dir: &tempfile::TempDir) -> CdcSession {
     let wh = dir.path().join("wh");

@@ -36,6 +36,13 @@ impl KnownRuns {
         }
     }
 
+    /// Forget every run (the table was read anew).
+    pub(crate) fn forget(&self) {
+        if let Ok(mut known) = self.known.lock() {
+            *known = None;
+        }
+    }
+
     /// Remember that `app_id`'s last run at `version` is `run`.
     pub(crate) fn found(&self, version: u64, app_id: &str, run: Option<i64>) {
         if let Ok(mut known) = self.known.lock() {

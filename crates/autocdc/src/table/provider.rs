@@ -22,6 +22,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake_core::table::state::DeltaTableState;
 use deltalake_core::DeltaTable;
+use object_store::{ObjectMeta, ObjectStoreExt};
 
 use super::commit_times::{commit_file_time, commit_file_times, version_at};
 use super::delta_err;
@@ -92,6 +93,19 @@ pub struct ScdTable {
     /// The versions of the last commits made here (at most
     /// [`MADE_REMEMBERED`]), to tell them from other writers'.
     made: Mutex<VecDeque<u64>>,
+    /// The commit file of the loaded version as last seen (see
+    /// [`Self::refresh`]).
+    tip: Mutex<Option<(u64, ObjectMeta)>>,
+}
+
+/// The commit file of `version` in `table`'s log, as the store has it.
+async fn commit_file(table: &DeltaTable, version: u64) -> object_store::Result<ObjectMeta> {
+    let log_store = table.log_store();
+    let path = log_store
+        .log_path()
+        .clone()
+        .join(format!("{version:020}.json"));
+    log_store.object_store(None).head(&path).await
 }
 
 /// How many of a table's last commits made here it remembers.
@@ -120,7 +134,15 @@ impl ScdTable {
             dml: None,
             runs: KnownRuns::default(),
             made: Mutex::default(),
+            tip: Mutex::default(),
         };
+        // (the loaded version's commit file, to know it again: `refresh`)
+        let table = this.delta();
+        if let Some(version) = table.version() {
+            if let Ok(file) = commit_file(&table, version).await {
+                this.same_tip(version, file);
+            }
+        }
         // a table another Delta writer wrote to is refused (see
         // `check_own`)
         this.check_published().await?;
@@ -210,6 +232,7 @@ impl ScdTable {
             published: None,
             runs: KnownRuns::default(),
             made: Mutex::default(),
+            tip: Mutex::default(),
         }
     }
 
@@ -292,11 +315,39 @@ impl ScdTable {
     }
 
     /// Re-read the latest committed version (an error names the table).
+    ///
+    /// The table may have been dropped and created again under its name
+    /// since it was loaded (by another session or process): its log then
+    /// starts anew, and reading it on from the loaded version would keep
+    /// the old table's files and flows, or lay the new table's commits over
+    /// them. So the commit file of the loaded version is looked at beside
+    /// the read of the log:
+    ///
+    /// | the loaded version's commit file   | the table is           |
+    /// |------------------------------------|------------------------|
+    /// | gone                               | another one (or none): read from the start |
+    /// | other than when last seen here     | another one: read from the start |
+    /// | as last seen, or not seen before   | the same one: read on  |
     pub async fn refresh(&self) -> Result<()> {
         let mut table = self.delta();
-        let updated = match table.update_state().await {
-            Ok(()) => self.set(table).await,
-            Err(e) => Err(delta_err(e)),
+        let loaded = table.version();
+        let before = table.clone();
+        let probe = async {
+            let version = loaded?;
+            Some((version, commit_file(&before, version).await))
+        };
+        let (read, probed) = futures::join!(table.update_state(), probe);
+        let same = match probed {
+            None => true,
+            Some((_, Err(object_store::Error::NotFound { .. }))) => false,
+            // (the probe alone failing: the log read says more)
+            Some((_, Err(_))) => true,
+            Some((version, Ok(file))) => self.same_tip(version, file),
+        };
+        let updated = match (same, read) {
+            (false, _) => self.reload().await,
+            (true, Ok(())) => self.set(table).await,
+            (true, Err(e)) => Err(delta_err(e)),
         };
         updated.map_err(|e| {
             e.context(format!(
@@ -354,6 +405,53 @@ impl ScdTable {
     pub async fn committed(&self, state: DeltaTableState) -> Result<()> {
         let mut table = self.delta();
         table.state = Some(state);
+        self.set(table).await
+    }
+
+    /// Whether `file`, the commit file of `version`, is the one seen last
+    /// time (or none was seen): remembered for the next look.
+    fn same_tip(&self, version: u64, file: ObjectMeta) -> bool {
+        let Ok(mut tip) = self.tip.lock() else {
+            return true;
+        };
+        let same = match tip.as_ref() {
+            Some((seen, before)) if *seen == version => {
+                before.size == file.size
+                    && before.last_modified == file.last_modified
+                    && before.e_tag == file.e_tag
+            }
+            _ => true,
+        };
+        *tip = Some((version, file));
+        same
+    }
+
+    /// Read the table at its path from the start: the one found there now
+    /// (dropped and created again), nothing remembered of the one before.
+    async fn reload(&self) -> Result<()> {
+        let log_store = self.delta().log_store();
+        let mut table = DeltaTable::new(Arc::clone(&log_store));
+        if let Err(e) = table.load().await {
+            // (no log there any more: the table is gone)
+            return Err(match log_store.is_delta_table_location().await {
+                Ok(false) => DataFusionError::Plan(format!(
+                    "streaming table '{}' was dropped since this session read it (by another \
+                     session or process)",
+                    self.name
+                )),
+                _ => delta_err(e),
+            });
+        }
+        self.runs.forget();
+        if let Some(published) = &self.published {
+            published.forget().await;
+        }
+        if let Ok(mut made) = self.made.lock() {
+            made.clear();
+        }
+        if let Ok(mut tip) = self.tip.lock() {
+            *tip = None;
+        }
         self.set(table).await
     }
 

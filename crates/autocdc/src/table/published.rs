@@ -140,6 +140,15 @@ impl PublishedLocation {
         Ok(table)
     }
 
+    /// Forget the published table loaded here (the table at the path is
+    /// another one: dropped and created again).
+    pub async fn forget(&self) {
+        *self.last.lock().await = None;
+        if let Ok(mut published) = self.published.lock() {
+            *published = None;
+        }
+    }
+
     /// The state version published from here by published version `at`,
     /// if that is the last publish made here.
     fn last_published(&self, at: u64) -> Option<i64> {
