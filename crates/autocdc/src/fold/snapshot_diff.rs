@@ -101,10 +101,6 @@ impl SnapshotDiff {
         })
     }
 
-    fn format_key(&self, batch: &RecordBatch, row: usize) -> String {
-        format_key(&self.target_columns, &self.key_indices, batch, row)
-    }
-
     /// Diff one sorted batch; returns the events of the key groups it completed.
     pub fn push(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         if batch.num_rows() == 0 {
@@ -162,7 +158,10 @@ impl SnapshotDiff {
                 } else if snap.replace(i).is_some() {
                     return Err(duplicate_key_error(
                         &self.flow,
-                        &self.format_key(batch, i),
+                        &self.target_columns,
+                        &self.key_indices,
+                        batch,
+                        i,
                         &self.version,
                     ));
                 }
@@ -204,11 +203,31 @@ impl SnapshotDiff {
     }
 }
 
-/// The error for a key found twice in a snapshot.
-pub(crate) fn duplicate_key_error(flow: &str, key: &str, version: &ScalarValue) -> DataFusionError {
+/// The error for the key of row `row` of `batch` (its key columns
+/// `key_indices` of `columns`) found twice in a snapshot — or, when the key
+/// has a NULL, the NULL key's error (as for one row of it: a NULL is no
+/// key, two of them are not one key twice).
+pub(crate) fn duplicate_key_error(
+    flow: &str,
+    columns: &[String],
+    key_indices: &[usize],
+    batch: &RecordBatch,
+    row: usize,
+    version: &ScalarValue,
+) -> DataFusionError {
+    let version = super::errors::scalar_text(version);
+    if let Some(&null) = key_indices.iter().find(|&&k| batch.column(k).is_null(row)) {
+        return crate::error::CdcError::NullKey {
+            flow: flow.to_string(),
+            column: columns[null].clone(),
+            kind: Kind::Upsert.name(),
+            sequence: version,
+        }
+        .into();
+    }
+    let key = format_key(columns, key_indices, batch, row);
     DataFusionError::Execution(format!(
-        "flow '{flow}': duplicate key ({key}) in the snapshot at version {}; nothing was committed",
-        super::errors::scalar_text(version)
+        "flow '{flow}': duplicate key ({key}) in the snapshot at version {version}; nothing was committed"
     ))
 }
 

@@ -36,7 +36,6 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::Kind;
 use super::emits::{Emit, EmitQueue};
-use super::errors::format_key;
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 use super::snapshot_diff::{
     diff_events, diff_output_schema, duplicate_key_error, SIDE_LIVE, SIDE_SNAPSHOT,
@@ -211,14 +210,14 @@ impl IndexedSnapshotDiff {
         let mut snapshots = entries.iter().filter(|e| e.side == SIDE_SNAPSHOT);
         let snap = snapshots.next();
         if let Some(second) = snapshots.next() {
-            let batch = &self.batches[second.batch as usize];
-            let key = format_key(
+            return Err(duplicate_key_error(
+                &self.flow,
                 &self.target_columns,
                 &self.key_indices,
-                batch,
+                &self.batches[second.batch as usize],
                 second.row as usize,
-            );
-            return Err(duplicate_key_error(&self.flow, &key, &self.version));
+                &self.version,
+            ));
         }
         let emit = |e: &Entry, kind: Kind| Emit {
             batch: e.batch,
