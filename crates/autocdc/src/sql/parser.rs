@@ -2,6 +2,8 @@
 //! sqlparser's tokenizer and expression/query parsers, under the session's
 //! SQL dialect (so `"DELETE"` is a string under the Databricks dialect).
 
+use std::ops::ControlFlow;
+
 use datafusion::common::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName,
@@ -180,6 +182,25 @@ struct CdcParser<'a> {
     p: Parser<'a>,
     normalize: bool,
     dialect: String,
+}
+
+/// Whether `expr` holds a subquery (`IN (SELECT …)`, `EXISTS`, a scalar
+/// subquery), at any depth.
+fn has_subquery(expr: &SqlExpr) -> bool {
+    use datafusion::sql::sqlparser::ast::{Visit, Visitor};
+    struct Finds;
+    impl Visitor for Finds {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &SqlExpr) -> ControlFlow<()> {
+            match expr {
+                SqlExpr::Subquery(_) | SqlExpr::InSubquery { .. } | SqlExpr::Exists { .. } => {
+                    ControlFlow::Break(())
+                }
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    expr.visit(&mut Finds).is_break()
 }
 
 fn perr(msg: impl std::fmt::Display) -> DataFusionError {
@@ -1024,23 +1045,29 @@ impl CdcParser<'_> {
     }
 
     /// Whether the statement starting with `WITH` (the next token) is a
-    /// `MERGE`: its first word outside parentheses after the CTEs.
+    /// `MERGE`: the word after the CTEs — after a closing parenthesis back
+    /// at the top that neither a comma (another CTE) nor `AS` (a CTE's
+    /// column list) follows. (A CTE may be named `merge`.)
     fn merge_after_with(&self) -> bool {
         let mut depth = 0usize;
         for n in 1.. {
             match &self.p.peek_nth_token(n).token {
                 Token::LParen => depth += 1,
-                Token::RParen => depth = depth.saturating_sub(1),
-                Token::EOF | Token::SemiColon => return false,
-                Token::Word(w) if depth == 0 && w.quote_style.is_none() => {
-                    match w.value.to_ascii_uppercase().as_str() {
-                        "MERGE" => return true,
-                        "SELECT" | "VALUES" | "INSERT" | "UPDATE" | "DELETE" | "TABLE" | "FROM" => {
-                            return false
+                Token::RParen => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        match &self.p.peek_nth_token(n + 1).token {
+                            Token::Comma => {}
+                            Token::Word(w) if w.value.eq_ignore_ascii_case("AS") => {}
+                            Token::Word(w) => {
+                                return w.quote_style.is_none()
+                                    && w.value.eq_ignore_ascii_case("MERGE")
+                            }
+                            _ => return false,
                         }
-                        _ => {}
                     }
                 }
+                Token::EOF | Token::SemiColon => return false,
                 _ => {}
             }
         }
@@ -1064,6 +1091,14 @@ impl CdcParser<'_> {
             },
             _ => return Err(expected()),
         };
+        // (a CTE reaches only the source: a subquery of the ON condition
+        // would read a table of the CTE's name instead, or none)
+        if with.is_some() && has_subquery(&merge.on) {
+            return Err(perr(
+                "WITH … MERGE: the CTEs are the USING source's; the ON condition cannot read \
+                 them in a subquery: join what it reads into the USING source",
+            ));
+        }
         let source = match &with {
             None => merge.source.to_string(),
             Some(with) => {
