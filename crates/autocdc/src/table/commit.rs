@@ -170,11 +170,14 @@ pub async fn commit_written(
     // the rejected events, in a file the commit names (delivered after it)
     // (a full refresh reads every flow's sources again: the one clearing
     // the table, and each other flow it marked, until that one commits)
-    // (and a restore rewinds its append flows, until each commits)
+    // (and a restore rewinds its append flows to its version, until each
+    // commits)
     let meta = request.table.meta();
-    let read_again = request.clears
-        || meta.full_refresh_pending().contains(&request.flow.name)
-        || meta.read_again_after_restore(&request.flow.name);
+    let read_again = if request.clears || meta.full_refresh_pending().contains(&request.flow.name) {
+        Some(None)
+    } else {
+        meta.read_again_after_restore(&request.flow.name).map(Some)
+    };
     let pending = match &request.rejects {
         Some(sink) => write_pending(&store, sink, read_again).await?,
         None => None,

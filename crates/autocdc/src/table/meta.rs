@@ -199,10 +199,13 @@ impl TableMeta {
         marks
     }
 
-    /// Whether a restore rewound `flow` (an append flow) and it has not
-    /// committed since: its run reads rows again that it read before.
-    pub fn read_again_after_restore(&self, flow: &str) -> bool {
-        self.properties.contains_key(&read_again_property(flow))
+    /// The version a restore rewound `flow` (an append flow) to, when it
+    /// has not committed since: its run reads again the rows it read after
+    /// that version.
+    pub fn read_again_after_restore(&self, flow: &str) -> Option<i64> {
+        self.properties
+            .get(&read_again_property(flow))
+            .and_then(|version| version.parse().ok())
     }
 
     /// The table as the update carrying a full refresh's clear sees it: no

@@ -287,6 +287,10 @@ pub(crate) struct PendingRejects {
     /// refresh): an append flow's rows rejected before are rejected again.
     #[serde(default)]
     pub read_again: bool,
+    /// When it read again only what came after a `RESTORE` to this target
+    /// version: only the rows delivered by later commits are read again.
+    #[serde(default)]
+    pub read_again_after: Option<i64>,
 }
 
 impl PendingRejects {
@@ -305,11 +309,12 @@ impl PendingRejects {
 
 /// Write what `sink` holds into one Parquet file of the target's state
 /// store (not committed); `None` when it holds nothing. `read_again`: see
-/// [`PendingRejects::read_again`].
+/// [`PendingRejects::read_again`] and [`PendingRejects::read_again_after`]
+/// (`Some(None)`: everything is read again).
 pub(crate) async fn write_pending(
     store: &Arc<dyn ObjectStore>,
     sink: &RejectSink,
-    read_again: bool,
+    read_again: Option<Option<i64>>,
 ) -> Result<Option<PendingRejects>> {
     let batches = sink.batches()?;
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -339,6 +344,7 @@ pub(crate) async fn write_pending(
         id,
         path,
         rows,
-        read_again,
+        read_again: read_again.is_some(),
+        read_again_after: read_again.flatten(),
     }))
 }

@@ -125,7 +125,13 @@ pub(crate) async fn deliver(
     // An append flow's rows are not events: each is new (its streams read
     // every row once), however alike two are — but for those a full
     // refresh reads again: as many alike as were delivered are not new.
-    let known = delivered_events(rejects).await?;
+    let (known, known_since) = delivered_events(rejects, pending.read_again_after).await?;
+    // (what an append flow reads again: everything after a full refresh,
+    // what came after the version a restore went back to)
+    let appended_known = match pending.read_again_after {
+        Some(_) => &known_since,
+        None => &known,
+    };
     let target_meta = target.meta();
     let appending: HashSet<&str> = target_meta
         .flows
@@ -135,7 +141,15 @@ pub(crate) async fn deliver(
         .collect();
     let rows = read_pending(bytes, version)?
         .into_iter()
-        .map(|batch| new_events(batch, &known, &appending, pending.read_again))
+        .map(|batch| {
+            new_events(
+                batch,
+                &known,
+                appended_known,
+                &appending,
+                pending.read_again,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
     let count: usize = rows.iter().map(RecordBatch::num_rows).sum();
     let meta = rejects.meta();
@@ -208,13 +222,18 @@ fn pending_columns(batch: &RecordBatch) -> Result<Vec<&StringArray>> {
         .collect()
 }
 
-/// The identities of the events `rejects` holds, each with how many.
-async fn delivered_events(rejects: &ScdTable) -> Result<HashMap<String, usize>> {
+/// The identities of the events `rejects` holds, each with how many: all
+/// of them, and those delivered by target commits after `after`.
+async fn delivered_events(
+    rejects: &ScdTable,
+    after: Option<i64>,
+) -> Result<(HashMap<String, usize>, HashMap<String, usize>)> {
     let ctx = SessionContext::new();
-    let columns: Vec<Expr> = PENDING_COLUMNS
+    let mut columns: Vec<Expr> = PENDING_COLUMNS
         .iter()
         .map(|name| cast(col(Column::new_unqualified(*name)), DataType::Utf8).alias(*name))
         .collect();
+    columns.push(cast(col("commit_version"), DataType::Int64).alias("commit_version"));
     let batches = ctx
         .read_table(rejects.raw_provider())?
         .filter(col(KIND_COL).eq(lit(Kind::Upsert as i8)))?
@@ -222,21 +241,32 @@ async fn delivered_events(rejects: &ScdTable) -> Result<HashMap<String, usize>> 
         .collect()
         .await?;
     let mut known = HashMap::new();
+    let mut since = HashMap::new();
     for batch in &batches {
         let columns = pending_columns(batch)?;
+        let versions = batch
+            .column(batch.schema().index_of("commit_version")?)
+            .as_primitive_opt::<arrow::datatypes::Int64Type>()
+            .ok_or_else(|| DataFusionError::Internal("rejects: commit_version".into()))?;
         for row in 0..batch.num_rows() {
-            *known.entry(identity(&columns, row)).or_insert(0) += 1;
+            let id = identity(&columns, row);
+            if after.is_some_and(|after| versions.is_valid(row) && versions.value(row) > after) {
+                *since.entry(id.clone()).or_insert(0) += 1;
+            }
+            *known.entry(id).or_insert(0) += 1;
         }
     }
-    Ok(known)
+    Ok((known, since))
 }
 
 /// The rows of `batch` not in `known` (nor earlier in `batch`), and every
-/// row of the `appending` flows — after a full refresh (`read_again`), those
-/// beyond as many alike as `known` holds.
+/// row of the `appending` flows — when they read rows again (`read_again`),
+/// those beyond as many alike as `appended_known` (what they read again)
+/// holds.
 fn new_events(
     batch: RecordBatch,
     known: &HashMap<String, usize>,
+    appended_known: &HashMap<String, usize>,
     appending: &HashSet<&str>,
     read_again: bool,
 ) -> Result<RecordBatch> {
@@ -251,7 +281,13 @@ fn new_events(
                 return Some(true);
             }
             let id = identity(&columns, row);
-            let delivered = known.get(&id).copied().unwrap_or(0);
+            let delivered = match appended {
+                true => appended_known,
+                false => known,
+            }
+            .get(&id)
+            .copied()
+            .unwrap_or(0);
             let seen = seen.entry(id).or_insert(0);
             *seen += 1;
             Some(match appended {

@@ -197,11 +197,12 @@ pub(crate) async fn restore(
         edit = edit.metadata(MetadataChange::Set(key.clone(), value.clone()));
     }
     // append flows read again what they read since `to`: rows they reject
-    // again are not new rejects (`rejects::deliver`)
+    // again, alike to those delivered after `to`, are not new rejects
+    // (`rejects::deliver`)
     for flow in now_flows.values().filter(|f| f.append) {
         edit = edit.metadata(MetadataChange::Set(
             read_again_property(&flow.name),
-            "true".to_string(),
+            to.to_string(),
         ));
     }
     event.restored_version = Some(to);
