@@ -11,7 +11,9 @@
 
 use std::sync::Arc;
 
-use datafusion::catalog::{CatalogProviderList, TableFunctionImpl, TableProvider};
+use datafusion::catalog::{
+    CatalogProviderList, TableFunctionArgs, TableFunctionImpl, TableProvider,
+};
 use datafusion::common::{plan_err, DataFusionError, Result, TableReference};
 use datafusion::logical_expr::Expr;
 use futures::FutureExt;
@@ -23,33 +25,39 @@ use crate::table::TableName;
 #[derive(Debug)]
 pub struct StreamFunction {
     catalogs: Arc<dyn CatalogProviderList>,
-    default_catalog: String,
-    default_schema: String,
-    /// The session's streaming tables (of its default catalog).
+    /// The catalog of the session's streaming tables.
+    catalog: String,
+    /// The session's streaming tables.
     tables: TableRegistry,
 }
 
 impl StreamFunction {
-    /// A function resolving names in `catalogs` (unqualified names in the
-    /// given default catalog and schema), streaming tables in `tables`.
+    /// A function resolving names in `catalogs` (by the session's default
+    /// catalog and schema when called), streaming tables of `catalog` in
+    /// `tables`.
     pub fn new(
         catalogs: Arc<dyn CatalogProviderList>,
-        default_catalog: String,
-        default_schema: String,
+        catalog: String,
         tables: TableRegistry,
     ) -> Self {
         Self {
             catalogs,
-            default_catalog,
-            default_schema,
+            catalog,
             tables,
         }
     }
 }
 
 impl TableFunctionImpl for StreamFunction {
-    fn call(&self, args: &[Expr]) -> Result<Arc<dyn TableProvider>> {
-        let [Expr::Column(column)] = args else {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        // (names resolve by the defaults the session has now: `SET
+        // datafusion.catalog.default_schema` moves them)
+        let defaults = &args.session().config_options().catalog;
+        let (default_catalog, default_schema) = (
+            defaults.default_catalog.clone(),
+            defaults.default_schema.clone(),
+        );
+        let [Expr::Column(column)] = args.exprs() else {
             return plan_err!("stream() takes one table name, e.g. stream(cdc_data.users)");
         };
         // `stream(a.b.c)` arrives as column `c` of relation `a.b`
@@ -64,10 +72,8 @@ impl TableFunctionImpl for StreamFunction {
                 column.name.clone(),
             ),
         };
-        let resolved = reference
-            .clone()
-            .resolve(&self.default_catalog, &self.default_schema);
-        if *resolved.catalog == *self.default_catalog {
+        let resolved = reference.clone().resolve(&default_catalog, &default_schema);
+        if *resolved.catalog == *self.catalog {
             let name = TableName {
                 schema: resolved.schema.to_string(),
                 table: resolved.table.to_string(),

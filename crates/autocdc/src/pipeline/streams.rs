@@ -283,11 +283,16 @@ fn parse(query: &str, dialect_name: &str) -> Result<(DFStatement, Vec<Stream>)> 
     Ok((statement, visitor.found))
 }
 
-/// The names `sql` may read as streams (`stream(t)`, `STREAM t`), as
-/// written (quoted parts quoted), found in its tokens: any statement,
-/// ours (`FROM AUTO CDC (…)`, `CREATE FLOW`) too. A name that is no table
-/// is the planner's to report.
-pub(crate) fn streamed_tables(sql: &str, dialect_name: &str) -> Vec<String> {
+/// The names `sql` may read as streams (`stream(t)`, `STREAM t`), found in
+/// its tokens: any statement, ours (`FROM AUTO CDC (…)`, `CREATE FLOW`)
+/// too; unquoted parts folded to lower case when `normalize` (as the
+/// session reads names). A name that is no table is the planner's to
+/// report.
+pub(crate) fn streamed_tables(
+    sql: &str,
+    dialect_name: &str,
+    normalize: bool,
+) -> Vec<TableReference> {
     use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
     let Ok(d) = dialect(dialect_name) else {
         return vec![];
@@ -300,15 +305,27 @@ pub(crate) fn streamed_tables(sql: &str, dialect_name: &str) -> Vec<String> {
         .filter(|t| !matches!(t, Token::Whitespace(_)))
         .collect();
     let name_at = |mut at: usize| {
-        let mut parts = vec![];
+        let mut parts: Vec<String> = vec![];
         while let Some(Token::Word(w)) = tokens.get(at) {
-            parts.push(w.to_string());
+            parts.push(match w.quote_style.is_none() && normalize {
+                true => w.value.to_lowercase(),
+                false => w.value.clone(),
+            });
             match tokens.get(at + 1) {
                 Some(Token::Period) => at += 2,
                 _ => break,
             }
         }
-        (!parts.is_empty()).then(|| parts.join("."))
+        match parts.as_slice() {
+            [table] => Some(TableReference::bare(table.as_str())),
+            [schema, table] => Some(TableReference::partial(schema.as_str(), table.as_str())),
+            [catalog, schema, table] => Some(TableReference::full(
+                catalog.as_str(),
+                schema.as_str(),
+                table.as_str(),
+            )),
+            _ => None,
+        }
     };
     let mut found = vec![];
     for (at, token) in tokens.iter().enumerate() {
@@ -814,14 +831,16 @@ mod tests {
 
     #[test]
     fn streamed_names_are_found_in_any_statement() {
-        assert_eq!(
-            super::streamed_tables(
-                "SELECT * FROM AUTO CDC (SELECT * FROM stream(s.\"T\")) KEYS (id) \
-                 SEQUENCE BY seq JOIN STREAM u ON true, -- stream\n STREAM (v)",
-                "generic"
-            ),
-            ["s.\"T\"", "u", "v"]
-        );
+        let sql = "SELECT * FROM AUTO CDC (SELECT * FROM stream(s.\"T\")) KEYS (id) \
+                   SEQUENCE BY seq JOIN STREAM U ON true, -- stream\n STREAM (v)";
+        let names = |normalize| {
+            super::streamed_tables(sql, "generic", normalize)
+                .iter()
+                .map(|n| n.to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(true), [vec!["s", "T"], vec!["u"], vec!["v"]]);
+        assert_eq!(names(false), [vec!["s", "T"], vec!["U"], vec!["v"]]);
     }
 
     #[test]

@@ -193,7 +193,6 @@ impl CdcSession {
             Arc::new(StreamFunction::new(
                 ctx.state().catalog_list().clone(),
                 catalog,
-                schema,
                 Arc::clone(&tables),
             )),
         );
@@ -370,9 +369,9 @@ impl CdcSession {
             .windows(6)
             .any(|w| w.eq_ignore_ascii_case(b"STREAM"))
         {
-            for table in crate::pipeline::streams::streamed_tables(sql, &dialect) {
+            for table in crate::pipeline::streams::streamed_tables(sql, &dialect, normalize) {
                 // (a table it cannot look up: planning says why)
-                let _ = self.ctx.table_provider(table.as_str()).await;
+                let _ = self.ctx.table_provider(table).await;
             }
         }
         match parse_cdc_statement(sql, &dialect, normalize)? {

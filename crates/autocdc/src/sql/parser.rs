@@ -184,6 +184,27 @@ struct CdcParser<'a> {
     dialect: String,
 }
 
+/// `factor` as SQL text that reads back as it: a versioned table (`t
+/// VERSION AS OF 1 AS s`) with its version before its alias, which
+/// sqlparser writes after it (`t AS s VERSION AS OF 1` reads as no table).
+fn relation_text(factor: &datafusion::sql::sqlparser::ast::TableFactor) -> String {
+    use datafusion::sql::sqlparser::ast::TableFactor;
+    match factor {
+        TableFactor::Table {
+            name,
+            alias,
+            version: Some(version),
+            args: None,
+            ..
+        } => match alias {
+            // (an alias writes its own `AS`)
+            Some(alias) => format!("{name} {version} {alias}"),
+            None => format!("{name} {version}"),
+        },
+        other => other.to_string(),
+    }
+}
+
 /// Whether `expr` holds a subquery (`IN (SELECT …)`, `EXISTS`, a scalar
 /// subquery), at any depth.
 fn has_subquery(expr: &SqlExpr) -> bool {
@@ -1099,8 +1120,9 @@ impl CdcParser<'_> {
                  them in a subquery: join what it reads into the USING source",
             ));
         }
+        let source_text = relation_text(&merge.source);
         let source = match &with {
-            None => merge.source.to_string(),
+            None => source_text,
             Some(with) => {
                 let alias = match &merge.source {
                     TableFactor::Table {
@@ -1115,7 +1137,7 @@ impl CdcParser<'_> {
                         .map_or_else(|| "source".to_string(), |part| part.to_string()),
                     _ => "source".to_string(),
                 };
-                format!("({with} SELECT * FROM {}) AS {alias}", merge.source)
+                format!("({with} SELECT * FROM {source_text}) AS {alias}")
             }
         };
         let TableFactor::Table { name, alias, .. } = &merge.table else {

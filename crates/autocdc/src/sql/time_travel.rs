@@ -59,9 +59,25 @@ impl RelationPlanner for TimeTravelPlanner {
         let dialect = dialect_from_str(dialect_name.to_string()).ok_or_else(|| {
             DataFusionError::Plan(format!("unsupported SQL dialect '{dialect_name}'"))
         })?;
+        // (the name as the session reads it, each part quoted unless plain:
+        // `s.[T]` of mssql, `"Mixed"`, `Mixed` unfolded)
+        let reference = context.object_name_to_table_reference(name.clone())?;
+        let plain = |part: &str| {
+            part.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && !part.starts_with(|c: char| c.is_ascii_digit())
+        };
+        let written: Vec<String> = reference
+            .to_vec()
+            .iter()
+            .map(|part| match plain(part) {
+                true => part.clone(),
+                false => format!("\"{}\"", part.replace('"', "\"\"")),
+            })
+            .collect();
         let sql = format!(
             "table_as_of('{}', {at})",
-            name.to_string().replace('\'', "''")
+            written.join(".").replace('\'', "''")
         );
         let mut factor = Parser::new(dialect.as_ref())
             .try_with_sql(&sql)
