@@ -242,8 +242,18 @@ impl CdcSession {
                     field.data_type()
                 )));
             }
+            // (an SCD time column is one however it is spelled: `__START_AT`
+            // quoted is `__start_at`)
+            let name = match RESERVED_COLUMNS
+                .iter()
+                .find(|reserved| reserved.eq_ignore_ascii_case(name))
+            {
+                Some(reserved) => reserved.to_string(),
+                None => name.clone(),
+            };
             fields.push(Field::new(name, storage_type(field.data_type()), true));
         }
+        time_columns_paired(&c.name.to_string(), &fields)?;
         Ok(fields)
     }
 
@@ -430,6 +440,59 @@ impl CdcSession {
 }
 
 /// `name type, …` of `fields`.
+/// The SCD time columns of a declaration come in pairs of one type:
+/// `__START_AT` with `__END_AT` (SCD 2), and for BITEMPORAL also
+/// `__SYSTEM_START_AT` with `__SYSTEM_END_AT`; a column declared twice is
+/// refused too.
+fn time_columns_paired(table: &str, fields: &[Field]) -> Result<()> {
+    let find = |name: &str| {
+        fields
+            .iter()
+            .filter(|f| f.name() == name)
+            .collect::<Vec<_>>()
+    };
+    for name in RESERVED_COLUMNS {
+        if find(name).len() > 1 {
+            return Err(DataFusionError::Plan(format!(
+                "streaming table '{table}': column '{name}' is declared twice"
+            )));
+        }
+    }
+    let pairs = [
+        (START_AT_COL, END_AT_COL),
+        (SYSTEM_START_AT_COL, SYSTEM_END_AT_COL),
+    ];
+    for (start, end) in pairs {
+        match (find(start).first(), find(end).first()) {
+            (Some(s), Some(e)) if s.data_type() != e.data_type() => {
+                return Err(DataFusionError::Plan(format!(
+                    "streaming table '{table}': {} and {} have one type (the sequence's), \
+                     declared {} and {}",
+                    start.to_uppercase(),
+                    end.to_uppercase(),
+                    s.data_type(),
+                    e.data_type()
+                )))
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(DataFusionError::Plan(format!(
+                    "streaming table '{table}': {} and {} are declared together",
+                    start.to_uppercase(),
+                    end.to_uppercase()
+                )))
+            }
+            _ => {}
+        }
+    }
+    if !find(SYSTEM_START_AT_COL).is_empty() && find(START_AT_COL).is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "streaming table '{table}': a BITEMPORAL table declares __START_AT and __END_AT \
+             with __SYSTEM_START_AT and __SYSTEM_END_AT"
+        )));
+    }
+    Ok(())
+}
+
 /// Whether `declared` are the columns `stored`: the user columns in order,
 /// the SCD time columns (`__START_AT`, …) wherever they are written.
 fn same_columns(declared: &[Field], stored: &[Field]) -> bool {

@@ -21,7 +21,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 /// `sql` as `DELETE FROM t` when it is a plain `TRUNCATE [TABLE] t`; as
 /// written otherwise (only text starting with `TRUNCATE` is parsed).
 pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
-    let body = past_comments(sql);
+    let body = past_comments(sql, dialect);
     // `EXPLAIN [ANALYZE] [VERBOSE] [FORMAT f]` before it: the statement it
     // explains
     let words: Vec<(usize, &str)> = body
@@ -79,43 +79,39 @@ pub fn truncate_as_delete<'a>(sql: &'a str, dialect: &str) -> Cow<'a, str> {
     }
 }
 
-/// `sql` from its first token: past white space and the `--` and `/* */`
-/// comments before it (block comments may nest, as the parser reads them).
-fn past_comments(sql: &str) -> &str {
-    let mut rest = sql.trim_start();
-    loop {
-        if let Some(comment) = rest.strip_prefix("--") {
-            rest = comment.split_once('\n').map_or("", |(_, after)| after);
-        } else if rest.starts_with("/*") {
-            let mut depth = 0usize;
-            let mut at = 0;
-            let bytes = rest.as_bytes();
-            while at + 1 < bytes.len() {
-                match &bytes[at..at + 2] {
-                    b"/*" => {
-                        depth += 1;
-                        at += 2;
-                    }
-                    b"*/" => {
-                        depth -= 1;
-                        at += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    _ => at += 1,
-                }
-            }
-            if depth > 0 {
-                // unterminated: the parser reports it
-                return rest;
-            }
-            rest = &rest[at..];
-        } else {
-            return rest;
+/// `sql` from its first token: past white space and comments, as the
+/// dialect's tokenizer reads them (`--`, `/* */` nested, `#` in MySQL and
+/// BigQuery); as given when it does not tokenize (the parser reports it).
+fn past_comments<'a>(sql: &'a str, dialect: &str) -> &'a str {
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let Some(dialect) = dialect_from_str(dialect) else {
+        return sql;
+    };
+    let Ok(tokens) = Tokenizer::new(dialect.as_ref(), sql).tokenize_with_location() else {
+        return sql;
+    };
+    let Some(first) = tokens
+        .iter()
+        .find(|t| !matches!(t.token, Token::Whitespace(_)))
+    else {
+        return "";
+    };
+    // (its location is a line and a column, both counted from 1, in chars)
+    let (line, column) = (first.span.start.line, first.span.start.column);
+    let mut at_line = 1;
+    let mut at_column = 1;
+    for (offset, c) in sql.char_indices() {
+        if at_line == line && at_column == column {
+            return &sql[offset..];
         }
-        rest = rest.trim_start();
+        if c == '\n' {
+            at_line += 1;
+            at_column = 1;
+        } else {
+            at_column += 1;
+        }
     }
+    ""
 }
 
 #[cfg(test)]
@@ -162,6 +158,10 @@ mod tests {
         assert_eq!(
             truncate_as_delete("EXPLAIN -- the plan\nTRUNCATE t", "generic"),
             "EXPLAIN DELETE FROM t"
+        );
+        assert_eq!(
+            truncate_as_delete("# empty it\nTRUNCATE t", "mysql"),
+            "DELETE FROM t"
         );
         for other in [
             "-- TRUNCATE t\nSELECT 1",
