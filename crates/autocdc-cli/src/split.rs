@@ -3,7 +3,7 @@
 //! Statements end at a `;` that is not inside a single-quoted string (an
 //! `E'…'` string's `\'` included), a dollar-quoted string (`$$…$$`,
 //! `$tag$…$tag$`), a double-quoted or backtick-quoted identifier, a `--` line
-//! comment or a `/* */` block comment.
+//! comment or a `/* */` block comment (which may nest).
 //! Comments are removed from the returned statements (a block comment becomes a
 //! space), so a statement can be recognised by its first keyword.
 
@@ -20,8 +20,9 @@ enum State {
     Dollar(String),
     /// Inside a `--` comment (until the end of the line).
     LineComment,
-    /// Inside a `/* */` comment.
-    BlockComment,
+    /// Inside `/* */` comments nested this deep (`/* a /* b */ c */` is
+    /// one comment, as the SQL parsers read it).
+    BlockComment(usize),
 }
 
 /// The result of [`split_statements`].
@@ -67,7 +68,7 @@ pub fn split_statements(text: &str) -> Split {
                 '/' if next_is(&mut chars, '*') => {
                     chars.next();
                     current.push(' ');
-                    state = State::BlockComment;
+                    state = State::BlockComment(1);
                 }
                 'E' | 'e'
                     if next_is(&mut chars, '\'')
@@ -139,10 +140,16 @@ pub fn split_statements(text: &str) -> Split {
                     state = State::Code;
                 }
             }
-            State::BlockComment => {
+            State::BlockComment(depth) => {
                 if c == '*' && next_is(&mut chars, '/') {
                     chars.next();
-                    state = State::Code;
+                    state = match depth {
+                        1 => State::Code,
+                        _ => State::BlockComment(depth - 1),
+                    };
+                } else if c == '/' && next_is(&mut chars, '*') {
+                    chars.next();
+                    state = State::BlockComment(depth + 1);
                 }
             }
         }
@@ -247,5 +254,11 @@ mod tests {
         assert_eq!(split_statements("SELECT 1; -- c\n").pending, None);
         assert!(split_statements("SELECT 'a;\n").pending.is_some());
         assert!(split_statements("/* open\n").pending.is_some());
+        // nested: one comment, the DELETE in it no statement
+        assert_eq!(
+            script_statements("/* off: /* old */\nDELETE FROM t;\n*/ SELECT 1;"),
+            ["SELECT 1"]
+        );
+        assert!(split_statements("/* a /* b */ c\n").open);
     }
 }
