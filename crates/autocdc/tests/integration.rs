@@ -123,6 +123,17 @@ async fn stream_in_a_query_of_another_session_reads_the_latest_rows() {
         rows(&two, "SELECT count(*) FROM stream(base)").await,
         ["| 4 |"]
     );
+    // and the functions naming a table by a string: its latest version too
+    exec(&one, "INSERT INTO src VALUES (5, 'e', 1)").await;
+    exec(&one, "REFRESH STREAMING TABLE base").await;
+    assert_eq!(
+        rows(&two, "SELECT count(*) FROM table_as_of('base', 4)").await,
+        ["| 5 |"]
+    );
+    assert_eq!(
+        rows(&two, "SELECT max(commit_version) FROM event_log('base')").await,
+        ["| 4 |"]
+    );
 }
 
 /// A table another session dropped, or dropped and created again, is read

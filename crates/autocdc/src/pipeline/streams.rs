@@ -283,66 +283,6 @@ fn parse(query: &str, dialect_name: &str) -> Result<(DFStatement, Vec<Stream>)> 
     Ok((statement, visitor.found))
 }
 
-/// The names `sql` may read as streams (`stream(t)`, `STREAM t`), found in
-/// its tokens: any statement, ours (`FROM AUTO CDC (…)`, `CREATE FLOW`)
-/// too; unquoted parts folded to lower case when `normalize` (as the
-/// session reads names). A name that is no table is the planner's to
-/// report.
-pub(crate) fn streamed_tables(
-    sql: &str,
-    dialect_name: &str,
-    normalize: bool,
-) -> Vec<TableReference> {
-    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
-    let Ok(d) = dialect(dialect_name) else {
-        return vec![];
-    };
-    let Ok(tokens) = Tokenizer::new(d.as_ref(), sql).tokenize() else {
-        return vec![];
-    };
-    let tokens: Vec<&Token> = tokens
-        .iter()
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
-    let name_at = |mut at: usize| {
-        let mut parts: Vec<String> = vec![];
-        while let Some(Token::Word(w)) = tokens.get(at) {
-            parts.push(match w.quote_style.is_none() && normalize {
-                true => w.value.to_lowercase(),
-                false => w.value.clone(),
-            });
-            match tokens.get(at + 1) {
-                Some(Token::Period) => at += 2,
-                _ => break,
-            }
-        }
-        match parts.as_slice() {
-            [table] => Some(TableReference::bare(table.as_str())),
-            [schema, table] => Some(TableReference::partial(schema.as_str(), table.as_str())),
-            [catalog, schema, table] => Some(TableReference::full(
-                catalog.as_str(),
-                schema.as_str(),
-                table.as_str(),
-            )),
-            _ => None,
-        }
-    };
-    let mut found = vec![];
-    for (at, token) in tokens.iter().enumerate() {
-        let Token::Word(w) = token else { continue };
-        if w.quote_style.is_some() || !w.value.eq_ignore_ascii_case("stream") {
-            continue;
-        }
-        let name = match tokens.get(at + 1) {
-            Some(Token::LParen) => name_at(at + 2),
-            Some(Token::Word(_)) => name_at(at + 1),
-            _ => None,
-        };
-        found.extend(name);
-    }
-    found
-}
-
 /// Replace the streams of `statement` by the subqueries of `replace`.
 fn replace_streams(
     statement: &mut DFStatement,
@@ -827,20 +767,6 @@ mod tests {
             ControlFlow::Break(e) => Err(e),
             ControlFlow::Continue(()) => Ok(visitor.found),
         }
-    }
-
-    #[test]
-    fn streamed_names_are_found_in_any_statement() {
-        let sql = "SELECT * FROM AUTO CDC (SELECT * FROM stream(s.\"T\")) KEYS (id) \
-                   SEQUENCE BY seq JOIN STREAM U ON true, -- stream\n STREAM (v)";
-        let names = |normalize| {
-            super::streamed_tables(sql, "generic", normalize)
-                .iter()
-                .map(|n| n.to_vec())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(names(true), [vec!["s", "T"], vec!["u"], vec!["v"]]);
-        assert_eq!(names(false), [vec!["s", "T"], vec!["U"], vec!["v"]]);
     }
 
     #[test]

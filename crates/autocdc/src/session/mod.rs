@@ -362,14 +362,10 @@ impl CdcSession {
 
     async fn sql_once(&self, sql: &str) -> Result<DataFrame> {
         let (dialect, normalize) = self.parser_options();
-        // the tables it reads as streams at their latest version: `stream(t)`
-        // takes them as they are while planning (see `StreamFunction`)
-        if sql
-            .as_bytes()
-            .windows(6)
-            .any(|w| w.eq_ignore_ascii_case(b"STREAM"))
-        {
-            for table in crate::pipeline::streams::streamed_tables(sql, &dialect, normalize) {
+        // the tables it names through functions at their latest version:
+        // those take them as they are while planning (`crate::sql::looked_up`)
+        if crate::sql::may_name_tables_in_functions(sql) {
+            for table in crate::sql::looked_up_tables(sql, &dialect, normalize) {
                 // (a table it cannot look up: planning says why)
                 let _ = self.ctx.table_provider(table).await;
             }

@@ -31,6 +31,7 @@
 //! ([`crate::values_columns`]).
 
 mod equivalent;
+mod looked_up;
 mod outer_ctes;
 mod parser;
 mod plain_ddl;
@@ -40,6 +41,7 @@ mod update_targets;
 
 pub use crate::values_columns::with_databricks_values_columns;
 pub use equivalent::{equivalent_sql, flow_differences, spelled_flow};
+pub use looked_up::{looked_up_tables, may_name_tables_in_functions};
 pub use outer_ctes::{outer_ctes, reads_only_planned, with_outer_ctes};
 pub use parser::{
     parse_cdc_statement, replace_auto_cdc_relations, AutoCdcRelation, CdcStatement,
