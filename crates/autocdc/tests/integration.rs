@@ -160,6 +160,14 @@ async fn a_table_dropped_and_created_again_elsewhere_is_read_anew() {
         ["| 1 |", "| 2 |"]
     );
 
+    // (read on to another writer's commit)
+    exec(&one, "INSERT INTO src VALUES (3, 'c', 1)").await;
+    exec(&one, "REFRESH STREAMING TABLE t").await;
+    assert_eq!(
+        rows(&two, "SELECT id FROM t ORDER BY id").await,
+        ["| 1 |", "| 2 |", "| 3 |"]
+    );
+
     exec(&one, "DROP STREAMING TABLE t").await;
     let gone = two.sql("SELECT * FROM t").await.expect_err("t was dropped");
     assert!(

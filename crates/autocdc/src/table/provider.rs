@@ -328,6 +328,11 @@ impl ScdTable {
     /// | gone                               | another one (or none): read from the start |
     /// | other than when last seen here     | another one: read from the start |
     /// | as last seen, or not seen before   | the same one: read on  |
+    ///
+    /// A version is seen when loaded and when read on to (another writer's
+    /// commit); one this table committed is seen at the next look, so a
+    /// table dropped and created again with as many commits before that
+    /// look goes unnoticed.
     pub async fn refresh(&self) -> Result<()> {
         let mut table = self.delta();
         let loaded = table.version();
@@ -346,7 +351,16 @@ impl ScdTable {
         };
         let updated = match (same, read) {
             (false, _) => self.reload().await,
-            (true, Ok(())) => self.set(table).await,
+            (true, Ok(())) => {
+                // read on to another writer's commit: its file, to know it
+                // again at the next look (one request, only then)
+                if let Some(version) = table.version().filter(|v| Some(*v) != loaded) {
+                    if let Ok(file) = commit_file(&table, version).await {
+                        self.same_tip(version, file);
+                    }
+                }
+                self.set(table).await
+            }
             (true, Err(e)) => Err(delta_err(e)),
         };
         updated.map_err(|e| {
