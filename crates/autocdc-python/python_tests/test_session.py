@@ -415,6 +415,21 @@ class Flows(unittest.TestCase):
         again = cdc.CdcSession(self.warehouse)
         self.assertEqual(pa.table(again.sql("SELECT count(*) AS n FROM t")).to_pylist(), [{"n": 4}])
 
+    def test_history_methods_read_what_another_session_committed(self) -> None:
+        self.s.register("src", pa.table({"id": [1], "v": ["a"], "seq": [1]}))
+        self.s.create_streaming_table("h")
+        self.s.create_auto_cdc_flow(
+            target="h", source="src", keys=["id"], sequence_by="seq", stored_as_scd_type=2,
+        )
+        other = cdc.CdcSession(self.warehouse)
+        self.assertEqual(pa.table(other.table_as_of("h", 1)).to_pylist()[0]["v"], "a")
+        self.s.register("src", pa.table({"id": [1], "v": ["b"], "seq": [2]}))
+        self.s.sql("REFRESH STREAMING TABLE h")
+        self.assertEqual(
+            [r["v"] for r in pa.table(other.table_as_of("h", 2)).to_pylist()], ["a", "b"]
+        )
+        self.assertEqual(pa.table(other.scd2_as_of("h", 2)).to_pylist(), [{"id": 1, "v": "b", "seq": 2}])
+
     def test_bad_arguments_and_engine_errors(self) -> None:
         self.s.register("users", users_cdf())
         self.s.create_streaming_table("target")

@@ -59,13 +59,16 @@ impl PyCdcSession {
 
     /// The rows of the frame `frame` returns, collected on the session's
     /// runtime with the GIL released.
-    fn collect(
+    fn collect<F>(
         &self,
         py: Python<'_>,
-        frame: impl FnOnce(&CdcSession) -> datafusion::error::Result<DataFrame> + Send,
-    ) -> PyResult<QueryResult> {
+        frame: impl FnOnce(Arc<CdcSession>) -> F + Send,
+    ) -> PyResult<QueryResult>
+    where
+        F: Future<Output = datafusion::error::Result<DataFrame>> + Send,
+    {
         let (schema, batches) = self.run(py, move |s| async move {
-            let frame = frame(&s)?;
+            let frame = frame(s).await?;
             let schema = Arc::new(frame.schema().as_arrow().clone());
             Ok((schema, frame.collect().await?))
         })?;
@@ -845,7 +848,7 @@ impl PyCdcSession {
         business_time: &Bound<'_, PyAny>,
     ) -> PyResult<QueryResult> {
         let at = version::to_scalar(business_time, "business time", "scd2_as_of")?;
-        self.collect(py, move |s| s.scd2_as_of(&name, at))
+        self.collect(py, move |s| async move { s.scd2_as_of(&name, at).await })
     }
 
     /// `bitemporal_as_of(name, business_time, system_time=None)`: what a
@@ -864,7 +867,9 @@ impl PyCdcSession {
         let seen = system_time
             .map(|s| version::to_scalar(s, "system time", CALL))
             .transpose()?;
-        self.collect(py, move |s| s.bitemporal_as_of(&name, at, seen))
+        self.collect(py, move |s| async move {
+            s.bitemporal_as_of(&name, at, seen).await
+        })
     }
 
     /// `table_as_of(name, at)`: the streaming table as of a commit version
@@ -876,7 +881,7 @@ impl PyCdcSession {
         at: &Bound<'_, PyAny>,
     ) -> PyResult<QueryResult> {
         let at = version::to_scalar(at, "commit version or time", "table_as_of")?;
-        self.collect(py, move |s| s.table_as_of(&name, at))
+        self.collect(py, move |s| async move { s.table_as_of(&name, at).await })
     }
 
     /// `RESTORE STREAMING TABLE name TO VERSION AS OF version` (or `TIMESTAMP

@@ -269,40 +269,50 @@ impl CdcSession {
     /// valid at `business_time`, one row per key, without the interval
     /// columns (SPEC §4.9). The point takes the sequence's type (an integer,
     /// a timestamp, …; see [`ScalarValue`]'s `From` implementations).
-    pub fn scd2_as_of(
+    pub async fn scd2_as_of(
         &self,
         table: &str,
         business_time: impl Into<ScalarValue>,
     ) -> Result<DataFrame> {
         self.function_frame("scd2_as_of", table, [business_time.into()])
+            .await
     }
 
     /// `bitemporal_as_of(table, business_time [, system_time])`: what a
     /// BITEMPORAL target recorded at `system_time` (`None`: the current
     /// belief) about `business_time`, one row per key (SPEC §4.9).
-    pub fn bitemporal_as_of(
+    pub async fn bitemporal_as_of(
         &self,
         table: &str,
         business_time: impl Into<ScalarValue>,
         system_time: Option<ScalarValue>,
     ) -> Result<DataFrame> {
-        let points = std::iter::once(business_time.into()).chain(system_time);
-        self.function_frame("bitemporal_as_of", table, points)
+        let points: Vec<ScalarValue> = std::iter::once(business_time.into())
+            .chain(system_time)
+            .collect();
+        self.function_frame("bitemporal_as_of", table, points).await
     }
 
     /// `table_as_of(table, at)`: a streaming table as of a commit version
     /// (an integer) or a commit time (a timestamp).
-    pub fn table_as_of(&self, table: &str, at: impl Into<ScalarValue>) -> Result<DataFrame> {
-        self.function_frame("table_as_of", table, [at.into()])
+    pub async fn table_as_of(&self, table: &str, at: impl Into<ScalarValue>) -> Result<DataFrame> {
+        self.function_frame("table_as_of", table, [at.into()]).await
     }
 
-    /// The rows of table function `function` called on `table` and `args`.
-    fn function_frame(
+    /// The rows of table function `function` called on `table` (first
+    /// brought to its latest version, as a statement naming it would) and
+    /// `args`.
+    async fn function_frame(
         &self,
         function: &str,
         table: &str,
         args: impl IntoIterator<Item = ScalarValue>,
     ) -> Result<DataFrame> {
+        // (a name that is no table: the function says so)
+        let _ = self
+            .context()
+            .table_provider(datafusion::common::TableReference::from(table))
+            .await;
         let args: Vec<Expr> = std::iter::once(lit(table))
             .chain(args.into_iter().map(lit))
             .collect();

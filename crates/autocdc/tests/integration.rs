@@ -2606,24 +2606,27 @@ async fn history_queries_from_rust() {
     exec(&s, "CREATE FLOW g AS AUTO CDC INTO b FROM src KEYS (id) SEQUENCE BY seq SYSTEM SEQUENCE BY st COLUMNS * EXCEPT (seq, st) STORED AS BITEMPORAL").await;
     let collect =
         |df: datafusion::prelude::DataFrame| async move { lines(&df.collect().await.unwrap()) };
-    assert_eq!(collect(s.scd2_as_of("h", 4).unwrap()).await, ["| 1 | a |"]);
     assert_eq!(
-        collect(s.scd2_as_of("h", 5i64).unwrap()).await,
-        ["| 1 | b |"]
-    );
-    assert_eq!(
-        collect(s.bitemporal_as_of("b", 7, Some(15.into())).unwrap()).await,
+        collect(s.scd2_as_of("h", 4).await.unwrap()).await,
         ["| 1 | a |"]
     );
     assert_eq!(
-        collect(s.bitemporal_as_of("b", 7, None).unwrap()).await,
+        collect(s.scd2_as_of("h", 5i64).await.unwrap()).await,
         ["| 1 | b |"]
     );
     assert_eq!(
-        collect(s.table_as_of("h", 0i64).unwrap()).await,
+        collect(s.bitemporal_as_of("b", 7, Some(15.into())).await.unwrap()).await,
+        ["| 1 | a |"]
+    );
+    assert_eq!(
+        collect(s.bitemporal_as_of("b", 7, None).await.unwrap()).await,
+        ["| 1 | b |"]
+    );
+    assert_eq!(
+        collect(s.table_as_of("h", 0i64).await.unwrap()).await,
         Vec::<String>::new()
     );
-    let err = s.scd2_as_of("b", 4).unwrap_err().to_string();
+    let err = s.scd2_as_of("b", 4).await.unwrap_err().to_string();
     assert!(
         err.contains("'b' is BITEMPORAL (use bitemporal_as_of)"),
         "{err}"
