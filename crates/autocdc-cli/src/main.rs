@@ -58,7 +58,7 @@ use datafusion_autocdc::{AutoCdcConfig, CdcSession, PipelineUpdate, TableStatus,
 
 use crate::print::{Format, MaxRows, PrintOptions};
 use crate::progress::Progress;
-use crate::split::{script_statements, split_statements};
+use crate::split::{script_statements_in, split_statements_in};
 
 /// Prompt for the first line of a statement.
 const PROMPT: &str = "autocdc> ";
@@ -133,6 +133,15 @@ enum Subcommand {
 struct Shell {
     session: CdcSession,
     print: PrintOptions,
+}
+
+impl Shell {
+    /// Whether the session's dialect now reads `#` as a comment (scripts
+    /// are split as it reads them).
+    fn hash_comments(&self) -> bool {
+        let state = self.session.context().state();
+        split::hash_comments(&state.config().options().sql_parser.dialect.to_string())
+    }
 }
 
 #[tokio::main]
@@ -305,7 +314,7 @@ async fn apply_definitions(shell: &Shell, files: &[PathBuf]) -> Result<Vec<Strin
     let mut statements = Vec::new();
     for path in files {
         let script = read_script(path)?;
-        statements.extend(script_statements(&script));
+        statements.extend(script_statements_in(&script, shell.hash_comments()));
     }
     // the tables the files define, and their flows
     let mut tables = std::collections::BTreeSet::new();
@@ -597,12 +606,27 @@ fn read_script(path: &Path) -> Result<String> {
     })
 }
 
-/// Runs the statements of `script` in order, stopping at the first error.
+/// Runs the statements of `script` in order, stopping at the first error;
+/// each next statement is found as the session's dialect then reads the
+/// text (a `SET` of the dialect changes what a comment is).
 async fn run_script(shell: &Shell, script: &str) -> Result<()> {
-    for statement in script_statements(script) {
-        run_statement(shell, &statement).await?;
+    let mut rest = script;
+    loop {
+        let split = split_statements_in(rest, shell.hash_comments());
+        let (Some(statement), Some(&end)) = (split.statements.first(), split.ends.first()) else {
+            if split.open_comment {
+                return Err(DataFusionError::Plan(
+                    "the script ends inside a /* */ comment that is not closed".into(),
+                ));
+            }
+            if let Some(last) = split.pending.filter(|sql| !sql.is_empty()) {
+                run_statement(shell, &last).await?;
+            }
+            return Ok(());
+        };
+        run_statement(shell, statement).await?;
+        rest = &rest[end..];
     }
-    Ok(())
 }
 
 /// Reads statements from standard input and runs them until `\q` or end of input.
@@ -632,12 +656,13 @@ async fn interactive(shell: &Shell) -> ExitCode {
             }
         }
         // (inside an open string, `\q` is part of it)
-        if line.trim() == QUIT_COMMAND && !split_statements(&buffer).open {
+        if line.trim() == QUIT_COMMAND && !split_statements_in(&buffer, shell.hash_comments()).open
+        {
             return ExitCode::SUCCESS;
         }
 
         buffer.push_str(&line);
-        let split = split_statements(&buffer);
+        let split = split_statements_in(&buffer, shell.hash_comments());
         for statement in &split.statements {
             if let Err(error) = run_statement(shell, statement).await {
                 eprintln!("Error: {error}");
@@ -655,7 +680,7 @@ async fn interactive(shell: &Shell) -> ExitCode {
     if show_prompt {
         println!();
     }
-    if let Some(statement) = split_statements(&buffer).pending {
+    if let Some(statement) = split_statements_in(&buffer, shell.hash_comments()).pending {
         if let Err(error) = run_statement(shell, &statement).await {
             eprintln!("Error: {error}");
         }

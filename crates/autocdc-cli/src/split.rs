@@ -3,7 +3,9 @@
 //! Statements end at a `;` that is not inside a single-quoted string (an
 //! `E'…'` string's `\'` included), a dollar-quoted string (`$$…$$`,
 //! `$tag$…$tag$`), a double-quoted or backtick-quoted identifier, a `--` line
-//! comment or a `/* */` block comment (which may nest).
+//! comment or a `/* */` block comment (which may nest) — or, in the dialects
+//! that read `#` as one (MySQL, BigQuery, Hive, Snowflake), a `#` line
+//! comment.
 //! Comments are removed from the returned statements (a block comment becomes a
 //! space), so a statement can be recognised by its first keyword.
 
@@ -40,10 +42,30 @@ pub struct Split {
     /// Whether the text ends inside a quoted string or identifier or a block
     /// comment (a next line continues it).
     pub open: bool,
+    /// Whether it ends inside a block comment.
+    pub open_comment: bool,
+    /// Byte offset just after each complete statement's `;`.
+    pub ends: Vec<usize>,
 }
 
-/// Splits `text` into statements (see the [module docs](self)).
-pub fn split_statements(text: &str) -> Split {
+/// Whether `dialect` (a `datafusion.sql_parser.dialect` value) reads `#` as
+/// the start of a line comment, as sqlparser's tokenizer does.
+pub fn hash_comments(dialect: &str) -> bool {
+    ["mysql", "bigquery", "hive", "snowflake"]
+        .iter()
+        .any(|d| dialect.eq_ignore_ascii_case(d))
+}
+
+/// Splits `text` into statements (see the [module docs](self)), `#` not
+/// starting a comment.
+#[cfg(test)]
+fn split_statements(text: &str) -> Split {
+    split_statements_in(text, false)
+}
+
+/// Splits `text` into statements, `#` starting a line comment when
+/// `hash_comments`.
+pub fn split_statements_in(text: &str, hash_comments: bool) -> Split {
     let mut split = Split::default();
     let mut current = String::new();
     let mut has_sql = false;
@@ -56,6 +78,7 @@ pub fn split_statements(text: &str) -> Split {
                 ';' => {
                     if has_sql {
                         split.statements.push(current.trim().to_string());
+                        split.ends.push(index + c.len_utf8());
                     }
                     current.clear();
                     has_sql = false;
@@ -65,6 +88,7 @@ pub fn split_statements(text: &str) -> Split {
                     chars.next();
                     state = State::LineComment;
                 }
+                '#' if hash_comments => state = State::LineComment,
                 '/' if next_is(&mut chars, '*') => {
                     chars.next();
                     current.push(' ');
@@ -157,6 +181,7 @@ pub fn split_statements(text: &str) -> Split {
 
     let unterminated = !matches!(state, State::Code | State::LineComment);
     split.open = unterminated;
+    split.open_comment = matches!(state, State::BlockComment(_));
     if has_sql || unterminated {
         split.pending = Some(current.trim().to_string());
     }
@@ -179,13 +204,20 @@ fn next_is(chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>, expected:
     chars.peek().is_some_and(|&(_, c)| c == expected)
 }
 
-/// All statements of a script: the complete ones and a final one that lacks its `;`.
-pub fn script_statements(text: &str) -> Vec<String> {
+/// All statements of a script: the complete ones and a final one that lacks
+/// its `;`.
+#[cfg(test)]
+fn script_statements(text: &str) -> Vec<String> {
+    script_statements_in(text, false)
+}
+
+/// All statements of a script, `#` starting a comment when `hash_comments`.
+pub fn script_statements_in(text: &str, hash_comments: bool) -> Vec<String> {
     let Split {
         mut statements,
         pending,
         ..
-    } = split_statements(text);
+    } = split_statements_in(text, hash_comments);
     statements.extend(pending.filter(|sql| !sql.is_empty()));
     statements
 }
@@ -259,6 +291,17 @@ mod tests {
             script_statements("/* off: /* old */\nDELETE FROM t;\n*/ SELECT 1;"),
             ["SELECT 1"]
         );
-        assert!(split_statements("/* a /* b */ c\n").open);
+        assert!(split_statements("/* a /* b */ c\n").open_comment);
+        // `#` comments where the dialect has them
+        let hashed = "SELECT 1 # off; DELETE FROM t\n; SELECT 2;";
+        assert_eq!(
+            split_statements_in(hashed, true).statements,
+            ["SELECT 1", "SELECT 2"]
+        );
+        assert_eq!(
+            split_statements_in(hashed, true).ends,
+            [hashed.len() - 10, hashed.len()]
+        );
+        assert_eq!(split_statements(hashed).statements.len(), 3);
     }
 }

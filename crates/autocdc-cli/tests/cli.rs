@@ -69,6 +69,40 @@ fn file_runs_statements_in_order() {
     assert!(text.contains("42"), "{text}");
 }
 
+/// A script's comments are the dialect's: after `SET … dialect = 'mysql'`
+/// a `#` starts one (a `;` in it ends no statement), and a `/* */`
+/// comment left open is an error, not the end of the script.
+#[test]
+fn script_comments_are_read_as_the_dialect_reads_them() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let script = dir.path().join("script.sql");
+    std::fs::write(
+        &script,
+        "SET datafusion.sql_parser.dialect = 'mysql';\n\
+         CREATE TABLE t AS SELECT 1 AS id;\n\
+         SELECT count(*) AS n FROM t # off for now; DROP TABLE t\n;\n\
+         SELECT count(*) AS still FROM t;\n",
+    )
+    .expect("write script");
+    let (output, _warehouse) = autocdc(&["--format", "csv", "-f", script.to_str().expect("utf-8")]);
+    let text = stdout(&output);
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("still\n1"), "{text}");
+
+    std::fs::write(&script, "SELECT 1 AS one;\nSELECT 2 /* not closed\n").expect("write script");
+    let (output, _warehouse) = autocdc(&["-f", script.to_str().expect("utf-8")]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("a /* */ comment that is not closed"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A script that starts with a byte order mark (as some editors write
 /// UTF-8) runs: the mark was taken for the start of a statement.
 #[test]
