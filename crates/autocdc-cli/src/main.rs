@@ -140,7 +140,7 @@ impl Shell {
     /// are split as it reads them).
     fn hash_comments(&self) -> bool {
         let state = self.session.context().state();
-        split::hash_comments(&state.config().options().sql_parser.dialect.to_string())
+        split::hash_comments(state.config().options().sql_parser.dialect.as_ref())
     }
 }
 

@@ -43,7 +43,13 @@ impl Reads {
 impl Observer for Reads {
     fn request(&self, request: Request<'_>) -> object_store::Result<()> {
         match request {
-            Request::Get { location, ranged } => {
+            // (a file's metadata alone is no read of it: a lookup asks for
+            // its loaded version's commit file so, `ScdTable::refresh`)
+            Request::Get {
+                location,
+                ranged,
+                head: false,
+            } => {
                 if let Ok(mut reads) = self.reads.lock() {
                     reads.push((location.to_string(), ranged));
                 }

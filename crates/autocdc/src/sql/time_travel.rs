@@ -56,7 +56,7 @@ impl RelationPlanner for TimeTravelPlanner {
             }
         };
         let dialect_name = &context.context_provider().options().sql_parser.dialect;
-        let dialect = dialect_from_str(dialect_name.to_string()).ok_or_else(|| {
+        let dialect = dialect_from_str(dialect_name).ok_or_else(|| {
             DataFusionError::Plan(format!("unsupported SQL dialect '{dialect_name}'"))
         })?;
         // (the name as the session reads it, each part quoted unless plain:

@@ -19,9 +19,13 @@ use object_store::{
 /// A request about to be made.
 #[derive(Debug, Clone, Copy)]
 pub enum Request<'a> {
-    /// A read of `location`: a range of it (`ranged`), or all of it or its
-    /// metadata.
-    Get { location: &'a Path, ranged: bool },
+    /// A read of `location`: a range of it (`ranged`), all of it, or its
+    /// metadata only (`head`).
+    Get {
+        location: &'a Path,
+        ranged: bool,
+        head: bool,
+    },
     /// A listing.
     List { prefix: Option<&'a Path> },
     /// A write of `location`.
@@ -98,7 +102,12 @@ impl<O: Observer> ObjectStore for ObservedStore<O> {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         let ranged = options.range.is_some();
-        self.observer.request(Request::Get { location, ranged })?;
+        let head = options.head;
+        self.observer.request(Request::Get {
+            location,
+            ranged,
+            head,
+        })?;
         self.inner.get_opts(location, options).await
     }
     fn delete_stream(
