@@ -92,18 +92,7 @@ async fn restart_on_the_same_local_warehouse() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stream_in_a_query_of_another_session_reads_the_latest_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let one = session_in(&dir).await;
-    exec(
-        &one,
-        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
-    )
-    .await;
-    exec(&one, "CREATE STREAMING TABLE base").await;
-    exec(
-        &one,
-        "CREATE FLOW f AS AUTO CDC INTO base FROM src KEYS (id) SEQUENCE BY seq",
-    )
-    .await;
+    let one = with_a_flow_into(&dir, "base").await;
     let two = session_in(&dir).await;
     for _ in 0..10 {
         assert_eq!(
@@ -142,18 +131,7 @@ async fn stream_in_a_query_of_another_session_reads_the_latest_rows() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_dropped_and_created_again_elsewhere_is_read_anew() {
     let dir = tempfile::tempdir().unwrap();
-    let one = session_in(&dir).await;
-    exec(
-        &one,
-        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
-    )
-    .await;
-    exec(&one, "CREATE STREAMING TABLE t").await;
-    exec(
-        &one,
-        "CREATE FLOW f AS AUTO CDC INTO t FROM src KEYS (id) SEQUENCE BY seq",
-    )
-    .await;
+    let one = with_a_flow_into(&dir, "t").await;
     let two = session_in(&dir).await;
     assert_eq!(
         rows(&two, "SELECT id FROM t ORDER BY id").await,
@@ -202,6 +180,24 @@ async fn a_table_dropped_and_created_again_elsewhere_is_read_anew() {
         .await
         .expect_err("flow g reads src2, a table of the other session");
     assert!(refresh.to_string().contains("flow 'g'"), "{refresh}");
+}
+
+/// A session on a local warehouse in `dir/wh` holding `src` (ids 1, 2) and
+/// the streaming table `table` of an SCD 1 flow `f` from it.
+async fn with_a_flow_into(dir: &tempfile::TempDir, table: &str) -> CdcSession {
+    let one = session_in(dir).await;
+    exec(
+        &one,
+        "CREATE TABLE src (id INT, v TEXT, seq INT) AS VALUES (1, 'a', 1), (2, 'b', 1)",
+    )
+    .await;
+    exec(&one, &format!("CREATE STREAMING TABLE {table}")).await;
+    exec(
+        &one,
+        &format!("CREATE FLOW f AS AUTO CDC INTO {table} FROM src KEYS (id) SEQUENCE BY seq"),
+    )
+    .await;
+    one
 }
 
 /// A session on a local warehouse in `dir/wh`.

@@ -316,9 +316,28 @@ pub(crate) async fn commit_time_ms(
 /// The version each `RESTORE` among `versions` of `table` brought it back
 /// to, by the restore's version (entries cleaned from the log are left out).
 pub(crate) async fn restores(
-    table: &deltalake_core::DeltaTable,
+    table: &DeltaTable,
     versions: std::ops::RangeInclusive<u64>,
-) -> datafusion::common::Result<Vec<(u64, u64)>> {
+) -> Result<Vec<(u64, u64)>> {
+    Ok(commit_infos(table, versions)
+        .await?
+        .into_iter()
+        .filter_map(|(version, info)| {
+            let (event, _) = CommitEvent::read(&info?)?;
+            let to = event
+                .restored_version
+                .filter(|_| event.operation == Operation::Restore.name())?;
+            Some((version, to))
+        })
+        .collect())
+}
+
+/// The commit information of each of `versions` of `table` whose log entry
+/// is still kept (`None`: the entry has none), oldest first.
+async fn commit_infos(
+    table: &DeltaTable,
+    versions: std::ops::RangeInclusive<u64>,
+) -> Result<Vec<(u64, Option<CommitInfo>)>> {
     let log_store = table.log_store();
     futures::stream::iter(versions)
         .map(|version| {
@@ -327,20 +346,18 @@ pub(crate) async fn restores(
                 let Some(bytes) = log_store
                     .read_commit_entry(version)
                     .await
-                    .map_err(super::delta_err)?
+                    .map_err(delta_err)?
                 else {
                     return Ok(None);
                 };
-                let restored = get_actions(version, &bytes)
-                    .map_err(super::delta_err)?
+                let info = get_actions(version, &bytes)
+                    .map_err(delta_err)?
                     .into_iter()
                     .find_map(|action| match action {
-                        Action::CommitInfo(info) => CommitEvent::read(&info),
+                        Action::CommitInfo(info) => Some(info),
                         _ => None,
-                    })
-                    .filter(|(event, _)| event.operation == Operation::Restore.name())
-                    .and_then(|(event, _)| event.restored_version);
-                Ok(restored.map(|to| (version, to)))
+                    });
+                Ok(Some((version, info)))
             }
         })
         .buffered(CONCURRENT_READS)
@@ -367,38 +384,17 @@ pub(crate) async fn logged_commits(delta: &DeltaTable) -> Result<Vec<LoggedCommi
     let Some(latest) = delta.version() else {
         return Ok(vec![]);
     };
-    let log_store = delta.log_store();
-    futures::stream::iter(0..=latest)
-        .map(|version| {
-            let log_store = Arc::clone(&log_store);
-            async move {
-                let Some(bytes) = log_store
-                    .read_commit_entry(version)
-                    .await
-                    .map_err(delta_err)?
-                else {
-                    return Ok(None);
-                };
-                let info = get_actions(version, &bytes)
-                    .map_err(delta_err)?
-                    .into_iter()
-                    .find_map(|action| match action {
-                        Action::CommitInfo(info) => Some(info),
-                        _ => None,
-                    });
-                Ok(Some(LoggedCommit {
-                    version: version as i64,
-                    timestamp: info
-                        .as_ref()
-                        .and_then(|i| i.in_commit_timestamp.or(i.timestamp)),
-                    event: info.as_ref().and_then(CommitEvent::read),
-                }))
-            }
+    Ok(commit_infos(delta, 0..=latest)
+        .await?
+        .into_iter()
+        .map(|(version, info)| LoggedCommit {
+            version: version as i64,
+            timestamp: info
+                .as_ref()
+                .and_then(|i| i.in_commit_timestamp.or(i.timestamp)),
+            event: info.as_ref().and_then(CommitEvent::read),
         })
-        .buffered(CONCURRENT_READS)
-        .try_filter_map(|entry| async move { Ok(entry) })
-        .try_collect()
-        .await
+        .collect())
 }
 
 #[cfg(test)]
