@@ -48,7 +48,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::checkpoint::SourceCheckpoint;
 use super::folders::new_files;
-use super::streams::{self, changing_versions, not_append_only, CHANGES_SCAN};
+use super::streams::{self, CHANGES_SCAN};
 use crate::functions::debezium::{
     list_event_files, readable_end, DebeziumTable, EventFile, FileNames, FlowUse,
 };
@@ -195,7 +195,7 @@ pub async fn plan_changes(
                 if from > version {
                     empty_with(changes.schema())?
                 } else {
-                    let undone = super::streams::restored_away(table, from, version).await?;
+                    let undone = streams::restored_away(table, from, version).await?;
                     let scan =
                         LogicalPlanBuilder::scan(CHANGES_SCAN, provider_as_source(changes), None)?
                             .filter(not_in_versions(&undone))?;
@@ -211,12 +211,11 @@ pub async fn plan_changes(
             (_, None) => pinned()?.build()?,
             (_, Some(from)) if from > version => empty_with(provider.schema())?,
             (StreamRead::Rows, Some(from)) => {
-                let undone = super::streams::restored_away(table, from, version).await?;
+                let undone = streams::restored_away(table, from, version).await?;
                 changed_rows(table, from, &provider, &undone)?
             }
             (mode, Some(from)) => {
-                let undone = super::streams::restored_away(table, from, version).await?;
-                appended_rows(state, table, from, &provider, mode, name, undone).await?
+                appended_rows(state, table, from, &provider, mode, name, version).await?
             }
         };
         let newest_input_ms = match first {
@@ -464,7 +463,7 @@ async fn appended_rows(
     provider: &Arc<dyn TableProvider>,
     mode: StreamRead,
     name: &str,
-    undone: BTreeSet<i64>,
+    version: u64,
 ) -> Result<LogicalPlan> {
     let changes = || -> Result<LogicalPlanBuilder> {
         LogicalPlanBuilder::scan(
@@ -473,17 +472,7 @@ async fn appended_rows(
             None,
         )
     };
-    // (the versions a restore undid are not read: see
-    // `streams::restored_away`)
-    let mut versions: BTreeSet<i64> = changing_versions(state, table, from)
-        .await?
-        .into_iter()
-        .filter(|v| !undone.contains(v))
-        .collect();
-    if let (StreamRead::AppendOnly, Some(first)) = (mode, versions.first()) {
-        return Err(not_append_only(mode, name, *first));
-    }
-    versions.extend(undone);
+    let versions = streams::versions_not_appended(state, table, from, version, mode, name).await?;
     let columns = columns_of(provider);
     let kept = col("_change_type")
         .eq(lit("insert"))

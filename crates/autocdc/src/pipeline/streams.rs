@@ -521,16 +521,9 @@ pub(super) async fn plan_query(
                     format!("SELECT * FROM {} WHERE false", stream.table)
                 }
                 (mode, Some(from)) => {
-                    let undone = restored_away(table, from, version).await?;
-                    let mut skipped: BTreeSet<i64> = changing_versions(state, table, from)
-                        .await?
-                        .into_iter()
-                        .filter(|v| !undone.contains(v))
-                        .collect();
-                    if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
-                        return Err(not_append_only(mode, &stream.table, *first));
-                    }
-                    skipped.extend(undone);
+                    let skipped =
+                        versions_not_appended(state, table, from, version, mode, &stream.table)
+                            .await?;
                     // the columns a read of the table shows (an SCD 2 target's
                     // `__start_at` / `__end_at` among them)
                     let columns: Vec<String> = TableProvider::schema(table)
@@ -726,6 +719,31 @@ pub(super) async fn restored_away(
         }
     }
     Ok(undone)
+}
+
+/// The versions from `from` to `version` of `table` whose inserts an
+/// append-only read (`mode`) of it as `name` leaves out: those that updated
+/// or deleted rows (an error when `mode` is `AppendOnly`; skipped under
+/// `skipChangeCommits`) and those a restore undid ([`restored_away`]).
+pub(super) async fn versions_not_appended(
+    state: &SessionState,
+    table: &ScdTable,
+    from: u64,
+    version: u64,
+    mode: StreamRead,
+    name: &str,
+) -> Result<BTreeSet<i64>> {
+    let undone = restored_away(table, from, version).await?;
+    let mut skipped: BTreeSet<i64> = changing_versions(state, table, from)
+        .await?
+        .into_iter()
+        .filter(|v| !undone.contains(v))
+        .collect();
+    if let (StreamRead::AppendOnly, Some(first)) = (mode, skipped.first()) {
+        return Err(not_append_only(mode, name, *first));
+    }
+    skipped.extend(undone);
+    Ok(skipped)
 }
 
 /// `{joiner} _commit_version NOT IN (…)` of `versions`; nothing when none.
