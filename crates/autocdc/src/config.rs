@@ -175,9 +175,9 @@ pub const OPTIONS: [(&str, &str); 8] = [
     ),
     (
         "key_exchange",
-        "An indexed fold routes its events to its partitions itself: each partition receives \
-         the input's batches whole, shared, with the positions of its keys' rows, instead of \
-         a copy of those rows from DataFusion's hash repartition. `false`: the repartition \
+        "An indexed fold (and an indexed snapshot diff) routes its input to its partitions \
+         itself: each partition receives the input's batches whole, shared, with the positions \
+         of its keys' rows, instead of a copy of those rows from DataFusion's hash repartition. `false`: the repartition \
          (as the Ballista integration sets it: its stages exchange rows between processes).",
     ),
     (

@@ -204,6 +204,49 @@ async fn a_fold_routing_its_own_events_is_refused_by_name() -> Result<()> {
     Ok(())
 }
 
+/// A snapshot diff routing its live and snapshot rows itself is refused
+/// alike, naming its flow and the setting.
+#[tokio::test]
+async fn a_snapshot_diff_routing_its_own_rows_is_refused_by_name() -> Result<()> {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let s = CdcSession::open(AutoCdcConfig::in_memory_on(Arc::clone(&store))).await?;
+    exec(&s, "SET datafusion.execution.target_partitions = 2").await;
+    exec(
+        &s,
+        "CREATE TABLE snap (id INT, v TEXT) AS VALUES (1, 'a'), (2, 'b')",
+    )
+    .await;
+    exec(&s, "CREATE STREAMING TABLE t").await;
+    exec(
+        &s,
+        "CREATE FLOW sf AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM snap) KEYS (id)",
+    )
+    .await;
+    exec(&s, "REFRESH STREAMING TABLE t").await;
+    let (_, plan) = s.update_plans("t").await?.remove(0);
+    let mut nodes = Vec::new();
+    our_nodes(&plan, &mut nodes);
+    let diff = nodes
+        .into_iter()
+        .find(|n| n.downcast_ref::<SnapshotDiffExec>().is_some())
+        .expect("a diff");
+    assert_eq!(
+        diff.downcast_ref::<SnapshotDiffExec>()
+            .and_then(|d| d.key_exchange()),
+        Some(2)
+    );
+    let mut buf = Vec::new();
+    let err = codec_on(Arc::clone(&store))
+        .try_encode(diff, &mut buf, &DefaultPhysicalProtoConverter {})
+        .expect_err("not shipped");
+    let message = err.to_string();
+    assert!(
+        message.contains("flow 'sf'") && message.contains("SET autocdc.key_exchange = false"),
+        "{message}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_decoded_write_writes_where_the_location_resolves() -> Result<()> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());

@@ -7,7 +7,7 @@
 //! 32-byte entry per row instead:
 //!
 //! ```text
-//!  push(batch) ─► retain batch
+//!  push(batch) ─► retain batch (shared with other partitions: rows routed here)
 //!              └► index += (key as u128, side, batch, row)
 //!  finish()    ─► sort index by key ─► per key: live / snapshot / both
 //!              └► keys on both sides: gather their non-key columns, 8 192
@@ -21,15 +21,20 @@
 //! equality (NULLs equal, floats by their bits); nested columns are
 //! compared in the row format, chunk by chunk.
 //!
+//! A batch may be shared with the diffs of other partitions (a key exchange
+//! routes each its rows, `crate::physical::key_exchange`): only the rows
+//! given are indexed, the batch is retained whole and counts the share of
+//! its bytes those rows are.
+//!
 //! Keys must encode to at most 16 bytes of Arrow's row format (integers,
 //! dates, timestamps, ... and short composites of them): [`IndexedSnapshotDiff::supports`].
 //! Memory grows with the input (the caller reserves [`IndexedSnapshotDiff::memory_size`]
 //! and falls back to the sorted diff when the pool refuses).
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::buffer::BooleanBuffer;
-use arrow::compute::interleave;
 use arrow::compute::kernels::cmp::distinct;
+use arrow::compute::{interleave, take_record_batch};
 use arrow::datatypes::{Int8Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -64,8 +69,10 @@ pub struct IndexedSnapshotDiff {
     output_schema: SchemaRef,
     key_converter: RowConverter,
     batches: Vec<RecordBatch>,
+    /// The rows of each retained batch that are this diff's (`None`: all).
+    rows: Vec<Option<UInt32Array>>,
     index: Vec<Entry>,
-    /// Bytes of `batches`.
+    /// Bytes of `batches` (of a shared batch, its rows' share).
     retained_bytes: usize,
     /// Change events to emit (their kinds), once finished.
     emits: Option<EmitQueue>,
@@ -114,6 +121,7 @@ impl IndexedSnapshotDiff {
             version,
             written_at,
             batches: Vec::new(),
+            rows: Vec::new(),
             index: Vec::new(),
             retained_bytes: 0,
             emits: None,
@@ -126,32 +134,78 @@ impl IndexedSnapshotDiff {
         self.retained_bytes + self.index.capacity() * std::mem::size_of::<Entry>()
     }
 
-    /// The retained input batches (for a fall-back to the sorted diff).
-    pub fn into_batches(self) -> Vec<RecordBatch> {
+    /// The retained input rows as batches of their own (for a fall-back to
+    /// the sorted diff; the rows of a shared batch are copied).
+    pub fn into_batches(self) -> Result<Vec<RecordBatch>> {
         self.batches
+            .into_iter()
+            .zip(self.rows)
+            .map(|(batch, rows)| match rows {
+                Some(rows) => Ok(take_record_batch(&batch, &rows)?),
+                None => Ok(batch),
+            })
+            .collect()
     }
 
     /// Retain one input batch and index its rows.
+    #[cfg(test)]
     pub fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.num_rows() == 0 {
+        self.push_rows(batch, None)
+    }
+
+    /// Retain `batch` and index its `rows` (ascending positions; every row
+    /// when `None`): the batch may be shared with other partitions' diffs.
+    pub fn push_rows(&mut self, batch: &RecordBatch, rows: Option<UInt32Array>) -> Result<()> {
+        let count = rows.as_ref().map_or(batch.num_rows(), Array::len);
+        if count == 0 {
             return Ok(());
         }
         let number = u32::try_from(self.batches.len())
             .map_err(|_| DataFusionError::Internal("too many batches in one diff".into()))?;
         let n = batch.num_columns() - 1;
-        let keys = to_rows(&self.key_converter, batch, &self.key_indices)?;
-        let sides = batch.column(n).as_primitive::<Int8Type>();
-        self.index.reserve(batch.num_rows());
-        for (row, side) in sides.values().iter().enumerate() {
-            self.index.push(Entry {
-                key: encoded(&keys, row),
-                side: *side,
-                batch: number,
-                row: row as u32,
-            });
+        let sides = batch.column(n).as_primitive::<Int8Type>().values();
+        self.index.reserve(count);
+        match &rows {
+            Some(rows) => {
+                // (only the rows routed here are encoded)
+                let mine = take_record_batch(&batch.project(&self.key_indices)?, rows)?;
+                let all_keys: Vec<usize> = (0..self.key_indices.len()).collect();
+                let keys = to_rows(&self.key_converter, &mine, &all_keys)?;
+                for (i, &row) in rows.values().iter().enumerate() {
+                    let side = sides.get(row as usize).copied().ok_or_else(|| {
+                        DataFusionError::Internal(format!(
+                            "flow '{}': a row past the end of a batch of {} rows",
+                            self.flow,
+                            batch.num_rows()
+                        ))
+                    })?;
+                    self.index.push(Entry {
+                        key: encoded(&keys, i),
+                        side,
+                        batch: number,
+                        row,
+                    });
+                }
+            }
+            None => {
+                let keys = to_rows(&self.key_converter, batch, &self.key_indices)?;
+                for (row, side) in sides.iter().enumerate() {
+                    self.index.push(Entry {
+                        key: encoded(&keys, row),
+                        side: *side,
+                        batch: number,
+                        row: row as u32,
+                    });
+                }
+            }
         }
-        self.retained_bytes += batch.get_array_memory_size();
+        let whole = batch.get_array_memory_size();
+        self.retained_bytes += match &rows {
+            Some(r) => whole * r.len() / batch.num_rows().max(1) + r.get_array_memory_size(),
+            None => whole,
+        };
         self.batches.push(batch.clone());
+        self.rows.push(rows);
         Ok(())
     }
 
@@ -648,6 +702,71 @@ mod tests {
             "{}",
             indexed.len()
         );
+        Ok(())
+    }
+
+    /// Two diffs sharing the batches, each indexing the rows routed to it
+    /// (odd and even keys), give together the events of one diff over all
+    /// rows; each holds its rows' share of the bytes, and a fall-back gets
+    /// its own rows alone.
+    #[test]
+    fn diffs_sharing_batches_index_their_own_rows() -> Result<()> {
+        let batches = [
+            input(&[3, 4, 1], &[Some("C"), Some("d"), Some("a")], &[1, 1, 0]),
+            input(&[2, 5], &[Some("b"), None], &[0, 1]),
+            input(&[6, 3, 2], &[Some("f"), Some("c"), Some("b")], &[0, 0, 1]),
+            input(&[5, 6], &[None, None], &[0, 1]),
+        ];
+        let routed = |b: &RecordBatch, parity: i64| -> Option<UInt32Array> {
+            let ids = b.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+            let rows: Vec<u32> = (0..b.num_rows())
+                .filter(|&i| ids.value(i) % 2 == parity)
+                .map(|i| i as u32)
+                .collect();
+            (!rows.is_empty()).then(|| UInt32Array::from(rows))
+        };
+        let new_diff = || {
+            IndexedSnapshotDiff::try_new(
+                "f",
+                vec![0],
+                ScalarValue::Int64(Some(7)),
+                ScalarValue::Int64(None),
+                &batches[0].schema(),
+            )
+        };
+        let mut out = Vec::new();
+        for parity in [0, 1] {
+            let mut d = new_diff()?;
+            for b in &batches {
+                if let Some(rows) = routed(b, parity) {
+                    d.push_rows(b, Some(rows))?;
+                }
+            }
+            let whole: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+            assert!(d.memory_size() < whole, "{} of {whole}", d.memory_size());
+            d.finish()?;
+            while let Some(b) = d.next_output(2)? {
+                out.push(b);
+            }
+            // (what a fall-back sorts: the routed rows, copied)
+            let mut fallen = new_diff()?;
+            for b in &batches {
+                if let Some(rows) = routed(b, parity) {
+                    fallen.push_rows(b, Some(rows))?;
+                }
+            }
+            let ids: Vec<i64> = fallen
+                .into_batches()?
+                .iter()
+                .flat_map(|b| {
+                    let ids = b.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+                    ids.values().to_vec()
+                })
+                .collect();
+            assert!(ids.iter().all(|id| id % 2 == parity), "{ids:?}");
+            assert_eq!(ids.len(), 5);
+        }
+        assert_eq!(events(&out), indexed(&batches)?);
         Ok(())
     }
 

@@ -285,6 +285,14 @@ impl PhysicalExtensionCodec for CdcPhysicalCodec {
             }
         } else if let Some(exec) = node.downcast_ref::<SnapshotDiffExec>() {
             let options = exec.options();
+            if exec.key_exchange().is_some() {
+                // its partitions share the batches of one process
+                return Err(DataFusionError::NotImplemented(format!(
+                    "CdcPhysicalCodec: the snapshot diff of flow '{}' routes its input in one \
+                     process (SET autocdc.key_exchange = false for plans run elsewhere)",
+                    options.flow
+                )));
+            }
             Node::SnapshotDiff {
                 flow: options.flow.to_string(),
                 key_indices: options.key_indices.to_vec(),

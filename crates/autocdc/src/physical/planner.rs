@@ -153,8 +153,9 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                     "SnapshotDiff needs one input".into(),
                 ));
             };
-            let options = crate::config::autocdc_options(session_state.config());
-            return Ok(Some(Arc::new(SnapshotDiffExec::new(
+            let config = session_state.config();
+            let options = crate::config::autocdc_options(config);
+            let exec = SnapshotDiffExec::new(
                 n.flow.clone(),
                 n.key_indices.clone(),
                 n.version.clone(),
@@ -162,7 +163,12 @@ impl ExtensionPlanner for CdcExtensionPlanner {
                 Arc::clone(input),
                 options.indexed_fold,
                 options.indexed_fold_max_bytes,
-            ))));
+            );
+            let exec = match options.key_exchange {
+                true => exec.with_key_exchange(config.target_partitions()),
+                false => exec,
+            };
+            return Ok(Some(Arc::new(exec)));
         }
         Ok(None)
     }

@@ -14,7 +14,11 @@
 //!   session's pool; when the pool refuses (or `autocdc.indexed_fold_max_bytes`
 //!   is exceeded, or another partition already gave up) the partition hands
 //!   what it kept and the rest of its input to DataFusion's spilling sort and
-//!   goes on like `sorted` (metric `num_sort_fallbacks`).
+//!   goes on like `sorted` (metric `num_sort_fallbacks`). It may take its
+//!   input through a key exchange of its own instead of DataFusion's hash
+//!   repartition ([`SnapshotDiffExec::with_key_exchange`], `key_exchange=N`
+//!   in `EXPLAIN`): each partition then indexes its keys' rows in the
+//!   input's batches, shared, instead of a copy of them.
 //! * `sorted`: like a sort-merge join: DataFusion repartitions and sorts
 //!   (spilling) the input by `(keys, side)`; the operator keeps at most one
 //!   key group across batches.
@@ -48,7 +52,7 @@ use datafusion::physical_plan::{
 use super::adaptive::{
     AdaptivePartition, FallBack, Finished, IndexedKernel, MakeSorted, SortedKernel,
 };
-use super::key_exchange::{KeyRows, KeyRowsStream};
+use super::key_exchange::{KeyExchange, KeyRows, KeyRowsStream, Routing};
 use crate::fold::snapshot_diff::{diff_output_schema, SnapshotDiff};
 use crate::fold::snapshot_diff_indexed::IndexedSnapshotDiff;
 
@@ -70,6 +74,9 @@ pub struct SnapshotDiffExec {
     /// Set once a partition's indexed diff fell back to sorting: the others
     /// then fall back too, leaving the pool to the sorts.
     sorting: Arc<AtomicBool>,
+    /// The exchange that routes the input to the partitions, when the
+    /// operator routes it itself.
+    exchange: Option<Arc<KeyExchange>>,
 }
 
 /// The configuration of a [`SnapshotDiffExec`] (the arguments of
@@ -122,12 +129,8 @@ impl SnapshotDiffExec {
             &version.data_type(),
             &written_at.data_type(),
         );
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties =
+            Self::compute_properties(input.output_partitioning().partition_count(), &schema);
         Self {
             flow,
             key_indices,
@@ -140,7 +143,41 @@ impl SnapshotDiffExec {
             indexed,
             indexed_cap,
             sorting: Arc::new(AtomicBool::new(false)),
+            exchange: None,
         }
+    }
+
+    /// The operator diffing in `partitions` partitions, its input routed to
+    /// them by a [`KeyExchange`] of its own instead of a hash repartition
+    /// below (see the module docs). Only the indexed diff routes so (it
+    /// indexes rows where they are); otherwise, or for one partition, the
+    /// operator is returned as it was.
+    pub fn with_key_exchange(mut self, partitions: usize) -> Self {
+        if !self.indexed || partitions < 2 {
+            return self;
+        }
+        self.exchange = Some(Arc::new(KeyExchange::new(
+            self.key_indices.clone(),
+            partitions,
+            Routing::Hash,
+        )));
+        self.properties = Self::compute_properties(partitions, &self.schema);
+        self
+    }
+
+    /// The partitions of the key exchange, if the operator routes its
+    /// input itself.
+    pub fn key_exchange(&self) -> Option<usize> {
+        self.exchange.as_ref().map(|x| x.partitions())
+    }
+
+    fn compute_properties(partitions: usize, schema: &SchemaRef) -> Arc<PlanProperties> {
+        Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(schema)),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ))
     }
 
     /// The order the sorted engine needs: `(keys, side)`.
@@ -191,14 +228,20 @@ impl SnapshotDiffExec {
 impl DisplayAs for SnapshotDiffExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match t {
-            DisplayFormatType::Default | DisplayFormatType::Verbose => write!(
-                f,
-                "SnapshotDiffExec: flow={}, keys=[{}], version={}, diff={}",
-                self.flow,
-                self.key_names().join(", "),
-                self.version,
-                self.engine_name()
-            ),
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(
+                    f,
+                    "SnapshotDiffExec: flow={}, keys=[{}], version={}, diff={}",
+                    self.flow,
+                    self.key_names().join(", "),
+                    self.version,
+                    self.engine_name()
+                )?;
+                match self.key_exchange() {
+                    Some(partitions) => write!(f, ", key_exchange={partitions}"),
+                    None => Ok(()),
+                }
+            }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.flow)?;
                 writeln!(f, "version={}", self.version)?;
@@ -218,7 +261,16 @@ impl ExecutionPlan for SnapshotDiffExec {
     }
 
     fn input_distribution_requirements(&self) -> InputDistributionRequirements {
-        InputDistributionRequirements::new(vec![Distribution::KeyPartitioned(self.key_exprs())])
+        let input = match self.exchange {
+            // the operator routes its input itself
+            Some(_) => Distribution::UnspecifiedDistribution,
+            None => Distribution::KeyPartitioned(self.key_exprs()),
+        };
+        InputDistributionRequirements::new(vec![input])
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![self.exchange.is_none()]
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
@@ -250,7 +302,7 @@ impl ExecutionPlan for SnapshotDiffExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("SnapshotDiffExec needs one child".into()))?;
-        Ok(Arc::new(Self::new(
+        let exec = Self::new(
             self.flow.clone(),
             self.key_indices.clone(),
             self.version.clone(),
@@ -258,7 +310,11 @@ impl ExecutionPlan for SnapshotDiffExec {
             input,
             self.indexed,
             self.indexed_cap,
-        )))
+        );
+        Ok(Arc::new(match self.key_exchange() {
+            Some(partitions) => exec.with_key_exchange(partitions),
+            None => exec,
+        }))
     }
 
     fn execute(
@@ -266,7 +322,10 @@ impl ExecutionPlan for SnapshotDiffExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, Arc::clone(&context))?;
+        let input = match &self.exchange {
+            Some(exchange) => exchange.stream(&self.input, partition, &context, &self.metrics)?,
+            None => KeyRowsStream::whole(self.input.execute(partition, Arc::clone(&context))?),
+        };
         let schema = input.schema();
         let metric =
             |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
@@ -299,14 +358,14 @@ impl ExecutionPlan for SnapshotDiffExec {
             let sorted = Box::new(self.sorted_kernel(&schema)?);
             DiffRun::indexed(
                 diff,
-                KeyRowsStream::whole(input),
+                input,
                 reservation,
                 fall_back(Some(Box::new(move |_| Ok(sorted))))?,
             )
         } else {
             DiffRun::sorted(
                 Box::new(self.sorted_kernel(&schema)?),
-                input,
+                input.into_batches(),
                 fall_back(None)?,
             )
         };
@@ -358,7 +417,7 @@ impl SortedKernel for Box<SnapshotDiff> {
 
 impl IndexedKernel for Box<IndexedSnapshotDiff> {
     fn push(&mut self, rows: KeyRows) -> Result<()> {
-        IndexedSnapshotDiff::push(self, &rows.into_batch()?)
+        IndexedSnapshotDiff::push_rows(self, &rows.batch, rows.rows)
     }
     fn memory_size(&self) -> usize {
         IndexedSnapshotDiff::memory_size(self)
@@ -370,7 +429,7 @@ impl IndexedKernel for Box<IndexedSnapshotDiff> {
         IndexedSnapshotDiff::next_output(self, batch_size)
     }
     fn into_batches(self) -> Result<Vec<RecordBatch>> {
-        Ok(IndexedSnapshotDiff::into_batches(*self))
+        IndexedSnapshotDiff::into_batches(*self)
     }
 }
 

@@ -112,6 +112,7 @@ use crate::spec::sequence_groups;
 pub mod append;
 pub mod checkpoint;
 pub mod dependencies;
+mod diff_views;
 pub mod dml;
 mod fits;
 pub(crate) use fits::with_sequence_precision_checks;
@@ -407,11 +408,13 @@ pub async fn plan_update(
                 Some(lit(version.clone())),
             )?;
             check_sequences_storable(&flow.name, "WITH VERSION", &resolved)?;
+            // both sides are compared with strings as views (`diff_views`)
+            let compared = diff_views::diff_schema(&resolved.target_schema);
             let target_columns = |side: i8| -> Vec<Expr> {
                 let mut cols = if side == SIDE_LIVE {
-                    stored_projection(&resolved.target_schema, &table.raw_provider().schema())
+                    stored_projection(&compared, &table.raw_provider().schema())
                 } else {
-                    target_projection(&resolved.target_schema)
+                    target_projection(&compared)
                 };
                 cols.push(lit(side).alias(SIDE_COL));
                 cols
@@ -424,7 +427,7 @@ pub async fn plan_update(
                         node: Arc::new(RejectsNode::null_checks(sink, resolved.events.clone())),
                     })
                 }
-                false => resolved.events.clone(),
+                false => diff_views::views_kept(resolved.events.clone())?,
             };
             let snapshot_rows = LogicalPlanBuilder::from(checked)
                 .project(target_columns(SIDE_SNAPSHOT))?
@@ -459,6 +462,7 @@ pub async fn plan_update(
             let diff = LogicalPlan::Extension(Extension {
                 node: Arc::new(diff),
             });
+            let diff = diff_views::stored_types(diff, &resolved.target_schema)?;
             (resolved, diff, false, true)
         }
     };
