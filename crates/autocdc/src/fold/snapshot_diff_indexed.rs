@@ -41,6 +41,7 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::Kind;
 use super::emits::{Emit, EmitQueue};
+use super::retained::Retained;
 use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
 use super::snapshot_diff::{
     diff_events, diff_output_schema, duplicate_key_error, SIDE_LIVE, SIDE_SNAPSHOT,
@@ -68,12 +69,9 @@ pub struct IndexedSnapshotDiff {
     written_at: ScalarValue,
     output_schema: SchemaRef,
     key_converter: RowConverter,
-    batches: Vec<RecordBatch>,
-    /// The rows of each retained batch that are this diff's (`None`: all).
-    rows: Vec<Option<UInt32Array>>,
+    /// The input batches (of a shared batch, its rows routed here).
+    retained: Retained,
     index: Vec<Entry>,
-    /// Bytes of `batches` (of a shared batch, its rows' share).
-    retained_bytes: usize,
     /// Change events to emit (their kinds), once finished.
     emits: Option<EmitQueue>,
     /// Events produced: upserts, deletes.
@@ -120,10 +118,8 @@ impl IndexedSnapshotDiff {
             key_indices,
             version,
             written_at,
-            batches: Vec::new(),
-            rows: Vec::new(),
+            retained: Retained::default(),
             index: Vec::new(),
-            retained_bytes: 0,
             emits: None,
             counts: (0, 0),
         })
@@ -131,20 +127,13 @@ impl IndexedSnapshotDiff {
 
     /// Bytes held: the retained batches and the index.
     pub fn memory_size(&self) -> usize {
-        self.retained_bytes + self.index.capacity() * std::mem::size_of::<Entry>()
+        self.retained.memory_size() + self.index.capacity() * std::mem::size_of::<Entry>()
     }
 
     /// The retained input rows as batches of their own (for a fall-back to
     /// the sorted diff; the rows of a shared batch are copied).
     pub fn into_batches(self) -> Result<Vec<RecordBatch>> {
-        self.batches
-            .into_iter()
-            .zip(self.rows)
-            .map(|(batch, rows)| match rows {
-                Some(rows) => Ok(take_record_batch(&batch, &rows)?),
-                None => Ok(batch),
-            })
-            .collect()
+        self.retained.into_batches()
     }
 
     /// Retain one input batch and index its rows.
@@ -154,23 +143,25 @@ impl IndexedSnapshotDiff {
     }
 
     /// Retain `batch` and index its `rows` (ascending positions; every row
-    /// when `None`): the batch may be shared with other partitions' diffs.
-    pub fn push_rows(&mut self, batch: &RecordBatch, rows: Option<UInt32Array>) -> Result<()> {
-        let count = rows.as_ref().map_or(batch.num_rows(), Array::len);
-        if count == 0 {
+    /// when `None`): the batch may be shared with other partitions' diffs
+    /// ([`Retained::push_rows`]).
+    pub fn push_rows(&mut self, batch: &RecordBatch, rows: Option<&UInt32Array>) -> Result<()> {
+        if rows.map_or(batch.num_rows(), Array::len) == 0 {
             return Ok(());
         }
-        let number = u32::try_from(self.batches.len())
+        let number = u32::try_from(self.retained.len())
             .map_err(|_| DataFusionError::Internal("too many batches in one diff".into()))?;
+        let (key_indices, converter) = (&self.key_indices, &self.key_converter);
+        let (batch, rows) = self.retained.push_rows(batch, rows)?;
         let n = batch.num_columns() - 1;
         let sides = batch.column(n).as_primitive::<Int8Type>().values();
-        self.index.reserve(count);
-        match &rows {
+        match rows {
             Some(rows) => {
                 // (only the rows routed here are encoded)
-                let mine = take_record_batch(&batch.project(&self.key_indices)?, rows)?;
-                let all_keys: Vec<usize> = (0..self.key_indices.len()).collect();
-                let keys = to_rows(&self.key_converter, &mine, &all_keys)?;
+                let mine = take_record_batch(&batch.project(key_indices)?, rows)?;
+                let all_keys: Vec<usize> = (0..key_indices.len()).collect();
+                let keys = to_rows(converter, &mine, &all_keys)?;
+                self.index.reserve(rows.len());
                 for (i, &row) in rows.values().iter().enumerate() {
                     let side = sides.get(row as usize).copied().ok_or_else(|| {
                         DataFusionError::Internal(format!(
@@ -188,7 +179,8 @@ impl IndexedSnapshotDiff {
                 }
             }
             None => {
-                let keys = to_rows(&self.key_converter, batch, &self.key_indices)?;
+                let keys = to_rows(converter, batch, key_indices)?;
+                self.index.reserve(sides.len());
                 for (row, side) in sides.iter().enumerate() {
                     self.index.push(Entry {
                         key: encoded(&keys, row),
@@ -199,13 +191,6 @@ impl IndexedSnapshotDiff {
                 }
             }
         }
-        let whole = batch.get_array_memory_size();
-        self.retained_bytes += match &rows {
-            Some(r) => whole * r.len() / batch.num_rows().max(1) + r.get_array_memory_size(),
-            None => whole,
-        };
-        self.batches.push(batch.clone());
-        self.rows.push(rows);
         Ok(())
     }
 
@@ -228,8 +213,11 @@ impl IndexedSnapshotDiff {
         // keys on both sides: compare the values walking the live rows in
         // place order, so that one side is read sequentially
         pairs.sort_unstable_by_key(|[batch, row, ..]| (*batch, *row));
-        let values =
-            ValueColumns::try_new(&self.batches, &self.key_indices, self.target_columns.len())?;
+        let values = ValueColumns::try_new(
+            self.retained.batches(),
+            &self.key_indices,
+            self.target_columns.len(),
+        )?;
         let mut upserts = 0;
         for chunk in pairs.chunks(COMPARE_CHUNK) {
             let changed = values.changed_pairs(chunk)?;
@@ -245,7 +233,7 @@ impl IndexedSnapshotDiff {
             }
         }
         self.counts.0 += upserts;
-        self.emits = Some(EmitQueue::new(emits, self.batches.len()));
+        self.emits = Some(EmitQueue::new(emits, self.retained.len()));
         Ok(())
     }
 
@@ -268,7 +256,7 @@ impl IndexedSnapshotDiff {
                 &self.flow,
                 &self.target_columns,
                 &self.key_indices,
-                &self.batches[second.batch as usize],
+                &self.retained.batches()[second.batch as usize],
                 second.row as usize,
                 &self.version,
             ));
@@ -302,7 +290,8 @@ impl IndexedSnapshotDiff {
                 "IndexedSnapshotDiff::next_output before finish".into(),
             ));
         };
-        let Some((gathered, emits)) = queue.next_window(&self.batches, batch_size)? else {
+        let Some((gathered, emits)) = queue.next_window(self.retained.batches(), batch_size)?
+        else {
             return Ok(None);
         };
         let n = gathered.num_columns() - 1;
@@ -739,7 +728,7 @@ mod tests {
             let mut d = new_diff()?;
             for b in &batches {
                 if let Some(rows) = routed(b, parity) {
-                    d.push_rows(b, Some(rows))?;
+                    d.push_rows(b, Some(&rows))?;
                 }
             }
             let whole: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
@@ -752,7 +741,7 @@ mod tests {
             let mut fallen = new_diff()?;
             for b in &batches {
                 if let Some(rows) = routed(b, parity) {
-                    fallen.push_rows(b, Some(rows))?;
+                    fallen.push_rows(b, Some(&rows))?;
                 }
             }
             let ids: Vec<i64> = fallen

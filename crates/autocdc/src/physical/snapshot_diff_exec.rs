@@ -417,7 +417,7 @@ impl SortedKernel for Box<SnapshotDiff> {
 
 impl IndexedKernel for Box<IndexedSnapshotDiff> {
     fn push(&mut self, rows: KeyRows) -> Result<()> {
-        IndexedSnapshotDiff::push_rows(self, &rows.batch, rows.rows)
+        IndexedSnapshotDiff::push_rows(self, &rows.batch, rows.rows.as_ref())
     }
     fn memory_size(&self) -> usize {
         IndexedSnapshotDiff::memory_size(self)
