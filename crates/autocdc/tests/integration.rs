@@ -367,6 +367,15 @@ async fn explain_refresh_shows_the_operators() {
         .join("\n");
     assert!(three.contains("fold=indexed, key_exchange=3 |"), "{three}");
     exec(&s, "SET datafusion.execution.target_partitions = 2").await;
+    // the tree format says how the fold's events are routed too
+    exec(&s, "SET datafusion.explain.format = 'tree'").await;
+    let tree = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    // (a box wraps the line: "key_exchange:" then "2 by 16 buckets")
+    assert!(tree.contains("key_exchange:"), "{tree}");
+    assert!(tree.contains("2 by 16 buckets"), "{tree}");
+    exec(&s, "SET datafusion.explain.format = 'indent'").await;
     // the indexed fold sorts its own index, not the events, and routes
     // them to its partitions itself
     assert!(!plan.contains("SortExec"), "{plan}");
@@ -1709,6 +1718,21 @@ async fn explain_snapshot_flow_shows_snapshot_diff() {
     }
     // the indexed diff (integer keys) needs no sort
     assert!(!plan.contains("SortExec"), "{plan}");
+    // and over two partitions routes its rows itself (no repartition), as
+    // the tree format says too
+    exec(&s, "SET datafusion.execution.target_partitions = 2").await;
+    let two = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    assert!(two.contains("diff=indexed, key_exchange=2"), "{two}");
+    assert!(!two.contains("RepartitionExec: partitioning=Hash"), "{two}");
+    exec(&s, "SET datafusion.explain.format = 'tree'").await;
+    let tree = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
+        .await
+        .join("\n");
+    assert!(tree.contains("diff: indexed"), "{tree}");
+    assert!(tree.contains("key_exchange: 2 "), "{tree}");
+    exec(&s, "SET datafusion.explain.format = 'indent'").await;
     exec(&s, "SET autocdc.indexed_fold = false").await;
     let plan = rows(&s, "EXPLAIN REFRESH STREAMING TABLE t")
         .await

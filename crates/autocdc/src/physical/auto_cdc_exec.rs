@@ -331,7 +331,14 @@ impl DisplayAs for AutoCdcExec {
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.spec.flow)?;
                 writeln!(f, "keys=[{}]", keys.join(", "))?;
-                write!(f, "fold={}", self.engine().name())
+                write!(f, "fold={}", self.engine().name())?;
+                if let Some(partitions) = self.key_exchange() {
+                    write!(f, "\nkey_exchange={partitions}")?;
+                }
+                match self.bucket_routing() {
+                    Some(buckets) => write!(f, " by {buckets} buckets"),
+                    None => Ok(()),
+                }
             }
         }
     }

@@ -245,7 +245,11 @@ impl DisplayAs for SnapshotDiffExec {
             DisplayFormatType::TreeRender => {
                 writeln!(f, "flow={}", self.flow)?;
                 writeln!(f, "version={}", self.version)?;
-                write!(f, "diff={}", self.engine_name())
+                write!(f, "diff={}", self.engine_name())?;
+                match self.key_exchange() {
+                    Some(partitions) => write!(f, "\nkey_exchange={partitions}"),
+                    None => Ok(()),
+                }
             }
         }
     }
