@@ -343,7 +343,7 @@ fn snapshot_diffs_keys_only() {
         IndexedSnapshotDiff::try_new("f", vec![0, 1], version, written_at, &input.schema())
             .expect("indexed diff");
     indexed.push(&input).expect("push");
-    indexed.finish().expect("finish");
+    indexed.finish(&mut |_| true).expect("finish");
     let mut out = Vec::new();
     while let Some(batch) = indexed.next_output(3).expect("output") {
         out.push(batch);

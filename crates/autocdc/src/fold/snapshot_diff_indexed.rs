@@ -3,17 +3,25 @@
 //!
 //! The sorted diff needs its input — every column of the snapshot and of the
 //! live target — sorted by `(keys, side)`, which moves each row several
-//! times. This one keeps the input batches where they arrive and sorts a
+//! times. This one keeps the input batches where they arrive and orders a
 //! 32-byte entry per row instead:
 //!
 //! ```text
 //!  push(batch) ─► retain batch (shared with other partitions: rows routed here)
 //!              └► index += (key as u128, side, batch, row)
-//!  finish()    ─► sort index by key ─► per key: live / snapshot / both
+//!  finish()    ─► order index by key ─► per key: live / snapshot / both
 //!              └► keys on both sides: gather their non-key columns, 8 192
 //!                 pairs at a time, compare column-wise ─► changed rows
 //!  next_output ─► gather the changed rows, a few source batches at a time
 //! ```
+//!
+//! A key is held in Arrow's row format; a single integer key without
+//! nulls is encoded from its values as the row format would encode it
+//! ([`super::rows::encode_values`]: no projection, copy or conversion of the
+//! rows). When every key was so encoded and their values lie close
+//! together, as generated ids do, the index is ordered by counting
+//! ([`super::key_slots`], its scratch granted by the caller's pool) rather
+//! than sorted.
 //!
 //! Values are never converted to the row format as a whole (that
 //! conversion, and the memory it took, was a fifth of a 2 M-row diff):
@@ -41,8 +49,11 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::Kind;
 use super::emits::{Emit, EmitQueue};
+use super::key_slots::{KeySpan, SlotPlan};
 use super::retained::Retained;
-use super::rows::{encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES};
+use super::rows::{
+    encode_values, encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES, VALID_BYTE,
+};
 use super::snapshot_diff::{
     diff_events, diff_output_schema, duplicate_key_error, SIDE_LIVE, SIDE_SNAPSHOT,
 };
@@ -72,6 +83,13 @@ pub struct IndexedSnapshotDiff {
     /// The input batches (of a shared batch, its rows routed here).
     retained: Retained,
     index: Vec<Entry>,
+    /// The keys of one batch's rows, encoded from their values (reused).
+    key_scratch: Vec<u64>,
+    /// Whether every key was encoded from its value (a single integer key
+    /// without nulls), and the span of those values: what ordering the
+    /// index by counting needs.
+    keys_from_values: bool,
+    key_span: Option<KeySpan>,
     /// Change events to emit (their kinds), once finished.
     emits: Option<EmitQueue>,
     /// Events produced: upserts, deletes.
@@ -120,6 +138,9 @@ impl IndexedSnapshotDiff {
             written_at,
             retained: Retained::default(),
             index: Vec::new(),
+            key_scratch: Vec::new(),
+            keys_from_values: true,
+            key_span: None,
             emits: None,
             counts: (0, 0),
         })
@@ -151,65 +172,88 @@ impl IndexedSnapshotDiff {
         }
         let number = u32::try_from(self.retained.len())
             .map_err(|_| DataFusionError::Internal("too many batches in one diff".into()))?;
-        let (key_indices, converter) = (&self.key_indices, &self.key_converter);
         let (batch, rows) = self.retained.push_rows(batch, rows)?;
         let n = batch.num_columns() - 1;
         let sides = batch.column(n).as_primitive::<Int8Type>().values();
-        match rows {
-            Some(rows) => {
-                // (only the rows routed here are encoded)
-                let mine = take_record_batch(&batch.project(key_indices)?, rows)?;
-                let all_keys: Vec<usize> = (0..key_indices.len()).collect();
-                let keys = to_rows(converter, &mine, &all_keys)?;
-                self.index.reserve(rows.len());
-                for (i, &row) in rows.values().iter().enumerate() {
-                    let side = sides.get(row as usize).copied().ok_or_else(|| {
-                        DataFusionError::Internal(format!(
-                            "flow '{}': a row past the end of a batch of {} rows",
-                            self.flow,
-                            batch.num_rows()
-                        ))
-                    })?;
-                    self.index.push(Entry {
-                        key: encoded(&keys, i),
-                        side,
-                        batch: number,
-                        row,
-                    });
-                }
+        let positions = rows.map(|r| r.values().as_ref());
+        if let Some(rows) = positions {
+            if rows.iter().any(|&r| r as usize >= sides.len()) {
+                return Err(DataFusionError::Internal(format!(
+                    "flow '{}': a row past the end of a batch of {} rows",
+                    self.flow,
+                    batch.num_rows()
+                )));
             }
-            None => {
-                let keys = to_rows(converter, batch, key_indices)?;
-                self.index.reserve(sides.len());
-                for (row, side) in sides.iter().enumerate() {
-                    self.index.push(Entry {
-                        key: encoded(&keys, row),
-                        side: *side,
-                        batch: number,
-                        row: row as u32,
-                    });
-                }
-            }
+        }
+        let keys = &mut self.key_scratch;
+        keys.clear();
+        let from_values = match self.key_indices[..] {
+            [key] => encode_values(batch.column(key).as_ref(), positions, keys),
+            _ => false,
+        };
+        if from_values {
+            // a single integer key without nulls, encoded from its values
+            // as the row format would (`value_bits` reads them back)
+            self.key_span = KeySpan::join(self.key_span, KeySpan::of(keys));
+            let key_at = |i: usize| (u128::from(VALID_BYTE) << 120) | (u128::from(keys[i]) << 56);
+            push_entries(&mut self.index, sides, positions, number, key_at);
+        } else {
+            self.keys_from_values = false;
+            // only the rows routed here are encoded
+            let (mine, key_columns) = match rows {
+                Some(rows) => (
+                    take_record_batch(&batch.project(&self.key_indices)?, rows)?,
+                    (0..self.key_indices.len()).collect(),
+                ),
+                None => (batch.clone(), self.key_indices.clone()),
+            };
+            let encoded_keys = to_rows(&self.key_converter, &mine, &key_columns)?;
+            let key_at = |i: usize| encoded(&encoded_keys, i);
+            push_entries(&mut self.index, sides, positions, number, key_at);
         }
         Ok(())
     }
 
-    /// Sort the index and decide every key; errors (a key twice in the
-    /// snapshot) surface here, before any output.
-    pub fn finish(&mut self) -> Result<()> {
-        self.index.sort_unstable_by_key(|e| e.key);
+    /// Order the index by key and decide every key; errors (a key twice in
+    /// the snapshot) surface here, before any output. Keys encoded from
+    /// their values that lie close together are ordered by counting
+    /// (`super::key_slots`) when `scratch` grants its bytes; others are
+    /// sorted.
+    pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
+        let mut index = std::mem::take(&mut self.index);
         let (mut emits, mut pairs) = (Vec::new(), Vec::new());
-        let mut start = 0;
-        while start < self.index.len() {
-            let key = self.index[start].key;
-            let mut end = start + 1;
-            while end < self.index.len() && self.index[end].key == key {
-                end += 1;
+        let plan = self
+            .key_span
+            .filter(|_| self.keys_from_values)
+            .and_then(|span| SlotPlan::new(span, index.len()))
+            .filter(|plan| scratch(plan.scratch_bytes(index.len())));
+        match plan {
+            Some(plan) => {
+                let all = 0..index.len();
+                let order =
+                    plan.order_runs(&index, std::slice::from_ref(&all), |e| value_bits(e.key));
+                // each key's entries, copied out of the order (a few)
+                let mut group: Vec<Entry> = Vec::new();
+                for &at in &order {
+                    let entry = index[at as usize];
+                    if group.first().is_some_and(|first| first.key != entry.key) {
+                        self.diff_key(&group, &mut emits, &mut pairs)?;
+                        group.clear();
+                    }
+                    group.push(entry);
+                }
+                if !group.is_empty() {
+                    self.diff_key(&group, &mut emits, &mut pairs)?;
+                }
             }
-            self.diff_key(start, end, &mut emits, &mut pairs)?;
-            start = end;
+            None => {
+                index.sort_unstable_by_key(|e| e.key);
+                for group in index.chunk_by(|a, b| a.key == b.key) {
+                    self.diff_key(group, &mut emits, &mut pairs)?;
+                }
+            }
         }
-        self.index = Vec::new();
+        drop(index);
         // keys on both sides: compare the values walking the live rows in
         // place order, so that one side is read sequentially
         pairs.sort_unstable_by_key(|[batch, row, ..]| (*batch, *row));
@@ -237,17 +281,15 @@ impl IndexedSnapshotDiff {
         Ok(())
     }
 
-    /// The rows `start..end` of the sorted index share one key: at most one
-    /// live and one snapshot row. A key on both sides goes to `pairs` as
-    /// `[live batch, live row, snapshot batch, snapshot row]`.
+    /// `entries` share one key: at most one live and one snapshot row. A
+    /// key on both sides goes to `pairs` as `[live batch, live row,
+    /// snapshot batch, snapshot row]`.
     fn diff_key(
         &mut self,
-        start: usize,
-        end: usize,
+        entries: &[Entry],
         emits: &mut Vec<Emit>,
         pairs: &mut Vec<[u32; 4]>,
     ) -> Result<()> {
-        let entries = &self.index[start..end];
         let live = entries.iter().find(|e| e.side == SIDE_LIVE);
         let mut snapshots = entries.iter().filter(|e| e.side == SIDE_SNAPSHOT);
         let snap = snapshots.next();
@@ -304,6 +346,45 @@ impl IndexedSnapshotDiff {
             &self.version,
             &self.written_at,
         )?))
+    }
+}
+
+/// The value bytes of a key encoded from its value (the inverse of the
+/// encoding in [`IndexedSnapshotDiff::push_rows`]: a valid byte, then 8
+/// bytes of value).
+fn value_bits(key: u128) -> u64 {
+    (key >> 56) as u64
+}
+
+/// Index the rows at `positions` (every row when `None`) of batch
+/// `number`, whose sides are `sides`; `key_at(i)` is the key of the `i`-th
+/// row indexed.
+fn push_entries(
+    index: &mut Vec<Entry>,
+    sides: &[i8],
+    positions: Option<&[u32]>,
+    number: u32,
+    key_at: impl Fn(usize) -> u128,
+) {
+    match positions {
+        Some(rows) => {
+            index.reserve(rows.len());
+            index.extend(rows.iter().enumerate().map(|(i, &row)| Entry {
+                key: key_at(i),
+                side: sides[row as usize],
+                batch: number,
+                row,
+            }));
+        }
+        None => {
+            index.reserve(sides.len());
+            index.extend(sides.iter().enumerate().map(|(row, &side)| Entry {
+                key: key_at(row),
+                side,
+                batch: number,
+                row: row as u32,
+            }));
+        }
     }
 }
 
@@ -419,24 +500,39 @@ mod tests {
     }
 
     /// The indexed diff's events over `batches` (id first, the side last),
-    /// produced `batch_size` rows at a time.
+    /// produced `batch_size` rows at a time: the same whether its index is
+    /// ordered by counting or sorted.
     fn indexed_batches(batches: &[RecordBatch], batch_size: usize) -> Result<Vec<RecordBatch>> {
-        let mut d = IndexedSnapshotDiff::try_new(
-            "f",
-            vec![0],
-            ScalarValue::Int64(Some(7)),
-            ScalarValue::Int64(None),
-            &batches[0].schema(),
-        )?;
-        for b in batches {
-            d.push(b)?;
-        }
-        d.finish()?;
-        let mut out = Vec::new();
-        while let Some(b) = d.next_output(batch_size)? {
-            out.push(b);
-        }
-        Ok(out)
+        let run = |counting: bool| -> Result<(Vec<RecordBatch>, bool)> {
+            let mut d = IndexedSnapshotDiff::try_new(
+                "f",
+                vec![0],
+                ScalarValue::Int64(Some(7)),
+                ScalarValue::Int64(None),
+                &batches[0].schema(),
+            )?;
+            for b in batches {
+                d.push(b)?;
+            }
+            let mut asked = false;
+            d.finish(&mut |_| {
+                asked = true;
+                counting
+            })?;
+            let mut out = Vec::new();
+            while let Some(b) = d.next_output(batch_size)? {
+                out.push(b);
+            }
+            Ok((out, asked))
+        };
+        let (counted, asked) = run(true)?;
+        let (sorted, _) = run(false)?;
+        assert_eq!(counted, sorted);
+        // (integer keys without nulls, close together: ordered by counting)
+        let nulls = batches.iter().any(|b| b.column(0).null_count() > 0);
+        let integers = batches[0].schema().field(0).data_type().is_integer();
+        assert_eq!(asked, integers && !nulls);
+        Ok(counted)
     }
 
     /// The sorted diff's events over the same rows, sorted by (key, side).
@@ -518,6 +614,92 @@ mod tests {
         let indexed = indexed_batches(batches, 1000)?;
         let sorted = sorted_batches(batches)?;
         Ok([ids_kinds(indexed), ids_kinds(sorted)])
+    }
+
+    /// A single integer key is encoded from its values, a batch whose keys
+    /// hold a NULL through the row format: both encode a key alike, in
+    /// every integer type, whether a batch is indexed whole or by the rows
+    /// routed to it.
+    #[test]
+    fn keys_from_values_match_keys_through_the_row_format() -> Result<()> {
+        use arrow::array::ArrayRef;
+        use arrow::compute::cast;
+        use arrow::datatypes::TimeUnit;
+        let types = [
+            DataType::Int8,
+            DataType::Int16,
+            DataType::Int32,
+            DataType::Int64,
+            DataType::UInt8,
+            DataType::UInt32,
+            DataType::UInt64,
+            DataType::Date32,
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        ];
+        for t in types {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("id", t.clone(), true),
+                Field::new("v", DataType::Utf8, true),
+                Field::new(SIDE_COL, DataType::Int8, false),
+            ]));
+            let batch = |ids: &[Option<i64>], vs: &[&str], sides: &[i8]| -> Result<RecordBatch> {
+                let ids: ArrayRef = cast(&Int64Array::from(ids.to_vec()), &t)?;
+                Ok(RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![
+                        ids,
+                        Arc::new(StringArray::from(vs.to_vec())),
+                        Arc::new(Int8Array::from(sides.to_vec())),
+                    ],
+                )?)
+            };
+            // live 0 a, 5 b, 100 c, 7 d (no NULL key: encoded from values);
+            // snapshot 0 a, 5 B, NULL n, 7 d (a NULL key: the row format)
+            let live = batch(
+                &[Some(0), Some(5), Some(100), Some(7)],
+                &["a", "b", "c", "d"],
+                &[SIDE_LIVE; 4],
+            )?;
+            let snapshot = batch(
+                &[Some(0), Some(5), None, Some(7)],
+                &["a", "B", "n", "d"],
+                &[SIDE_SNAPSHOT; 4],
+            )?;
+            // the same rows shared by two batches of mixed sides, routed
+            let shared = concat_batches(&schema, [&live, &snapshot])?;
+            let (upsert, delete) = (Kind::Upsert as i8, Kind::Delete as i8);
+            let expected = vec![(None, upsert), (Some(5), upsert), (Some(100), delete)];
+            for routed in [false, true] {
+                let mut d = IndexedSnapshotDiff::try_new(
+                    "f",
+                    vec![0],
+                    ScalarValue::Int64(Some(7)),
+                    ScalarValue::Int64(None),
+                    &schema,
+                )?;
+                if routed {
+                    d.push_rows(&shared, Some(&UInt32Array::from(vec![0, 2, 5, 6])))?;
+                    d.push_rows(&shared, Some(&UInt32Array::from(vec![1, 3, 4, 7])))?;
+                } else {
+                    d.push(&live)?;
+                    d.push(&snapshot)?;
+                }
+                d.finish(&mut |_| true)?;
+                let mut got = Vec::new();
+                while let Some(b) = d.next_output(100)? {
+                    let ids = cast(b.column(0), &DataType::Int64)?;
+                    let ids = ids.as_primitive::<Int64Type>();
+                    let kind = b.schema().index_of(KIND_COL)?;
+                    let kinds = b.column(kind).as_primitive::<Int8Type>();
+                    for i in 0..b.num_rows() {
+                        got.push((ids.is_valid(i).then(|| ids.value(i)), kinds.value(i)));
+                    }
+                }
+                got.sort();
+                assert_eq!(got, expected, "{t}, routed: {routed}");
+            }
+        }
+        Ok(())
     }
 
     /// Values are compared column-wise in chunks with the sorted diff's
@@ -733,7 +915,7 @@ mod tests {
             }
             let whole: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
             assert!(d.memory_size() < whole, "{} of {whole}", d.memory_size());
-            d.finish()?;
+            d.finish(&mut |_| true)?;
             while let Some(b) = d.next_output(2)? {
                 out.push(b);
             }

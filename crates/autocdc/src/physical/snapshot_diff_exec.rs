@@ -426,8 +426,8 @@ impl IndexedKernel for Box<IndexedSnapshotDiff> {
     fn memory_size(&self) -> usize {
         IndexedSnapshotDiff::memory_size(self)
     }
-    fn finish(&mut self, _scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
-        IndexedSnapshotDiff::finish(self)
+    fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
+        IndexedSnapshotDiff::finish(self, scratch)
     }
     fn next_output(&mut self, batch_size: usize) -> Result<Option<RecordBatch>> {
         IndexedSnapshotDiff::next_output(self, batch_size)
