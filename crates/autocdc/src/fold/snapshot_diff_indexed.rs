@@ -254,9 +254,9 @@ impl IndexedSnapshotDiff {
             }
         }
         drop(index);
-        // keys on both sides: compare the values walking the live rows in
-        // place order, so that one side is read sequentially
-        pairs.sort_unstable_by_key(|[batch, row, ..]| (*batch, *row));
+        // keys on both sides: compare the values walking the live rows
+        // batch by batch, so that one side is read a batch at a time
+        let pairs = by_live_batch(pairs, self.retained.len());
         let values = ValueColumns::try_new(
             self.retained.batches(),
             &self.key_indices,
@@ -347,6 +347,28 @@ impl IndexedSnapshotDiff {
             &self.written_at,
         )?))
     }
+}
+
+/// `pairs` (`[live batch, live row, snapshot batch, snapshot row]`) grouped
+/// by live batch, batches ascending, each batch's pairs in the order given:
+/// a counting sort over the `batches` batch numbers.
+fn by_live_batch(pairs: Vec<[u32; 4]>, batches: usize) -> Vec<[u32; 4]> {
+    // each batch's count, then where its first pair goes
+    let mut next = vec![0usize; batches];
+    for [batch, ..] in &pairs {
+        next[*batch as usize] += 1;
+    }
+    let mut at = 0;
+    for place in &mut next {
+        (*place, at) = (at, at + *place);
+    }
+    let mut grouped = vec![[0u32; 4]; pairs.len()];
+    for pair in pairs {
+        let place = &mut next[pair[0] as usize];
+        grouped[*place] = pair;
+        *place += 1;
+    }
+    grouped
 }
 
 /// The value bytes of a key encoded from its value (the inverse of the
@@ -614,6 +636,16 @@ mod tests {
         let indexed = indexed_batches(batches, 1000)?;
         let sorted = sorted_batches(batches)?;
         Ok([ids_kinds(indexed), ids_kinds(sorted)])
+    }
+
+    #[test]
+    fn pairs_are_grouped_by_live_batch_in_the_order_given() {
+        let pairs = vec![[2, 5, 0, 0], [0, 9, 1, 1], [2, 1, 2, 2], [0, 3, 3, 3]];
+        assert_eq!(
+            by_live_batch(pairs, 3),
+            vec![[0, 9, 1, 1], [0, 3, 3, 3], [2, 5, 0, 0], [2, 1, 2, 2]]
+        );
+        assert_eq!(by_live_batch(Vec::new(), 0), Vec::<[u32; 4]>::new());
     }
 
     /// A single integer key is encoded from its values, a batch whose keys
