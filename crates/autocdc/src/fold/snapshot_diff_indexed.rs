@@ -521,18 +521,23 @@ mod tests {
         out
     }
 
+    /// An indexed diff of flow `f` keyed by its first column, at version 7.
+    fn new_indexed(schema: &SchemaRef) -> Result<IndexedSnapshotDiff> {
+        IndexedSnapshotDiff::try_new(
+            "f",
+            vec![0],
+            ScalarValue::Int64(Some(7)),
+            ScalarValue::Int64(None),
+            schema,
+        )
+    }
+
     /// The indexed diff's events over `batches` (id first, the side last),
     /// produced `batch_size` rows at a time: the same whether its index is
     /// ordered by counting or sorted.
     fn indexed_batches(batches: &[RecordBatch], batch_size: usize) -> Result<Vec<RecordBatch>> {
         let run = |counting: bool| -> Result<(Vec<RecordBatch>, bool)> {
-            let mut d = IndexedSnapshotDiff::try_new(
-                "f",
-                vec![0],
-                ScalarValue::Int64(Some(7)),
-                ScalarValue::Int64(None),
-                &batches[0].schema(),
-            )?;
+            let mut d = new_indexed(&batches[0].schema())?;
             for b in batches {
                 d.push(b)?;
             }
@@ -702,13 +707,7 @@ mod tests {
             let (upsert, delete) = (Kind::Upsert as i8, Kind::Delete as i8);
             let expected = vec![(None, upsert), (Some(5), upsert), (Some(100), delete)];
             for routed in [false, true] {
-                let mut d = IndexedSnapshotDiff::try_new(
-                    "f",
-                    vec![0],
-                    ScalarValue::Int64(Some(7)),
-                    ScalarValue::Int64(None),
-                    &schema,
-                )?;
+                let mut d = new_indexed(&schema)?;
                 if routed {
                     d.push_rows(&shared, Some(&UInt32Array::from(vec![0, 2, 5, 6])))?;
                     d.push_rows(&shared, Some(&UInt32Array::from(vec![1, 3, 4, 7])))?;
@@ -928,15 +927,7 @@ mod tests {
                 .collect();
             (!rows.is_empty()).then(|| UInt32Array::from(rows))
         };
-        let new_diff = || {
-            IndexedSnapshotDiff::try_new(
-                "f",
-                vec![0],
-                ScalarValue::Int64(Some(7)),
-                ScalarValue::Int64(None),
-                &batches[0].schema(),
-            )
-        };
+        let new_diff = || new_indexed(&batches[0].schema());
         let mut out = Vec::new();
         for parity in [0, 1] {
             let mut d = new_diff()?;
