@@ -105,7 +105,6 @@ impl SlotPlan {
 
     /// The positions of `entries` grouped by `key`, keys ascending, each
     /// key's positions ascending. Every key must lie in the plan's span.
-    #[cfg(test)]
     pub fn order<T>(&self, entries: &[T], key: impl Fn(&T) -> u64) -> Vec<u32> {
         self.order_runs(entries, std::slice::from_ref(&(0..entries.len())), key)
     }

@@ -72,6 +72,13 @@ pub fn encoded(rows: &Rows, i: usize) -> u128 {
 /// its type: what [`ValueBytes`] leaves out and a decoder puts back.
 pub const VALID_BYTE: u8 = 1;
 
+/// [`encoded`] of a valid value of a single fixed-width column, from its
+/// value bytes `bits` ([`ValueBytes::bits`], [`encode_values`]): the valid
+/// byte, then the value bytes.
+pub fn encoded_from_bits(bits: u64) -> u128 {
+    (u128::from(VALID_BYTE) << 120) | (u128::from(bits) << 56)
+}
+
 /// Widest value, null bytes left out, that an index entry holds as it is
 /// (a `u64`; see [`ValueBytes`]).
 pub const MAX_VALUE_BYTES: usize = 8;

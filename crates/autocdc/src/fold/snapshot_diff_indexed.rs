@@ -4,22 +4,24 @@
 //! The sorted diff needs its input — every column of the snapshot and of the
 //! live target — sorted by `(keys, side)`, which moves each row several
 //! times. This one keeps the input batches where they arrive and orders a
-//! 32-byte entry per row instead:
+//! 16- or 32-byte entry per row instead:
 //!
 //! ```text
 //!  push(batch) ─► retain batch (shared with other partitions: rows routed here)
-//!              └► index += (key as u128, side, batch, row)
+//!              └► index += (key, side, batch, row)
 //!  finish()    ─► order index by key ─► per key: live / snapshot / both
 //!              └► keys on both sides: gather their non-key columns, 8 192
 //!                 pairs at a time, compare column-wise ─► changed rows
 //!  next_output ─► gather the changed rows, a few source batches at a time
 //! ```
 //!
-//! A key is held in Arrow's row format; a single integer key without
-//! nulls is encoded from its values as the row format would encode it
+//! A single integer key without nulls is encoded from its values
 //! ([`super::rows::encode_values`]: no projection, copy or conversion of the
-//! rows). When every key was so encoded and their values lie close
-//! together, as generated ids do, the index is ordered by counting
+//! rows) and held in 8 bytes: entries of 16 bytes. Any other key, or once a
+//! batch's keys hold a NULL, is held in Arrow's row format (16 bytes, in
+//! entries of 32 bytes; the entries already made are widened, as the row
+//! format would have encoded their keys). An index of 8-byte keys lying
+//! close together, as generated ids do, is ordered by counting
 //! ([`super::key_slots`], its scratch granted by the caller's pool) rather
 //! than sorted.
 //!
@@ -52,22 +54,86 @@ use super::emits::{Emit, EmitQueue};
 use super::key_slots::{KeySpan, SlotPlan};
 use super::retained::Retained;
 use super::rows::{
-    encode_values, encoded, encoded_width, row_converter, to_rows, MAX_ENCODED_BYTES, VALID_BYTE,
+    encode_values, encoded, encoded_from_bits, encoded_width, row_converter, to_rows,
+    MAX_ENCODED_BYTES,
 };
-use super::snapshot_diff::{
-    diff_events, diff_output_schema, duplicate_key_error, SIDE_LIVE, SIDE_SNAPSHOT,
-};
+use super::snapshot_diff::{diff_events, diff_output_schema, duplicate_key_error, SIDE_SNAPSHOT};
 
 /// Pairs of rows compared at once (the gathered columns of one chunk).
 const COMPARE_CHUNK: usize = 8192;
 
-/// One input row in the index.
+/// One input row in the index: its key (`K`: a value's 8 bytes or 16
+/// bytes of row format), its batch, and its row and side in one `u32`.
 #[derive(Debug, Clone, Copy)]
-struct Entry {
-    key: u128,
-    side: i8,
+struct Entry<K> {
+    key: K,
     batch: u32,
-    row: u32,
+    /// The row, shifted left once; the low bit is set on the snapshot side.
+    row_side: u32,
+}
+
+impl<K> Entry<K> {
+    fn new(key: K, batch: u32, row: u32, side: i8) -> Self {
+        Self {
+            key,
+            batch,
+            row_side: (row << 1) | u32::from(side == SIDE_SNAPSHOT),
+        }
+    }
+
+    fn row(&self) -> u32 {
+        self.row_side >> 1
+    }
+
+    fn is_snapshot(&self) -> bool {
+        self.row_side & 1 == 1
+    }
+}
+
+/// Rows past this one in a batch do not fit [`Entry::row_side`].
+const MAX_ROWS_PER_BATCH: usize = (u32::MAX >> 1) as usize;
+
+/// The index of the rows pushed: 16-byte entries while every key was
+/// encoded from its value (their value bytes, as [`encode_values`] gives
+/// them), 32-byte entries of row-format keys once one was not.
+#[derive(Debug)]
+enum Index {
+    Values(Vec<Entry<u64>>),
+    Rows(Vec<Entry<u128>>),
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Self::Values(Vec::new())
+    }
+}
+
+impl Index {
+    fn memory_size(&self) -> usize {
+        match self {
+            Self::Values(index) => index.capacity() * std::mem::size_of::<Entry<u64>>(),
+            Self::Rows(index) => index.capacity() * std::mem::size_of::<Entry<u128>>(),
+        }
+    }
+
+    /// The index of row-format keys, its value-encoded entries widened
+    /// first if it had any (a single integer key: the row format's encoding
+    /// is the valid byte, then the value bytes).
+    fn rows(&mut self, additional: usize) -> &mut Vec<Entry<u128>> {
+        if let Self::Values(values) = self {
+            let mut rows = Vec::with_capacity(values.len() + additional);
+            rows.extend(values.iter().map(|e| Entry {
+                key: encoded_from_bits(e.key),
+                batch: e.batch,
+                row_side: e.row_side,
+            }));
+            *self = Self::Rows(rows);
+        }
+        match self {
+            Self::Rows(rows) => rows,
+            Self::Values(_) => unreachable!("the index was widened above"),
+        }
+    }
 }
 
 /// Indexed snapshot diff of one partition (see the module docs).
@@ -82,13 +148,11 @@ pub struct IndexedSnapshotDiff {
     key_converter: RowConverter,
     /// The input batches (of a shared batch, its rows routed here).
     retained: Retained,
-    index: Vec<Entry>,
+    index: Index,
     /// The keys of one batch's rows, encoded from their values (reused).
     key_scratch: Vec<u64>,
-    /// Whether every key was encoded from its value (a single integer key
-    /// without nulls), and the span of those values: what ordering the
+    /// The span of the keys encoded from their values: what ordering the
     /// index by counting needs.
-    keys_from_values: bool,
     key_span: Option<KeySpan>,
     /// Change events to emit (their kinds), once finished.
     emits: Option<EmitQueue>,
@@ -137,9 +201,8 @@ impl IndexedSnapshotDiff {
             version,
             written_at,
             retained: Retained::default(),
-            index: Vec::new(),
+            index: Index::default(),
             key_scratch: Vec::new(),
-            keys_from_values: true,
             key_span: None,
             emits: None,
             counts: (0, 0),
@@ -148,7 +211,7 @@ impl IndexedSnapshotDiff {
 
     /// Bytes held: the retained batches and the index.
     pub fn memory_size(&self) -> usize {
-        self.retained.memory_size() + self.index.capacity() * std::mem::size_of::<Entry>()
+        self.retained.memory_size() + self.index.memory_size()
     }
 
     /// The retained input rows as batches of their own (for a fall-back to
@@ -172,6 +235,13 @@ impl IndexedSnapshotDiff {
         }
         let number = u32::try_from(self.retained.len())
             .map_err(|_| DataFusionError::Internal("too many batches in one diff".into()))?;
+        if batch.num_rows() > MAX_ROWS_PER_BATCH {
+            return Err(DataFusionError::Internal(format!(
+                "flow '{}': a batch of {} rows in a snapshot diff (at most {MAX_ROWS_PER_BATCH})",
+                self.flow,
+                batch.num_rows()
+            )));
+        }
         let (batch, rows) = self.retained.push_rows(batch, rows)?;
         let n = batch.num_columns() - 1;
         let sides = batch.column(n).as_primitive::<Int8Type>().values();
@@ -193,12 +263,14 @@ impl IndexedSnapshotDiff {
         };
         if from_values {
             // a single integer key without nulls, encoded from its values
-            // as the row format would (`value_bits` reads them back)
             self.key_span = KeySpan::join(self.key_span, KeySpan::of(keys));
-            let key_at = |i: usize| (u128::from(VALID_BYTE) << 120) | (u128::from(keys[i]) << 56);
-            push_entries(&mut self.index, sides, positions, number, key_at);
+            match &mut self.index {
+                Index::Values(index) => push_entries(index, sides, positions, number, |i| keys[i]),
+                Index::Rows(index) => push_entries(index, sides, positions, number, |i| {
+                    encoded_from_bits(keys[i])
+                }),
+            }
         } else {
-            self.keys_from_values = false;
             // only the rows routed here are encoded
             let (mine, key_columns) = match rows {
                 Some(rows) => (
@@ -208,8 +280,10 @@ impl IndexedSnapshotDiff {
                 None => (batch.clone(), self.key_indices.clone()),
             };
             let encoded_keys = to_rows(&self.key_converter, &mine, &key_columns)?;
-            let key_at = |i: usize| encoded(&encoded_keys, i);
-            push_entries(&mut self.index, sides, positions, number, key_at);
+            let index = self.index.rows(encoded_keys.num_rows());
+            push_entries(index, sides, positions, number, |i| {
+                encoded(&encoded_keys, i)
+            });
         }
         Ok(())
     }
@@ -220,40 +294,28 @@ impl IndexedSnapshotDiff {
     /// (`super::key_slots`) when `scratch` grants its bytes; others are
     /// sorted.
     pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
-        let mut index = std::mem::take(&mut self.index);
         let (mut emits, mut pairs) = (Vec::new(), Vec::new());
-        let plan = self
-            .key_span
-            .filter(|_| self.keys_from_values)
-            .and_then(|span| SlotPlan::new(span, index.len()))
-            .filter(|plan| scratch(plan.scratch_bytes(index.len())));
-        match plan {
-            Some(plan) => {
-                let all = 0..index.len();
-                let order =
-                    plan.order_runs(&index, std::slice::from_ref(&all), |e| value_bits(e.key));
-                // each key's entries, copied out of the order (a few)
-                let mut group: Vec<Entry> = Vec::new();
-                for &at in &order {
-                    let entry = index[at as usize];
-                    if group.first().is_some_and(|first| first.key != entry.key) {
-                        self.diff_key(&group, &mut emits, &mut pairs)?;
-                        group.clear();
+        match std::mem::take(&mut self.index) {
+            Index::Values(index) => {
+                let plan = self
+                    .key_span
+                    .and_then(|span| SlotPlan::new(span, index.len()))
+                    .filter(|plan| scratch(plan.scratch_bytes(index.len())));
+                match plan {
+                    Some(plan) => {
+                        let order = plan.order(&index, |e| e.key);
+                        let same_key =
+                            |a: &u32, b: &u32| index[*a as usize].key == index[*b as usize].key;
+                        for group in order.chunk_by(same_key) {
+                            let entries = group.iter().map(|&at| &index[at as usize]);
+                            self.diff_key(entries, &mut emits, &mut pairs)?;
+                        }
                     }
-                    group.push(entry);
-                }
-                if !group.is_empty() {
-                    self.diff_key(&group, &mut emits, &mut pairs)?;
+                    None => self.diff_sorted(index, &mut emits, &mut pairs)?,
                 }
             }
-            None => {
-                index.sort_unstable_by_key(|e| e.key);
-                for group in index.chunk_by(|a, b| a.key == b.key) {
-                    self.diff_key(group, &mut emits, &mut pairs)?;
-                }
-            }
+            Index::Rows(index) => self.diff_sorted(index, &mut emits, &mut pairs)?,
         }
-        drop(index);
         // keys on both sides: compare the values walking the live rows
         // batch by batch, so that one side is read a batch at a time
         let pairs = by_live_batch(pairs, self.retained.len());
@@ -281,31 +343,49 @@ impl IndexedSnapshotDiff {
         Ok(())
     }
 
-    /// `entries` share one key: at most one live and one snapshot row. A
-    /// key on both sides goes to `pairs` as `[live batch, live row,
-    /// snapshot batch, snapshot row]`.
-    fn diff_key(
+    /// Sort `index` by key and decide every key.
+    fn diff_sorted<K: Ord + Copy>(
         &mut self,
-        entries: &[Entry],
+        mut index: Vec<Entry<K>>,
         emits: &mut Vec<Emit>,
         pairs: &mut Vec<[u32; 4]>,
     ) -> Result<()> {
-        let live = entries.iter().find(|e| e.side == SIDE_LIVE);
-        let mut snapshots = entries.iter().filter(|e| e.side == SIDE_SNAPSHOT);
-        let snap = snapshots.next();
-        if let Some(second) = snapshots.next() {
-            return Err(duplicate_key_error(
-                &self.flow,
-                &self.target_columns,
-                &self.key_indices,
-                &self.retained.batches()[second.batch as usize],
-                second.row as usize,
-                &self.version,
-            ));
+        index.sort_unstable_by_key(|e| e.key);
+        for group in index.chunk_by(|a, b| a.key == b.key) {
+            self.diff_key(group, emits, pairs)?;
         }
-        let emit = |e: &Entry, kind: Kind| Emit {
+        Ok(())
+    }
+
+    /// `entries` share one key: at most one live and one snapshot row. A
+    /// key on both sides goes to `pairs` as `[live batch, live row,
+    /// snapshot batch, snapshot row]`.
+    fn diff_key<'e, K: 'e>(
+        &mut self,
+        entries: impl IntoIterator<Item = &'e Entry<K>>,
+        emits: &mut Vec<Emit>,
+        pairs: &mut Vec<[u32; 4]>,
+    ) -> Result<()> {
+        let (mut live, mut snap) = (None, None);
+        for e in entries {
+            if !e.is_snapshot() {
+                live = live.or(Some(e));
+            } else if snap.is_none() {
+                snap = Some(e);
+            } else {
+                return Err(duplicate_key_error(
+                    &self.flow,
+                    &self.target_columns,
+                    &self.key_indices,
+                    &self.retained.batches()[e.batch as usize],
+                    e.row() as usize,
+                    &self.version,
+                ));
+            }
+        }
+        let emit = |e: &Entry<K>, kind: Kind| Emit {
             batch: e.batch,
-            row: e.row,
+            row: e.row(),
             kind: kind as i8,
         };
         match (live, snap) {
@@ -318,7 +398,7 @@ impl IndexedSnapshotDiff {
                 self.counts.0 += 1;
             }
             // compared later, in the live rows' order
-            (Some(l), Some(s)) => pairs.push([l.batch, l.row, s.batch, s.row]),
+            (Some(l), Some(s)) => pairs.push([l.batch, l.row(), s.batch, s.row()]),
             (None, None) => {}
         }
         Ok(())
@@ -371,41 +451,33 @@ fn by_live_batch(pairs: Vec<[u32; 4]>, batches: usize) -> Vec<[u32; 4]> {
     grouped
 }
 
-/// The value bytes of a key encoded from its value (the inverse of the
-/// encoding in [`IndexedSnapshotDiff::push_rows`]: a valid byte, then 8
-/// bytes of value).
-fn value_bits(key: u128) -> u64 {
-    (key >> 56) as u64
-}
-
 /// Index the rows at `positions` (every row when `None`) of batch
 /// `number`, whose sides are `sides`; `key_at(i)` is the key of the `i`-th
 /// row indexed.
-fn push_entries(
-    index: &mut Vec<Entry>,
+fn push_entries<K>(
+    index: &mut Vec<Entry<K>>,
     sides: &[i8],
     positions: Option<&[u32]>,
     number: u32,
-    key_at: impl Fn(usize) -> u128,
+    key_at: impl Fn(usize) -> K,
 ) {
     match positions {
         Some(rows) => {
             index.reserve(rows.len());
-            index.extend(rows.iter().enumerate().map(|(i, &row)| Entry {
-                key: key_at(i),
-                side: sides[row as usize],
-                batch: number,
-                row,
-            }));
+            index.extend(
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, &row)| Entry::new(key_at(i), number, row, sides[row as usize])),
+            );
         }
         None => {
             index.reserve(sides.len());
-            index.extend(sides.iter().enumerate().map(|(row, &side)| Entry {
-                key: key_at(row),
-                side,
-                batch: number,
-                row: row as u32,
-            }));
+            index.extend(
+                sides
+                    .iter()
+                    .enumerate()
+                    .map(|(row, &side)| Entry::new(key_at(row), number, row as u32, side)),
+            );
         }
     }
 }
@@ -475,7 +547,7 @@ impl<'a> ValueColumns<'a> {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::snapshot_diff::{SnapshotDiff, SIDE_COL};
+    use super::super::snapshot_diff::{SnapshotDiff, SIDE_COL, SIDE_LIVE};
     use super::*;
     use arrow::array::{Array, Int64Array, Int8Array, StringArray};
     use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
@@ -641,6 +713,25 @@ mod tests {
         let indexed = indexed_batches(batches, 1000)?;
         let sorted = sorted_batches(batches)?;
         Ok([ids_kinds(indexed), ids_kinds(sorted)])
+    }
+
+    #[test]
+    fn entries_take_16_bytes_with_value_keys_and_32_with_row_format_keys() {
+        assert_eq!(std::mem::size_of::<Entry<u64>>(), 16);
+        assert_eq!(std::mem::size_of::<Entry<u128>>(), 32);
+        let last = MAX_ROWS_PER_BATCH as u32;
+        for (row, side) in [
+            (0, SIDE_LIVE),
+            (0, SIDE_SNAPSHOT),
+            (last, SIDE_LIVE),
+            (last, SIDE_SNAPSHOT),
+        ] {
+            let e = Entry::new(0u64, 3, row, side);
+            assert_eq!(
+                (e.batch, e.row(), e.is_snapshot()),
+                (3, row, side == SIDE_SNAPSHOT)
+            );
+        }
     }
 
     #[test]
