@@ -205,9 +205,12 @@ impl IndexedSnapshotDiff {
         })
     }
 
-    /// Bytes held: the retained batches and the index.
+    /// Bytes held: the retained batches, the index and, once finished,
+    /// the change events to emit.
     pub fn memory_size(&self) -> usize {
-        self.retained.memory_size() + self.index.memory_size()
+        self.retained.memory_size()
+            + self.index.memory_size()
+            + self.emits.as_ref().map_or(0, EmitQueue::memory_size)
     }
 
     /// The retained input rows as batches of their own (for a fall-back to
@@ -287,8 +290,9 @@ impl IndexedSnapshotDiff {
     /// Order the index by key and decide every key; errors (a key twice in
     /// the snapshot) surface here, before any output. Keys encoded from
     /// their values that lie close together are ordered by counting
-    /// (`super::key_slots`) when `scratch` grants its bytes; others are
-    /// sorted.
+    /// (`super::key_slots`) when `scratch` grants its bytes, others are
+    /// sorted; the pairs of rows to compare are grouped by a copy when
+    /// `scratch` grants it, else sorted in place.
     pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
         let (mut emits, mut pairs) = (Vec::new(), Vec::new());
         match std::mem::take(&mut self.index) {
@@ -313,8 +317,14 @@ impl IndexedSnapshotDiff {
             Index::Rows(index) => self.diff_sorted(index, &mut emits, &mut pairs)?,
         }
         // keys on both sides: compare the values walking the live rows
-        // batch by batch, so that one side is read a batch at a time
-        let pairs = by_live_batch(pairs, self.retained.len());
+        // batch by batch, so that one side is read a batch at a time (a
+        // grouped copy when `scratch` grants it, else sorted in place)
+        let pairs = if scratch(std::mem::size_of_val(pairs.as_slice())) {
+            by_live_batch(pairs, self.retained.len())
+        } else {
+            pairs.sort_unstable_by_key(|&[batch, row, ..]| (batch, row));
+            pairs
+        };
         // (equal keys encode equally: only the other columns can differ)
         let value_columns: Vec<usize> = (0..self.target_columns.len())
             .filter(|c| !self.key_indices.contains(c))
@@ -535,18 +545,19 @@ mod tests {
     }
 
     /// The indexed diff's events over `batches` (id first, the side last),
-    /// produced `batch_size` rows at a time: the same whether its index is
-    /// ordered by counting or sorted.
+    /// produced `batch_size` rows at a time: the same whether its scratch
+    /// is granted (the index ordered by counting, the pairs grouped by a
+    /// copy) or refused (both sorted).
     fn indexed_batches(batches: &[RecordBatch], batch_size: usize) -> Result<Vec<RecordBatch>> {
-        let run = |counting: bool| -> Result<(Vec<RecordBatch>, bool)> {
+        let run = |granted: bool| -> Result<(Vec<RecordBatch>, usize)> {
             let mut d = new_indexed(&batches[0].schema())?;
             for b in batches {
                 d.push(b)?;
             }
-            let mut asked = false;
+            let mut asked = 0;
             d.finish(&mut |_| {
-                asked = true;
-                counting
+                asked += 1;
+                granted
             })?;
             let mut out = Vec::new();
             while let Some(b) = d.next_output(batch_size)? {
@@ -557,10 +568,11 @@ mod tests {
         let (counted, asked) = run(true)?;
         let (sorted, _) = run(false)?;
         assert_eq!(counted, sorted);
-        // (integer keys without nulls, close together: ordered by counting)
+        // (integer keys without nulls, close together: ordered by counting,
+        // then the pairs grouped)
         let nulls = batches.iter().any(|b| b.column(0).null_count() > 0);
         let integers = batches[0].schema().field(0).data_type().is_integer();
-        assert_eq!(asked, integers && !nulls);
+        assert_eq!(asked, 1 + usize::from(integers && !nulls));
         Ok(counted)
     }
 

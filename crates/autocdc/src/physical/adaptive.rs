@@ -200,11 +200,9 @@ impl<I: IndexedKernel, S: SortedKernel> AdaptivePartition<I, S> {
                         kernel.finish(&mut |bytes| reservation.try_grow(bytes).is_ok())?;
                         // keep reserved what the kernel still holds (the
                         // sort's counts are freed; an index-sorted fold keeps
-                        // its order until its last output)
-                        let held = kernel.memory_size();
-                        if held < reservation.size() {
-                            reservation.shrink(reservation.size() - held);
-                        }
+                        // its order, and every kernel its output's places,
+                        // until its last output)
+                        reservation.resize(kernel.memory_size());
                         *emitting = true;
                     }
                     let _timer = self.fall_back.elapsed_compute.timer();
