@@ -10,8 +10,8 @@
 //!  push(batch) ─► retain batch (shared with other partitions: rows routed here)
 //!              └► index += (key, side, batch, row)
 //!  finish()    ─► order index by key ─► per key: live / snapshot / both
-//!              └► keys on both sides: compare their non-key columns
-//!                 (super::pairs) ─► changed rows
+//!              └► keys on both sides: gather their non-key columns, 8 192
+//!                 pairs at a time, compare column-wise ─► changed rows
 //!  next_output ─► gather the changed rows, a few source batches at a time
 //! ```
 //!
@@ -26,10 +26,10 @@
 //! than sorted.
 //!
 //! Values are never converted to the row format as a whole (that
-//! conversion, and the memory it took, was a fifth of a 2 M-row diff): the
-//! pairs' values are compared with the row format's equality (NULLs equal,
-//! floats by their bits) where they lie, or gathered for the types
-//! [`super::pairs`] does not compare in place.
+//! conversion, and the memory it took, was a fifth of a 2 M-row diff):
+//! `IS DISTINCT FROM` over the gathered columns gives the row format's
+//! equality (NULLs equal, floats by their bits); nested columns are
+//! compared in the row format, chunk by chunk.
 //!
 //! A batch may be shared with the diffs of other partitions (a key exchange
 //! routes each its rows, `crate::physical::key_exchange`): only the rows
@@ -42,21 +42,25 @@
 //! and falls back to the sorted diff when the pool refuses).
 
 use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
-use arrow::compute::take_record_batch;
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::kernels::cmp::distinct;
+use arrow::compute::{interleave, take_record_batch};
 use arrow::datatypes::{Int8Type, Schema, SchemaRef};
-use arrow::row::RowConverter;
+use arrow::row::{RowConverter, SortField};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 
 use super::columns::Kind;
 use super::emits::{Emit, EmitQueue};
 use super::key_slots::{KeySpan, SlotPlan};
-use super::pairs::{equal_pairs, Pair};
 use super::retained::Retained;
 use super::rows::{
     encode_values, encoded, encoded_from_bits, encoded_width, row_converter, to_rows,
     MAX_ENCODED_BYTES,
 };
 use super::snapshot_diff::{diff_events, diff_output_schema, duplicate_key_error, SIDE_SNAPSHOT};
+
+/// Pairs of rows compared at once (the gathered columns of one chunk).
+const COMPARE_CHUNK: usize = 8192;
 
 /// One input row in the index: its key (`K`: a value's 8 bytes or 16
 /// bytes of row format), its batch, and its row and side in one `u32`.
@@ -325,21 +329,26 @@ impl IndexedSnapshotDiff {
             pairs.sort_unstable_by_key(|&[batch, row, ..]| (batch, row));
             pairs
         };
-        // (equal keys encode equally: only the other columns can differ)
-        let value_columns: Vec<usize> = (0..self.target_columns.len())
-            .filter(|c| !self.key_indices.contains(c))
-            .collect();
-        let equal = equal_pairs(self.retained.batches(), &pairs, &value_columns)?;
-        for ([_, _, batch, row], equal) in pairs.into_iter().zip(equal) {
-            if !equal {
-                emits.push(Emit {
-                    batch,
-                    row,
-                    kind: Kind::Upsert as i8,
-                });
-                self.counts.0 += 1;
+        let values = ValueColumns::try_new(
+            self.retained.batches(),
+            &self.key_indices,
+            self.target_columns.len(),
+        )?;
+        let mut upserts = 0;
+        for chunk in pairs.chunks(COMPARE_CHUNK) {
+            let changed = values.changed_pairs(chunk)?;
+            for ([_, _, batch, row], changed) in chunk.iter().zip(changed.iter()) {
+                if changed {
+                    emits.push(Emit {
+                        batch: *batch,
+                        row: *row,
+                        kind: Kind::Upsert as i8,
+                    });
+                    upserts += 1;
+                }
             }
         }
+        self.counts.0 += upserts;
         self.emits = Some(EmitQueue::new(emits, self.retained.len()));
         Ok(())
     }
@@ -349,7 +358,7 @@ impl IndexedSnapshotDiff {
         &mut self,
         mut index: Vec<Entry<K>>,
         emits: &mut Vec<Emit>,
-        pairs: &mut Vec<Pair>,
+        pairs: &mut Vec<[u32; 4]>,
     ) -> Result<()> {
         index.sort_unstable_by_key(|e| e.key);
         for group in index.chunk_by(|a, b| a.key == b.key) {
@@ -365,7 +374,7 @@ impl IndexedSnapshotDiff {
         &mut self,
         entries: impl IntoIterator<Item = &'e Entry<K>>,
         emits: &mut Vec<Emit>,
-        pairs: &mut Vec<Pair>,
+        pairs: &mut Vec<[u32; 4]>,
     ) -> Result<()> {
         let (mut live, mut snap) = (None, None);
         for e in entries {
@@ -433,7 +442,7 @@ impl IndexedSnapshotDiff {
 /// `pairs` (`[live batch, live row, snapshot batch, snapshot row]`) grouped
 /// by live batch, batches ascending, each batch's pairs in the order given:
 /// a counting sort over the `batches` batch numbers.
-fn by_live_batch(pairs: Vec<Pair>, batches: usize) -> Vec<Pair> {
+fn by_live_batch(pairs: Vec<[u32; 4]>, batches: usize) -> Vec<[u32; 4]> {
     // each batch's count, then where its first pair goes
     let mut next = vec![0usize; batches];
     for [batch, ..] in &pairs {
@@ -480,6 +489,67 @@ fn push_entries<K>(
                     .map(|(row, &side)| Entry::new(key_at(row), number, row as u32, side)),
             );
         }
+    }
+}
+
+/// The non-key columns of the retained batches, for comparing the values of
+/// pairs of rows (the arrays of each column, once for the whole diff).
+struct ValueColumns<'a> {
+    /// Per column: its array in every batch, and a row converter when the
+    /// column is nested.
+    columns: Vec<(Vec<&'a dyn Array>, Option<RowConverter>)>,
+}
+
+impl<'a> ValueColumns<'a> {
+    /// Columns `0..n` of `batches` but the keys (equal keys encode equally:
+    /// only the other columns can differ).
+    fn try_new(batches: &'a [RecordBatch], key_indices: &[usize], n: usize) -> Result<Self> {
+        let mut columns = Vec::new();
+        for column in (0..n).filter(|c| !key_indices.contains(c)) {
+            let arrays: Vec<&dyn Array> =
+                batches.iter().map(|b| b.column(column).as_ref()).collect();
+            let converter = match arrays.first().map(|a| a.data_type()) {
+                Some(t) if t.is_nested() => {
+                    Some(RowConverter::new(vec![SortField::new(t.clone())])?)
+                }
+                _ => None,
+            };
+            columns.push((arrays, converter));
+        }
+        Ok(Self { columns })
+    }
+
+    /// Which of the `[live batch, live row, snapshot batch, snapshot row]`
+    /// pairs differ in a value: each column of both sides is gathered for
+    /// the chunk and compared column-wise (`IS DISTINCT FROM`: NULLs equal,
+    /// floats by their bits, like the sorted diff's row-format comparison);
+    /// nested columns are compared in the row format.
+    fn changed_pairs(&self, pairs: &[[u32; 4]]) -> Result<BooleanBuffer> {
+        let live: Vec<(usize, usize)> = pairs
+            .iter()
+            .map(|p| (p[0] as usize, p[1] as usize))
+            .collect();
+        let snapshot: Vec<(usize, usize)> = pairs
+            .iter()
+            .map(|p| (p[2] as usize, p[3] as usize))
+            .collect();
+        let mut changed = BooleanBuffer::new_unset(pairs.len());
+        for (arrays, converter) in &self.columns {
+            let old = interleave(arrays, &live)?;
+            let new = interleave(arrays, &snapshot)?;
+            let differs = match converter {
+                Some(converter) => {
+                    let (old, new) = (
+                        converter.convert_columns(&[old])?,
+                        converter.convert_columns(&[new])?,
+                    );
+                    BooleanBuffer::collect_bool(pairs.len(), |i| old.row(i) != new.row(i))
+                }
+                None => distinct(&old, &new)?.values().clone(),
+            };
+            changed = &changed | &differs;
+        }
+        Ok(changed)
     }
 }
 
@@ -683,7 +753,7 @@ mod tests {
             by_live_batch(pairs, 3),
             vec![[0, 9, 1, 1], [0, 3, 3, 3], [2, 5, 0, 0], [2, 1, 2, 2]]
         );
-        assert_eq!(by_live_batch(Vec::new(), 0), Vec::<Pair>::new());
+        assert_eq!(by_live_batch(Vec::new(), 0), Vec::<[u32; 4]>::new());
     }
 
     /// A single integer key is encoded from its values, a batch whose keys
@@ -798,7 +868,7 @@ mod tests {
                 ],
             )?)
         };
-        let n = 3 * 8192;
+        let n = 3 * COMPARE_CHUNK as i64;
         let live: Vec<Row> = (0..n)
             .map(|i| match i {
                 1 => (i, Some(-0.0), None),
