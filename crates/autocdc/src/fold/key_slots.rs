@@ -18,8 +18,9 @@
 //! entry and the counts 4 bytes per slot ([`SlotPlan::scratch_bytes`]), which
 //! the caller asks its memory pool for. Keys spread wider get no plan: slots
 //! shared by several keys, each slot's entries sorted after, were slower
-//! than sorting, and so was moving 32-byte entries to a second array instead
-//! of writing an order (benches/README.md, "tried").
+//! than sorting, and moving the entries to a second array instead of
+//! writing an order gained too little for its memory (benches/README.md,
+//! "tried").
 
 use std::ops::Range;
 
