@@ -116,22 +116,23 @@ impl Index {
         }
     }
 
-    /// The index of row-format keys, its value-encoded entries widened
-    /// first if it had any (a single integer key: the row format's encoding
-    /// is the valid byte, then the value bytes).
-    fn rows(&mut self, additional: usize) -> &mut Vec<Entry<u128>> {
-        if let Self::Values(values) = self {
-            let mut rows = Vec::with_capacity(values.len() + additional);
-            rows.extend(values.iter().map(|e| Entry {
-                key: encoded_from_bits(e.key),
-                batch: e.batch,
-                row_side: e.row_side,
-            }));
-            *self = Self::Rows(rows);
-        }
+    /// Add entries of row-format keys (`push` adds them to a vector), the
+    /// value-encoded entries widened first if the index held them (a single
+    /// integer key: the row format's encoding is the valid byte, then the
+    /// value bytes).
+    fn push_rows(&mut self, additional: usize, push: impl FnOnce(&mut Vec<Entry<u128>>)) {
         match self {
-            Self::Rows(rows) => rows,
-            Self::Values(_) => unreachable!("the index was widened above"),
+            Self::Rows(rows) => push(rows),
+            Self::Values(values) => {
+                let mut rows = Vec::with_capacity(values.len() + additional);
+                rows.extend(values.iter().map(|e| Entry {
+                    key: encoded_from_bits(e.key),
+                    batch: e.batch,
+                    row_side: e.row_side,
+                }));
+                push(&mut rows);
+                *self = Self::Rows(rows);
+            }
         }
     }
 }
@@ -283,9 +284,10 @@ impl IndexedSnapshotDiff {
                 None => (batch.clone(), self.key_indices.clone()),
             };
             let encoded_keys = to_rows(&self.key_converter, &mine, &key_columns)?;
-            let index = self.index.rows(encoded_keys.num_rows());
-            push_entries(index, sides, positions, number, |i| {
-                encoded(&encoded_keys, i)
+            self.index.push_rows(encoded_keys.num_rows(), |index| {
+                push_entries(index, sides, positions, number, |i| {
+                    encoded(&encoded_keys, i)
+                })
             });
         }
         Ok(())
