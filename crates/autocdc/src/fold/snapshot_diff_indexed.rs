@@ -267,9 +267,12 @@ impl IndexedSnapshotDiff {
         };
         if from_values {
             // a single integer key without nulls, encoded from its values
-            self.key_span = KeySpan::join(self.key_span, KeySpan::of(keys));
+            // (their span is what the counting order of 8-byte keys needs)
             match &mut self.index {
-                Index::Values(index) => push_entries(index, sides, positions, number, |i| keys[i]),
+                Index::Values(index) => {
+                    self.key_span = KeySpan::join(self.key_span, KeySpan::of(keys));
+                    push_entries(index, sides, positions, number, |i| keys[i]);
+                }
                 Index::Rows(index) => push_entries(index, sides, positions, number, |i| {
                     encoded_from_bits(keys[i])
                 }),
@@ -302,24 +305,7 @@ impl IndexedSnapshotDiff {
     pub fn finish(&mut self, scratch: &mut dyn FnMut(usize) -> bool) -> Result<()> {
         let (mut emits, mut pairs) = (Vec::new(), Vec::new());
         match std::mem::take(&mut self.index) {
-            Index::Values(index) => {
-                let plan = self
-                    .key_span
-                    .and_then(|span| SlotPlan::new(span, index.len()))
-                    .filter(|plan| scratch(plan.scratch_bytes(index.len())));
-                match plan {
-                    Some(plan) => {
-                        let order = plan.order(&index, |e| e.key);
-                        let same_key =
-                            |a: &u32, b: &u32| index[*a as usize].key == index[*b as usize].key;
-                        for group in order.chunk_by(same_key) {
-                            let entries = group.iter().map(|&at| &index[at as usize]);
-                            self.diff_key(entries, &mut emits, &mut pairs)?;
-                        }
-                    }
-                    None => self.diff_sorted(index, &mut emits, &mut pairs)?,
-                }
-            }
+            Index::Values(index) => self.diff_values(index, scratch, &mut emits, &mut pairs)?,
             Index::Rows(index) => self.diff_sorted(index, &mut emits, &mut pairs)?,
         }
         // keys on both sides: compare the values walking the live rows
@@ -352,6 +338,32 @@ impl IndexedSnapshotDiff {
         }
         self.counts.0 += upserts;
         self.emits = Some(EmitQueue::new(emits, self.retained.len()));
+        Ok(())
+    }
+
+    /// Decide every key of an index of 8-byte keys: ordered by counting
+    /// when they lie close together and `scratch` grants its bytes, else
+    /// sorted.
+    fn diff_values(
+        &mut self,
+        index: Vec<Entry<u64>>,
+        scratch: &mut dyn FnMut(usize) -> bool,
+        emits: &mut Vec<Emit>,
+        pairs: &mut Vec<[u32; 4]>,
+    ) -> Result<()> {
+        let plan = self
+            .key_span
+            .and_then(|span| SlotPlan::new(span, index.len()))
+            .filter(|plan| scratch(plan.scratch_bytes(index.len())));
+        let Some(plan) = plan else {
+            return self.diff_sorted(index, emits, pairs);
+        };
+        let order = plan.order(&index, |e| e.key);
+        let same_key = |a: &u32, b: &u32| index[*a as usize].key == index[*b as usize].key;
+        for group in order.chunk_by(same_key) {
+            let entries = group.iter().map(|&at| &index[at as usize]);
+            self.diff_key(entries, emits, pairs)?;
+        }
         Ok(())
     }
 
